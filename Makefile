@@ -1,0 +1,75 @@
+# Makefile — the one entry point: `make`, `make install`, `make test`, `make demo`.
+#
+# The extension (extension/*.cpp -> trellara.so) is built with PGXS; core, the `trellara` command
+# and the tests are built by CMake into build/. The extension links build/core/libtrellara_core.a,
+# so the extension and the command run the same core code.
+
+EXTENSION   = trellara
+MODULE_big  = trellara
+EXT_SOURCES := $(shell find extension -name '*.cpp' | sort)
+OBJS        = $(EXT_SOURCES:.cpp=.o)
+DATA        = $(wildcard sql/trellara--*.sql)
+PGFILEDESC  = "trellara - change data capture with exactly-once apply"
+
+BUILD_DIR   ?= build
+CMAKE_BUILD_TYPE ?= RelWithDebInfo
+CORE_LIB    = $(BUILD_DIR)/core/libtrellara_core.a
+# Kept out of git: CMake's build tree, pg_regress output, generated protobuf-c code.
+EXTRA_CLEAN = $(BUILD_DIR) regress/results regress/regression.diffs regress/regression.out
+
+# The library reports the version of the control file it was built with (trellara.version()).
+TRELLARA_VERSION := $(shell sed -n "s/^default_version *= *'\(.*\)'/\1/p" trellara.control)
+
+# Postgres headers are system headers for us: PG15's use `register` and trip -Wregister in C++20.
+# PG15 defines PGDLLEXPORT empty on Linux; with -fvisibility=hidden the entry points
+# (PG_MODULE_MAGIC, _PG_init, PG_FUNCTION_INFO_V1 functions) must be exported explicitly.
+PG_CPPFLAGS = -isystem $(includedir_server) -Icore/include -Iextension -I$(BUILD_DIR)/proto \
+              '-DPGDLLEXPORT=__attribute__((visibility("default")))' \
+              '-DTRELLARA_VERSION="$(TRELLARA_VERSION)"'
+PG_CXXFLAGS = -std=c++20 -fvisibility=hidden -Wall -Wextra -Werror -Wno-missing-field-initializers
+# --exclude-libs: core's symbols stay private to trellara.so instead of being exported into the
+# backend's global namespace, where they could clash with another library's.
+SHLIB_LINK  = $(CORE_LIB) -lprotobuf-c -lcrypto -lisal -luring -lstdc++ -Wl,--exclude-libs,ALL
+
+# pg_regress suites (regress/sql/*.sql, regress/expected/*.out). `make test` runs them against a
+# throwaway cluster (tests/run-all); `make installcheck` runs them against the server that
+# PGHOST/PGPORT point at, with the extension installed and shared_preload_libraries=trellara.
+REGRESS      = $(sort $(basename $(notdir $(wildcard regress/sql/*.sql))))
+REGRESS_OPTS = --inputdir=regress --outputdir=$(BUILD_DIR)/regress
+
+# No LLVM bitcode for JIT inlining: clang-14 would have to compile our C++20 a second time and the
+# extension has no functions worth inlining into JIT-compiled expressions.
+override with_llvm = no
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+.PHONY: deps core install-cli test demo unit regress integration
+
+deps:
+	@scripts/install-deps
+
+# CMake owns core, the command and the tests; always ask it (it is incremental).
+core:
+	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(CMAKE_BUILD_TYPE) $(CMAKE_ARGS) >/dev/null
+	@cmake --build $(BUILD_DIR) -j$$(nproc)
+
+$(OBJS): | core
+$(shlib): $(CORE_LIB)
+all: core
+
+install: install-cli
+install-cli: core
+	install -D -m 0755 $(BUILD_DIR)/bin/trellara $(DESTDIR)/usr/local/bin/trellara
+
+# `make test`: dependencies, build, install, then every suite; ends with one summary line.
+test: deps
+	$(MAKE) all
+	$(MAKE) install
+	@tests/run-all --build-dir $(BUILD_DIR)
+
+demo: deps
+	$(MAKE) all
+	$(MAKE) install
+	@scripts/demo

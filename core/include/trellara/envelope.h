@@ -1,0 +1,185 @@
+// envelope.h — the in-memory model of one log record: Envelope, Chunk, Manifest, CommitMarker.
+//
+// This is the vocabulary every other part of Trellara speaks (plugin, log, applier, inspect).
+// It mirrors proto/trellara.proto; codec.h converts between the two. The model holds plain values
+// only: it never refers to Postgres or protobuf-c structures.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace trellara {
+
+inline constexpr uint32_t kFormatVersion = 1;
+
+enum class Op : uint8_t { Insert = 1, Update = 2, Delete = 3, Truncate = 4, Message = 5, Ddl = 6 };
+enum class ReplicaIdentity : uint8_t { Default = 1, Nothing = 2, Full = 3, Index = 4 };
+enum class BoundaryMode : uint8_t { Whole = 1, StrictChunk = 2, Partitioned = 3 };
+enum class OldImage : uint8_t { None = 0, Key = 1, Full = 2 };
+
+const char* OpName(Op op);                      // "insert", "update", ...
+const char* ReplicaIdentityName(ReplicaIdentity ri);  // "default", "nothing", "full", "index"
+const char* BoundaryModeName(BoundaryMode mode);      // "whole", "strict_chunk", "partitioned"
+const char* OldImageName(OldImage image);             // "none", "key", "full"
+
+// One column value. `unchanged_toast` is not null: it means "not sent, unchanged at the source".
+struct Value {
+  enum class Kind : uint8_t { Null = 0, Text = 1, Binary = 2, UnchangedToast = 3 };
+  Kind kind = Kind::Null;
+  std::string data;  // Text: the type output; Binary: the send representation; else empty
+
+  static Value Null() { return Value{Kind::Null, {}}; }
+  static Value Text(std::string s) { return Value{Kind::Text, std::move(s)}; }
+  static Value Binary(std::string s) { return Value{Kind::Binary, std::move(s)}; }
+  static Value UnchangedToast() { return Value{Kind::UnchangedToast, {}}; }
+  bool operator==(const Value&) const = default;
+};
+
+using Sha256 = std::array<uint8_t, 32>;
+
+struct Column {
+  std::string name;
+  uint32_t type_oid = 0;
+  std::string type_name;
+  int32_t typmod = -1;
+  bool is_key = false;
+  bool operator==(const Column&) const = default;
+};
+
+struct RelationInfo {
+  uint32_t oid = 0;
+  std::string schema;
+  std::string name;
+  std::vector<Column> columns;
+  ReplicaIdentity replica_identity = ReplicaIdentity::Default;
+  Sha256 fingerprint{};  // ComputeFingerprint(*this); see checksum.h
+  bool operator==(const RelationInfo&) const = default;
+  size_t KeyColumnCount() const;
+};
+
+struct TruncateInfo {
+  std::vector<uint32_t> relation_oids;  // source order
+  bool cascade = false;
+  bool restart_identity = false;
+  bool operator==(const TruncateInfo&) const = default;
+};
+
+struct LogicalMessage {
+  bool transactional = true;
+  std::string prefix;
+  std::string content;
+  bool operator==(const LogicalMessage&) const = default;
+};
+
+struct Ddl {
+  std::string command_tag;
+  std::string object_type;
+  std::string schema;
+  std::string object_identity;
+  std::string sql;
+  bool operator==(const Ddl&) const = default;
+};
+
+struct Change {
+  Op op = Op::Insert;
+  uint32_t relation_oid = 0;  // Insert/Update/Delete; 0 for Truncate/Message/Ddl
+  OldImage old_image = OldImage::None;
+  std::vector<Value> old_tuple;  // Key: key columns in column order; Full: every column
+  std::vector<Value> new_tuple;  // Insert/Update: every column
+  TruncateInfo truncate;
+  LogicalMessage message;
+  Ddl ddl;
+  bool operator==(const Change&) const = default;
+};
+
+struct RelationCount {
+  uint32_t relation_oid = 0;
+  uint64_t inserts = 0;
+  uint64_t updates = 0;
+  uint64_t deletes = 0;
+  uint64_t truncates = 0;
+  bool operator==(const RelationCount&) const = default;
+};
+
+// (flow, origin system identifier, xid, commit_lsn) names a source transaction.
+struct TxIdentity {
+  std::string flow;
+  uint64_t origin_sysid = 0;
+  uint32_t xid = 0;
+  uint64_t commit_lsn = 0;
+  bool operator==(const TxIdentity&) const = default;
+};
+
+struct Envelope {
+  TxIdentity tx;
+  uint64_t begin_lsn = 0;
+  int64_t commit_time_us = 0;
+  std::vector<RelationInfo> relations;
+  std::vector<Change> changes;
+  std::vector<RelationCount> counts;
+  BoundaryMode boundary_mode = BoundaryMode::Whole;
+  Sha256 checksum{};
+  bool operator==(const Envelope&) const = default;
+};
+
+struct Chunk {
+  TxIdentity tx;
+  uint32_t seq = 0;
+  uint32_t partition_id = 0;
+  uint32_t event_count = 0;
+  std::vector<RelationInfo> relations;
+  std::vector<Change> changes;
+  Sha256 checksum{};
+  bool operator==(const Chunk&) const = default;
+};
+
+struct ChunkRef {
+  uint32_t seq = 0;
+  uint32_t partition_id = 0;
+  uint32_t event_count = 0;
+  Sha256 checksum{};
+  bool operator==(const ChunkRef&) const = default;
+};
+
+struct Manifest {
+  TxIdentity tx;
+  uint64_t begin_lsn = 0;
+  int64_t commit_time_us = 0;
+  std::vector<ChunkRef> chunks;
+  std::vector<RelationInfo> relations;
+  std::vector<RelationCount> counts;
+  uint64_t total_changes = 0;
+  BoundaryMode boundary_mode = BoundaryMode::StrictChunk;
+  Sha256 checksum{};
+  bool operator==(const Manifest&) const = default;
+};
+
+struct CommitMarker {
+  TxIdentity tx;
+  Sha256 manifest_checksum{};
+  uint64_t total_changes = 0;
+  uint32_t total_chunks = 0;
+  bool operator==(const CommitMarker&) const = default;
+};
+
+using Record = std::variant<Envelope, Chunk, Manifest, CommitMarker>;
+
+enum class RecordType : uint8_t { Envelope = 1, Chunk = 2, Manifest = 3, CommitMarker = 4 };
+RecordType TypeOf(const Record& record);
+const char* RecordTypeName(RecordType type);  // "envelope", "chunk", "manifest", "commit_marker"
+const TxIdentity& TxOf(const Record& record);
+
+// Adds one change to per-relation counts (Truncate counts once per truncated relation).
+void CountChange(const Change& change, std::vector<RelationCount>& counts);
+
+// "0/3A1F2B0", as Postgres prints an LSN.
+std::string FormatLsn(uint64_t lsn);
+std::optional<uint64_t> ParseLsn(const std::string& text);
+std::string HexEncode(const uint8_t* data, size_t len);
+inline std::string HexEncode(const Sha256& digest) { return HexEncode(digest.data(), digest.size()); }
+
+}  // namespace trellara

@@ -1,0 +1,639 @@
+// codec.cpp — converts records between the core model and protobuf-c bytes, validating
+// everything that comes in.
+//
+// Encoding builds protobuf-c structs that point into the model (no copies of values) and packs
+// them once. Decoding unpacks with protobuf-c (which rejects malformed wire data without
+// crashing), then validates structure before building the model: an invalid record never gets
+// past DecodeRecord. This file never judges whether a record may be applied; the barrier and the
+// applier do.
+#include "trellara/codec.h"
+
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <set>
+
+#include "trellara.pb-c.h"
+#include "trellara/checksum.h"
+#include "trellara/text.h"
+
+namespace trellara {
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Encoding: an arena of protobuf-c structs pointing into the model being encoded.
+// ---------------------------------------------------------------------------------------------
+class Encoder {
+ public:
+  template <typename T>
+  T* New(const T& init) {
+    auto* p = static_cast<T*>(Alloc(sizeof(T)));
+    std::memcpy(static_cast<void*>(p), &init, sizeof(T));
+    return p;
+  }
+  template <typename T>
+  T** Array(size_t n) {
+    return static_cast<T**>(Alloc(sizeof(T*) * (n == 0 ? 1 : n)));
+  }
+  char* Str(const std::string& s) {
+    if (s.find('\0') != std::string::npos) bad_text_ = true;
+    return const_cast<char*>(s.c_str());
+  }
+  static ProtobufCBinaryData Bin(const std::string& s) {
+    return ProtobufCBinaryData{s.size(), reinterpret_cast<uint8_t*>(const_cast<char*>(s.data()))};
+  }
+  static ProtobufCBinaryData Bin(const Sha256& d) {
+    return ProtobufCBinaryData{d.size(), const_cast<uint8_t*>(d.data())};
+  }
+  bool bad_text() const { return bad_text_; }
+
+  Trellara__TxIdentity* Tx(const TxIdentity& tx) {
+    Trellara__TxIdentity m = TRELLARA__TX_IDENTITY__INIT;
+    m.flow = Str(tx.flow);
+    m.origin_sysid = tx.origin_sysid;
+    m.xid = tx.xid;
+    m.commit_lsn = tx.commit_lsn;
+    return New(m);
+  }
+
+  Trellara__Tuple* Tuple(const std::vector<Value>& values) {
+    Trellara__Tuple m = TRELLARA__TUPLE__INIT;
+    m.n_values = values.size();
+    m.values = Array<Trellara__ColumnValue>(values.size());
+    for (size_t i = 0; i < values.size(); i++) {
+      Trellara__ColumnValue v = TRELLARA__COLUMN_VALUE__INIT;
+      switch (values[i].kind) {
+        case Value::Kind::Null:
+          v.kind_case = TRELLARA__COLUMN_VALUE__KIND_NULL_VALUE;
+          v.null_value = 1;
+          break;
+        case Value::Kind::Text:
+          v.kind_case = TRELLARA__COLUMN_VALUE__KIND_TEXT;
+          v.text = Str(values[i].data);
+          break;
+        case Value::Kind::Binary:
+          v.kind_case = TRELLARA__COLUMN_VALUE__KIND_BINARY;
+          v.binary = Bin(values[i].data);
+          break;
+        case Value::Kind::UnchangedToast:
+          v.kind_case = TRELLARA__COLUMN_VALUE__KIND_UNCHANGED_TOAST;
+          v.unchanged_toast = 1;
+          break;
+      }
+      m.values[i] = New(v);
+    }
+    return New(m);
+  }
+
+  Trellara__RelationInfo** Relations(const std::vector<RelationInfo>& rels) {
+    auto** out = Array<Trellara__RelationInfo>(rels.size());
+    for (size_t i = 0; i < rels.size(); i++) {
+      const auto& r = rels[i];
+      Trellara__RelationInfo m = TRELLARA__RELATION_INFO__INIT;
+      m.oid = r.oid;
+      m.schema = Str(r.schema);
+      m.name = Str(r.name);
+      m.replica_identity = static_cast<Trellara__ReplicaIdentity>(r.replica_identity);
+      m.fingerprint = Bin(r.fingerprint);
+      m.n_columns = r.columns.size();
+      m.columns = Array<Trellara__Column>(r.columns.size());
+      for (size_t j = 0; j < r.columns.size(); j++) {
+        const auto& c = r.columns[j];
+        Trellara__Column col = TRELLARA__COLUMN__INIT;
+        col.name = Str(c.name);
+        col.type_oid = c.type_oid;
+        col.type_name = Str(c.type_name);
+        col.typmod = c.typmod;
+        col.is_key = c.is_key;
+        m.columns[j] = New(col);
+      }
+      out[i] = New(m);
+    }
+    return out;
+  }
+
+  Trellara__Change** Changes(const std::vector<Change>& changes) {
+    auto** out = Array<Trellara__Change>(changes.size());
+    for (size_t i = 0; i < changes.size(); i++) {
+      const auto& c = changes[i];
+      Trellara__Change m = TRELLARA__CHANGE__INIT;
+      m.op = static_cast<Trellara__Op>(c.op);
+      m.relation_oid = c.relation_oid;
+      m.old_image = static_cast<Trellara__OldImage>(c.old_image);
+      if (c.old_image != OldImage::None) m.old_tuple = Tuple(c.old_tuple);
+      if (c.op == Op::Insert || c.op == Op::Update) m.new_tuple = Tuple(c.new_tuple);
+      if (c.op == Op::Truncate) {
+        Trellara__Truncate t = TRELLARA__TRUNCATE__INIT;
+        t.n_relation_oids = c.truncate.relation_oids.size();
+        t.relation_oids = const_cast<uint32_t*>(c.truncate.relation_oids.data());
+        t.cascade = c.truncate.cascade;
+        t.restart_identity = c.truncate.restart_identity;
+        m.truncate = New(t);
+      }
+      if (c.op == Op::Message) {
+        Trellara__LogicalMessage lm = TRELLARA__LOGICAL_MESSAGE__INIT;
+        lm.transactional = c.message.transactional;
+        lm.prefix = Str(c.message.prefix);
+        lm.content = Bin(c.message.content);
+        m.message = New(lm);
+      }
+      if (c.op == Op::Ddl) {
+        Trellara__Ddl d = TRELLARA__DDL__INIT;
+        d.command_tag = Str(c.ddl.command_tag);
+        d.object_type = Str(c.ddl.object_type);
+        d.schema = Str(c.ddl.schema);
+        d.object_identity = Str(c.ddl.object_identity);
+        d.sql = Str(c.ddl.sql);
+        m.ddl = New(d);
+      }
+      out[i] = New(m);
+    }
+    return out;
+  }
+
+  Trellara__RelationCount** Counts(const std::vector<RelationCount>& counts) {
+    auto** out = Array<Trellara__RelationCount>(counts.size());
+    for (size_t i = 0; i < counts.size(); i++) {
+      Trellara__RelationCount m = TRELLARA__RELATION_COUNT__INIT;
+      m.relation_oid = counts[i].relation_oid;
+      m.inserts = counts[i].inserts;
+      m.updates = counts[i].updates;
+      m.deletes = counts[i].deletes;
+      m.truncates = counts[i].truncates;
+      out[i] = New(m);
+    }
+    return out;
+  }
+
+ private:
+  void* Alloc(size_t n) {
+    blocks_.emplace_back(new std::max_align_t[(n + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t)]);
+    return blocks_.back().get();
+  }
+  std::deque<std::unique_ptr<std::max_align_t[]>> blocks_;
+  bool bad_text_ = false;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Decoding: validate protobuf-c structs, then copy into the model.
+// ---------------------------------------------------------------------------------------------
+struct UnpackedRecord {
+  void operator()(Trellara__Record* r) const { trellara__record__free_unpacked(r, nullptr); }
+};
+
+class Decoder {
+ public:
+  // Every validation failure sets the first error; later checks are skipped.
+  bool failed() const { return !error_.empty(); }
+  Error error() const { return MakeError(EscapeInvalidUtf8(error_)); }
+  void Fail(const std::string& what) {
+    if (error_.empty()) error_ = what;
+  }
+
+  void Version(Trellara__FormatVersion v, const char* type) {
+    if (static_cast<uint32_t>(v) != kFormatVersion)
+      Fail(std::string(type) + " has format version " + std::to_string(static_cast<int>(v)) +
+           " but this build reads version " + std::to_string(kFormatVersion) +
+           "; use a trellara build that supports it");
+  }
+
+  static std::string S(const char* s) { return s == nullptr ? std::string() : std::string(s); }
+  static std::string B(const ProtobufCBinaryData& b) {
+    return b.len == 0 ? std::string() : std::string(reinterpret_cast<const char*>(b.data), b.len);
+  }
+
+  void Digest(const ProtobufCBinaryData& b, Sha256& out, const char* what) {
+    if (b.len != out.size()) {
+      Fail(std::string(what) + " is " + std::to_string(b.len) + " bytes, expected a 32-byte SHA-256");
+      return;
+    }
+    std::memcpy(out.data(), b.data, out.size());
+  }
+
+  TxIdentity Tx(const Trellara__TxIdentity* m, const char* type) {
+    TxIdentity tx;
+    if (m == nullptr) {
+      Fail(std::string(type) + " has no transaction identity (tx)");
+      return tx;
+    }
+    tx.flow = S(m->flow);
+    tx.origin_sysid = m->origin_sysid;
+    tx.xid = m->xid;
+    tx.commit_lsn = m->commit_lsn;
+    if (tx.commit_lsn == 0) Fail(std::string(type) + " has commit LSN 0/0, which no committed transaction has");
+    return tx;
+  }
+
+  std::vector<RelationInfo> Relations(Trellara__RelationInfo** rels, size_t n) {
+    std::vector<RelationInfo> out;
+    out.reserve(n);
+    std::set<uint32_t> seen;
+    for (size_t i = 0; i < n && !failed(); i++) {
+      const auto* m = rels[i];
+      RelationInfo r;
+      r.oid = m->oid;
+      r.schema = S(m->schema);
+      r.name = S(m->name);
+      std::string label = "relation " + std::to_string(i) + " (" + r.schema + "." + r.name + ")";
+      if (r.oid == 0) Fail(label + " has oid 0");
+      if (!seen.insert(r.oid).second) Fail(label + " duplicates relation oid " + std::to_string(r.oid));
+      if (r.name.empty()) Fail(label + " has an empty name");
+      int ri = static_cast<int>(m->replica_identity);
+      if (ri < 1 || ri > 4) Fail(label + " has unknown replica identity " + std::to_string(ri));
+      r.replica_identity = static_cast<ReplicaIdentity>(ri);
+      Digest(m->fingerprint, r.fingerprint, (label + " fingerprint").c_str());
+      r.columns.reserve(m->n_columns);
+      for (size_t j = 0; j < m->n_columns; j++) {
+        const auto* c = m->columns[j];
+        Column col{S(c->name), c->type_oid, S(c->type_name), c->typmod, c->is_key != 0};
+        if (col.name.empty()) Fail(label + " column " + std::to_string(j) + " has an empty name");
+        r.columns.push_back(std::move(col));
+      }
+      out.push_back(std::move(r));
+    }
+    return out;
+  }
+
+  std::vector<Value> Values(const Trellara__Tuple* t, const std::string& label, bool toast_allowed) {
+    std::vector<Value> out;
+    if (t == nullptr) return out;
+    out.reserve(t->n_values);
+    for (size_t i = 0; i < t->n_values && !failed(); i++) {
+      const auto* v = t->values[i];
+      switch (v->kind_case) {
+        case TRELLARA__COLUMN_VALUE__KIND_NULL_VALUE: out.push_back(Value::Null()); break;
+        case TRELLARA__COLUMN_VALUE__KIND_TEXT: out.push_back(Value::Text(S(v->text))); break;
+        case TRELLARA__COLUMN_VALUE__KIND_BINARY: out.push_back(Value::Binary(B(v->binary))); break;
+        case TRELLARA__COLUMN_VALUE__KIND_UNCHANGED_TOAST:
+          if (!toast_allowed)
+            Fail(label + " value " + std::to_string(i) +
+                 " is marked unchanged-TOAST, which only an UPDATE's new tuple may carry");
+          out.push_back(Value::UnchangedToast());
+          break;
+        default:
+          Fail(label + " value " + std::to_string(i) + " has no kind (null, text, binary or unchanged_toast)");
+      }
+    }
+    return out;
+  }
+
+  std::vector<Change> Changes(Trellara__Change** changes, size_t n, const std::vector<RelationInfo>& rels) {
+    std::vector<Change> out;
+    out.reserve(n);
+    auto find = [&rels](uint32_t oid) -> const RelationInfo* {
+      for (const auto& r : rels)
+        if (r.oid == oid) return &r;
+      return nullptr;
+    };
+    for (size_t i = 0; i < n && !failed(); i++) {
+      const auto* m = changes[i];
+      Change c;
+      int op = static_cast<int>(m->op);
+      std::string label = "change " + std::to_string(i);
+      if (op < 1 || op > 6) {
+        Fail(label + " has unknown op " + std::to_string(op));
+        break;
+      }
+      c.op = static_cast<Op>(op);
+      label += " (" + std::string(OpName(c.op)) + ")";
+      c.relation_oid = m->relation_oid;
+      int old_image = static_cast<int>(m->old_image);
+      if (old_image < 0 || old_image > 2) {
+        Fail(label + " has unknown old image kind " + std::to_string(old_image));
+        break;
+      }
+      c.old_image = static_cast<OldImage>(old_image);
+      switch (c.op) {
+        case Op::Insert:
+        case Op::Update:
+        case Op::Delete: {
+          const RelationInfo* rel = find(c.relation_oid);
+          if (rel == nullptr) {
+            Fail(label + " refers to relation oid " + std::to_string(c.relation_oid) +
+                 " but the record carries no RelationInfo for it; refusing to guess its columns");
+            break;
+          }
+          label += " on " + rel->schema + "." + rel->name;
+          c.old_tuple = Values(m->old_tuple, label + " old tuple", false);
+          c.new_tuple = Values(m->new_tuple, label + " new tuple", c.op == Op::Update);
+          size_t want_old = c.old_image == OldImage::Key    ? rel->KeyColumnCount()
+                            : c.old_image == OldImage::Full ? rel->columns.size()
+                                                            : 0;
+          if (c.op == Op::Insert && c.old_image != OldImage::None) Fail(label + " carries an old image");
+          if (c.old_tuple.size() != want_old)
+            Fail(label + " old tuple has " + std::to_string(c.old_tuple.size()) + " values, expected " +
+                 std::to_string(want_old) + " for old image '" + OldImageName(c.old_image) + "'");
+          size_t want_new = c.op == Op::Delete ? 0 : rel->columns.size();
+          if (c.new_tuple.size() != want_new)
+            Fail(label + " new tuple has " + std::to_string(c.new_tuple.size()) + " values, expected " +
+                 std::to_string(want_new));
+          break;
+        }
+        case Op::Truncate:
+          if (m->truncate == nullptr || m->truncate->n_relation_oids == 0) {
+            Fail(label + " names no relations");
+            break;
+          }
+          for (size_t k = 0; k < m->truncate->n_relation_oids; k++) {
+            uint32_t oid = m->truncate->relation_oids[k];
+            if (find(oid) == nullptr)
+              Fail(label + " truncates relation oid " + std::to_string(oid) +
+                   " but the record carries no RelationInfo for it");
+            c.truncate.relation_oids.push_back(oid);
+          }
+          c.truncate.cascade = m->truncate->cascade != 0;
+          c.truncate.restart_identity = m->truncate->restart_identity != 0;
+          break;
+        case Op::Message:
+          if (m->message == nullptr) {
+            Fail(label + " has no message body");
+            break;
+          }
+          c.message.transactional = m->message->transactional != 0;
+          c.message.prefix = S(m->message->prefix);
+          c.message.content = B(m->message->content);
+          break;
+        case Op::Ddl:
+          if (m->ddl == nullptr) {
+            Fail(label + " has no DDL body");
+            break;
+          }
+          c.ddl = Ddl{S(m->ddl->command_tag), S(m->ddl->object_type), S(m->ddl->schema),
+                      S(m->ddl->object_identity), S(m->ddl->sql)};
+          break;
+      }
+      if ((c.op == Op::Truncate || c.op == Op::Message || c.op == Op::Ddl) &&
+          (c.old_image != OldImage::None || m->old_tuple != nullptr || m->new_tuple != nullptr))
+        Fail(label + " carries tuples, which only insert/update/delete may");
+      out.push_back(std::move(c));
+    }
+    return out;
+  }
+
+  std::vector<RelationCount> Counts(Trellara__RelationCount** counts, size_t n) {
+    std::vector<RelationCount> out;
+    out.reserve(n);
+    for (size_t i = 0; i < n; i++)
+      out.push_back(RelationCount{counts[i]->relation_oid, counts[i]->inserts, counts[i]->updates,
+                                  counts[i]->deletes, counts[i]->truncates});
+    return out;
+  }
+
+  BoundaryMode Mode(Trellara__BoundaryMode m, const char* type) {
+    int v = static_cast<int>(m);
+    if (v < 1 || v > 3) {
+      Fail(std::string(type) + " has unknown boundary mode " + std::to_string(v));
+      return BoundaryMode::Whole;
+    }
+    return static_cast<BoundaryMode>(v);
+  }
+
+ private:
+  std::string error_;
+};
+
+}  // namespace
+
+Result<std::string> EncodeRecord(const Record& record) {
+  Encoder enc;
+  Trellara__Record rec = TRELLARA__RECORD__INIT;
+  Trellara__Envelope env = TRELLARA__ENVELOPE__INIT;
+  Trellara__Chunk chunk = TRELLARA__CHUNK__INIT;
+  Trellara__Manifest manifest = TRELLARA__MANIFEST__INIT;
+  Trellara__CommitMarker marker = TRELLARA__COMMIT_MARKER__INIT;
+
+  if (const auto* e = std::get_if<Envelope>(&record)) {
+    env.format_version = TRELLARA__FORMAT_VERSION__FORMAT_VERSION_1;
+    env.tx = enc.Tx(e->tx);
+    env.begin_lsn = e->begin_lsn;
+    env.commit_time_us = e->commit_time_us;
+    env.n_relations = e->relations.size();
+    env.relations = enc.Relations(e->relations);
+    env.n_changes = e->changes.size();
+    env.changes = enc.Changes(e->changes);
+    env.n_counts = e->counts.size();
+    env.counts = enc.Counts(e->counts);
+    env.boundary_mode = static_cast<Trellara__BoundaryMode>(e->boundary_mode);
+    env.checksum = Encoder::Bin(e->checksum);
+    rec.body_case = TRELLARA__RECORD__BODY_ENVELOPE;
+    rec.envelope = &env;
+  } else if (const auto* c = std::get_if<Chunk>(&record)) {
+    chunk.format_version = TRELLARA__FORMAT_VERSION__FORMAT_VERSION_1;
+    chunk.tx = enc.Tx(c->tx);
+    chunk.seq = c->seq;
+    chunk.partition_id = c->partition_id;
+    chunk.event_count = c->event_count;
+    chunk.n_relations = c->relations.size();
+    chunk.relations = enc.Relations(c->relations);
+    chunk.n_changes = c->changes.size();
+    chunk.changes = enc.Changes(c->changes);
+    chunk.checksum = Encoder::Bin(c->checksum);
+    rec.body_case = TRELLARA__RECORD__BODY_CHUNK;
+    rec.chunk = &chunk;
+  } else if (const auto* m = std::get_if<Manifest>(&record)) {
+    manifest.format_version = TRELLARA__FORMAT_VERSION__FORMAT_VERSION_1;
+    manifest.tx = enc.Tx(m->tx);
+    manifest.begin_lsn = m->begin_lsn;
+    manifest.commit_time_us = m->commit_time_us;
+    manifest.n_chunks = m->chunks.size();
+    manifest.chunks = enc.Array<Trellara__ChunkRef>(m->chunks.size());
+    for (size_t i = 0; i < m->chunks.size(); i++) {
+      Trellara__ChunkRef ref = TRELLARA__CHUNK_REF__INIT;
+      ref.seq = m->chunks[i].seq;
+      ref.partition_id = m->chunks[i].partition_id;
+      ref.event_count = m->chunks[i].event_count;
+      ref.checksum = Encoder::Bin(m->chunks[i].checksum);
+      manifest.chunks[i] = enc.New(ref);
+    }
+    manifest.n_relations = m->relations.size();
+    manifest.relations = enc.Relations(m->relations);
+    manifest.n_counts = m->counts.size();
+    manifest.counts = enc.Counts(m->counts);
+    manifest.total_changes = m->total_changes;
+    manifest.boundary_mode = static_cast<Trellara__BoundaryMode>(m->boundary_mode);
+    manifest.checksum = Encoder::Bin(m->checksum);
+    rec.body_case = TRELLARA__RECORD__BODY_MANIFEST;
+    rec.manifest = &manifest;
+  } else {
+    const auto& k = std::get<CommitMarker>(record);
+    marker.format_version = TRELLARA__FORMAT_VERSION__FORMAT_VERSION_1;
+    marker.tx = enc.Tx(k.tx);
+    marker.manifest_checksum = Encoder::Bin(k.manifest_checksum);
+    marker.total_changes = k.total_changes;
+    marker.total_chunks = k.total_chunks;
+    rec.body_case = TRELLARA__RECORD__BODY_COMMIT_MARKER;
+    rec.commit_marker = &marker;
+  }
+  if (enc.bad_text())
+    return MakeError(std::string("cannot encode ") + RecordTypeName(TypeOf(record)) + " of xid " +
+                     std::to_string(TxOf(record).xid) +
+                     ": a name or text value contains a NUL byte, which a protobuf string cannot carry");
+
+  size_t size = trellara__record__get_packed_size(&rec);
+  if (size > kMaxRecordBytes)
+    return MakeError(std::string(RecordTypeName(TypeOf(record))) + " of xid " + std::to_string(TxOf(record).xid) +
+                     " encodes to " + std::to_string(size) + " bytes, above the " +
+                     std::to_string(kMaxRecordBytes) + "-byte record limit; lower trellara.chunk_changes");
+  std::string out(size, '\0');
+  trellara__record__pack(&rec, reinterpret_cast<uint8_t*>(out.data()));
+  return out;
+}
+
+Result<Record> DecodeRecord(std::span<const uint8_t> bytes) {
+  if (bytes.empty()) return MakeError("record is empty (0 bytes); expected an encoded trellara Record");
+  if (bytes.size() > kMaxRecordBytes)
+    return MakeError("record is " + std::to_string(bytes.size()) + " bytes, above the " +
+                     std::to_string(kMaxRecordBytes) + "-byte limit; refusing to decode it");
+  std::unique_ptr<Trellara__Record, UnpackedRecord> rec(
+      trellara__record__unpack(nullptr, bytes.size(), bytes.data()));
+  if (!rec)
+    return MakeError("record of " + std::to_string(bytes.size()) +
+                     " bytes is not a valid trellara Record (protobuf decoding failed: truncated or "
+                     "corrupt bytes)");
+
+  Decoder d;
+  switch (rec->body_case) {
+    case TRELLARA__RECORD__BODY_ENVELOPE: {
+      const auto* m = rec->envelope;
+      d.Version(m->format_version, "envelope");
+      Envelope e;
+      e.tx = d.Tx(m->tx, "envelope");
+      e.begin_lsn = m->begin_lsn;
+      e.commit_time_us = m->commit_time_us;
+      if (!d.failed()) e.relations = d.Relations(m->relations, m->n_relations);
+      if (!d.failed()) e.changes = d.Changes(m->changes, m->n_changes, e.relations);
+      e.counts = d.Counts(m->counts, m->n_counts);
+      e.boundary_mode = d.Mode(m->boundary_mode, "envelope");
+      if (!d.failed() && e.boundary_mode != BoundaryMode::Whole)
+        d.Fail(std::string("envelope has boundary mode ") + BoundaryModeName(e.boundary_mode) + ", expected whole");
+      d.Digest(m->checksum, e.checksum, "envelope checksum");
+      if (d.failed()) return d.error();
+      return Record(std::move(e));
+    }
+    case TRELLARA__RECORD__BODY_CHUNK: {
+      const auto* m = rec->chunk;
+      d.Version(m->format_version, "chunk");
+      Chunk c;
+      c.tx = d.Tx(m->tx, "chunk");
+      c.seq = m->seq;
+      c.partition_id = m->partition_id;
+      c.event_count = m->event_count;
+      if (!d.failed()) c.relations = d.Relations(m->relations, m->n_relations);
+      if (!d.failed()) c.changes = d.Changes(m->changes, m->n_changes, c.relations);
+      if (!d.failed() && c.event_count != c.changes.size())
+        d.Fail("chunk " + std::to_string(c.seq) + " declares " + std::to_string(c.event_count) +
+               " events but carries " + std::to_string(c.changes.size()));
+      d.Digest(m->checksum, c.checksum, "chunk checksum");
+      if (d.failed()) return d.error();
+      return Record(std::move(c));
+    }
+    case TRELLARA__RECORD__BODY_MANIFEST: {
+      const auto* m = rec->manifest;
+      d.Version(m->format_version, "manifest");
+      Manifest mf;
+      mf.tx = d.Tx(m->tx, "manifest");
+      mf.begin_lsn = m->begin_lsn;
+      mf.commit_time_us = m->commit_time_us;
+      uint64_t sum = 0;
+      for (size_t i = 0; i < m->n_chunks && !d.failed(); i++) {
+        ChunkRef ref{m->chunks[i]->seq, m->chunks[i]->partition_id, m->chunks[i]->event_count, {}};
+        d.Digest(m->chunks[i]->checksum, ref.checksum, ("manifest chunk " + std::to_string(i) + " checksum").c_str());
+        sum += ref.event_count;
+        mf.chunks.push_back(ref);
+      }
+      if (!d.failed()) mf.relations = d.Relations(m->relations, m->n_relations);
+      mf.counts = d.Counts(m->counts, m->n_counts);
+      mf.total_changes = m->total_changes;
+      mf.boundary_mode = d.Mode(m->boundary_mode, "manifest");
+      if (!d.failed() && mf.boundary_mode == BoundaryMode::Whole)
+        d.Fail("manifest has boundary mode whole, expected strict_chunk or partitioned");
+      if (!d.failed() && sum != mf.total_changes)
+        d.Fail("manifest declares " + std::to_string(mf.total_changes) + " changes but its chunks list " +
+               std::to_string(sum));
+      d.Digest(m->checksum, mf.checksum, "manifest checksum");
+      if (d.failed()) return d.error();
+      return Record(std::move(mf));
+    }
+    case TRELLARA__RECORD__BODY_COMMIT_MARKER: {
+      const auto* m = rec->commit_marker;
+      d.Version(m->format_version, "commit marker");
+      CommitMarker k;
+      k.tx = d.Tx(m->tx, "commit marker");
+      k.total_changes = m->total_changes;
+      k.total_chunks = m->total_chunks;
+      d.Digest(m->manifest_checksum, k.manifest_checksum, "commit marker manifest checksum");
+      if (d.failed()) return d.error();
+      return Record(std::move(k));
+    }
+    default:
+      return MakeError("record of " + std::to_string(bytes.size()) +
+                       " bytes carries no body (envelope, chunk, manifest or commit marker)");
+  }
+}
+
+namespace {
+Status VerifyRecordChecksumRaw(const Record& record) {
+  auto check = [](const std::vector<Change>& changes, const std::vector<RelationInfo>& rels,
+                  const Sha256& recorded, const std::string& what) -> Status {
+    for (const auto& r : rels) {
+      if (ComputeFingerprint(r) != r.fingerprint)
+        return MakeError(what + ": fingerprint of relation " + r.schema + "." + r.name +
+                         " does not match its columns (recorded " + HexEncode(r.fingerprint) + ")");
+    }
+    auto computed = ComputeChangesChecksum(changes, rels);
+    if (!computed.ok()) return MakeError(what + ": " + computed.error().message);
+    if (*computed != recorded)
+      return MakeError(what + ": checksum mismatch: recorded " + HexEncode(recorded) + ", computed " +
+                       HexEncode(*computed) + "; the record was altered after it was sealed");
+    return Status::Ok();
+  };
+  if (const auto* e = std::get_if<Envelope>(&record))
+    return check(e->changes, e->relations, e->checksum,
+                 "envelope of xid " + std::to_string(e->tx.xid) + " commit " + FormatLsn(e->tx.commit_lsn));
+  if (const auto* c = std::get_if<Chunk>(&record))
+    return check(c->changes, c->relations, c->checksum,
+                 "chunk " + std::to_string(c->seq) + " of xid " + std::to_string(c->tx.xid) + " commit " +
+                     FormatLsn(c->tx.commit_lsn));
+  if (const auto* m = std::get_if<Manifest>(&record)) {
+    for (const auto& r : m->relations)
+      if (ComputeFingerprint(r) != r.fingerprint)
+        return MakeError("manifest of xid " + std::to_string(m->tx.xid) + ": fingerprint of relation " + r.schema +
+                         "." + r.name + " does not match its columns");
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+Status VerifyRecordChecksum(const Record& record) {
+  Status s = VerifyRecordChecksumRaw(record);
+  if (s.ok()) return s;
+  return MakeError(EscapeInvalidUtf8(s.error().message));
+}
+
+Status SealEnvelope(Envelope& envelope) {
+  for (auto& r : envelope.relations) r.fingerprint = ComputeFingerprint(r);
+  envelope.counts.clear();
+  for (const auto& c : envelope.changes) CountChange(c, envelope.counts);
+  envelope.boundary_mode = BoundaryMode::Whole;
+  envelope.checksum = Sha256{};
+  auto sum = ComputeChangesChecksum(envelope.changes, envelope.relations);
+  if (!sum.ok())
+    return MakeError("cannot seal envelope of xid " + std::to_string(envelope.tx.xid) + ": " + sum.error().message);
+  envelope.checksum = *sum;
+  return Status::Ok();
+}
+
+Status SealChunk(Chunk& chunk) {
+  for (auto& r : chunk.relations) r.fingerprint = ComputeFingerprint(r);
+  chunk.event_count = static_cast<uint32_t>(chunk.changes.size());
+  chunk.checksum = Sha256{};
+  auto sum = ComputeChangesChecksum(chunk.changes, chunk.relations);
+  if (!sum.ok())
+    return MakeError("cannot seal chunk " + std::to_string(chunk.seq) + " of xid " + std::to_string(chunk.tx.xid) +
+                     ": " + sum.error().message);
+  chunk.checksum = *sum;
+  return Status::Ok();
+}
+
+}  // namespace trellara
