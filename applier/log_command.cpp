@@ -1,0 +1,419 @@
+// log_command.cpp — `trellara log inspect|write-test|verify-test|bench`: operator and test access
+// to a flow's local log directory. Adapts core/log to the command line; every decision (what is
+// torn, corrupt, durable, acknowledged) is made in core. Must never modify a log except through
+// LogWriter (write-test, bench) or recovery (inspect --repair-index, under the writer lock).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fcntl.h>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+#include <vector>
+
+#include "commands.h"
+#include "trellara/log/consumer_offsets.h"
+#include "trellara/log/reader.h"
+#include "trellara/log/recovery.h"
+#include "trellara/log/scan.h"
+#include "trellara/log/test_records.h"
+#include "trellara/log/uring_device.h"
+#include "trellara/log/writer.h"
+
+namespace trellara::cli {
+namespace {
+
+using nlohmann::json;
+namespace lg = trellara::log;
+
+template <typename T>
+T Unwrap(Result<T> result, int exit_code = 1) {
+  if (!result.ok()) throw CommandFailed(result.error().message, exit_code);
+  return std::move(result).value();
+}
+
+void Check(const Status& status, int exit_code = 1) {
+  if (!status.ok()) throw CommandFailed(status.error().message, exit_code);
+}
+
+json OptionalOffset(const std::optional<uint64_t>& value) { return value ? json(*value) : json(nullptr); }
+
+void PrintReport(const json& report, OutputFormat format) {
+  if (format == OutputFormat::Json) {
+    std::cout << report.dump(2) << "\n";
+    return;
+  }
+  for (const auto& [key, value] : report.items()) {
+    if (value.is_array() || value.is_object()) {
+      std::cout << key << ": " << value.dump() << "\n";
+    } else if (value.is_string()) {
+      std::cout << key << ": " << value.get<std::string>() << "\n";
+    } else {
+      std::cout << key << ": " << value.dump() << "\n";
+    }
+  }
+}
+
+std::unique_ptr<lg::LogDevice> OpenDevice() { return Unwrap(lg::OpenUringDevice(256)); }
+
+void RequireDirectory(lg::LogDevice& device, const std::string& dir) {
+  if (!Unwrap(device.Exists(dir))) {
+    throw CommandFailed("log directory " + dir + " does not exist; pass the flow's log directory with --dir", 2);
+  }
+}
+
+// Holds the writer lock when no writer is running, so the log cannot change under an inspection.
+struct InspectionLock {
+  lg::LogDevice& device;
+  std::optional<lg::FileId> lock;
+  InspectionLock(lg::LogDevice& d, const std::string& dir) : device(d) {
+    lock = Unwrap(device.TryLockFile(lg::JoinPath(dir, lg::kLockFileName)));
+  }
+  ~InspectionLock() {
+    if (lock) device.UnlockFile(*lock);
+  }
+  bool writer_active() const { return !lock.has_value(); }
+};
+
+json SegmentJson(const lg::SegmentScan& s) {
+  json j;
+  j["segment"] = s.segment_name;
+  j["first_offset"] = s.first_offset;
+  j["records"] = s.frames.size();
+  j["bytes"] = s.file_bytes;
+  j["valid_end_position"] = s.valid_end_position;
+  j["invalid_bytes"] = s.invalid_bytes();
+  j["index_status"] = lg::IndexStatusName(s.index_status);
+  if (!s.index_detail.empty()) j["index_detail"] = s.index_detail;
+  if (!s.invalid_reason.empty()) j["invalid_frame"] = s.invalid_reason;
+  if (s.pending_frames > 0) j["pending_records"] = s.pending_frames;
+  return j;
+}
+
+void RegisterInspect(CLI::App* log) {
+  struct Options {
+    std::string dir;
+    OutputFormat format = OutputFormat::Text;
+    bool repair_index = false;
+  };
+  auto options = std::make_shared<Options>();
+  auto* cmd = log->add_subcommand("inspect", "report segments, records, valid offsets, torn tail and index health");
+  cmd->add_option("--dir", options->dir, "the flow's log directory")->required();
+  cmd->add_flag("--repair-index", options->repair_index,
+                "rebuild missing, stale or corrupt index files from durable frames (only when no writer holds the log)");
+  AddFormatOption(cmd, options->format);
+  cmd->callback([options] {
+    auto device = OpenDevice();
+    RequireDirectory(*device, options->dir);
+    InspectionLock lock(*device, options->dir);
+    std::optional<lg::IndexStatus> found_before_repair;
+    uint64_t rebuilt = 0;
+    if (options->repair_index) {
+      if (lock.writer_active()) {
+        throw CommandFailed("cannot repair indexes of " + options->dir +
+                                ": a writer holds the log (LOCK); its recovery rebuilds indexes on open — stop it "
+                                "first or inspect without --repair-index",
+                            2);
+      }
+      lg::RecoveryOptions recovery;
+      recovery.truncate_torn_tail = false;  // inspection reports the torn tail; the writer truncates it
+      recovery.trust_index = false;
+      auto report = Unwrap(lg::RecoverLog(*device, options->dir, recovery), 3);
+      found_before_repair = report.index_found;
+      rebuilt = report.indexes_rebuilt;
+    }
+    lg::ScanOptions scan_options;
+    scan_options.writer_active = lock.writer_active();
+    auto scan = Unwrap(lg::ScanLog(*device, options->dir, scan_options));
+    json report;
+    report["dir"] = options->dir;
+    report["segments"] = scan.segments.size();
+    report["records"] = scan.records();
+    report["first_offset"] = OptionalOffset(scan.first_offset());
+    report["last_valid_offset"] = OptionalOffset(scan.last_valid_offset());
+    report["torn_tail_bytes"] = scan.torn_tail_bytes();
+    lg::IndexStatus status = scan.index_status();
+    if (found_before_repair && rebuilt > 0 && status == lg::IndexStatus::kOk) status = lg::IndexStatus::kRebuilt;
+    report["index_status"] = lg::IndexStatusName(status);
+    if (found_before_repair) {
+      report["index_found"] = lg::IndexStatusName(*found_before_repair);
+      report["indexes_rebuilt"] = rebuilt;
+    }
+    report["writer_active"] = lock.writer_active();
+    uint64_t pending = 0;
+    for (const auto& s : scan.segments) pending += s.pending_frames;
+    report["pending_records"] = pending;
+    auto corruption = scan.corruption();
+    report["corruption"] = corruption ? json(*corruption) : json(nullptr);
+    auto consumers = lg::ReadConsumerOffsets(*device, options->dir);
+    json consumers_json = json::object();
+    if (consumers.ok()) {
+      for (const auto& [name, offset] : *consumers) consumers_json[name] = offset;
+    } else {
+      report["consumers_error"] = consumers.error().message;
+    }
+    report["consumers"] = consumers_json;
+    json segments = json::array();
+    for (const auto& s : scan.segments) segments.push_back(SegmentJson(s));
+    report["segment_list"] = segments;
+    PrintReport(report, options->format);
+    if (corruption) throw CommandFailed(*corruption, 3);
+  });
+}
+
+void PrintAcked(uint64_t& printed_end, uint64_t durable_end) {
+  if (durable_end <= printed_end) return;
+  for (uint64_t offset = printed_end; offset < durable_end; ++offset) {
+    std::printf("acked %llu\n", static_cast<unsigned long long>(offset));
+  }
+  std::fflush(stdout);
+  printed_end = durable_end;
+}
+
+void RegisterWriteTest(CLI::App* log) {
+  struct Options {
+    std::string dir;
+    uint64_t records = 0;
+    size_t record_bytes = 1024;
+    uint64_t seed = 1;
+    uint64_t segment_bytes = lg::kSegmentBytesDefault;
+    size_t batch_records = 16;
+  };
+  auto options = std::make_shared<Options>();
+  auto* cmd = log->add_subcommand("write-test",
+                                  "append deterministic test records, printing 'acked <offset>' as each is durable");
+  cmd->add_option("--dir", options->dir, "log directory (created if absent)")->required();
+  cmd->add_option("--records", options->records, "records to append")->required();
+  cmd->add_option("--record-bytes", options->record_bytes, "payload bytes per record (min 20)")->default_val(1024);
+  cmd->add_option("--seed", options->seed, "content seed")->required();
+  cmd->add_option("--segment-bytes", options->segment_bytes, "segment size limit")->default_val(lg::kSegmentBytesDefault);
+  cmd->add_option("--batch-records", options->batch_records, "records appended before waiting for completions")
+      ->default_val(16);
+  cmd->callback([options] {
+    if (options->record_bytes < lg::kTestRecordBytesMin) {
+      throw CommandFailed("--record-bytes must be at least " + std::to_string(lg::kTestRecordBytesMin), 2);
+    }
+    auto device = OpenDevice();
+    lg::WriterOptions writer_options;
+    writer_options.segment_bytes_max = options->segment_bytes;
+    lg::RecoveryReport recovery;
+    auto writer = Unwrap(lg::LogWriter::Open(*device, options->dir, writer_options, &recovery));
+    std::fprintf(stderr, "trellara: opened %s: next offset %llu, torn tail truncated %llu bytes, index %s\n",
+                 options->dir.c_str(), static_cast<unsigned long long>(recovery.next_offset),
+                 static_cast<unsigned long long>(recovery.torn_tail_bytes), lg::IndexStatusName(recovery.index_status));
+    uint64_t printed_end = writer->durable_end();
+    uint64_t appended = 0;
+    const size_t batch = std::max<size_t>(1, options->batch_records);
+    while (appended < options->records) {
+      for (size_t i = 0; i < batch && appended < options->records; ++i, ++appended) {
+        const uint64_t offset = writer->next_offset();
+        auto payload = lg::MakeTestRecord(options->seed, offset, options->record_bytes);
+        Unwrap(writer->Append(static_cast<uint8_t>(lg::RecordType::kTest), lg::TestRecordCommitLsn(offset), payload));
+      }
+      Unwrap(writer->WaitAndPoll());
+      PrintAcked(printed_end, writer->durable_end());
+    }
+    while (writer->durable_end() < writer->next_offset()) {
+      Unwrap(writer->WaitAndPoll());
+      PrintAcked(printed_end, writer->durable_end());
+    }
+  });
+}
+
+void RegisterVerifyTest(CLI::App* log) {
+  struct Options {
+    std::string dir;
+    uint64_t seed = 1;
+    OutputFormat format = OutputFormat::Text;
+  };
+  auto options = std::make_shared<Options>();
+  auto* cmd = log->add_subcommand("verify-test", "read every published record and compare it with the generator");
+  cmd->add_option("--dir", options->dir, "log directory")->required();
+  cmd->add_option("--seed", options->seed, "content seed used by write-test")->required();
+  AddFormatOption(cmd, options->format);
+  cmd->callback([options] {
+    auto device = OpenDevice();
+    RequireDirectory(*device, options->dir);
+    InspectionLock lock(*device, options->dir);
+    lg::ScanOptions scan_options;
+    scan_options.writer_active = lock.writer_active();
+    auto scan = Unwrap(lg::ScanLog(*device, options->dir, scan_options));
+    auto reader = Unwrap(lg::LogReader::Open(*device, options->dir));
+    uint64_t records = 0, mismatches = 0;
+    std::optional<uint64_t> first, last;
+    json mismatched = json::array();
+    std::string read_error;
+    for (;;) {
+      auto next = reader->Next();
+      if (!next.ok()) {
+        read_error = next.error().message;
+        break;
+      }
+      if (!next->has_value()) break;
+      const lg::LogRecord& record = **next;
+      if (!first) first = record.offset;
+      if (last && record.offset != *last + 1) {
+        read_error = "reader returned offset " + std::to_string(record.offset) + " after " + std::to_string(*last);
+        break;
+      }
+      last = record.offset;
+      records += 1;
+      bool matches = record.type == static_cast<uint8_t>(lg::RecordType::kTest) &&
+                     record.commit_lsn == lg::TestRecordCommitLsn(record.offset) &&
+                     lg::TestRecordMatches(options->seed, record.offset, record.payload);
+      if (!matches) {
+        mismatches += 1;
+        if (mismatched.size() < 100) mismatched.push_back(record.offset);
+      }
+    }
+    json report;
+    report["dir"] = options->dir;
+    report["records"] = records;
+    report["first_offset"] = OptionalOffset(first);
+    report["last_valid_offset"] = OptionalOffset(last);
+    report["torn_tail_bytes"] = scan.torn_tail_bytes();
+    report["mismatches"] = mismatches;
+    report["mismatched_offsets"] = mismatched;
+    report["index_status"] = lg::IndexStatusName(lg::WorseIndexStatus(scan.index_status(), reader->index_status()));
+    report["writer_active"] = lock.writer_active();
+    auto corruption = scan.corruption();
+    report["corruption"] = corruption ? json(*corruption) : json(nullptr);
+    report["read_error"] = read_error.empty() ? json(nullptr) : json(read_error);
+    PrintReport(report, options->format);
+    if (mismatches > 0) throw CommandFailed(std::to_string(mismatches) + " records differ from the generator", 1);
+    if (!read_error.empty()) throw CommandFailed(read_error, 3);
+  });
+}
+
+double Percentile(std::vector<double>& values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  size_t index = static_cast<size_t>(p * static_cast<double>(values.size() - 1) + 0.5);
+  return values[std::min(index, values.size() - 1)];
+}
+
+void RegisterBench(CLI::App* log) {
+  struct Options {
+    std::string dir;
+    uint64_t records = 100000;
+    size_t record_bytes = 1024;
+    bool sync_every_record = false;
+    bool sequential_baseline = false;
+    size_t window_records = 4096;
+    size_t batch_bytes = 256u << 10;
+    OutputFormat format = OutputFormat::Text;
+  };
+  auto options = std::make_shared<Options>();
+  auto* cmd = log->add_subcommand("bench", "measure append throughput and acknowledgement latency");
+  cmd->add_option("--dir", options->dir, "an empty or absent directory to write into")->required();
+  cmd->add_option("--records", options->records, "records to append")->default_val(100000);
+  cmd->add_option("--record-bytes", options->record_bytes, "payload bytes per record")->default_val(1024);
+  cmd->add_flag("--sync-every-record", options->sync_every_record, "append, fdatasync and acknowledge one record at a time");
+  cmd->add_flag("--sequential-baseline", options->sequential_baseline,
+                "baseline: write the same frames sequentially with pwrite and one fdatasync at the end");
+  cmd->add_option("--window-records", options->window_records, "group commit: most unacknowledged records")
+      ->default_val(4096);
+  cmd->add_option("--batch-bytes", options->batch_bytes, "group commit: bytes per submitted write")->default_val(256u << 10);
+  AddFormatOption(cmd, options->format);
+  cmd->callback([options] {
+    if (options->sync_every_record && options->sequential_baseline) {
+      throw CommandFailed("--sync-every-record and --sequential-baseline are different runs; pass one", 2);
+    }
+    auto device = OpenDevice();
+    Check(device->MakeDirectory(options->dir));
+    if (!Unwrap(device->ListDirectory(options->dir)).empty()) {
+      throw CommandFailed("bench directory " + options->dir + " is not empty; give a fresh directory", 2);
+    }
+    using Clock = std::chrono::steady_clock;
+    const uint64_t frame_bytes = lg::kFrameHeaderBytes + options->record_bytes;
+    std::vector<uint8_t> payload = lg::MakeTestRecord(7, 0, options->record_bytes);
+    std::vector<double> latencies_us;
+    uint64_t fsyncs = 0;
+    std::string mode;
+    const auto start = Clock::now();
+    if (options->sequential_baseline) {
+      mode = "sequential-baseline";
+      const std::string path = lg::JoinPath(options->dir, "baseline.dat");
+      int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (fd < 0) throw CommandFailed("open " + path + " failed", 1);
+      std::vector<uint8_t> chunk;
+      uint64_t position = 0;
+      for (uint64_t offset = 0; offset < options->records; ++offset) {
+        size_t at = chunk.size();
+        chunk.resize(at + frame_bytes);
+        lg::EncodeFrame(static_cast<uint8_t>(lg::RecordType::kTest), offset, 0, offset, payload, chunk.data() + at);
+        if (chunk.size() >= options->batch_bytes || offset + 1 == options->records) {
+          if (::pwrite(fd, chunk.data(), chunk.size(), static_cast<off_t>(position)) != static_cast<ssize_t>(chunk.size())) {
+            ::close(fd);
+            throw CommandFailed("pwrite to " + path + " failed", 1);
+          }
+          position += chunk.size();
+          chunk.clear();
+        }
+      }
+      if (::fdatasync(fd) != 0) throw CommandFailed("fdatasync of " + path + " failed", 1);
+      ::close(fd);
+      fsyncs = 1;
+    } else {
+      lg::WriterOptions writer_options;
+      writer_options.batch_bytes_max = options->sync_every_record ? 1 : options->batch_bytes;
+      auto writer = Unwrap(lg::LogWriter::Open(*device, options->dir, writer_options));
+      std::vector<Clock::time_point> appended_at;
+      appended_at.reserve(options->records);
+      latencies_us.reserve(options->records);
+      uint64_t acked = writer->durable_end();
+      const uint64_t base = acked;
+      auto record_acks = [&](uint64_t durable_end) {
+        const auto now = Clock::now();
+        for (; acked < durable_end; ++acked) {
+          latencies_us.push_back(std::chrono::duration<double, std::micro>(now - appended_at[acked - base]).count());
+        }
+      };
+      if (options->sync_every_record) {
+        mode = "sync-every-record";
+        for (uint64_t i = 0; i < options->records; ++i) {
+          appended_at.push_back(Clock::now());
+          Unwrap(writer->Append(static_cast<uint8_t>(lg::RecordType::kTest), i, payload));
+          record_acks(Unwrap(writer->Flush()));
+        }
+      } else {
+        mode = "group-commit";
+        uint64_t appended = 0;
+        while (acked - base < options->records) {
+          while (appended < options->records && appended - (acked - base) < options->window_records) {
+            appended_at.push_back(Clock::now());
+            Unwrap(writer->Append(static_cast<uint8_t>(lg::RecordType::kTest), appended, payload));
+            appended += 1;
+          }
+          record_acks(Unwrap(writer->WaitAndPoll()));
+        }
+      }
+      fsyncs = writer->fsyncs_completed();
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    json report;
+    report["mode"] = mode;
+    report["records"] = options->records;
+    report["record_bytes"] = options->record_bytes;
+    report["seconds"] = seconds;
+    report["records_per_s"] = static_cast<double>(options->records) / seconds;
+    report["mb_per_s"] = static_cast<double>(options->records * frame_bytes) / seconds / 1e6;
+    report["fsyncs"] = fsyncs;
+    report["p50_ack_us"] = options->sequential_baseline ? json(nullptr) : json(Percentile(latencies_us, 0.50));
+    report["p99_ack_us"] = options->sequential_baseline ? json(nullptr) : json(Percentile(latencies_us, 0.99));
+    PrintReport(report, options->format);
+  });
+}
+
+}  // namespace
+
+void RegisterLogCommands(CLI::App& app) {
+  auto* log = app.add_subcommand("log", "inspect and exercise a flow's local log directory");
+  log->require_subcommand(1);
+  RegisterInspect(log);
+  RegisterWriteTest(log);
+  RegisterVerifyTest(log);
+  RegisterBench(log);
+}
+
+}  // namespace trellara::cli

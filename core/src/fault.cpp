@@ -1,0 +1,161 @@
+// fault.cpp — the fault-point registry behind fault.h: parses TRELLARA_FAULTS, counts hits per
+// point and performs crash/stall/error on the configured hit. Must never act when unconfigured,
+// and never construct anything at static-init time (state is heap-allocated on first use and
+// intentionally never freed, so no static destructor runs in a Postgres backend either).
+#include "trellara/fault.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace trellara::fault {
+namespace {
+
+struct Rule {
+  std::string point;
+  int nth = 0;
+  Action action = Action::None;
+  int hits = 0;
+  int fired = 0;
+};
+
+struct Registry {
+  std::mutex mutex;
+  bool loaded = false;
+  std::vector<Rule> rules;
+};
+
+Registry& GetRegistry() {
+  static Registry* registry = new Registry();  // never freed: no static destructor
+  return *registry;
+}
+
+Result<std::vector<Rule>> ParseSpec(std::string_view spec) {
+  std::vector<Rule> rules;
+  size_t start = 0;
+  while (start <= spec.size()) {
+    size_t comma = spec.find(',', start);
+    std::string_view entry = spec.substr(start, comma == std::string_view::npos ? std::string_view::npos
+                                                                                 : comma - start);
+    if (!entry.empty()) {
+      size_t c1 = entry.find(':');
+      size_t c2 = c1 == std::string_view::npos ? c1 : entry.find(':', c1 + 1);
+      if (c1 == std::string_view::npos || c2 == std::string_view::npos) {
+        return MakeError("TRELLARA_FAULTS entry '" + std::string(entry) +
+                         "' is not point:nth:action (e.g. log.fsync_fails:1:error)");
+      }
+      Rule rule;
+      rule.point = std::string(entry.substr(0, c1));
+      std::string nth_text(entry.substr(c1 + 1, c2 - c1 - 1));
+      std::string action_text(entry.substr(c2 + 1));
+      char* end = nullptr;
+      long nth = std::strtol(nth_text.c_str(), &end, 10);
+      if (nth_text.empty() || *end != '\0' || nth < 1 || nth > 1000000000) {
+        return MakeError("TRELLARA_FAULTS entry '" + std::string(entry) +
+                         "': nth must be a positive integer (1 = first pass)");
+      }
+      rule.nth = static_cast<int>(nth);
+      if (action_text == "crash") {
+        rule.action = Action::Crash;
+      } else if (action_text == "stall") {
+        rule.action = Action::Stall;
+      } else if (action_text == "error") {
+        rule.action = Action::Error;
+      } else {
+        return MakeError("TRELLARA_FAULTS entry '" + std::string(entry) +
+                         "': action must be crash, stall or error");
+      }
+      rules.push_back(std::move(rule));
+    }
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return rules;
+}
+
+void LoadFromEnvironmentLocked(Registry& registry) {
+  if (registry.loaded) return;
+  registry.loaded = true;
+  const char* spec = std::getenv("TRELLARA_FAULTS");
+  if (spec == nullptr) return;
+  auto rules = ParseSpec(spec);
+  if (!rules.ok()) {
+    // A misconfigured fault run must not silently run without its fault.
+    std::fprintf(stderr, "trellara: %s\n", rules.error().message.c_str());
+    std::_Exit(2);
+  }
+  registry.rules = std::move(rules).value();
+}
+
+}  // namespace
+
+Action Hit(std::string_view point) {
+  Registry& registry = GetRegistry();
+  Action action = Action::None;
+  {
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    LoadFromEnvironmentLocked(registry);
+    for (Rule& rule : registry.rules) {
+      if (rule.point != point) continue;
+      rule.hits += 1;
+      if (rule.hits == rule.nth) {
+        rule.fired += 1;
+        action = rule.action;
+      }
+    }
+  }
+  switch (action) {
+    case Action::Crash:
+      std::fprintf(stderr, "trellara: fault point %.*s: crash\n", static_cast<int>(point.size()),
+                   point.data());
+      std::fflush(nullptr);
+      ::kill(::getpid(), SIGKILL);
+      std::_Exit(137);
+    case Action::Stall: {
+      const char* ms_text = std::getenv("TRELLARA_FAULT_STALL_MS");
+      long ms = ms_text != nullptr ? std::strtol(ms_text, nullptr, 10) : 10000;
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      return Action::None;
+    }
+    case Action::Error:
+    case Action::None:
+      return action;
+  }
+  return Action::None;
+}
+
+Status Configure(std::string_view spec) {
+  auto rules = ParseSpec(spec);
+  if (!rules.ok()) return rules.error();
+  Registry& registry = GetRegistry();
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  registry.loaded = true;
+  registry.rules = std::move(rules).value();
+  return Status::Ok();
+}
+
+void Clear() {
+  Registry& registry = GetRegistry();
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  registry.loaded = true;
+  registry.rules.clear();
+}
+
+int FiredCount(std::string_view point) {
+  Registry& registry = GetRegistry();
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  int fired = 0;
+  for (const Rule& rule : registry.rules) {
+    if (rule.point == point) fired += rule.fired;
+  }
+  return fired;
+}
+
+}  // namespace trellara::fault

@@ -1,0 +1,126 @@
+// consumer_offsets.cpp — atomic consumer offset files and segment retention (consumer_offsets.h).
+// Never deletes a segment some registered consumer still needs, never the active segment.
+#include "trellara/log/consumer_offsets.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "trellara/crc32c.h"
+#include "trellara/log/format.h"
+#include "trellara/log/scan.h"
+
+namespace trellara::log {
+namespace {
+
+std::string ConsumerFileText(uint64_t next_offset) {
+  char body[96];
+  std::snprintf(body, sizeof body, "trellara-consumer-offset v1 next_offset=%" PRIu64, next_offset);
+  uint32_t crc = Crc32c(body, std::strlen(body));
+  char line[128];
+  std::snprintf(line, sizeof line, "%s crc32c=%08x\n", body, crc);
+  return line;
+}
+
+}  // namespace
+
+Status ValidateConsumerName(const std::string& name) {
+  bool ok = !name.empty() && name.size() <= 64 && name[0] != '.';
+  for (char c : name) {
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                c == '-' || c == '.');
+  }
+  if (!ok) {
+    return MakeError("consumer name '" + name +
+                     "' is invalid; use 1-64 characters of letters, digits, '_', '-', '.', not starting with '.'");
+  }
+  return Status::Ok();
+}
+
+Status WriteConsumerOffset(LogDevice& device, const std::string& dir, const std::string& name, uint64_t next_offset) {
+  TRELLARA_TRY(ValidateConsumerName(name));
+  const std::string consumers = JoinPath(dir, kConsumersDirName);
+  TRELLARA_TRY(device.MakeDirectory(consumers));
+  const std::string final_path = JoinPath(consumers, name);
+  const std::string tmp_path = JoinPath(consumers, "." + name + ".tmp");
+  const std::string text = ConsumerFileText(next_offset);
+  auto tmp = device.OpenFile(tmp_path, true);
+  if (!tmp.ok()) return tmp.error();
+  Status status = device.Truncate(*tmp, 0);
+  if (status.ok()) status = device.WriteAt(*tmp, 0, text.data(), text.size());
+  if (status.ok()) status = device.SyncData(*tmp);
+  device.CloseFile(*tmp);
+  if (!status.ok()) {
+    return MakeError("recording offset " + std::to_string(next_offset) + " of consumer " + name + " in " +
+                     final_path + " failed: " + status.error().message + "; the previous offset still holds");
+  }
+  TRELLARA_TRY(device.Rename(tmp_path, final_path));
+  return device.SyncDirectory(consumers);
+}
+
+Result<std::map<std::string, uint64_t>> ReadConsumerOffsets(LogDevice& device, const std::string& dir) {
+  std::map<std::string, uint64_t> offsets;
+  const std::string consumers = JoinPath(dir, kConsumersDirName);
+  auto exists = device.Exists(consumers);
+  if (!exists.ok()) return exists.error();
+  if (!*exists) return offsets;
+  auto names = device.ListDirectory(consumers);
+  if (!names.ok()) return names.error();
+  for (const auto& name : *names) {
+    if (!ValidateConsumerName(name).ok()) continue;  // temporary files start with '.'
+    const std::string path = JoinPath(consumers, name);
+    auto file = device.OpenFileReadOnly(path);
+    if (!file.ok()) return file.error();
+    char buf[160] = {};
+    auto n = device.ReadAt(*file, 0, buf, sizeof buf - 1);
+    device.CloseFile(*file);
+    if (!n.ok()) return n.error();
+    unsigned long long value = 0;
+    unsigned crc = 0;
+    int consumed = 0;
+    bool parsed = std::sscanf(buf, "trellara-consumer-offset v1 next_offset=%llu crc32c=%8x\n%n", &value, &crc,
+                              &consumed) == 2;
+    if (!parsed || ConsumerFileText(value) != std::string(buf, *n)) {
+      return MakeError("consumer offset file " + path +
+                       " is damaged; it is written atomically, so this is disk damage or a manual edit: "
+                       "rewrite it with the consumer's durable offset, or remove it to unregister the consumer");
+    }
+    offsets[name] = value;
+  }
+  return offsets;
+}
+
+Result<ReclaimReport> ReclaimSegments(LogDevice& device, const std::string& dir) {
+  ReclaimReport report;
+  auto consumers = ReadConsumerOffsets(device, dir);
+  if (!consumers.ok()) return consumers.error();
+  auto segments = ListSegments(device, dir);
+  if (!segments.ok()) return segments.error();
+  if (segments->empty()) return report;
+  report.retained_from_offset = segments->front();
+  if (consumers->empty()) return report;
+  uint64_t minimum = UINT64_MAX;
+  for (const auto& [name, offset] : *consumers) minimum = std::min(minimum, offset);
+  // Segment i holds offsets [first_i, first_{i+1}); the last segment is never deleted.
+  for (size_t i = 0; i + 1 < segments->size(); ++i) {
+    if ((*segments)[i + 1] > minimum) break;
+    const std::string segment_path = JoinPath(dir, SegmentFileName((*segments)[i]));
+    auto file = device.OpenFileReadOnly(segment_path);
+    if (file.ok()) {
+      auto size = device.FileSize(*file);
+      if (size.ok()) report.bytes_deleted += *size;
+      device.CloseFile(*file);
+    }
+    // Segment first, then its index: an index without a segment is an orphan recovery removes.
+    TRELLARA_TRY(device.Remove(segment_path));
+    TRELLARA_TRY(device.Remove(JoinPath(dir, IndexFileName((*segments)[i]))));
+    report.segments_deleted += 1;
+    report.retained_from_offset = (*segments)[i + 1];
+  }
+  if (report.segments_deleted > 0) TRELLARA_TRY(device.SyncDirectory(dir));
+  return report;
+}
+
+}  // namespace trellara::log

@@ -1,0 +1,147 @@
+// reader.cpp — reading published records (reader.h). Never returns a frame without an index
+// entry in the last segment, never skips a bad frame, never writes.
+#include "trellara/log/reader.h"
+
+#include <algorithm>
+
+namespace trellara::log {
+
+LogReader::~LogReader() { CloseSegment(); }
+
+Result<std::unique_ptr<LogReader>> LogReader::Open(LogDevice& device, const std::string& dir) {
+  std::unique_ptr<LogReader> reader(new LogReader(device, dir));
+  auto segments = ListSegments(device, dir);
+  if (!segments.ok()) return segments.error();
+  if (!segments->empty()) {
+    TRELLARA_TRY(reader->LoadSegment(segments->front()));
+    reader->next_offset_ = segments->front();
+  }
+  return reader;
+}
+
+void LogReader::CloseSegment() {
+  if (segment_file_) device_.CloseFile(*segment_file_);
+  segment_file_.reset();
+  segment_first_.reset();
+  entries_.clear();
+  entries_complete_ = false;
+}
+
+Status LogReader::LoadSegment(uint64_t first_offset) {
+  CloseSegment();
+  auto segments = ListSegments(device_, dir_);
+  if (!segments.ok()) return segments.error();
+  const bool sealed = !segments->empty() && segments->back() > first_offset;
+  auto index = ReadIndexFile(device_, dir_, first_offset);
+  if (!index.ok()) return index.error();
+  if (index->found == IndexStatus::kMissing || index->found == IndexStatus::kCorrupt) {
+    if (!sealed) {
+      return MakeError("index " + JoinPath(dir_, IndexFileName(first_offset)) + " of the active segment is " +
+                       IndexStatusName(index->found) + " (" + index->detail +
+                       "); readers see only indexed records there. Open the log for writing (recovery rebuilds "
+                       "it) or run 'trellara log inspect --dir " + dir_ + " --repair-index'");
+    }
+    auto scan = ScanOneSegment(device_, dir_, first_offset, false, ScanOptions{});
+    if (!scan.ok()) return scan.error();
+    index_status_ = WorseIndexStatus(index_status_, index->found);
+    entries_ = scan->frames;  // a corrupt frame, if any, is hit (and reported) when read
+    entries_complete_ = true;
+  } else {
+    entries_ = std::move(index->entries);
+  }
+  auto file = device_.OpenFileReadOnly(JoinPath(dir_, SegmentFileName(first_offset)));
+  if (!file.ok()) return file.error();
+  segment_file_ = *file;
+  segment_first_ = first_offset;
+  return Status::Ok();
+}
+
+Status LogReader::RefreshIndex() {
+  if (!segment_first_ || entries_complete_) return Status::Ok();
+  auto index = ReadIndexFile(device_, dir_, *segment_first_);
+  if (!index.ok()) return index.error();
+  if (index->entries.size() > entries_.size()) {
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      const auto& a = entries_[i];
+      const auto& b = index->entries[i];
+      if (a.position != b.position || a.commit_lsn != b.commit_lsn) {
+        return MakeError("index " + JoinPath(dir_, IndexFileName(*segment_first_)) + " changed under the reader at offset " +
+                         std::to_string(a.offset) + "; reopen the reader");
+      }
+    }
+    entries_ = std::move(index->entries);
+  }
+  return Status::Ok();
+}
+
+Status LogReader::Seek(uint64_t offset) {
+  auto segments = ListSegments(device_, dir_);
+  if (!segments.ok()) return segments.error();
+  if (segments->empty()) return MakeError("log " + dir_ + " has no segments; nothing to seek to");
+  if (offset < segments->front()) {
+    return MakeError("offset " + std::to_string(offset) + " is no longer in " + dir_ + " (reclaimed); the log starts at " +
+                     std::to_string(segments->front()));
+  }
+  auto it = std::upper_bound(segments->begin(), segments->end(), offset);
+  const uint64_t first = *(it - 1);
+  if (!segment_first_ || *segment_first_ != first) TRELLARA_TRY(LoadSegment(first));
+  next_offset_ = offset;
+  return Status::Ok();
+}
+
+Result<LogRecord> LogReader::ReadFrame(const IndexEntry& entry) {
+  const std::string where = JoinPath(dir_, SegmentFileName(*segment_first_)) + " at position " +
+                            std::to_string(entry.position) + " (offset " + std::to_string(entry.offset) + ")";
+  uint8_t header_bytes[kFrameHeaderBytes];
+  auto n = device_.ReadAt(*segment_file_, entry.position, header_bytes, sizeof header_bytes);
+  if (!n.ok()) return n.error();
+  auto header = *n == sizeof header_bytes ? DecodeFrameHeader(header_bytes) : std::nullopt;
+  if (!header || header->offset != entry.offset) {
+    return MakeError("corruption in " + where + ": the indexed frame header is invalid; reading stops here, "
+                     "nothing after it is read. Run 'trellara log inspect --dir " + dir_ + "' for details");
+  }
+  LogRecord record;
+  record.offset = header->offset;
+  record.commit_lsn = header->commit_lsn;
+  record.type = header->type;
+  record.payload.resize(header->payload_bytes);
+  auto m = device_.ReadAt(*segment_file_, entry.position + kFrameHeaderBytes, record.payload.data(), record.payload.size());
+  if (!m.ok()) return m.error();
+  if (*m != record.payload.size() || !FrameCrcMatches(header_bytes, *header, record.payload)) {
+    return MakeError("corruption in " + where + ": CRC32C mismatch; reading stops here, nothing after it is read. "
+                     "Run 'trellara log inspect --dir " + dir_ + "' for details");
+  }
+  return record;
+}
+
+Result<std::optional<LogRecord>> LogReader::Next() {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    if (!segment_first_) {
+      auto segments = ListSegments(device_, dir_);
+      if (!segments.ok()) return segments.error();
+      if (segments->empty()) return std::optional<LogRecord>();
+      TRELLARA_TRY(Seek(std::max(next_offset_, segments->front())));
+    }
+    uint64_t index = next_offset_ - *segment_first_;
+    if (index < entries_.size()) {
+      auto record = ReadFrame(entries_[index]);
+      if (!record.ok()) return record.error();
+      next_offset_ += 1;
+      return std::optional<LogRecord>(std::move(record).value());
+    }
+    TRELLARA_TRY(RefreshIndex());
+    if (index < entries_.size()) continue;
+    // At the end of this segment: move on only once its successor exists (the writer creates it
+    // after every record of this one is durable and indexed); re-read the index first.
+    const uint64_t successor = *segment_first_ + entries_.size();
+    auto exists = device_.Exists(JoinPath(dir_, SegmentFileName(successor)));
+    if (!exists.ok()) return exists.error();
+    if (!*exists) return std::optional<LogRecord>();
+    TRELLARA_TRY(RefreshIndex());
+    if (index < entries_.size()) continue;
+    TRELLARA_TRY(LoadSegment(successor));
+  }
+  return std::optional<LogRecord>();
+}
+
+}  // namespace trellara::log
