@@ -287,8 +287,9 @@ class Cluster:
         CompletedProcess. With check=True a failure raises ClusterError carrying psql's stderr."""
         command = [f"{PG_BIN}/psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1",
                    "-h", self.socket_dir, "-p", str(self.port), "-U", PG_USER, "-d", dbname,
-                   *args, "-c", sql]
-        result = subprocess.run(command, capture_output=True, text=True)
+                   *args, "-f", "-"]
+        # SQL goes through stdin: no limit on its size (a command-line argument is capped at 128 KiB).
+        result = subprocess.run(command, input=sql, capture_output=True, text=True)
         if check and result.returncode != 0:
             raise ClusterError(f"cluster {self.name}: psql failed (exit {result.returncode}) on: {sql}\n{result.stderr.strip()}")
         return result
