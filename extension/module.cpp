@@ -17,6 +17,7 @@ PGDLLEXPORT void _PG_init(void);
 
 #include "module.h"
 #include "pg/guard.h"
+#include "plugin/plugin.h"
 
 namespace trellara::extension {
 namespace {
@@ -35,5 +36,6 @@ extern "C" void _PG_init(void) {
     // Both ways of loading are supported: via shared_preload_libraries (required later by the
     // relay worker) and by CREATE EXTENSION in a single backend (enough for the SQL functions).
     trellara::extension::loaded_by_preload = process_shared_preload_libraries_in_progress;
+    trellara::plugin::DefineGucs();
   });
 }

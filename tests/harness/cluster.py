@@ -112,6 +112,12 @@ def _as_postgres(command):
         f"with runuser) or as '{PG_USER}'; current user is {pwd.getpwuid(os.geteuid()).pw_name}")
 
 
+def _server_has_setting(name):
+    out = subprocess.run(["runuser", "-u", PG_USER, "--", os.path.join(PG_BIN, "postgres"), "--describe-config"],
+                         capture_output=True, text=True, check=False).stdout
+    return any(line.split("\t", 1)[0] == name for line in out.splitlines())
+
+
 def _free_port():
     # The server listens on a unix socket only; the port just names the socket file. A port that
     # is free on TCP too keeps it unique should someone enable TCP for debugging.
@@ -173,6 +179,10 @@ class Cluster:
         self.name = name
         self.preload = preload
         self.settings = dict(BASE_SETTINGS)
+        # PostgreSQL 15.19+ only lets listed libraries act as output plugins (a security fix);
+        # older minors do not know the setting and would refuse to start with it.
+        if _server_has_setting("output_plugin_libraries"):
+            self.settings["output_plugin_libraries"] = "'pgoutput, test_decoding, trellara'"
         if preload:
             self.settings["shared_preload_libraries"] = "'trellara'"
         self.settings.update(settings or {})

@@ -1,0 +1,658 @@
+// plugin/plugin.cpp — the `trellara` logical decoding output plugin: Postgres callbacks that turn
+// each committed transaction of the published tables into Trellara records (protobuf bytes).
+//
+// Adapter only: it reads tuples, relation metadata and publication membership from Postgres and
+// hands plain values to core's TransactionAssembler, which decides the record shape (whole
+// envelope, or chunks + manifest + commit marker). It must never decide record boundaries, never
+// hold more than one chunk of changes, never let a C++ exception reach Postgres (GuardEntry at
+// every callback) and never let a Postgres ERROR jump over a C++ frame (CallPostgres).
+//
+// NOTES
+// - Identity: commit_lsn is txn->end_lsn, the end of the commit record: the position the slot's
+//   confirmed_flush and the target's replication origin advance to, strictly increasing in
+//   decoding order.
+// - Publication membership follows pgoutput (PG15): FOR ALL TABLES, FOR TABLES IN SCHEMA,
+//   FOR TABLE, partitions per publish_via_partition_root, and the publication's actions. Row
+//   filters and column lists are refused (ERROR naming the publication and table): applying a
+//   filtered stream as if complete would silently diverge.
+// - Values are text from the type output functions, with DateStyle/IntervalStyle/
+//   extra_float_digits/bytea_output pinned for the decoding session so the text reads back the
+//   same on any target. An on-disk TOAST pointer in a new tuple is "unchanged TOAST", never null.
+// - Prepared transactions: two-phase decoding is not enabled, so Postgres decodes them at
+//   COMMIT PREPARED and never when rolled back. Non-transactional logical messages belong to no
+//   transaction and are not captured (documented in docs/capture.md).
+extern "C" {
+#include "postgres.h"
+
+#include "access/detoast.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/tupconvert.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/partition.h"
+#include "catalog/pg_publication.h"
+#include "catalog/pg_publication_rel.h"
+#include "commands/defrem.h"
+#include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "access/xlog.h"
+#include "replication/logical.h"
+#include "replication/output_plugin.h"
+#include "replication/reorderbuffer.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/pg_lsn.h"
+#include "utils/rel.h"
+#include "utils/relcache.h"
+#include "utils/syscache.h"
+#include "nodes/pg_list.h"
+#include "nodes/bitmapset.h"
+#include "utils/varlena.h"
+
+PGDLLEXPORT void _PG_output_plugin_init(OutputPluginCallbacks* cb);
+}
+
+#include <memory>
+#include <type_traits>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "pg/guard.h"
+#include "plugin/plugin.h"
+#include "trellara/assembler.h"
+#include "trellara/checksum.h"
+
+// Every ERROR-capable Postgres call made from a frame that holds C++ objects goes through here.
+#define PGCALL(expr) ::trellara::pg::CallPostgres([&]() -> decltype(auto) { return (expr); })
+
+namespace trellara::plugin {
+
+namespace {
+
+// --- GUC ---------------------------------------------------------------------------------------
+int chunk_changes_guc = static_cast<int>(kDefaultChunkChanges);
+
+// --- facts for the relay's write callback ------------------------------------------------------
+WrittenRecord last_written{};
+
+// --- per-decoding-context state ----------------------------------------------------------------
+struct CachedRelation {
+  bool valid = false;
+  bool publish_insert = false, publish_update = false, publish_delete = false, publish_truncate = false;
+  Oid publish_as_relid = InvalidOid;
+  RelationInfo info;                   // of publish_as_relid
+  std::vector<int> attnums;            // attribute numbers of info.columns in publish_as_relid
+  std::vector<Oid> output_functions;   // type output function of each column
+  std::vector<bool> varlena;           // whether each column's type is varlena (may be TOASTed)
+  TupleConversionMap* to_root = nullptr;  // partition -> root rowtype (publish_via_partition_root)
+};
+
+struct Options {
+  std::vector<std::string> publication_names;
+  uint32_t chunk_changes = kDefaultChunkChanges;
+  std::string flow;
+  uint64_t skip_through_lsn = 0;
+  bool messages = true;
+};
+
+struct State {
+  explicit State(TransactionAssembler::Options a) : assembler(std::move(a)) {}
+  Options options;
+  TransactionAssembler assembler;
+  std::unordered_map<Oid, CachedRelation> relations;
+  bool publications_valid = false;
+  List* publications = nullptr;  // of Publication*, in cache_context
+  MemoryContext cache_context = nullptr;   // publications, conversion maps; reset on invalidation
+  MemoryContext change_context = nullptr;  // reset after every change
+  bool skipping = false;                   // current transaction is already in the log
+  int guc_nest_level = 0;
+  LogicalDecodingContext* ctx = nullptr;
+};
+
+// The state of the decoding context currently running in this process (invalidation callbacks
+// have no argument to find it by). One decoding context per process at a time.
+State* active_state = nullptr;
+bool callbacks_registered = false;
+
+void InvalidateAllRelations(State* s) {
+  for (auto& [oid, rel] : s->relations) {
+    rel.valid = false;
+    rel.to_root = nullptr;  // lives in cache_context, reset below
+  }
+  s->publications_valid = false;
+  s->publications = nullptr;
+  if (s->cache_context != nullptr) MemoryContextReset(s->cache_context);
+}
+
+extern "C" void RelcacheCallback(Datum, Oid relid) {
+  State* s = active_state;
+  if (s == nullptr) return;
+  if (relid == InvalidOid) {
+    InvalidateAllRelations(s);
+    return;
+  }
+  auto it = s->relations.find(relid);
+  if (it != s->relations.end()) it->second.valid = false;
+  // A partition's root may be published in its place: its change invalidates the partitions.
+  for (auto& [oid, rel] : s->relations)
+    if (rel.publish_as_relid == relid) rel.valid = false;
+}
+
+extern "C" void PublicationCallback(Datum, int, uint32) {
+  if (active_state != nullptr) InvalidateAllRelations(active_state);
+}
+
+// --- options -----------------------------------------------------------------------------------
+[[noreturn]] void OptionError(const std::string& message, const std::string& hint) {
+  throw pg::SqlError(ERRCODE_INVALID_PARAMETER_VALUE, message, {}, hint);
+}
+
+constexpr char kOptionsHint[] =
+    "The trellara output plugin accepts: publication (required, comma-separated names), "
+    "chunk_changes (1..1048576), flow (name), messages (true|false), skip_through_lsn (pg_lsn).";
+
+Options ParseOptions(List* option_list) {
+  Options opt;
+  opt.chunk_changes = static_cast<uint32_t>(chunk_changes_guc);
+  bool have_publication = false;
+  ListCell* lc;
+  foreach (lc, option_list) {
+    DefElem* elem = static_cast<DefElem*>(lfirst(lc));
+    std::string name = elem->defname;
+    if (elem->arg == nullptr || !IsA(elem->arg, String))
+      OptionError("trellara output plugin option \"" + name + "\" needs a value", kOptionsHint);
+    std::string value = strVal(elem->arg);
+    if (name == "publication") {
+      List* names = nullptr;
+      char* raw = pstrdup(value.c_str());
+      bool ok = pg::CallPostgres([&] { return SplitIdentifierString(raw, ',', &names); });
+      if (!ok || names == nullptr)
+        OptionError("trellara output plugin option \"publication\" has an invalid value \"" + value + "\"",
+                    "Give one or more publication names separated by commas.");
+      ListCell* nc;
+      foreach (nc, names) opt.publication_names.emplace_back(static_cast<char*>(lfirst(nc)));
+      have_publication = true;
+    } else if (name == "chunk_changes") {
+      char* end = nullptr;
+      errno = 0;
+      long v = std::strtol(value.c_str(), &end, 10);
+      if (errno != 0 || end == value.c_str() || *end != '\0' || v < 1 || v > static_cast<long>(kMaxChunkChanges))
+        OptionError("trellara output plugin option \"chunk_changes\" has an invalid value \"" + value + "\"",
+                    "chunk_changes is the number of changes per chunk, 1..1048576.");
+      opt.chunk_changes = static_cast<uint32_t>(v);
+    } else if (name == "flow") {
+      opt.flow = value;
+    } else if (name == "messages") {
+      bool b = false;
+      if (!parse_bool(value.c_str(), &b))
+        OptionError("trellara output plugin option \"messages\" has an invalid value \"" + value + "\"",
+                    "messages is a boolean: true or false.");
+      opt.messages = b;
+    } else if (name == "skip_through_lsn") {
+      bool bad = false;
+      XLogRecPtr lsn = pg_lsn_in_internal(value.c_str(), &bad);
+      if (bad)
+        OptionError("trellara output plugin option \"skip_through_lsn\" has an invalid value \"" + value + "\"",
+                    "skip_through_lsn is an LSN such as 0/16B3748.");
+      opt.skip_through_lsn = lsn;
+    } else {
+      OptionError("unrecognized trellara output plugin option \"" + name + "\"", kOptionsHint);
+    }
+  }
+  if (!have_publication)
+    OptionError("trellara output plugin option \"publication\" is required",
+                "Name the publication whose tables to capture, e.g. -o publication=app_pub or "
+                "pg_logical_slot_get_binary_changes(slot, NULL, NULL, 'publication', 'app_pub').");
+  return opt;
+}
+
+// --- publications and relations ----------------------------------------------------------------
+void LoadPublications(State* s) {
+  if (s->publications_valid) return;
+  MemoryContext old = MemoryContextSwitchTo(s->cache_context);
+  List* pubs = nullptr;
+  for (const auto& name : s->options.publication_names) {
+    const char* cname = name.c_str();
+    Publication* pub = pg::CallPostgres([cname] { return GetPublicationByName(cname, false); });
+    pubs = PGCALL(lappend(pubs, pub));
+  }
+  MemoryContextSwitchTo(old);
+  s->publications = pubs;
+  s->publications_valid = true;
+}
+
+// Refuses row filters and column lists: a filtered stream applied as complete would diverge.
+void RefuseRowFilterOrColumnList(Publication* pub, Oid relid, Relation relation) {
+  bool qual_null = true, attrs_null = true;
+  pg::CallPostgres([&] {
+    HeapTuple tup = SearchSysCache2(PUBLICATIONRELMAP, ObjectIdGetDatum(relid), ObjectIdGetDatum(pub->oid));
+    if (!HeapTupleIsValid(tup)) return;
+    (void)SysCacheGetAttr(PUBLICATIONRELMAP, tup, Anum_pg_publication_rel_prqual, &qual_null);
+    (void)SysCacheGetAttr(PUBLICATIONRELMAP, tup, Anum_pg_publication_rel_prattrs, &attrs_null);
+    ReleaseSysCache(tup);
+  });
+  if (!qual_null || !attrs_null) {
+    std::string what = !qual_null ? "a row filter (WHERE)" : "a column list";
+    throw pg::SqlError(ERRCODE_FEATURE_NOT_SUPPORTED,
+                       std::string("publication \"") + pub->name + "\" has " + what + " on table \"" +
+                           PGCALL(get_namespace_name(RelationGetNamespace(relation))) + "." +
+                           RelationGetRelationName(relation) + "\", which trellara does not support",
+                       {},
+                       "Trellara replicates whole tables so the target can be verified against the source; "
+                       "remove the filter with ALTER PUBLICATION ... SET TABLE, or use a separate table.");
+  }
+}
+
+ReplicaIdentity IdentityOf(char relreplident) {
+  switch (relreplident) {
+    case REPLICA_IDENTITY_NOTHING: return ReplicaIdentity::Nothing;
+    case REPLICA_IDENTITY_FULL: return ReplicaIdentity::Full;
+    case REPLICA_IDENTITY_INDEX: return ReplicaIdentity::Index;
+    default: return ReplicaIdentity::Default;
+  }
+}
+
+// Describes `relation` (columns in attribute order, dropped and generated columns excluded).
+void Describe(Relation relation, CachedRelation& out) {
+  TupleDesc desc = RelationGetDescr(relation);
+  Bitmapset* key = PGCALL(RelationGetIdentityKeyBitmap(relation));
+  out.info = RelationInfo{};
+  out.attnums.clear();
+  out.output_functions.clear();
+  out.varlena.clear();
+  out.info.oid = RelationGetRelid(relation);
+  out.info.schema = PGCALL(get_namespace_name(RelationGetNamespace(relation)));
+  out.info.name = RelationGetRelationName(relation);
+  out.info.replica_identity = IdentityOf(relation->rd_rel->relreplident);
+  for (int i = 0; i < desc->natts; i++) {
+    Form_pg_attribute att = TupleDescAttr(desc, i);
+    if (att->attisdropped || att->attgenerated) continue;
+    Column c;
+    c.name = NameStr(att->attname);
+    c.type_oid = att->atttypid;
+    c.type_name = PGCALL(format_type_with_typemod(att->atttypid, att->atttypmod));
+    c.typmod = att->atttypmod;
+    c.is_key = bms_is_member(att->attnum - FirstLowInvalidHeapAttributeNumber, key);
+    out.info.columns.push_back(std::move(c));
+    out.attnums.push_back(att->attnum);
+    Oid typoutput = InvalidOid;
+    bool is_varlena = false;
+    pg::CallPostgres([&] { getTypeOutputInfo(att->atttypid, &typoutput, &is_varlena); });
+    out.output_functions.push_back(typoutput);
+    out.varlena.push_back(is_varlena);
+  }
+  out.info.fingerprint = ComputeFingerprint(out.info);
+}
+
+CachedRelation& Lookup(State* s, Relation relation) {
+  Oid relid = RelationGetRelid(relation);
+  CachedRelation& entry = s->relations[relid];
+  if (entry.valid) return entry;
+  LoadPublications(s);
+  entry = CachedRelation{};
+  List* pubids = PGCALL(GetRelationPublications(relid));
+  List* schema_pubids = PGCALL(GetSchemaPublications(RelationGetNamespace(relation)));
+  bool am_partition = relation->rd_rel->relispartition;
+  List* ancestors = am_partition ? PGCALL(get_partition_ancestors(relid)) : nullptr;
+  Oid publish_as = relid;
+  ListCell* lc;
+  foreach (lc, s->publications) {
+    Publication* pub = static_cast<Publication*>(lfirst(lc));
+    bool publish = false;
+    Oid pub_relid = relid;
+    if (pub->alltables) {
+      publish = true;
+      if (pub->pubviaroot && am_partition) pub_relid = llast_oid(ancestors);
+    } else {
+      if (am_partition) {
+        int level = 0;
+        Oid ancestor = PGCALL(GetTopMostAncestorInPublication(pub->oid, ancestors, &level));
+        if (ancestor != InvalidOid) {
+          publish = true;
+          if (pub->pubviaroot) pub_relid = ancestor;
+        }
+      }
+      if (list_member_oid(pubids, pub->oid) || list_member_oid(schema_pubids, pub->oid)) publish = true;
+    }
+    if (!publish) continue;
+    if (!pub->alltables) RefuseRowFilterOrColumnList(pub, pub_relid, relation);
+    // Like pgoutput: the topmost published ancestor wins when publishing via the root.
+    if (pub_relid != relid) publish_as = pub_relid;
+    entry.publish_insert |= pub->pubactions.pubinsert;
+    entry.publish_update |= pub->pubactions.pubupdate;
+    entry.publish_delete |= pub->pubactions.pubdelete;
+    entry.publish_truncate |= pub->pubactions.pubtruncate;
+  }
+  entry.publish_as_relid = publish_as;
+  if (publish_as == relid) {
+    Describe(relation, entry);
+  } else {
+    Relation root = PGCALL(RelationIdGetRelation(publish_as));
+    if (!RelationIsValid(root))
+      throw pg::SqlError(ERRCODE_UNDEFINED_TABLE, "could not open partition root " + std::to_string(publish_as) +
+                                                      " of \"" + RelationGetRelationName(relation) + "\"");
+    Describe(root, entry);
+    MemoryContext old = MemoryContextSwitchTo(s->cache_context);
+    entry.to_root = PGCALL(convert_tuples_by_name(RelationGetDescr(relation), RelationGetDescr(root)));
+    MemoryContextSwitchTo(old);
+    pg::CallPostgres([root] { RelationClose(root); });
+  }
+  entry.valid = true;
+  return entry;
+}
+
+// --- values ------------------------------------------------------------------------------------
+// Reads the values of `tuple` (a row of `entry`'s published relation, already converted) for
+// every described column, or only the key columns when `key_only`. The Postgres part runs in one
+// guarded call over plain data (palloc'd in the per-change context); C++ values are built after.
+enum RawKind : char { kRawNull = 'n', kRawText = 't', kRawToast = 'u' };
+
+std::vector<Value> ReadValues(const CachedRelation& entry, TupleDesc desc, HeapTuple tuple, bool key_only) {
+  const size_t ncols = entry.info.columns.size();
+  const int* attnums = entry.attnums.data();
+  const Oid* outputs = entry.output_functions.data();
+  std::vector<char> include(ncols), varlena(ncols);
+  for (size_t i = 0; i < ncols; i++) {
+    include[i] = !key_only || entry.info.columns[i].is_key;
+    varlena[i] = entry.varlena[i];
+  }
+  const char* include_p = include.data();
+  const char* varlena_p = varlena.data();
+  char* kinds = nullptr;
+  char** texts = nullptr;
+  pg::CallPostgres([&] {
+    kinds = static_cast<char*>(palloc0(ncols + 1));
+    texts = static_cast<char**>(palloc0((ncols + 1) * sizeof(char*)));
+    for (size_t i = 0; i < ncols; i++) {
+      if (!include_p[i]) continue;
+      bool isnull = false;
+      Datum d = heap_getattr(tuple, attnums[i], desc, &isnull);
+      if (isnull) {
+        kinds[i] = kRawNull;
+      } else if (varlena_p[i] && VARATT_IS_EXTERNAL_ONDISK(DatumGetPointer(d))) {
+        kinds[i] = kRawToast;
+      } else {
+        kinds[i] = kRawText;
+        texts[i] = OidOutputFunctionCall(outputs[i], d);
+      }
+    }
+  });
+  std::vector<Value> out;
+  out.reserve(ncols);
+  for (size_t i = 0; i < ncols; i++) {
+    if (!include[i]) continue;
+    switch (kinds[i]) {
+      case kRawNull: out.push_back(Value::Null()); break;
+      case kRawToast: out.push_back(Value::UnchangedToast()); break;
+      default: out.push_back(Value::Text(texts[i])); break;
+    }
+  }
+  return out;
+}
+
+// Refuses an image that must be complete (insert, old images) but holds an unchanged-TOAST value.
+void RequireComplete(const std::vector<Value>& values, const CachedRelation& entry, const char* image) {
+  for (const auto& v : values)
+    if (v.kind == Value::Kind::UnchangedToast)
+      throw pg::SqlError(ERRCODE_DATA_CORRUPTED, std::string("the ") + image + " of a change to \"" +
+                                                     entry.info.schema + "." + entry.info.name +
+                                                     "\" holds an on-disk TOAST pointer, which only an UPDATE's "
+                                                     "new tuple may; refusing to emit an incomplete row");
+}
+
+// --- writing -----------------------------------------------------------------------------------
+Status WriteRecord(LogicalDecodingContext* ctx, const EmittedRecord& r) {
+  last_written = WrittenRecord{static_cast<uint8_t>(r.type), r.completes_transaction, r.tx.xid, r.tx.commit_lsn};
+  const std::string& bytes = r.bytes;
+  bool last = r.completes_transaction;
+  pg::CallPostgres([&] {
+    OutputPluginPrepareWrite(ctx, last);
+    appendBinaryStringInfo(ctx->out, bytes.data(), static_cast<int>(bytes.size()));
+    OutputPluginWrite(ctx, last);
+  });
+  return Status::Ok();
+}
+
+[[noreturn]] void RaiseCoreError(const Error& error, const char* during) {
+  throw pg::SqlError(ERRCODE_INTERNAL_ERROR, std::string("trellara output plugin failed during ") + during + ": " +
+                                                 error.message);
+}
+
+void CheckStatus(const Status& s, const char* during) {
+  if (!s.ok()) RaiseCoreError(s.error(), during);
+}
+
+State* StateOf(LogicalDecodingContext* ctx) { return static_cast<State*>(ctx->output_plugin_private); }
+
+RecordSink SinkFor(LogicalDecodingContext* ctx) {
+  return [ctx](const EmittedRecord& r) { return WriteRecord(ctx, r); };
+}
+
+int64_t UnixMicros(TimestampTz t) {
+  return static_cast<int64_t>(t) +
+         static_cast<int64_t>(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC;
+}
+
+// Deletes the C++ state when the decoding context's memory goes away, on success or ERROR.
+extern "C" void FreeState(void* arg) {
+  State* s = static_cast<State*>(arg);
+  if (active_state == s) active_state = nullptr;
+  delete s;
+}
+
+// --- callbacks (each one a guarded entry point) ------------------------------------------------
+extern "C" void StartupCallback(LogicalDecodingContext* ctx, OutputPluginOptions* opt, bool is_init) {
+  pg::GuardEntry("trellara output plugin startup", [&] {
+    opt->output_type = OUTPUT_PLUGIN_BINARY_OUTPUT;
+    opt->receive_rewrites = false;
+    if (is_init) return;  // slot creation: options are not given then
+    Options options = ParseOptions(ctx->output_plugin_options);
+    auto* s = new State(TransactionAssembler::Options{options.flow, GetSystemIdentifier(), options.chunk_changes});
+    s->options = std::move(options);
+    s->ctx = ctx;
+    pg::CallPostgres([&] {
+      MemoryContextCallback* cb =
+          static_cast<MemoryContextCallback*>(MemoryContextAlloc(ctx->context, sizeof(MemoryContextCallback)));
+      cb->func = FreeState;
+      cb->arg = s;
+      MemoryContextRegisterResetCallback(ctx->context, cb);
+      s->cache_context = AllocSetContextCreate(ctx->context, "trellara relation cache", ALLOCSET_SMALL_SIZES);
+      s->change_context = AllocSetContextCreate(ctx->context, "trellara change", ALLOCSET_DEFAULT_SIZES);
+      if (!callbacks_registered) {
+        CacheRegisterRelcacheCallback(RelcacheCallback, (Datum)0);
+        CacheRegisterSyscacheCallback(PUBLICATIONOID, PublicationCallback, (Datum)0);
+        CacheRegisterSyscacheCallback(PUBLICATIONNAMESPACEMAP, PublicationCallback, (Datum)0);
+        CacheRegisterSyscacheCallback(PUBLICATIONRELMAP, PublicationCallback, (Datum)0);
+        callbacks_registered = true;
+      }
+    });
+    ctx->output_plugin_private = s;
+    active_state = s;
+  });
+}
+
+extern "C" void ShutdownCallback(LogicalDecodingContext* ctx) {
+  pg::GuardEntry("trellara output plugin shutdown", [&] {
+    State* s = StateOf(ctx);
+    if (s != nullptr && active_state == s) active_state = nullptr;
+  });
+}
+
+// Pins the settings that shape type output for the duration of one transaction's decoding.
+void PinOutputSettings(State* s) {
+  pg::CallPostgres([&] {
+    s->guc_nest_level = NewGUCNestLevel();
+    (void)set_config_option("datestyle", "ISO, YMD", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+    (void)set_config_option("intervalstyle", "postgres", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+    (void)set_config_option("extra_float_digits", "3", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+    (void)set_config_option("bytea_output", "hex", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+  });
+}
+
+void UnpinOutputSettings(State* s) {
+  if (s->guc_nest_level == 0) return;
+  int level = s->guc_nest_level;
+  s->guc_nest_level = 0;
+  pg::CallPostgres([level] { AtEOXact_GUC(false, level); });
+}
+
+extern "C" void BeginCallback(LogicalDecodingContext* ctx, ReorderBufferTXN* txn) {
+  pg::GuardEntry("trellara output plugin begin", [&] {
+    State* s = StateOf(ctx);
+    s->skipping = txn->end_lsn <= s->options.skip_through_lsn;
+    if (s->skipping) return;
+    s->assembler.Begin(txn->xid, txn->first_lsn, txn->end_lsn, UnixMicros(txn->xact_time.commit_time));
+    PinOutputSettings(s);
+  });
+}
+
+extern "C" void CommitCallback(LogicalDecodingContext* ctx, ReorderBufferTXN*, XLogRecPtr) {
+  pg::GuardEntry("trellara output plugin commit", [&] {
+    State* s = StateOf(ctx);
+    if (s->skipping) {
+      s->skipping = false;
+      return;
+    }
+    UnpinOutputSettings(s);
+    CheckStatus(s->assembler.Commit(SinkFor(ctx)), "commit");
+  });
+}
+
+// Builds and adds one INSERT/UPDATE/DELETE. Runs in the per-change memory context.
+void AddRowChange(State* s, LogicalDecodingContext* ctx, Relation relation, ReorderBufferChange* change) {
+  CachedRelation& entry = Lookup(s, relation);
+  Change c;
+  switch (change->action) {
+    case REORDER_BUFFER_CHANGE_INSERT:
+      if (!entry.publish_insert) return;
+      c.op = Op::Insert;
+      break;
+    case REORDER_BUFFER_CHANGE_UPDATE:
+      if (!entry.publish_update) return;
+      c.op = Op::Update;
+      break;
+    case REORDER_BUFFER_CHANGE_DELETE:
+      if (!entry.publish_delete) return;
+      c.op = Op::Delete;
+      break;
+    default:
+      Assert(false);
+      return;
+  }
+  c.relation_oid = entry.info.oid;
+  TupleDesc desc = RelationGetDescr(relation);
+  HeapTuple old_tuple = change->data.tp.oldtuple ? &change->data.tp.oldtuple->tuple : nullptr;
+  HeapTuple new_tuple = change->data.tp.newtuple ? &change->data.tp.newtuple->tuple : nullptr;
+  if (entry.to_root != nullptr) {
+    // The row is published as a row of the partition root: convert it to the root's rowtype.
+    TupleConversionMap* map = entry.to_root;
+    desc = map->outdesc;
+    if (old_tuple) old_tuple = PGCALL(execute_attr_map_tuple(old_tuple, map));
+    if (new_tuple) new_tuple = PGCALL(execute_attr_map_tuple(new_tuple, map));
+  }
+  if (new_tuple != nullptr && c.op != Op::Delete) {
+    c.new_tuple = ReadValues(entry, desc, new_tuple, false);
+    if (c.op == Op::Insert) RequireComplete(c.new_tuple, entry, "new tuple");
+  }
+  if (old_tuple != nullptr) {
+    bool full = entry.info.replica_identity == ReplicaIdentity::Full;
+    c.old_image = full ? OldImage::Full : OldImage::Key;
+    c.old_tuple = ReadValues(entry, desc, old_tuple, !full);
+    RequireComplete(c.old_tuple, entry, "old tuple");
+  }
+  if (c.op == Op::Insert && new_tuple == nullptr)
+    throw pg::SqlError(ERRCODE_DATA_CORRUPTED, "INSERT into \"" + entry.info.schema + "." + entry.info.name +
+                                                   "\" decoded without a new tuple");
+  CheckStatus(s->assembler.AddChange(std::move(c), &entry.info, {}, SinkFor(ctx)), "change");
+}
+
+extern "C" void ChangeCallback(LogicalDecodingContext* ctx, ReorderBufferTXN*, Relation relation,
+                               ReorderBufferChange* change) {
+  State* s = StateOf(ctx);
+  if (s->skipping) return;
+  MemoryContext old = MemoryContextSwitchTo(s->change_context);
+  pg::GuardEntry("trellara output plugin change", [&] { AddRowChange(s, ctx, relation, change); });
+  MemoryContextSwitchTo(old);
+  MemoryContextReset(s->change_context);
+}
+
+extern "C" void TruncateCallback(LogicalDecodingContext* ctx, ReorderBufferTXN*, int nrelations, Relation relations[],
+                                 ReorderBufferChange* change) {
+  State* s = StateOf(ctx);
+  if (s->skipping) return;
+  MemoryContext old = MemoryContextSwitchTo(s->change_context);
+  pg::GuardEntry("trellara output plugin truncate", [&] {
+    Change c;
+    c.op = Op::Truncate;
+    c.truncate.cascade = change->data.truncate.cascade;
+    c.truncate.restart_identity = change->data.truncate.restart_seqs;
+    std::vector<const RelationInfo*> infos;
+    for (int i = 0; i < nrelations; i++) {
+      CachedRelation& entry = Lookup(s, relations[i]);
+      if (!entry.publish_truncate) continue;
+      // A partition published via its root truncates the root's target table once.
+      bool seen = false;
+      for (uint32_t oid : c.truncate.relation_oids) seen |= oid == entry.info.oid;
+      if (seen) continue;
+      c.truncate.relation_oids.push_back(entry.info.oid);
+      infos.push_back(&entry.info);
+    }
+    if (infos.empty()) return;
+    CheckStatus(s->assembler.AddChange(std::move(c), nullptr, infos, SinkFor(ctx)), "truncate");
+  });
+  MemoryContextSwitchTo(old);
+  MemoryContextReset(s->change_context);
+}
+
+extern "C" void MessageCallback(LogicalDecodingContext* ctx, ReorderBufferTXN*, XLogRecPtr, bool transactional,
+                                const char* prefix, Size sz, const char* message) {
+  State* s = StateOf(ctx);
+  // A non-transactional message belongs to no transaction: there is no boundary to apply it at.
+  if (s->skipping || !transactional || !s->options.messages) return;
+  pg::GuardEntry("trellara output plugin message", [&] {
+    Change c;
+    c.op = Op::Message;
+    c.message = LogicalMessage{true, prefix, std::string(message, sz)};
+    CheckStatus(s->assembler.AddChange(std::move(c), nullptr, {}, SinkFor(ctx)), "message");
+  });
+}
+
+extern "C" bool FilterByOriginCallback(LogicalDecodingContext*, RepOriginId) {
+  // Changes replayed into this database by other replication are captured like any other: the
+  // DBA chooses what to publish. (Loop prevention between two Trellara flows is future work.)
+  return false;
+}
+
+}  // namespace
+
+const WrittenRecord& LastWrittenRecord() { return last_written; }
+
+void DefineGucs() {
+  DefineCustomIntVariable("trellara.chunk_changes",
+                          "Changes per chunk: a transaction with more changes is written as chunks, a manifest "
+                          "and a commit marker.",
+                          "The output plugin option chunk_changes overrides it per decoding session.",
+                          &chunk_changes_guc, static_cast<int>(kDefaultChunkChanges), 1,
+                          static_cast<int>(kMaxChunkChanges), PGC_USERSET, 0, nullptr, nullptr, nullptr);
+}
+
+}  // namespace trellara::plugin
+
+extern "C" void _PG_output_plugin_init(OutputPluginCallbacks* cb) {
+  using namespace trellara::plugin;
+  static_assert(std::is_same_v<decltype(&_PG_output_plugin_init), LogicalOutputPluginInit>);
+  cb->startup_cb = StartupCallback;
+  cb->begin_cb = BeginCallback;
+  cb->change_cb = ChangeCallback;
+  cb->truncate_cb = TruncateCallback;
+  cb->commit_cb = CommitCallback;
+  cb->message_cb = MessageCallback;
+  cb->filter_by_origin_cb = FilterByOriginCallback;
+  cb->shutdown_cb = ShutdownCallback;
+}

@@ -1,0 +1,163 @@
+// assembler_test.cpp — record shapes chosen for a transaction: whole envelope vs chunks +
+// manifest + commit marker, bounded memory, schema change mid-transaction, empty transactions.
+#include <catch2/catch.hpp>
+
+#include "samples.h"
+#include "trellara/assembler.h"
+#include "trellara/checksum.h"
+#include "trellara/codec.h"
+
+using namespace trellara;
+
+namespace {
+
+struct Captured {
+  std::vector<Record> records;
+  std::vector<std::string> bytes;
+  std::vector<bool> completes;
+};
+
+RecordSink Capture(Captured& c) {
+  return [&c](const EmittedRecord& r) -> Status {
+    auto decoded = DecodeRecord(r.bytes);
+    if (!decoded.ok()) return decoded.error();
+    REQUIRE(TypeOf(*decoded) == r.type);
+    c.records.push_back(*decoded);
+    c.bytes.push_back(r.bytes);
+    c.completes.push_back(r.completes_transaction);
+    return Status::Ok();
+  };
+}
+
+Change Insert(int64_t id) {
+  Change c;
+  c.op = Op::Insert;
+  c.relation_oid = 16384;
+  c.new_tuple = {Value::Text(std::to_string(id)), Value::Text("n"), Value::Null(), Value::Null()};
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("small_transaction_is_one_whole_envelope", "[assembler]") {
+  TransactionAssembler a({"app", 42, 4});
+  RelationInfo orders = testing::SampleOrders();
+  Captured out;
+  a.Begin(100, 0x1000, 0x2000, 5);
+  for (int i = 0; i < 4; i++) REQUIRE(a.AddChange(Insert(i), &orders, {}, Capture(out)).ok());
+  CHECK(out.records.empty());  // nothing leaves before commit for a small transaction
+  REQUIRE(a.Commit(Capture(out)).ok());
+  REQUIRE(out.records.size() == 1);
+  const auto& e = std::get<Envelope>(out.records[0]);
+  CHECK(e.tx == TxIdentity{"app", 42, 100, 0x2000});
+  CHECK(e.changes.size() == 4);
+  CHECK(e.counts.size() == 1);
+  CHECK(e.counts[0].inserts == 4);
+  CHECK(out.completes[0]);
+  CHECK(VerifyRecordChecksum(out.records[0]).ok());
+}
+
+TEST_CASE("large_transaction_is_chunked_with_manifest_and_commit_marker", "[assembler]") {
+  const uint32_t chunk = 10;
+  TransactionAssembler a({"app", 42, chunk});
+  RelationInfo orders = testing::SampleOrders();
+  Captured out;
+  a.Begin(101, 0x1000, 0x9000, 5);
+  std::vector<Change> all;
+  for (int i = 0; i < 35; i++) {
+    all.push_back(Insert(i));
+    REQUIRE(a.AddChange(Insert(i), &orders, {}, Capture(out)).ok());
+    // Chunks leave while the transaction is still being decoded: memory stays bounded.
+    CHECK(static_cast<size_t>(i + 1) - out.records.size() * chunk <= chunk);
+  }
+  REQUIRE(a.Commit(Capture(out)).ok());
+  REQUIRE(out.records.size() == 4 + 2);  // 10+10+10+5, manifest, marker
+  for (size_t i = 0; i < 4; i++) {
+    const auto& c = std::get<Chunk>(out.records[i]);
+    CHECK(c.seq == i);
+    CHECK(c.tx.commit_lsn == 0x9000);
+    CHECK(VerifyRecordChecksum(out.records[i]).ok());
+    CHECK_FALSE(out.completes[i]);
+  }
+  const auto& m = std::get<Manifest>(out.records[4]);
+  CHECK(m.total_changes == 35);
+  CHECK(m.chunks.size() == 4);
+  CHECK(m.boundary_mode == BoundaryMode::StrictChunk);
+  auto whole = ComputeChangesChecksum(all, {orders});
+  REQUIRE(whole.ok());
+  CHECK(m.checksum == *whole);  // same transaction, same checksum, whatever its shape
+  const auto& k = std::get<CommitMarker>(out.records[5]);
+  CHECK(out.completes[5]);
+  CHECK(k.total_changes == 35);
+  CHECK(k.total_chunks == 4);
+  const std::string& mb = out.bytes[4];
+  CHECK(k.manifest_checksum == Sha256Of(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(mb.data()), mb.size())));
+}
+
+TEST_CASE("exactly_chunk_changes_stays_one_envelope", "[assembler]") {
+  TransactionAssembler a({"app", 1, 3});
+  RelationInfo orders = testing::SampleOrders();
+  Captured out;
+  a.Begin(7, 1, 2, 3);
+  for (int i = 0; i < 3; i++) REQUIRE(a.AddChange(Insert(i), &orders, {}, Capture(out)).ok());
+  REQUIRE(a.Commit(Capture(out)).ok());
+  REQUIRE(out.records.size() == 1);
+  CHECK(std::holds_alternative<Envelope>(out.records[0]));
+}
+
+TEST_CASE("schema_change_mid_transaction_closes_the_record", "[assembler]") {
+  TransactionAssembler a({"app", 1, 100});
+  RelationInfo v1 = testing::SampleOrders();
+  RelationInfo v2 = v1;
+  v2.columns.push_back(Column{"added", 23, "integer", -1, false});
+  v2.fingerprint = ComputeFingerprint(v2);
+  Captured out;
+  a.Begin(8, 1, 2, 3);
+  REQUIRE(a.AddChange(Insert(1), &v1, {}, Capture(out)).ok());
+  Change c2 = Insert(2);
+  c2.new_tuple.push_back(Value::Text("5"));
+  REQUIRE(a.AddChange(c2, &v2, {}, Capture(out)).ok());
+  REQUIRE(a.Commit(Capture(out)).ok());
+  REQUIRE(out.records.size() == 4);  // chunk(v1), chunk(v2), manifest, marker
+  CHECK(std::get<Chunk>(out.records[0]).relations[0].fingerprint == v1.fingerprint);
+  CHECK(std::get<Chunk>(out.records[1]).relations[0].fingerprint == v2.fingerprint);
+  CHECK(std::get<Manifest>(out.records[2]).relations[0].fingerprint == v2.fingerprint);
+}
+
+TEST_CASE("transaction_without_changes_emits_nothing", "[assembler]") {
+  TransactionAssembler a({"app", 1, 100});
+  Captured out;
+  a.Begin(9, 1, 2, 3);
+  REQUIRE(a.Commit(Capture(out)).ok());
+  CHECK(out.records.empty());
+  CHECK_FALSE(a.in_transaction());
+}
+
+TEST_CASE("truncate_resolves_every_named_relation_in_its_record", "[assembler]") {
+  TransactionAssembler a({"app", 1, 100});
+  RelationInfo orders = testing::SampleOrders();
+  RelationInfo items = testing::SampleLineItems();
+  Captured out;
+  a.Begin(10, 1, 2, 3);
+  Change t;
+  t.op = Op::Truncate;
+  t.truncate.relation_oids = {items.oid, orders.oid};
+  REQUIRE(a.AddChange(t, nullptr, {&items, &orders}, Capture(out)).ok());
+  REQUIRE(a.Commit(Capture(out)).ok());
+  REQUIRE(out.records.size() == 1);
+  const auto& e = std::get<Envelope>(out.records[0]);
+  CHECK(e.relations.size() == 2);
+  CHECK(e.counts.size() == 2);
+}
+
+TEST_CASE("sink_failure_stops_the_transaction_with_its_error", "[assembler]") {
+  TransactionAssembler a({"app", 1, 2});
+  RelationInfo orders = testing::SampleOrders();
+  RecordSink failing = [](const EmittedRecord&) -> Status { return MakeError("disk full"); };
+  a.Begin(11, 1, 2, 3);
+  REQUIRE(a.AddChange(Insert(1), &orders, {}, failing).ok());
+  REQUIRE(a.AddChange(Insert(2), &orders, {}, failing).ok());
+  Status s = a.AddChange(Insert(3), &orders, {}, failing);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.error().message == "disk full");
+}
