@@ -3,6 +3,7 @@
 // torn, corrupt, durable, acknowledged) is made in core. Must never modify a log except through
 // LogWriter (write-test, bench) or recovery (inspect --repair-index, under the writer lock).
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <fcntl.h>
@@ -161,12 +162,23 @@ void RegisterInspect(CLI::App* log) {
   });
 }
 
+// Writes one "acked <offset>" line per newly durable offset straight to fd 1 (no stdio buffer),
+// so a reader of the pipe sees each acknowledgement as soon as it is made.
 void PrintAcked(uint64_t& printed_end, uint64_t durable_end) {
   if (durable_end <= printed_end) return;
+  std::string lines;
   for (uint64_t offset = printed_end; offset < durable_end; ++offset) {
-    std::printf("acked %llu\n", static_cast<unsigned long long>(offset));
+    lines += "acked " + std::to_string(offset) + "\n";
   }
-  std::fflush(stdout);
+  size_t done = 0;
+  while (done < lines.size()) {
+    ssize_t n = ::write(1, lines.data() + done, lines.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw CommandFailed("writing acknowledgements to stdout failed", 1);
+    }
+    done += static_cast<size_t>(n);
+  }
   printed_end = durable_end;
 }
 

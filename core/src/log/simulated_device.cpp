@@ -295,4 +295,10 @@ std::vector<uint8_t>* SimulatedDevice::MutableFileBytes(const std::string& path)
   return &it->second->data;
 }
 
+std::optional<std::vector<uint8_t>> SimulatedDevice::DurableFileBytes(const std::string& path) const {
+  auto it = durable_names_.find(path);
+  if (it == durable_names_.end()) return std::nullopt;
+  return it->second->durable;
+}
+
 }  // namespace trellara::log

@@ -25,6 +25,7 @@ LogWriter::~LogWriter() {
     if (!device_.WaitForCompletion().ok()) break;
     completions_.clear();
     size_t reaped = device_.ReapCompletions(completions_);
+    if (reaped == 0) break;  // the device lost them (simulated power loss)
     ops_in_flight_ -= std::min(ops_in_flight_, reaped);
   }
   if (index_file_) {

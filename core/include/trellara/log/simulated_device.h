@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -41,6 +42,8 @@ class SimulatedDevice final : public LogDevice {
 
   // Test access to file bytes as a reader would see them now (for corruption tests).
   std::vector<uint8_t>* MutableFileBytes(const std::string& path);
+  // The bytes of `path` that would survive a power loss now (nullopt: the name would not).
+  std::optional<std::vector<uint8_t>> DurableFileBytes(const std::string& path) const;
 
   uint64_t syncs_completed() const { return syncs_completed_; }
   uint64_t writes_torn() const { return writes_torn_; }

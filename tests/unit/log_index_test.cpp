@@ -1,0 +1,196 @@
+// log_index_test.cpp — the sidecar index is derived data: missing, stale and corrupt indexes are
+// detected, reported by `trellara log inspect`, and rebuilt from durable frames; inspection
+// reports a torn tail without truncating it. Seed-000 scenario names.
+#include <catch2/catch.hpp>
+
+#include "log_support/log_test_support.h"
+#include "trellara/log/reader.h"
+#include "trellara/log/scan.h"
+
+using namespace trellara::log;
+using namespace trellara::log::testing;
+
+namespace {
+
+// Writes `records` records of 200 bytes into small segments and closes the writer.
+void WriteLog(const std::string& dir, uint64_t records, uint64_t segment_bytes = 2048) {
+  auto device = RealDevice();
+  WriterOptions options;
+  options.segment_bytes_max = segment_bytes;
+  auto writer = LogWriter::Open(*device, dir, options);
+  REQUIRE(writer.ok());
+  AppendTestRecords(**writer, 11, records, 200, 5);
+}
+
+}  // namespace
+
+TEST_CASE("missing_index_is_rebuilt_for_offset_replay", "[log][index]") {
+  TempDir dir;
+  WriteLog(dir.flow(), 40);  // 8 frames of 240 bytes per segment: 5 segments
+  const std::string sealed_index = dir.flow() + "/" + IndexFileName(8);
+  const std::string last_index = dir.flow() + "/" + IndexFileName(32);
+  REQUIRE(std::filesystem::remove(sealed_index));
+  REQUIRE(std::filesystem::remove(last_index));
+  auto device = RealDevice();
+
+  auto scan = ScanLog(*device, dir.flow(), ScanOptions{});
+  REQUIRE(scan.ok());
+  CHECK(scan->index_status() == IndexStatus::kMissing);
+  CHECK(scan->last_valid_offset() == std::optional<uint64_t>(39));
+
+  // A reader replays a sealed segment through an index rebuilt in memory from its frames.
+  auto reader = LogReader::Open(*device, dir.flow());
+  REQUIRE(reader.ok());
+  REQUIRE((*reader)->Seek(12).ok());
+  auto record = (*reader)->Next();
+  REQUIRE(record.ok());
+  REQUIRE(record->has_value());
+  CHECK((*record)->offset == 12);
+  CHECK(TestRecordMatches(11, 12, (*record)->payload));
+  CHECK((*reader)->index_status() == IndexStatus::kMissing);
+  // The active segment is published only through its index: no guessing from frames.
+  auto tail_reader = LogReader::Open(*device, dir.flow());
+  REQUIRE(tail_reader.ok());
+  CHECK_FALSE((*tail_reader)->Seek(35).ok());
+
+  // Recovery rebuilds both index files; replay from any offset then works through them.
+  RecoveryReport report;
+  {
+    auto writer = LogWriter::Open(*device, dir.flow(), WriterOptions{2048}, &report);
+    REQUIRE(writer.ok());
+  }
+  CHECK(report.index_found == IndexStatus::kMissing);
+  CHECK(report.index_status == IndexStatus::kRebuilt);
+  CHECK(report.indexes_rebuilt == 2);
+  CHECK(report.next_offset == 40);
+  CHECK(std::filesystem::exists(sealed_index));
+  CHECK(std::filesystem::exists(last_index));
+  auto rescan = ScanLog(*device, dir.flow(), ScanOptions{});
+  REQUIRE(rescan.ok());
+  CHECK(rescan->index_status() == IndexStatus::kOk);
+  auto replay = LogReader::Open(*device, dir.flow());
+  REQUIRE(replay.ok());
+  for (uint64_t offset : {0u, 8u, 12u, 32u, 39u}) {
+    REQUIRE((*replay)->Seek(offset).ok());
+    auto r = (*replay)->Next();
+    REQUIRE(r.ok());
+    REQUIRE(r->has_value());
+    CHECK((*r)->offset == offset);
+    CHECK(TestRecordMatches(11, offset, (*r)->payload));
+  }
+  CHECK((*replay)->index_status() == IndexStatus::kOk);
+}
+
+TEST_CASE("stale_index_discovers_durable_tail_without_truncating", "[log][index]") {
+  TempDir dir;
+  WriteLog(dir.flow(), 20, 1 << 20);  // one segment
+  const std::string index_path = dir.flow() + "/" + IndexFileName(0);
+  const std::string segment_path = dir.flow() + "/" + SegmentFileName(0);
+  // The index lags the frames: as after a crash between fdatasync and publishing index entries.
+  std::filesystem::resize_file(index_path, kIndexHeaderBytes + 12 * kIndexEntryBytes);
+  const auto segment_before = ReadFileBytes(segment_path);
+  auto device = RealDevice();
+
+  auto scan = ScanLog(*device, dir.flow(), ScanOptions{});
+  REQUIRE(scan.ok());
+  CHECK(scan->index_status() == IndexStatus::kStale);
+  CHECK(scan->last_valid_offset() == std::optional<uint64_t>(19));
+  CHECK(scan->torn_tail_bytes() == 0);
+  // Readers see only what the index publishes until recovery has made the tail durable.
+  {
+    auto reader = LogReader::Open(*device, dir.flow());
+    REQUIRE(reader.ok());
+    uint64_t seen = 0;
+    for (;;) {
+      auto r = (*reader)->Next();
+      REQUIRE(r.ok());
+      if (!r->has_value()) break;
+      seen += 1;
+    }
+    CHECK(seen == 12);
+  }
+  RecoveryReport report;
+  {
+    auto writer = LogWriter::Open(*device, dir.flow(), WriterOptions{}, &report);
+    REQUIRE(writer.ok());
+    CHECK(report.index_found == IndexStatus::kStale);
+    CHECK(report.index_status == IndexStatus::kRebuilt);
+    CHECK(report.torn_tail_bytes == 0);
+    CHECK(report.last_valid_offset == std::optional<uint64_t>(19));
+    CHECK(report.next_offset == 20);
+    CHECK((*writer)->durable_tail().commit_lsn == TestRecordCommitLsn(19));
+  }
+  CHECK(ReadFileBytes(segment_path) == segment_before);  // nothing truncated
+  CHECK(std::filesystem::file_size(index_path) == kIndexHeaderBytes + 20 * kIndexEntryBytes);
+  auto reader = LogReader::Open(*device, dir.flow());
+  REQUIRE(reader.ok());
+  REQUIRE((*reader)->Seek(19).ok());
+  auto last = (*reader)->Next();
+  REQUIRE(last.ok());
+  REQUIRE(last->has_value());
+  CHECK(TestRecordMatches(11, 19, (*last)->payload));
+}
+
+TEST_CASE("inspect_reports_corrupt_index_rebuild", "[log][index]") {
+  TempDir dir;
+  WriteLog(dir.flow(), 30, 1 << 20);
+  const std::string index_path = dir.flow() + "/" + IndexFileName(0);
+  auto index = ReadFileBytes(index_path);
+  index[kIndexHeaderBytes + 5 * kIndexEntryBytes + 9] ^= 0x40;  // entry 5, position field
+  WriteFileBytes(index_path, index);
+
+  auto found = RunTrellaraJson({"log", "inspect", "--dir", dir.flow(), "--format", "json"});
+  CHECK(found["index_status"] == "corrupt");
+  CHECK(found["records"] == 30);
+  CHECK(found["first_offset"] == 0);
+  CHECK(found["last_valid_offset"] == 29);
+  CHECK(found["torn_tail_bytes"] == 0);
+  CHECK(found["segments"] == 1);
+  CHECK(found["consumers"].is_object());
+  CHECK(ReadFileBytes(index_path) == index);  // plain inspection never writes
+
+  auto repaired = RunTrellaraJson({"log", "inspect", "--dir", dir.flow(), "--repair-index", "--format", "json"});
+  CHECK(repaired["index_status"] == "rebuilt");
+  CHECK(repaired["index_found"] == "corrupt");
+  CHECK(repaired["last_valid_offset"] == 29);
+
+  auto after = RunTrellaraJson({"log", "inspect", "--dir", dir.flow(), "--format", "json"});
+  CHECK(after["index_status"] == "ok");
+  auto verify = RunTrellaraJson({"log", "verify-test", "--dir", dir.flow(), "--seed", "11", "--format", "json"});
+  CHECK(verify["records"] == 30);
+  CHECK(verify["mismatches"] == 0);
+}
+
+TEST_CASE("inspect_reports_torn_tail_bytes_before_recovery_append", "[log][index]") {
+  TempDir dir;
+  WriteLog(dir.flow(), 10, 1 << 20);
+  const std::string segment_path = dir.flow() + "/" + SegmentFileName(0);
+  auto segment = ReadFileBytes(segment_path);
+  const size_t clean_size = segment.size();
+  // A torn write: the first 57 bytes of a frame for offset 10 that never became durable.
+  std::vector<uint8_t> payload = MakeTestRecord(11, 10, 200);
+  std::vector<uint8_t> frame(kFrameHeaderBytes + payload.size());
+  EncodeFrame(static_cast<uint8_t>(RecordType::kTest), 10, TestRecordCommitLsn(10), 10, payload, frame.data());
+  segment.insert(segment.end(), frame.begin(), frame.begin() + 57);
+  WriteFileBytes(segment_path, segment);
+
+  auto before = RunTrellaraJson({"log", "inspect", "--dir", dir.flow(), "--format", "json"});
+  CHECK(before["torn_tail_bytes"] == 57);
+  CHECK(before["last_valid_offset"] == 9);
+  CHECK(before["records"] == 10);
+  CHECK(before["index_status"] == "ok");
+  CHECK(before["corruption"].is_null());
+  CHECK(std::filesystem::file_size(segment_path) == clean_size + 57);  // inspection did not truncate
+
+  auto appended = RunTrellara({"log", "write-test", "--dir", dir.flow(), "--records", "3", "--record-bytes", "200",
+                               "--seed", "11"});
+  REQUIRE(appended.exit_code == 0);
+  CHECK(appended.out == "acked 10\nacked 11\nacked 12\n");  // resumes at the next offset
+
+  auto after = RunTrellaraJson({"log", "inspect", "--dir", dir.flow(), "--format", "json"});
+  CHECK(after["torn_tail_bytes"] == 0);
+  CHECK(after["last_valid_offset"] == 12);
+  auto verify = RunTrellaraJson({"log", "verify-test", "--dir", dir.flow(), "--seed", "11", "--format", "json"});
+  CHECK(verify["records"] == 13);
+  CHECK(verify["mismatches"] == 0);
+}

@@ -1,0 +1,140 @@
+// log_writer_test.cpp — the acknowledgement rule of the log writer: an acknowledged offset is
+// durable (covered by a completed fdatasync), indexed, and immediately readable by another
+// reader with a zero torn tail; nothing is acknowledged after a failed fdatasync or write.
+#include <catch2/catch.hpp>
+
+#include "log_support/log_test_support.h"
+#include "trellara/fault.h"
+#include "trellara/log/reader.h"
+#include "trellara/log/scan.h"
+#include "trellara/log/simulated_device.h"
+
+using namespace trellara;
+using namespace trellara::log;
+using namespace trellara::log::testing;
+
+namespace {
+
+// True when `bytes` (a segment image) holds a complete valid frame for `offset` at `position`.
+bool HoldsFrame(const std::vector<uint8_t>& bytes, uint64_t position, uint64_t offset) {
+  if (bytes.size() < position + kFrameHeaderBytes) return false;
+  auto header = DecodeFrameHeader(bytes.data() + position);
+  if (!header || header->offset != offset || bytes.size() < position + kFrameHeaderBytes + header->payload_bytes) {
+    return false;
+  }
+  return FrameCrcMatches(bytes.data() + position, *header,
+                         std::span<const uint8_t>(bytes.data() + position + kFrameHeaderBytes, header->payload_bytes));
+}
+
+}  // namespace
+
+TEST_CASE("fsync_publish_ack_follows_durable_frame_and_index", "[log][writer]") {
+  const uint64_t seed = 20240611;
+  INFO("simulated device seed " << seed);
+  SimulatedDevice device(SimulatedDeviceOptions{seed, false});
+  const std::string dir = "/flow";
+  WriterOptions options;
+  options.batch_bytes_max = 1500;
+  auto writer = LogWriter::Open(device, dir, options);
+  REQUIRE(writer.ok());
+  auto reader = LogReader::Open(device, dir);  // "another process": shares only the files
+  REQUIRE(reader.ok());
+  uint64_t acked = 0, read = 0, polls_with_unacked_records = 0;
+  std::vector<uint64_t> positions;
+  for (int step = 0; step < 400; ++step) {
+    for (int i = 0; i < 3; ++i) {
+      const uint64_t offset = (*writer)->next_offset();
+      REQUIRE((*writer)->Append(static_cast<uint8_t>(RecordType::kTest), TestRecordCommitLsn(offset),
+                                MakeTestRecord(seed, offset, 300)).ok());
+    }
+    REQUIRE((*writer)->Submit().ok());
+    auto durable_end = (*writer)->Poll();
+    REQUIRE(durable_end.ok());
+    if (*durable_end < (*writer)->next_offset()) polls_with_unacked_records += 1;
+    auto durable_segment = device.DurableFileBytes(dir + "/" + SegmentFileName(0));
+    REQUIRE(durable_segment);
+    auto index = ReadIndexFile(device, dir, 0);
+    REQUIRE(index.ok());
+    for (; acked < *durable_end; ++acked) {
+      // Indexed: the entry exists, and it points at a frame that survives power loss now.
+      REQUIRE(index->entries.size() > acked);
+      CHECK(HoldsFrame(*durable_segment, index->entries[acked].position, acked));
+    }
+    // Immediately readable, exactly up to the acknowledgement and never beyond it.
+    for (;;) {
+      auto record = (*reader)->Next();
+      REQUIRE(record.ok());
+      if (!record->has_value()) break;
+      REQUIRE((*record)->offset == read);
+      REQUIRE(TestRecordMatches(seed, read, (*record)->payload));
+      read += 1;
+    }
+    REQUIRE(read == acked);
+    // Inspection state of an acknowledged log: zero torn tail bytes below the acknowledgement.
+    auto scan = ScanLog(device, dir, ScanOptions{true, false});
+    REQUIRE(scan.ok());
+    CHECK(scan->last_valid_offset().value_or(0) + (acked > 0 ? 1 : 0) >= acked);
+  }
+  CHECK(acked > 0);
+  CHECK(polls_with_unacked_records > 0);  // the run exercised records in flight, not only flushes
+  auto flushed = (*writer)->Flush();
+  REQUIRE(flushed.ok());
+  auto scan = ScanLog(device, dir, ScanOptions{true, false});
+  REQUIRE(scan.ok());
+  CHECK(scan->torn_tail_bytes() == 0);
+  CHECK(scan->last_valid_offset() == std::optional<uint64_t>(*flushed - 1));
+  CHECK(scan->index_status() == IndexStatus::kOk);
+}
+
+TEST_CASE("log_fsync_failure_stops_acknowledgements", "[log][writer][fault]") {
+  TempDir dir;
+  auto device = RealDevice();
+  auto writer = LogWriter::Open(*device, dir.flow(), WriterOptions{});
+  REQUIRE(writer.ok());
+  AppendTestRecords(**writer, 3, 10, 100, 10);  // one group, one fdatasync
+  REQUIRE((*writer)->durable_end() == 10);
+  REQUIRE(fault::Configure("log.fsync_fails:1:error").ok());
+  for (int i = 0; i < 5; ++i) {
+    const uint64_t offset = (*writer)->next_offset();
+    REQUIRE((*writer)->Append(static_cast<uint8_t>(RecordType::kTest), TestRecordCommitLsn(offset),
+                              MakeTestRecord(3, offset, 100)).ok());
+  }
+  auto flushed = (*writer)->Flush();
+  CHECK(fault::FiredCount("log.fsync_fails") == 1);
+  fault::Clear();
+  REQUIRE_FALSE(flushed.ok());
+  CHECK_THAT(flushed.error().message, Catch::Contains("fdatasync"));
+  CHECK_THAT(flushed.error().message, Catch::Contains("reopen"));
+  CHECK((*writer)->durable_end() == 10);  // nothing acknowledged after the failure
+  // The writer stays stopped: no retry of fdatasync can turn a lost write into an acknowledgement.
+  CHECK_FALSE((*writer)->Append(static_cast<uint8_t>(RecordType::kTest), 0, MakeTestRecord(3, 15, 100)).ok());
+  CHECK_FALSE((*writer)->Flush().ok());
+  CHECK((*writer)->durable_end() == 10);
+  // Index entries were not published for the unacknowledged records.
+  auto index = ReadIndexFile(*device, dir.flow(), 0);
+  REQUIRE(index.ok());
+  CHECK(index->entries.size() == 10);
+  writer->reset();
+  // Reopening recovers from what is really on disk and continues after it.
+  RecoveryReport report;
+  auto reopened = LogWriter::Open(*device, dir.flow(), WriterOptions{}, &report);
+  REQUIRE(reopened.ok());
+  CHECK(report.next_offset >= 10);
+  AppendTestRecords(**reopened, 3, 2, 100, 2);
+}
+
+TEST_CASE("log_no_space_fails_the_append_without_acknowledging", "[log][writer][fault]") {
+  TempDir dir;
+  auto device = RealDevice();
+  auto writer = LogWriter::Open(*device, dir.flow(), WriterOptions{});
+  REQUIRE(writer.ok());
+  AppendTestRecords(**writer, 4, 3, 100, 3);
+  REQUIRE(fault::Configure("log.no_space:1:error").ok());
+  REQUIRE((*writer)->Append(static_cast<uint8_t>(RecordType::kTest), TestRecordCommitLsn(3), MakeTestRecord(4, 3, 100)).ok());
+  auto flushed = (*writer)->Flush();
+  CHECK(fault::FiredCount("log.no_space") == 1);
+  fault::Clear();
+  REQUIRE_FALSE(flushed.ok());
+  CHECK_THAT(flushed.error().message, Catch::Contains("No space left on device"));
+  CHECK((*writer)->durable_end() == 3);
+}
