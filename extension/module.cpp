@@ -18,6 +18,7 @@ PGDLLEXPORT void _PG_init(void);
 #include "module.h"
 #include "pg/guard.h"
 #include "plugin/plugin.h"
+#include "relay/relay.h"
 
 namespace trellara::extension {
 namespace {
@@ -37,5 +38,10 @@ extern "C" void _PG_init(void) {
     // relay worker) and by CREATE EXTENSION in a single backend (enough for the SQL functions).
     trellara::extension::loaded_by_preload = process_shared_preload_libraries_in_progress;
     trellara::plugin::DefineGucs();
+    if (process_shared_preload_libraries_in_progress) {
+      // The relay (launcher, workers, status board) exists only when preloaded.
+      trellara::relay::DefineRelayGucs();
+      trellara::relay::RegisterRelay();
+    }
   });
 }

@@ -45,3 +45,245 @@ REVOKE ALL ON FUNCTION trellara.envelope_json(bytea) FROM PUBLIC;
 GRANT USAGE ON SCHEMA trellara TO pg_monitor, trellara_admin;
 GRANT EXECUTE ON FUNCTION trellara.version() TO pg_monitor, trellara_admin;
 GRANT EXECUTE ON FUNCTION trellara.envelope_json(bytea) TO pg_monitor, trellara_admin;
+
+-- ============================================================================================
+-- Flows: a flow captures the tables of one PUBLICATION through its own logical slot
+-- (trellara_<name>, plugin trellara) into its own local log directory. The relay launcher (a
+-- background worker, needs shared_preload_libraries) starts one relay worker per enabled flow.
+-- Flows live in the database named by trellara.database (default postgres).
+-- ============================================================================================
+
+CREATE TABLE trellara.flows (
+  name          text PRIMARY KEY
+                CHECK (name ~ '^[a-z_][a-z0-9_]*$' AND length(name) <= 54),
+  publication   name NOT NULL,
+  slot_name     name NOT NULL UNIQUE,
+  log_directory text NOT NULL UNIQUE CHECK (log_directory LIKE '/%'),
+  enabled       boolean NOT NULL DEFAULT true,
+  created_at    timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE trellara.flows IS 'Trellara flows: publication, slot and log directory of each capture flow';
+SELECT pg_catalog.pg_extension_config_dump('trellara.flows', '');
+REVOKE ALL ON trellara.flows FROM PUBLIC;
+GRANT SELECT ON trellara.flows TO pg_monitor, trellara_admin;
+
+CREATE FUNCTION trellara._relay_status(
+  OUT flow text, OUT state text, OUT worker_pid int, OUT log_durable_offset bigint,
+  OUT log_durable_lsn pg_lsn, OUT confirmed_lsn pg_lsn, OUT records_written bigint,
+  OUT last_error text, OUT last_error_at timestamptz, OUT started_at timestamptz,
+  OUT consecutive_failures int)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'trellara_relay_status'
+LANGUAGE C STRICT VOLATILE;
+
+CREATE FUNCTION trellara._wake_launcher()
+RETURNS void
+AS 'MODULE_PATHNAME', 'trellara_wake_launcher'
+LANGUAGE C STRICT VOLATILE;
+
+CREATE FUNCTION trellara._stop_flow_worker(flow text, timeout_ms int)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'trellara_stop_flow_worker'
+LANGUAGE C STRICT VOLATILE;
+
+CREATE FUNCTION trellara._clear_stop_request(flow text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'trellara_clear_stop_request'
+LANGUAGE C STRICT VOLATILE;
+REVOKE ALL ON FUNCTION trellara._clear_stop_request(text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION trellara._relay_status() FROM PUBLIC;
+REVOKE ALL ON FUNCTION trellara._wake_launcher() FROM PUBLIC;
+REVOKE ALL ON FUNCTION trellara._stop_flow_worker(text, int) FROM PUBLIC;
+
+-- Refuses, with the remedy, when the relay cannot run here.
+CREATE FUNCTION trellara._require_relay()
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF current_setting('trellara.database', true) IS NULL THEN
+    RAISE EXCEPTION 'trellara is not in shared_preload_libraries, so no relay worker can run'
+      USING ERRCODE = 'object_not_in_prerequisite_state',
+            HINT = 'Add trellara to shared_preload_libraries in postgresql.conf and restart the server.';
+  END IF;
+  IF current_database() <> current_setting('trellara.database') THEN
+    RAISE EXCEPTION 'flows live in database "%" (trellara.database), not in "%"',
+      current_setting('trellara.database'), current_database()
+      USING ERRCODE = 'object_not_in_prerequisite_state',
+            HINT = 'Connect to that database, or set trellara.database in postgresql.conf and restart.';
+  END IF;
+END
+$$;
+
+CREATE FUNCTION trellara._flow(flow_name text)
+RETURNS trellara.flows
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE f trellara.flows;
+BEGIN
+  SELECT * INTO f FROM trellara.flows WHERE name = flow_name;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'flow "%" does not exist', flow_name
+      USING ERRCODE = 'undefined_object', HINT = 'SELECT name FROM trellara.flows lists the flows.';
+  END IF;
+  RETURN f;
+END
+$$;
+
+CREATE FUNCTION trellara.create_flow(name text, publication text, log_directory text DEFAULT NULL)
+RETURNS trellara.flows
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  flow_name text := create_flow.name;
+  slot text := 'trellara_' || create_flow.name;
+  dir text := coalesce(create_flow.log_directory,
+                       current_setting('data_directory') || '/pg_trellara/' || create_flow.name);
+  f trellara.flows;
+BEGIN
+  PERFORM trellara._require_relay();
+  IF flow_name IS NULL OR flow_name !~ '^[a-z_][a-z0-9_]*$' OR length(flow_name) > 54 THEN
+    RAISE EXCEPTION 'invalid flow name "%"', flow_name
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'A flow name is 1-54 lowercase letters, digits or underscores, not starting with a digit.';
+  END IF;
+  IF NOT EXISTS (SELECT FROM pg_publication WHERE pubname = create_flow.publication) THEN
+    RAISE EXCEPTION 'publication "%" does not exist', create_flow.publication
+      USING ERRCODE = 'undefined_object', HINT = 'Create it first, e.g. CREATE PUBLICATION app FOR TABLE ...';
+  END IF;
+  IF dir !~ '^/' THEN
+    RAISE EXCEPTION 'log directory "%" of flow "%" is not an absolute path', dir, flow_name
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF EXISTS (SELECT FROM trellara.flows WHERE flows.name = flow_name) THEN
+    RAISE EXCEPTION 'flow "%" already exists', flow_name USING ERRCODE = 'duplicate_object';
+  END IF;
+  IF EXISTS (SELECT FROM trellara.flows WHERE flows.log_directory = dir) THEN
+    RAISE EXCEPTION 'log directory "%" is already used by another flow', dir USING ERRCODE = 'duplicate_object';
+  END IF;
+  -- Slot creation is not transactional and must precede any write of this transaction.
+  PERFORM pg_create_logical_replication_slot(slot, 'trellara');
+  BEGIN
+    INSERT INTO trellara.flows(name, publication, slot_name, log_directory)
+      VALUES (flow_name, create_flow.publication, slot, dir)
+      RETURNING * INTO f;
+  EXCEPTION WHEN OTHERS THEN
+    PERFORM pg_drop_replication_slot(slot);
+    RAISE;
+  END;
+  PERFORM trellara._clear_stop_request(flow_name);
+  PERFORM trellara._wake_launcher();
+  RETURN f;
+END
+$$;
+
+CREATE FUNCTION trellara.start_flow(name text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM trellara._require_relay();
+  PERFORM trellara._flow(start_flow.name);
+  UPDATE trellara.flows SET enabled = true WHERE flows.name = start_flow.name;
+  PERFORM trellara._clear_stop_request(start_flow.name);
+  PERFORM trellara._wake_launcher();
+END
+$$;
+
+CREATE FUNCTION trellara.stop_flow(name text, timeout_ms int DEFAULT 30000)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM trellara._require_relay();
+  PERFORM trellara._flow(stop_flow.name);
+  UPDATE trellara.flows SET enabled = false WHERE flows.name = stop_flow.name;
+  IF NOT trellara._stop_flow_worker(stop_flow.name, timeout_ms) THEN
+    RAISE EXCEPTION 'relay worker of flow "%" did not stop within % ms', stop_flow.name, timeout_ms
+      USING HINT = 'See the server log and trellara.status(); retry stop_flow.';
+  END IF;
+END
+$$;
+
+-- Drops the flow and its slot; the log directory is kept (it may still hold records a target
+-- has not applied) unless remove_log_directory is true.
+CREATE FUNCTION trellara.drop_flow(name text, remove_log_directory boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE f trellara.flows;
+BEGIN
+  PERFORM trellara._require_relay();
+  f := trellara._flow(drop_flow.name);
+  IF NOT trellara._stop_flow_worker(f.name, 30000) THEN
+    RAISE EXCEPTION 'relay worker of flow "%" did not stop; not dropping it', f.name;
+  END IF;
+  IF EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = f.slot_name) THEN
+    PERFORM pg_drop_replication_slot(f.slot_name);
+  END IF;
+  DELETE FROM trellara.flows WHERE flows.name = f.name;
+  IF remove_log_directory THEN
+    RAISE NOTICE 'removing log directory "%" of flow "%"', f.log_directory, f.name;
+    PERFORM trellara._remove_log_directory(f.log_directory);
+  ELSE
+    RAISE NOTICE 'log directory "%" of flow "%" is kept', f.log_directory, f.name;
+  END IF;
+  PERFORM trellara._wake_launcher();
+END
+$$;
+
+REVOKE ALL ON FUNCTION trellara._require_relay() FROM PUBLIC;
+REVOKE ALL ON FUNCTION trellara._flow(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION trellara.create_flow(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION trellara.start_flow(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION trellara.stop_flow(text, int) FROM PUBLIC;
+REVOKE ALL ON FUNCTION trellara.drop_flow(text, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION trellara.create_flow(text, text, text) TO trellara_admin;
+GRANT EXECUTE ON FUNCTION trellara.start_flow(text) TO trellara_admin;
+GRANT EXECUTE ON FUNCTION trellara.stop_flow(text, int) TO trellara_admin;
+GRANT EXECUTE ON FUNCTION trellara.drop_flow(text, boolean) TO trellara_admin;
+
+CREATE FUNCTION trellara._log_bytes(dir text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'trellara_log_bytes'
+LANGUAGE C STRICT VOLATILE;
+REVOKE ALL ON FUNCTION trellara._log_bytes(text) FROM PUBLIC;
+
+CREATE FUNCTION trellara._remove_log_directory(dir text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'trellara_remove_log_directory'
+LANGUAGE C STRICT VOLATILE;
+REVOKE ALL ON FUNCTION trellara._remove_log_directory(text) FROM PUBLIC;
+
+-- One row per flow: relay state, slot positions, WAL retained, what the log holds, last error.
+CREATE FUNCTION trellara.status()
+RETURNS TABLE (
+  flow text, state text, enabled boolean, publication name, slot_name name,
+  slot_active boolean, confirmed_flush_lsn pg_lsn, restart_lsn pg_lsn, wal_retained_bytes numeric,
+  wal_status text, log_directory text, log_durable_offset bigint, log_durable_lsn pg_lsn,
+  log_bytes bigint, worker_pid int, records_written bigint, consecutive_failures int,
+  last_error text, last_error_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT f.name,
+         CASE
+           WHEN s.flow IS NULL THEN CASE WHEN f.enabled THEN 'starting' ELSE 'stopped' END
+           WHEN NOT f.enabled AND s.worker_pid IS NULL THEN 'stopped'
+           WHEN f.enabled AND s.worker_pid IS NULL AND s.state = 'failed' THEN 'backoff'
+           ELSE s.state
+         END,
+         f.enabled, f.publication, f.slot_name,
+         rs.active, rs.confirmed_flush_lsn, rs.restart_lsn,
+         CASE WHEN rs.restart_lsn IS NOT NULL THEN pg_wal_lsn_diff(pg_current_wal_lsn(), rs.restart_lsn) END,
+         rs.wal_status, f.log_directory,
+         s.log_durable_offset, s.log_durable_lsn,
+         trellara._log_bytes(f.log_directory),
+         s.worker_pid, s.records_written, s.consecutive_failures, s.last_error, s.last_error_at
+    FROM trellara.flows f
+    LEFT JOIN pg_replication_slots rs ON rs.slot_name = f.slot_name
+    LEFT JOIN trellara._relay_status() s ON s.flow = f.name
+   ORDER BY f.name
+$$;
+REVOKE ALL ON FUNCTION trellara.status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION trellara.status() TO pg_monitor, trellara_admin;

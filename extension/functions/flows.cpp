@@ -1,0 +1,196 @@
+// functions/flows.cpp — SQL functions that talk to the relay: the status board rows behind
+// trellara.status(), waking the launcher, and stopping a flow's worker.
+//
+// The flow catalog (trellara.flows) and the SQL-level checks live in sql/; this file only reads
+// shared memory and signals processes. It never changes a flow, a slot or a log.
+extern "C" {
+#include "postgres.h"
+
+#include <signal.h>
+
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/latch.h"
+#include "utils/builtins.h"
+#include "utils/pg_lsn.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+#include "utils/wait_event.h"
+
+PGDLLEXPORT Datum trellara_relay_status(PG_FUNCTION_ARGS);
+PGDLLEXPORT Datum trellara_wake_launcher(PG_FUNCTION_ARGS);
+PGDLLEXPORT Datum trellara_stop_flow_worker(PG_FUNCTION_ARGS);
+PG_FUNCTION_INFO_V1(trellara_relay_status);
+PG_FUNCTION_INFO_V1(trellara_wake_launcher);
+PG_FUNCTION_INFO_V1(trellara_stop_flow_worker);
+PGDLLEXPORT Datum trellara_clear_stop_request(PG_FUNCTION_ARGS);
+PG_FUNCTION_INFO_V1(trellara_clear_stop_request);
+}
+
+#include <cstring>
+
+#include "relay/shared_state.h"
+
+using namespace trellara::relay;
+
+namespace {
+
+void RequireBoard(const char* function) {
+  if (SharedBoard() == nullptr)
+    ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                    errmsg("%s needs the trellara library in shared_preload_libraries", function),
+                    errhint("Add trellara to shared_preload_libraries in postgresql.conf and restart the server.")));
+}
+
+}  // namespace
+
+// trellara._relay_status(): one row per flow on the status board. Plain C style: no C++ objects.
+Datum trellara_relay_status(PG_FUNCTION_ARGS) {
+  RequireBoard("trellara._relay_status()");
+  ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+  InitMaterializedSRF(fcinfo, 0);
+  Board* b = SharedBoard();
+  constexpr int kCols = 11;
+  LWLockAcquire(b->lock, LW_SHARED);
+  for (int i = 0; i < b->max_flows; i++) {
+    FlowSlot s;
+    std::memcpy(&s, &b->flows[i], sizeof s);
+    if (!s.in_use) continue;
+    Datum values[kCols];
+    bool nulls[kCols];
+    std::memset(nulls, 0, sizeof nulls);
+    values[0] = CStringGetTextDatum(s.name);
+    values[1] = CStringGetTextDatum(FlowStateName(s.state));
+    values[2] = Int32GetDatum(s.pid);
+    nulls[2] = s.pid == 0;
+    values[3] = Int64GetDatum(static_cast<int64>(s.log_durable_offset));
+    nulls[3] = !s.has_durable_offset;
+    values[4] = LSNGetDatum(s.log_durable_lsn);
+    nulls[4] = s.log_durable_lsn == 0;
+    values[5] = LSNGetDatum(s.confirmed_lsn);
+    nulls[5] = s.confirmed_lsn == 0;
+    values[6] = Int64GetDatum(static_cast<int64>(s.records_written));
+    values[7] = CStringGetTextDatum(s.last_error);
+    nulls[7] = s.last_error[0] == '\0';
+    values[8] = TimestampTzGetDatum(s.last_error_at);
+    nulls[8] = s.last_error_at == 0;
+    values[9] = TimestampTzGetDatum(s.started_at);
+    nulls[9] = s.started_at == 0;
+    values[10] = Int32GetDatum(s.consecutive_failures);
+    tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+  }
+  LWLockRelease(b->lock);
+  return (Datum)0;
+}
+
+// trellara._clear_stop_request(flow text): start_flow/create_flow let the launcher run it again.
+Datum trellara_clear_stop_request(PG_FUNCTION_ARGS) {
+  RequireBoard("trellara._clear_stop_request()");
+  char* name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+  Board* b = SharedBoard();
+  LWLockAcquire(b->lock, LW_EXCLUSIVE);
+  FlowSlot* s = FindFlowSlot(b, name, false);
+  if (s != nullptr) {
+    s->stop_requested_at = 0;
+    s->consecutive_failures = 0;
+  }
+  LWLockRelease(b->lock);
+  PG_RETURN_VOID();
+}
+
+Datum trellara_wake_launcher(PG_FUNCTION_ARGS) {
+  (void)fcinfo;
+  RequireBoard("trellara._wake_launcher()");
+  WakeLauncher();
+  PG_RETURN_VOID();
+}
+
+// trellara._stop_flow_worker(flow text, timeout_ms int): asks the flow's worker to stop (it makes
+// what it appended durable and confirms first) and waits for it to exit; true once no worker
+// holds the flow.
+Datum trellara_stop_flow_worker(PG_FUNCTION_ARGS) {
+  RequireBoard("trellara._stop_flow_worker()");
+  char* name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+  int timeout_ms = PG_GETARG_INT32(1);
+  Board* b = SharedBoard();
+  LWLockAcquire(b->lock, LW_EXCLUSIVE);
+  FlowSlot* held = FindFlowSlot(b, name, true);
+  if (held != nullptr) held->stop_requested_at = GetCurrentTimestamp();
+  LWLockRelease(b->lock);
+  for (int waited = 0;; waited += 100) {
+    LWLockAcquire(b->lock, LW_SHARED);
+    FlowSlot* s = FindFlowSlot(b, name, false);
+    pid_t pid = s != nullptr ? s->pid : 0;
+    LWLockRelease(b->lock);
+    if (pid == 0 || kill(pid, 0) != 0) PG_RETURN_BOOL(true);
+    if (waited >= timeout_ms) PG_RETURN_BOOL(false);
+    (void)kill(pid, SIGTERM);
+    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 100, PG_WAIT_EXTENSION);
+    ResetLatch(MyLatch);
+    CHECK_FOR_INTERRUPTS();
+  }
+}
+
+extern "C" {
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include "port.h"
+#include "storage/fd.h"
+
+PGDLLEXPORT Datum trellara_log_bytes(PG_FUNCTION_ARGS);
+PGDLLEXPORT Datum trellara_remove_log_directory(PG_FUNCTION_ARGS);
+PG_FUNCTION_INFO_V1(trellara_log_bytes);
+PG_FUNCTION_INFO_V1(trellara_remove_log_directory);
+}
+
+namespace {
+
+// Entries a flow log directory may hold (see docs/log.md): anything else means it is not one.
+bool IsLogEntry(const char* name) {
+  return std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0 || std::strncmp(name, "segment-", 8) == 0 ||
+         std::strncmp(name, "index-", 6) == 0 || std::strcmp(name, "consumers") == 0 ||
+         std::strcmp(name, "LOCK") == 0 || std::strncmp(name, ".tmp", 4) == 0;
+}
+
+}  // namespace
+
+// trellara._log_bytes(dir): bytes of the segment and index files of a log directory; NULL when
+// the directory does not exist (yet).
+Datum trellara_log_bytes(PG_FUNCTION_ARGS) {
+  char* dir = text_to_cstring(PG_GETARG_TEXT_PP(0));
+  DIR* d = AllocateDir(dir);
+  if (d == nullptr && errno == ENOENT) PG_RETURN_NULL();
+  int64 total = 0;
+  struct dirent* de;
+  while ((de = ReadDir(d, dir)) != nullptr) {
+    if (std::strncmp(de->d_name, "segment-", 8) != 0 && std::strncmp(de->d_name, "index-", 6) != 0) continue;
+    char path[MAXPGPATH];
+    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    struct stat st;
+    if (stat(path, &st) == 0) total += st.st_size;
+  }
+  FreeDir(d);
+  PG_RETURN_INT64(total);
+}
+
+// trellara._remove_log_directory(dir): removes a dropped flow's log directory, refusing any
+// directory holding something a Trellara log never contains.
+Datum trellara_remove_log_directory(PG_FUNCTION_ARGS) {
+  char* dir = text_to_cstring(PG_GETARG_TEXT_PP(0));
+  DIR* d = AllocateDir(dir);
+  if (d == nullptr && errno == ENOENT) PG_RETURN_VOID();
+  struct dirent* de;
+  while ((de = ReadDir(d, dir)) != nullptr) {
+    if (!IsLogEntry(de->d_name))
+      ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                      errmsg("refusing to remove \"%s\": it holds \"%s\", which is not part of a trellara log", dir,
+                             de->d_name),
+                      errhint("Remove the directory by hand after checking its contents.")));
+  }
+  FreeDir(d);
+  if (!rmtree(dir, true))
+    ereport(ERROR, (errcode_for_file_access(), errmsg("could not remove log directory \"%s\"", dir)));
+  PG_RETURN_VOID();
+}

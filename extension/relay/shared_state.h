@@ -1,0 +1,65 @@
+// relay/shared_state.h — the shared-memory status board of the launcher and the relay workers.
+//
+// One FlowSlot per running or recently run flow: the worker that owns a flow publishes its state,
+// progress and last error here; trellara.status() reads it; stop/start wake the launcher through
+// it. Plain data only (it lives in shared memory); every access holds the board's LWLock. It must
+// never be the source of truth for what a flow is (that is the trellara.flows table) nor for what
+// is durable (that is the log): it only mirrors what the owning worker last saw.
+#pragma once
+
+extern "C" {
+#include "postgres.h"
+
+#include "storage/lwlock.h"
+#include "utils/timestamp.h"
+}
+
+#include <cstdint>
+
+namespace trellara::relay {
+
+enum class FlowState : int32_t { kStopped = 0, kStarting = 1, kRunning = 2, kBackoff = 3, kFailed = 4 };
+const char* FlowStateName(FlowState state);
+
+constexpr int kLastErrorBytes = 1024;
+
+struct FlowSlot {
+  bool in_use;
+  char name[NAMEDATALEN];
+  Oid database;
+  FlowState state;
+  pid_t pid;                     // owning worker, 0 when none
+  uint64_t log_durable_offset;   // last acknowledged offset (valid when has_durable_offset)
+  bool has_durable_offset;
+  uint64_t log_durable_lsn;      // source LSN the log covers (last durable completing frame)
+  uint64_t log_bytes;            // bytes of segment files in the log directory
+  uint64_t confirmed_lsn;        // last LSN this worker confirmed to the slot
+  uint64_t records_written;      // frames appended by this worker since it started
+  int32_t consecutive_failures;  // for restart backoff; reset after a healthy pass
+  TimestampTz started_at;
+  TimestampTz stop_requested_at;  // stop_flow/drop_flow in progress: the launcher holds off
+  TimestampTz last_error_at;
+  char last_error[kLastErrorBytes];
+};
+
+struct Board {
+  LWLock* lock;
+  pid_t launcher_pid;
+  int32_t max_flows;
+  FlowSlot flows[FLEXIBLE_ARRAY_MEMBER];
+};
+
+// Registered from _PG_init when preloaded; sizes come from trellara.max_flows.
+void RequestSharedState();
+void InstallSharedStateHooks();
+// The board, or nullptr when the library was not preloaded (no shared memory was reserved).
+Board* SharedBoard();
+
+// Finds the slot of `name` (and optionally reserves a free one). Caller holds board->lock
+// exclusively when reserving.
+FlowSlot* FindFlowSlot(Board* board, const char* name, bool reserve);
+
+// Wakes the launcher so it re-reads trellara.flows now (no-op when it is not running).
+void WakeLauncher();
+
+}  // namespace trellara::relay
