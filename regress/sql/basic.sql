@@ -9,14 +9,19 @@ SELECT trellara.version() = extversion AS library_matches_script
   FROM pg_extension WHERE extname = 'trellara';
 SELECT trellara.version();
 
--- Functions live in schema trellara; nothing is executable by PUBLIC; read-only functions are
--- granted to pg_monitor and trellara_admin.
+-- Nothing in schema trellara is executable by PUBLIC (expect no rows).
+SELECT p.oid::regprocedure AS executable_by_public
+  FROM pg_proc p
+ WHERE p.pronamespace = 'trellara'::regnamespace
+   AND has_function_privilege('public', p.oid, 'EXECUTE');
+-- The read-only functions are granted to pg_monitor and trellara_admin.
 SELECT p.proname, pg_get_function_identity_arguments(p.oid) AS arguments,
        p.provolatile, p.proisstrict,
        (SELECT string_agg(a.grantee::regrole::text, ', ' ORDER BY a.grantee::regrole::text)
-          FROM aclexplode(p.proacl) a WHERE a.grantee <> p.proowner) AS granted_to,
-       EXISTS (SELECT FROM aclexplode(p.proacl) a WHERE a.grantee = 0) AS public_can_execute
-  FROM pg_proc p WHERE p.pronamespace = 'trellara'::regnamespace ORDER BY p.proname;
+          FROM aclexplode(p.proacl) a WHERE a.grantee <> p.proowner) AS granted_to
+  FROM pg_proc p
+ WHERE p.pronamespace = 'trellara'::regnamespace AND p.proname IN ('version', 'envelope_json')
+ ORDER BY p.proname;
 SELECT rolname, rolcanlogin, rolsuper FROM pg_roles WHERE rolname = 'trellara_admin';
 
 -- The sample records (committed as hex by the codec tests) are read by psql on the client side.
