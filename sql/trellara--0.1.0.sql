@@ -287,3 +287,148 @@ AS $$
 $$;
 REVOKE ALL ON FUNCTION trellara.status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION trellara.status() TO pg_monitor, trellara_admin;
+
+-- Source safety preflight of one flow: one row per finding, severity ok | warning | critical.
+-- Every non-ok row names the object and the remedy.
+CREATE FUNCTION trellara.check(flow text)
+RETURNS TABLE (severity text, "check" text, subject text, detail text, remedy text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  f trellara.flows;
+  slot record;
+  st record;
+  t record;
+  keep_mb bigint;
+  has_pk boolean;
+  opl text;
+BEGIN
+  f := trellara._flow($1);
+
+  IF current_setting('wal_level') = 'logical' THEN
+    RETURN QUERY SELECT 'ok', 'wal_level', 'wal_level', 'wal_level is logical', NULL::text;
+  ELSE
+    RETURN QUERY SELECT 'critical', 'wal_level', 'wal_level',
+      format('wal_level is %s; logical decoding needs logical', current_setting('wal_level')),
+      'ALTER SYSTEM SET wal_level = logical; then restart the server';
+  END IF;
+
+  IF 'trellara' = ANY (string_to_array(replace(current_setting('shared_preload_libraries'), ' ', ''), ',')) THEN
+    RETURN QUERY SELECT 'ok', 'library_preloaded', 'shared_preload_libraries', 'trellara is preloaded', NULL::text;
+  ELSE
+    RETURN QUERY SELECT 'critical', 'library_preloaded', 'shared_preload_libraries',
+      'trellara is not in shared_preload_libraries: no relay worker can run',
+      'add trellara to shared_preload_libraries and restart the server';
+  END IF;
+
+  opl := current_setting('output_plugin_libraries', true);
+  IF opl IS NOT NULL THEN
+    IF 'trellara' = ANY (string_to_array(replace(opl, ' ', ''), ',')) THEN
+      RETURN QUERY SELECT 'ok', 'output_plugin_allowed', 'output_plugin_libraries',
+        'trellara is an allowed output plugin', NULL::text;
+    ELSE
+      RETURN QUERY SELECT 'critical', 'output_plugin_allowed', 'output_plugin_libraries',
+        format('output_plugin_libraries is ''%s'': the slot cannot decode with trellara', opl),
+        'ALTER SYSTEM SET output_plugin_libraries = ''' || opl || ', trellara''; SELECT pg_reload_conf()';
+    END IF;
+  END IF;
+
+  IF EXISTS (SELECT FROM pg_publication WHERE pubname = f.publication) THEN
+    RETURN QUERY SELECT 'ok', 'publication', f.publication::text, 'publication exists', NULL::text;
+  ELSE
+    RETURN QUERY SELECT 'critical', 'publication', f.publication::text,
+      'publication does not exist: the relay fails on its first change',
+      format('CREATE PUBLICATION %I FOR TABLE ...', f.publication);
+  END IF;
+
+  SELECT * INTO slot FROM pg_replication_slots WHERE slot_name = f.slot_name;
+  IF NOT FOUND THEN
+    RETURN QUERY SELECT 'critical', 'slot', f.slot_name::text, 'replication slot is missing: nothing is captured',
+      format('SELECT trellara.drop_flow(%L); SELECT trellara.create_flow(%L, %L); then reseed the target',
+             f.name, f.name, f.publication);
+  ELSE
+    SELECT * INTO st FROM trellara.status() s WHERE s.flow = f.name;
+    IF slot.active THEN
+      RETURN QUERY SELECT 'ok', 'slot', f.slot_name::text,
+        format('slot is active (relay pid %s), confirmed to %s', slot.active_pid, slot.confirmed_flush_lsn), NULL::text;
+    ELSIF NOT f.enabled THEN
+      RETURN QUERY SELECT 'warning', 'slot', f.slot_name::text,
+        format('flow is stopped; the slot is inactive and retains WAL from %s', slot.restart_lsn),
+        format('SELECT trellara.start_flow(%L), or drop the flow if it is no longer needed', f.name);
+    ELSE
+      RETURN QUERY SELECT 'critical', 'slot', f.slot_name::text,
+        format('slot is inactive although the flow is enabled (relay state %s%s)', coalesce(st.state, 'unknown'),
+               CASE WHEN st.last_error IS NOT NULL
+                    THEN format(', last error at %s: %s', st.last_error_at, st.last_error) ELSE '' END),
+        'read the last error above and the server log; fix the cause; the launcher restarts the relay with backoff';
+    END IF;
+
+    keep_mb := current_setting('max_slot_wal_keep_size')::bigint;
+    IF slot.wal_status IN ('lost', 'unreserved') THEN
+      RETURN QUERY SELECT 'critical', 'wal_retention', f.slot_name::text,
+        format('slot wal_status is %s: required WAL is (about to be) removed', slot.wal_status),
+        'the flow cannot continue: recreate it and reseed the target; raise max_slot_wal_keep_size';
+    ELSIF keep_mb = -1 THEN
+      RETURN QUERY SELECT 'warning', 'wal_retention', f.slot_name::text,
+        format('max_slot_wal_keep_size is unlimited; the slot retains %s of WAL',
+               pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), slot.restart_lsn))),
+        'set max_slot_wal_keep_size so a stalled flow cannot fill the disk, and alert on trellara.status().wal_retained_bytes';
+    ELSIF pg_wal_lsn_diff(pg_current_wal_lsn(), slot.restart_lsn) > 0.8 * keep_mb * 1024 * 1024 THEN
+      RETURN QUERY SELECT 'warning', 'wal_retention', f.slot_name::text,
+        format('slot retains %s, over 80%% of max_slot_wal_keep_size (%s MB)',
+               pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), slot.restart_lsn)), keep_mb),
+        'find why the relay is behind (trellara.status()); raise max_slot_wal_keep_size if needed';
+    ELSE
+      RETURN QUERY SELECT 'ok', 'wal_retention', f.slot_name::text,
+        format('slot retains %s of WAL (limit %s MB)',
+               pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), slot.restart_lsn)), keep_mb), NULL::text;
+    END IF;
+  END IF;
+
+  FOR t IN
+    SELECT c.oid, pt.schemaname, pt.tablename, c.relreplident, pt.rowfilter,
+           (SELECT count(*) FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+                                                     AND a.attgenerated = '') AS ncols,
+           coalesce(array_length(pt.attnames, 1), 0) AS nlisted
+      FROM pg_publication_tables pt
+      JOIN pg_namespace n ON n.nspname = pt.schemaname
+      JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
+     WHERE pt.pubname = f.publication
+     ORDER BY 2, 3
+  LOOP
+    has_pk := EXISTS (SELECT FROM pg_index i WHERE i.indrelid = t.oid AND i.indisprimary);
+    IF t.rowfilter IS NOT NULL OR t.nlisted < t.ncols THEN
+      RETURN QUERY SELECT 'critical', 'publication_filter', format('%I.%I', t.schemaname, t.tablename),
+        'the publication has a row filter or column list on this table; trellara refuses filtered tables',
+        format('ALTER PUBLICATION %I SET TABLE ... without WHERE or column list for this table', f.publication);
+    END IF;
+    IF t.relreplident = 'n' OR (t.relreplident = 'd' AND NOT has_pk) THEN
+      RETURN QUERY SELECT 'critical', 'replica_identity', format('%I.%I', t.schemaname, t.tablename),
+        CASE WHEN t.relreplident = 'n' THEN 'REPLICA IDENTITY NOTHING: UPDATE and DELETE carry no key'
+             ELSE 'no primary key and REPLICA IDENTITY DEFAULT: UPDATE and DELETE carry no key' END
+        || '; the applier cannot find the target row and will quarantine them',
+        format('ALTER TABLE %I.%I ADD PRIMARY KEY (...), or ALTER TABLE %I.%I REPLICA IDENTITY FULL',
+               t.schemaname, t.tablename, t.schemaname, t.tablename);
+    ELSIF t.relreplident = 'f' THEN
+      RETURN QUERY SELECT 'ok', 'replica_identity', format('%I.%I', t.schemaname, t.tablename),
+        'REPLICA IDENTITY FULL (old rows are logged in full: more WAL)', NULL::text;
+    ELSE
+      RETURN QUERY SELECT 'ok', 'replica_identity', format('%I.%I', t.schemaname, t.tablename),
+        CASE WHEN t.relreplident = 'i' THEN 'REPLICA IDENTITY USING INDEX' ELSE 'primary key' END, NULL::text;
+    END IF;
+  END LOOP;
+  IF NOT FOUND THEN
+    RETURN QUERY SELECT 'warning', 'published_tables', f.publication::text,
+      'the publication has no tables: the flow captures nothing',
+      format('ALTER PUBLICATION %I ADD TABLE ...', f.publication);
+  END IF;
+
+  RETURN QUERY SELECT 'warning', 'failover', f.slot_name::text,
+    'PostgreSQL 15 has no failover slots: the slot exists only on this server; after a failover to a '
+    'standby the flow stops and the new primary has no slot, so changes committed there are not captured',
+    'after a failover: SELECT trellara.create_flow(...) on the new primary and reseed the target '
+    '(trellara snapshot); upgrading to PostgreSQL 17 gives failover slots';
+END
+$$;
+REVOKE ALL ON FUNCTION trellara.check(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION trellara.check(text) TO pg_monitor, trellara_admin;
