@@ -16,8 +16,9 @@
 //   filters and column lists are refused (ERROR naming the publication and table): applying a
 //   filtered stream as if complete would silently diverge.
 // - Values are text from the type output functions, with DateStyle/IntervalStyle/
-//   extra_float_digits/bytea_output pinned for the decoding session so the text reads back the
-//   same on any target. An on-disk TOAST pointer in a new tuple is "unchanged TOAST", never null.
+//   extra_float_digits/bytea_output/TimeZone (UTC)/search_path (empty) pinned while a transaction
+//   is decoded, so the text reads back the same on any target and the same WAL always yields the
+//   same bytes. An on-disk TOAST pointer in a new tuple is "unchanged TOAST", never null.
 // - Prepared transactions: two-phase decoding is not enabled, so Postgres decodes them at
 //   COMMIT PREPARED and never when rolled back. Non-transactional logical messages belong to no
 //   transaction and are not captured (documented in docs/capture.md).
@@ -484,7 +485,10 @@ extern "C" void ShutdownCallback(LogicalDecodingContext* ctx) {
   });
 }
 
-// Pins the settings that shape type output for the duration of one transaction's decoding.
+// Pins the settings that shape type output and type names for the duration of one transaction's
+// decoding, so the same WAL yields the same bytes (and checksums) whoever decodes it: TimeZone
+// for timestamptz/tstzrange text, an empty search_path so user types, regclass values and the
+// like are schema-qualified the same way in every session.
 void PinOutputSettings(State* s) {
   pg::CallPostgres([&] {
     s->guc_nest_level = NewGUCNestLevel();
@@ -492,6 +496,8 @@ void PinOutputSettings(State* s) {
     (void)set_config_option("intervalstyle", "postgres", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
     (void)set_config_option("extra_float_digits", "3", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
     (void)set_config_option("bytea_output", "hex", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+    (void)set_config_option("timezone", "UTC", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+    (void)set_config_option("search_path", "", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
   });
 }
 
