@@ -1,0 +1,67 @@
+-- flows: the flow SQL API (create/stop/start/drop), trellara.status() and trellara.check() shapes.
+-- Flows live in trellara.database (postgres on harness clusters), so this suite switches there.
+\c postgres
+CREATE EXTENSION trellara;
+CREATE TABLE flow_orders (id bigint PRIMARY KEY, note text);
+CREATE TABLE flow_nokey (x int);
+CREATE PUBLICATION flow_pub FOR TABLE flow_orders, flow_nokey;
+
+-- Waits (up to 30 s) until the flow's relay reports the state wanted.
+CREATE FUNCTION wait_for_state(f text, wanted text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE s text;
+BEGIN
+  FOR i IN 1..300 LOOP
+    SELECT state INTO s FROM trellara.status() WHERE flow = f;
+    IF s = wanted THEN RETURN s; END IF;
+    PERFORM pg_sleep(0.1);
+  END LOOP;
+  RETURN s;
+END $$;
+
+-- Bad arguments are refused with the reason.
+SELECT trellara.create_flow('Bad-Name', 'flow_pub');
+SELECT trellara.create_flow('app', 'no_such_pub');
+SELECT trellara.create_flow('app', 'flow_pub', 'relative/dir');
+
+SELECT name, publication, slot_name, enabled, log_directory LIKE '%/pg_trellara/app' AS default_dir
+  FROM trellara.create_flow('app', 'flow_pub');
+SELECT trellara.create_flow('app', 'flow_pub');
+SELECT slot_name, plugin, slot_type FROM pg_replication_slots WHERE slot_name = 'trellara_app';
+SELECT wait_for_state('app', 'running');
+
+INSERT INTO flow_orders SELECT g, 'n' || g FROM generate_series(1, 10) g;
+-- The log holds the transaction once it is durable; the slot is confirmed only that far.
+DO $$
+BEGIN
+  FOR i IN 1..300 LOOP
+    EXIT WHEN (SELECT log_durable_offset IS NOT NULL FROM trellara.status() WHERE flow = 'app');
+    PERFORM pg_sleep(0.1);
+  END LOOP;
+END $$;
+SELECT flow, state, enabled, publication, slot_name, slot_active,
+       confirmed_flush_lsn IS NOT NULL AS has_confirmed, restart_lsn IS NOT NULL AS has_restart,
+       wal_retained_bytes >= 0 AS retained_known, log_durable_offset >= 0 AS has_durable_offset,
+       confirmed_flush_lsn <= log_durable_lsn AS confirmed_within_log, log_bytes > 0 AS log_written,
+       worker_pid IS NOT NULL AS has_worker, last_error
+  FROM trellara.status();
+
+-- check(): every finding with its severity (values that vary are not shown).
+SELECT severity, "check", subject FROM trellara.check('app') ORDER BY "check", subject;
+SELECT count(*) FILTER (WHERE severity <> 'ok' AND remedy IS NULL) AS findings_without_remedy
+  FROM trellara.check('app');
+SELECT * FROM trellara.check('nope');
+
+SELECT trellara.stop_flow('app');
+SELECT flow, state, enabled, slot_active FROM trellara.status();
+SELECT trellara.start_flow('app');
+SELECT wait_for_state('app', 'running');
+SET client_min_messages = warning;  -- the NOTICE names the (temporary) log directory
+SELECT trellara.drop_flow('app', remove_log_directory => true);
+RESET client_min_messages;
+SELECT count(*) AS flows FROM trellara.flows;
+SELECT count(*) AS slots FROM pg_replication_slots WHERE slot_name = 'trellara_app';
+
+DROP PUBLICATION flow_pub;
+DROP TABLE flow_orders, flow_nokey;
+DROP FUNCTION wait_for_state(text, text);
+DROP EXTENSION trellara;
