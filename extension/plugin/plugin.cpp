@@ -602,7 +602,29 @@ extern "C" void TruncateCallback(LogicalDecodingContext* ctx, ReorderBufferTXN*,
     for (int i = 0; i < nrelations; i++) {
       CachedRelation& entry = Lookup(s, relations[i]);
       if (!entry.publish_truncate) continue;
-      // A partition published via its root truncates the root's target table once.
+      // A partition published via its root is truncated on the target only through its root:
+      // naming the root for a TRUNCATE of some partitions would empty every partition there.
+      // As in pgoutput, a TRUNCATE that names the partition but not the root is not captured;
+      // unlike pgoutput, it is not silent.
+      if (entry.publish_as_relid != RelationGetRelid(relations[i])) {
+        bool root_truncated = false;
+        for (int j = 0; j < nrelations; j++) root_truncated |= RelationGetRelid(relations[j]) == entry.publish_as_relid;
+        if (!root_truncated) {
+          std::string partition = PGCALL(get_namespace_name(RelationGetNamespace(relations[i])));
+          partition += std::string(".") + RelationGetRelationName(relations[i]);
+          std::string root = entry.info.schema + "." + entry.info.name;
+          pg::CallPostgres([&] {
+            ereport(WARNING,
+                    (errmsg("TRUNCATE of partition \"%s\" is not captured: the publication publishes it as its "
+                            "root \"%s\"",
+                            partition.c_str(), root.c_str()),
+                     errdetail("A TRUNCATE of the root would empty every partition on the target."),
+                     errhint("DELETE the partition's rows instead (deletes are captured), or publish with "
+                             "publish_via_partition_root = false.")));
+          });
+        }
+        continue;
+      }
       bool seen = false;
       for (uint32_t oid : c.truncate.relation_oids) seen |= oid == entry.info.oid;
       if (seen) continue;
