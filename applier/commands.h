@@ -24,5 +24,7 @@ void AddFormatOption(CLI::App* cmd, OutputFormat& format);
 
 void RegisterInspectTransaction(CLI::App& app);
 void RegisterLogCommands(CLI::App& app);
+// `log records`; call after RegisterLogCommands (it adds to the `log` subcommand).
+void RegisterLogRecords(CLI::App& app);
 
 }  // namespace trellara::cli

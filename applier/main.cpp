@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
 
   trellara::cli::RegisterInspectTransaction(app);
   trellara::cli::RegisterLogCommands(app);
+  trellara::cli::RegisterLogRecords(app);
   for (const auto& planned : kPlanned) {
     auto existing = app.get_subcommands([&](CLI::App* c) { return c->get_name() == planned.name; });
     if (!existing.empty()) continue;

@@ -1,0 +1,67 @@
+// log_record_view.cpp — reads one frame of a flow log for the CLI and names its type.
+// Never writes to the log and never takes the writer lock: a running relay may be appending.
+#include "log_record_view.h"
+
+#include "trellara/log/uring_device.h"
+#include "trellara/relay_progress.h"
+
+namespace trellara::cli {
+
+std::string FrameTypeName(uint8_t frame_type) {
+  switch (frame_type) {
+    case 1: return "envelope";
+    case 2: return "chunk";
+    case 3: return "manifest";
+    case 4: return "commit_marker";
+    case kProgressRecordType: return "progress";
+    case static_cast<uint8_t>(log::RecordType::kTest): return "test";
+    default: return "unknown(" + std::to_string(frame_type) + ")";
+  }
+}
+
+std::optional<uint64_t> ProgressMarkerLsn(const log::LogRecord& record) {
+  if (record.type != kProgressRecordType || record.payload.size() != 8) return std::nullopt;
+  uint64_t lsn = 0;
+  for (int i = 0; i < 8; i++) lsn |= static_cast<uint64_t>(record.payload[i]) << (8 * i);
+  return lsn;
+}
+
+std::unique_ptr<log::LogDevice> OpenLogDeviceForReading() {
+  auto device = log::OpenUringDevice(8);
+  if (!device.ok()) throw CommandFailed("cannot set up io_uring to read the log: " + device.error().message);
+  return std::move(device).value();
+}
+
+std::unique_ptr<log::LogReader> OpenLogForReading(log::LogDevice& device, const std::string& dir) {
+  auto exists = device.Exists(dir);
+  if (!exists.ok()) throw CommandFailed("cannot look at log directory " + dir + ": " + exists.error().message);
+  if (!*exists)
+    throw CommandFailed("log directory " + dir + " does not exist; pass the flow's log directory with --dir "
+                        "(SELECT log_directory FROM trellara.status())",
+                        2);
+  auto reader = log::LogReader::Open(device, dir);
+  if (!reader.ok())
+    throw CommandFailed("cannot open log " + dir + " for reading: " + reader.error().message +
+                        "; run `trellara log inspect --dir " + dir + "` for its health");
+  return std::move(reader).value();
+}
+
+log::LogRecord ReadFrameAt(log::LogDevice& device, const std::string& dir, uint64_t offset) {
+  auto reader = OpenLogForReading(device, dir);
+  Status seek = reader->Seek(offset);
+  if (!seek.ok())
+    throw CommandFailed("cannot read offset " + std::to_string(offset) + " of " + dir + ": " + seek.error().message +
+                            "; run `trellara log inspect --dir " + dir + "` for the valid offsets",
+                        2);
+  auto next = reader->Next();
+  if (!next.ok())
+    throw CommandFailed("cannot read offset " + std::to_string(offset) + " of " + dir + ": " + next.error().message +
+                        "; run `trellara log inspect --dir " + dir + "` to locate the damage");
+  if (!next->has_value())
+    throw CommandFailed("offset " + std::to_string(offset) + " is not a durable record of " + dir +
+                            " (it is past the durable end); run `trellara log records --dir " + dir + "` to list the records",
+                        2);
+  return std::move(**next);
+}
+
+}  // namespace trellara::cli
