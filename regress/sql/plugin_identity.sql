@@ -62,7 +62,7 @@ INSERT INTO ri_full VALUES (3, 'd', 3);
 INSERT INTO ri_index VALUES (3, 'y', 3, 'd');
 INSERT INTO ri_nothing VALUES (3, 'd');
 INSERT INTO ri_no_key VALUES (3, 'd');
-SELECT rel->>'name' AS relation, rel->>'replica_identity' AS replica_identity,
+SELECT rel->>'name' COLLATE "C" AS relation, rel->>'replica_identity' AS replica_identity,
        (SELECT string_agg(c->>'name' || CASE WHEN (c->'key')::bool THEN ' (key)' ELSE '' END, ', ')
           FROM jsonb_array_elements(rel->'columns') c) AS columns
   FROM pg_temp.records('regress_identity', 'publication', 'regress_identity_pub') r,

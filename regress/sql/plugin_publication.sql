@@ -43,7 +43,7 @@ INSERT INTO pub_b.t3 VALUES (1, 'b.t3');
 INSERT INTO pub_b.t4 VALUES (1, 'b.t4');
 COMMIT;
 CREATE FUNCTION pg_temp.peek_relations(VARIADIC options text[]) RETURNS text LANGUAGE sql AS $$
-  SELECT string_agg(c->>'relation', ', ' ORDER BY c->>'relation')
+  SELECT string_agg(c->>'relation', ', ' ORDER BY c->>'relation' COLLATE "C")
     FROM pg_logical_slot_peek_binary_changes('regress_pub', NULL, NULL, VARIADIC options) r,
          jsonb_array_elements(trellara.envelope_json(r.data)->'changes') c
 $$;
