@@ -67,13 +67,16 @@ ordered_json DescribeRecord(const std::string& dir, const log::LogRecord& frame)
   std::string checksum = verified.ok() ? "match" : "mismatch";
   if (const auto* e = std::get_if<Envelope>(&*record)) {
     j["change_count"] = e->changes.size();
+    j["checksum"] = HexEncode(e->checksum);
   } else if (const auto* c = std::get_if<Chunk>(&*record)) {
     j["seq"] = c->seq;
     j["event_count"] = c->event_count;
     j["change_count"] = c->changes.size();
+    j["checksum"] = HexEncode(c->checksum);
   } else if (const auto* m = std::get_if<Manifest>(&*record)) {
     j["chunk_count"] = m->chunks.size();
     j["total_changes"] = m->total_changes;
+    j["checksum"] = HexEncode(m->checksum);
     if (verified.ok()) checksum = "n/a";  // binds to the chunks: the barrier checks it
   } else {
     const auto& k = std::get<CommitMarker>(*record);

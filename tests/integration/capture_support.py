@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""Shared pieces of the capture integration tests (tests/integration/test_capture_*.py).
+
+Responsibility: set up a source cluster with a trellara flow and an independent truth slot
+(test_decoding), read the flow's log through the real `trellara log records` command, read the
+source's committed transactions from the truth slot, and compare the two (no loss, no duplicate,
+same order). It also finds the relay worker by PID and proves the PID is that worker before a
+test signals it.
+
+It must never decide anything from the relay's own claims alone (the truth comes from WAL through
+test_decoding, the log from disk through the CLI), never signal a process it has not identified by
+its command line, and never use anything beyond the standard library and tests/harness.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from harness import PG_BIN  # noqa: E402
+
+SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD_DIR = os.environ.get("TRELLARA_BUILD_DIR", os.path.join(SOURCE_DIR, "build"))
+TRELLARA_BIN = os.environ.get("TRELLARA_BIN", os.path.join(BUILD_DIR, "bin", "trellara"))
+TRUTH_SLOT = "truth"
+COMPLETING_TYPES = ("envelope", "commit_marker", "progress")
+
+
+class CaptureFailure(AssertionError):
+    """A measured fact contradicts the capture contract; the message says which and by how much."""
+
+
+def lsn_to_int(text):
+    high, low = text.split("/")
+    return (int(high, 16) << 32) | int(low, 16)
+
+
+def int_to_lsn(value):
+    return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
+
+
+def wait_for(what, predicate, timeout_s, interval_s=0.2):
+    """Polls predicate() until it returns a truthy value; raises CaptureFailure naming `what`."""
+    deadline = time.monotonic() + timeout_s
+    last_error = None
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as error:  # the server may be restarting; keep polling
+            last_error = error
+        time.sleep(interval_s)
+    raise CaptureFailure(f"timed out after {timeout_s}s waiting for {what}"
+                         + (f" (last error: {last_error})" if last_error else ""))
+
+
+def setup_flow(cluster, publication_sql, flow="app", dbname="postgres"):
+    """CREATE EXTENSION, the publication, the truth slot and the flow, with no write in between
+    that touches published tables, so both slots see the same transactions."""
+    cluster.query("CREATE EXTENSION IF NOT EXISTS trellara", dbname=dbname)
+    cluster.query(publication_sql, dbname=dbname)
+    cluster.query(f"SELECT 1 FROM pg_create_logical_replication_slot('{TRUTH_SLOT}', 'test_decoding')",
+                  dbname=dbname)
+    cluster.query(f"SELECT trellara.create_flow('{flow}', 'pub')", dbname=dbname)
+    log_dir = cluster.query(f"SELECT log_directory FROM trellara.flows WHERE name = '{flow}'", dbname=dbname)
+    wait_for(f"relay worker of flow {flow} to run", lambda: worker_pid(cluster, flow, dbname), 60)
+    return log_dir
+
+
+def worker_pid(cluster, flow="app", dbname="postgres"):
+    """The relay worker's PID from status(), only if /proc proves it is `trellara relay <flow>`."""
+    out = cluster.psql(f"SELECT worker_pid FROM trellara.status() WHERE flow = '{flow}'",
+                       dbname=dbname, check=False)
+    text = out.stdout.strip()
+    if out.returncode != 0 or not text:
+        return None
+    pid = int(text)
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            title = cmdline.read().replace(b"\0", b" ").decode(errors="replace")
+    except FileNotFoundError:
+        return None
+    return pid if f"trellara relay {flow}" in title else None
+
+
+def log_records(log_dir, from_offset=None):
+    """Every durable record of the log, as dicts, through `trellara log records --format json`."""
+    command = [TRELLARA_BIN, "log", "records", "--format", "json", "--dir", log_dir]
+    if from_offset is not None:
+        command += ["--from", str(from_offset)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise CaptureFailure(f"`{' '.join(command)}` failed (exit {result.returncode}): {result.stderr.strip()}")
+    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+class LogFollower:
+    """Reads a growing log incrementally and tracks the LSN it durably covers (commit LSN of the
+    last completing frame: envelope, commit marker or progress marker)."""
+
+    def __init__(self, log_dir):
+        self.log_dir = log_dir
+        self.records = []
+        self.covered_lsn = 0
+
+    def refresh(self):
+        if not os.path.isdir(self.log_dir):
+            return self.covered_lsn
+        start = self.records[-1]["offset"] + 1 if self.records else None
+        for record in log_records(self.log_dir, start):
+            self.records.append(record)
+            if record["type"] in COMPLETING_TYPES:
+                self.covered_lsn = max(self.covered_lsn, lsn_to_int(record["commit_lsn"]))
+        return self.covered_lsn
+
+
+def log_transactions(records):
+    """Completed transactions of the log in log order as (xid, commit_lsn) plus a report of chunk
+    re-emissions. Raises CaptureFailure if a whole transaction appears twice, a re-emitted chunk
+    differs from the first copy, or a commit marker lacks any of its chunks."""
+    completed = []
+    seen = {}
+    chunks = {}        # (xid, lsn) -> {seq: checksum}
+    reemitted = 0
+    chunked = 0
+    for record in records:
+        kind = record["type"]
+        if kind in ("progress", "test"):
+            continue
+        key = (record["xid"], lsn_to_int(record["commit_lsn"]))
+        if record.get("checksum_status") == "mismatch":
+            raise CaptureFailure(f"log offset {record['offset']}: checksum mismatch in {kind} of xid {key[0]}")
+        if kind == "chunk":
+            have = chunks.setdefault(key, {})
+            if record["seq"] in have:
+                if have[record["seq"]] != record.get("checksum"):
+                    raise CaptureFailure(f"log offset {record['offset']}: chunk {record['seq']} of xid {key[0]} "
+                                         f"re-emitted with a different checksum")
+                reemitted += 1
+            have[record["seq"]] = record.get("checksum")
+            continue
+        if kind == "manifest":
+            continue
+        if kind == "commit_marker":
+            have = chunks.get(key, {})
+            if len(have) != record["total_chunks"] or set(have) != set(range(record["total_chunks"])):
+                raise CaptureFailure(f"log offset {record['offset']}: commit marker of xid {key[0]} lists "
+                                     f"{record['total_chunks']} chunks, the log holds seqs {sorted(have)[:5]}... "
+                                     f"({len(have)})")
+            chunked += 1
+        if key in seen:
+            raise CaptureFailure(f"transaction xid {key[0]} commit {int_to_lsn(key[1])} appears twice in the log "
+                                 f"(offsets {seen[key]} and {record['offset']})")
+        seen[key] = record["offset"]
+        completed.append(key)
+    return completed, {"chunked_transactions": chunked, "reemitted_chunks": reemitted}
+
+
+def truth_transactions(cluster, table_prefix, dbname="postgres"):
+    """Committed transactions that touched a table whose qualified name starts with
+    `table_prefix`, from the test_decoding truth slot (peek: the slot is not consumed), as
+    (xid, commit end LSN) in commit order."""
+    rows = cluster.query(
+        f"SELECT lsn, xid, data FROM pg_logical_slot_peek_changes('{TRUTH_SLOT}', NULL, NULL, "
+        f"'include-xids', '1', 'skip-empty-xacts', '1')", dbname=dbname)
+    transactions = []
+    touched = False
+    for line in rows.splitlines():
+        lsn, xid, data = line.split("|", 2)
+        if data.startswith("BEGIN"):
+            touched = False
+        elif data.startswith(f"table {table_prefix}"):
+            touched = True
+        elif data.startswith("COMMIT"):
+            if touched:
+                transactions.append((int(xid), lsn_to_int(lsn)))
+    return transactions
+
+
+def compare(truth, logged, label):
+    """Same transactions, same order, no loss, no duplicate; commit LSNs strictly increasing."""
+    for previous, current in zip(logged, logged[1:]):
+        if current[1] <= previous[1]:
+            raise CaptureFailure(f"{label}: log commit LSNs not strictly increasing: xid {previous[0]} "
+                                 f"{int_to_lsn(previous[1])} then xid {current[0]} {int_to_lsn(current[1])}")
+    truth_xids = [xid for xid, _ in truth]
+    log_xids = [xid for xid, _ in logged]
+    missing = sorted(set(truth_xids) - set(log_xids))
+    extra = sorted(set(log_xids) - set(truth_xids))
+    print(f"{label}: source committed {len(truth)} transactions on published tables; the log holds "
+          f"{len(logged)} completed transactions; missing {len(missing)}, extra {len(extra)}")
+    if missing or extra:
+        raise CaptureFailure(f"{label}: missing from the log: {missing[:10]}; in the log but not committed at "
+                             f"the source: {extra[:10]}")
+    if truth_xids != log_xids:
+        first = next(i for i, (a, b) in enumerate(zip(truth_xids, log_xids)) if a != b)
+        raise CaptureFailure(f"{label}: order differs at position {first}: source xid {truth_xids[first]}, "
+                             f"log xid {log_xids[first]}")
+    lsn_mismatch = [(t, g) for t, g in zip(truth, logged) if t[1] != g[1]]
+    if lsn_mismatch:
+        t, g = lsn_mismatch[0]
+        raise CaptureFailure(f"{label}: {len(lsn_mismatch)} commit LSNs differ from test_decoding's, first xid "
+                             f"{t[0]}: source {int_to_lsn(t[1])}, log {int_to_lsn(g[1])}")
+    print(f"{label}: same {len(truth)} transactions in the same order with the same commit LSNs")
+
+
+def run_pgbench(cluster, args, dbname="postgres", check=True):
+    command = [os.path.join(PG_BIN, "pgbench"), "-h", cluster.socket_dir, "-p", str(cluster.port),
+               "-U", "postgres", *args, dbname]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise CaptureFailure(f"pgbench {' '.join(args)} failed (exit {result.returncode}): {result.stderr[-2000:]}")
+    return result
+
+
+def wait_caught_up(cluster, lsn, flow="app", timeout_s=120, dbname="postgres"):
+    """Waits until the flow's slot is confirmed at or past `lsn`."""
+    def confirmed():
+        text = cluster.query(f"SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = "
+                             f"'trellara_{flow}'", dbname=dbname)
+        return text and lsn_to_int(text) >= lsn
+    wait_for(f"slot trellara_{flow} to be confirmed through {int_to_lsn(lsn)}", confirmed, timeout_s)
