@@ -14,7 +14,7 @@ its command line, and never use anything beyond the standard library and tests/h
 
 import json
 import os
-import re
+import select
 import subprocess
 import sys
 import time
@@ -207,6 +207,56 @@ def compare(truth, logged, label):
         raise CaptureFailure(f"{label}: {len(lsn_mismatch)} commit LSNs differ from test_decoding's, first xid "
                              f"{t[0]}: source {int_to_lsn(t[1])}, log {int_to_lsn(g[1])}")
     print(f"{label}: same {len(truth)} transactions in the same order with the same commit LSNs")
+
+
+class PsqlSession:
+    """One long-lived psql connection for frequent polling (a sampler must not pay a new
+    connection per sample). query() returns the output rows as text, or None when the server is
+    unreachable (the session is reopened on the next call)."""
+
+    END = "__trellara_sample_end__"
+
+    def __init__(self, cluster, dbname="postgres"):
+        # psql buffers stdout fully on a pipe; stdbuf makes it line-buffered so answers arrive.
+        self.command = ["stdbuf", "-oL", os.path.join(PG_BIN, "psql"), "-X", "-q", "-A", "-t", "-h", cluster.socket_dir,
+                        "-p", str(cluster.port), "-U", "postgres", "-d", dbname]
+        self.process = None
+
+    def query(self, sql, timeout_s=10):
+        if self.process is None or self.process.poll() is not None:
+            self.close()
+            self.process = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            stderr=subprocess.DEVNULL, text=True)
+        try:
+            self.process.stdin.write(f"{sql};\n\\echo {self.END}\n")
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self.close()
+            return None
+        # Raw reads from the pipe: a buffered reader would hide data from select().
+        buffered = b""
+        marker = f"{self.END}\n".encode()
+        deadline = time.monotonic() + timeout_s
+        fd = self.process.stdout.fileno()
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break  # psql exited: the connection was lost
+            buffered += chunk
+            if buffered.endswith(marker):
+                return buffered[:-len(marker)].decode(errors="replace").rstrip("\n")
+        self.close()
+        return None
+
+    def close(self):
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.kill()   # our own child, by its Popen handle
+            self.process.wait()
+            self.process = None
 
 
 def run_pgbench(cluster, args, dbname="postgres", check=True):
