@@ -46,6 +46,27 @@ void SimulatedDevice::SyncInode(Inode& inode) {
   inode.unsynced.clear();
 }
 
+void SimulatedDevice::SyncInodeRange(Inode& inode, uint64_t position, uint64_t length) {
+  // Only writes wholly inside the range become durable; truncates and writes outside or across
+  // its edges stay unsynced (a stricter model than a real file system, which may write more).
+  syncs_completed_ += 1;
+  if (options_.fsync_is_noop) return;
+  const uint64_t end = position + length;
+  std::vector<Mutation> kept;
+  for (Mutation& mutation : inode.unsynced) {
+    const bool inside = !mutation.is_truncate && mutation.position >= position &&
+                        mutation.position + mutation.bytes.size() <= end;
+    if (!inside) {
+      kept.push_back(std::move(mutation));
+      continue;
+    }
+    const uint64_t write_end = mutation.position + mutation.bytes.size();
+    if (inode.durable.size() < write_end) inode.durable.resize(write_end);
+    std::memcpy(inode.durable.data() + mutation.position, mutation.bytes.data(), mutation.bytes.size());
+  }
+  inode.unsynced = std::move(kept);
+}
+
 Status SimulatedDevice::MakeDirectory(const std::string& path) {
   if (names_.count(path)) return MakeError(path + " exists and is not a directory");
   directories_.insert(path);  // like the real device: the parent is fsynced on creation
@@ -144,7 +165,6 @@ Status SimulatedDevice::Remove(const std::string& path) {
 }
 
 Status SimulatedDevice::SyncDirectory(const std::string& path) {
-  if (options_.fsync_is_noop) return Status::Ok();
   for (auto it = durable_names_.begin(); it != durable_names_.end();) {
     if (Parent(it->first) == path && !names_.count(it->first)) {
       it = durable_names_.erase(it);
@@ -185,12 +205,14 @@ Status SimulatedDevice::QueueWrite(FileId file, uint64_t position, const void* d
   return Status::Ok();
 }
 
-Status SimulatedDevice::QueueSyncData(FileId file, uint64_t tag) {
+Status SimulatedDevice::QueueSyncData(FileId file, uint64_t position, uint64_t length, uint64_t tag) {
   auto inode = InodeOf(file);
   if (!inode.ok()) return inode.error();
   QueuedOp op;
   op.is_sync = true;
   op.inode = *inode;
+  op.position = position;
+  op.length = length;
   op.tag = tag;
   queued_.push_back(std::move(op));
   return Status::Ok();
@@ -206,7 +228,11 @@ void SimulatedDevice::ExecuteOne(size_t index) {
   QueuedOp op = std::move(submitted_[index]);
   submitted_.erase(submitted_.begin() + static_cast<std::ptrdiff_t>(index));
   if (op.is_sync) {
-    SyncInode(*op.inode);
+    if (op.length == 0) {
+      SyncInode(*op.inode);
+    } else {
+      SyncInodeRange(*op.inode, op.position, op.length);
+    }
     completed_.push_back(Completion{op.tag, 0});
     return;
   }

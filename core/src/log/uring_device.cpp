@@ -197,10 +197,14 @@ class UringDevice final : public LogDevice {
     return Status::Ok();
   }
 
-  Status QueueSyncData(FileId file, uint64_t tag) override {
+  Status QueueSyncData(FileId file, uint64_t position, uint64_t length, uint64_t tag) override {
     io_uring_sqe* sqe = NextSqe();
     if (sqe == nullptr) return MakeError("io_uring submission queue full (" + std::to_string(in_flight_) + " in flight)");
     io_uring_prep_fsync(sqe, file, IORING_FSYNC_DATASYNC);
+    if (length > 0 && length <= UINT32_MAX) {
+      sqe->off = position;
+      sqe->len = static_cast<uint32_t>(length);
+    }
     io_uring_sqe_set_data64(sqe, tag);
     in_flight_ += 1;
     return Status::Ok();

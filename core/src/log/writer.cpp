@@ -145,7 +145,13 @@ Result<uint64_t> LogWriter::Append(uint8_t type, uint64_t commit_lsn, std::span<
     batch.first_offset = next_offset_;
     batch.end_offset = next_offset_;
     batch.tag = next_tag_++;
-    batch.bytes.reserve(std::max<size_t>(options_.batch_bytes_max, frame_bytes));
+    if (!spare_buffers_.empty()) {
+      batch.bytes = std::move(spare_buffers_.back());
+      spare_buffers_.pop_back();
+      batch.bytes.clear();
+    }
+    batch.bytes.reserve(std::max<size_t>(options_.batch_bytes_max, frame_bytes) + kFrameHeaderBytes +
+                        kPayloadBytesMax / 64);
     batches_.push_back(std::move(batch));
   }
   Batch& batch = batches_.back();
@@ -192,7 +198,10 @@ Status LogWriter::MaybeStartSync(bool force) {
       now - last_sync_start_ < std::chrono::microseconds(options_.fsync_interval_us)) {
     return Status::Ok();
   }
-  Status queued = device_.QueueSyncData(*segment_file_, kSyncTag);
+  // Sync exactly the bytes of the covered batches (they are contiguous, oldest first).
+  const uint64_t sync_from = batches_.front().position;
+  const uint64_t sync_to = batches_[written - 1].position + batches_[written - 1].bytes.size();
+  Status queued = device_.QueueSyncData(*segment_file_, sync_from, sync_to - sync_from, kSyncTag);
   if (!queued.ok()) return Fail(queued.error());
   sync_in_flight_ = true;
   sync_covers_batches_ = written;  // only writes that completed before this fdatasync was issued
@@ -217,10 +226,13 @@ Status LogWriter::PublishSyncedBatches(size_t count) {
   }
   index_entries_ += entries.size() / kIndexEntryBytes;
   for (size_t i = 0; i < count; ++i) {
-    const Batch& batch = batches_.front();
+    Batch& batch = batches_.front();
     durable_end_ = batch.end_offset;
     durable_tail_ = DurableTail{batch.end_offset - 1, batch.entries.back().commit_lsn};
     unacknowledged_bytes_ -= batch.bytes.size();
+    if (spare_buffers_.size() < 64 && batch.bytes.capacity() <= (8u << 20)) {
+      spare_buffers_.push_back(std::move(batches_.front().bytes));
+    }
     batches_.pop_front();
   }
   return Status::Ok();

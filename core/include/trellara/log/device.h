@@ -55,7 +55,9 @@ class LogDevice {
 
   // Asynchronous queue. `data` must stay valid until the completion with `tag` is reaped.
   virtual Status QueueWrite(FileId file, uint64_t position, const void* data, size_t len, uint64_t tag) = 0;
-  virtual Status QueueSyncData(FileId file, uint64_t tag) = 0;
+  // fdatasync of bytes [position, position + length) (length 0: the whole file). A range keeps
+  // the sync from chasing pages that later appends dirty while it runs.
+  virtual Status QueueSyncData(FileId file, uint64_t position, uint64_t length, uint64_t tag) = 0;
   virtual Status SubmitQueued() = 0;
   // Appends every available completion to `out` without blocking; returns how many.
   virtual size_t ReapCompletions(std::vector<Completion>& out) = 0;

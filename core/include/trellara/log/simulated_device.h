@@ -8,8 +8,8 @@
 // executed writes), a seeded random choice: lost, kept, or torn at a random byte. Queued
 // operations complete in a seeded random order. The same seed reproduces the same run.
 //
-// `fsync_is_noop` exists only for the negative-control test: it makes SyncData/queued syncs
-// report success without making anything durable, so the power-loss test must find lost
+// `fsync_is_noop` exists only for the negative-control test: it makes SyncData/queued syncs of
+// file data report success without making anything durable (directory fsync still works), so the power-loss test must find lost
 // acknowledged records. Production code never constructs this device.
 #pragma once
 
@@ -66,7 +66,7 @@ class SimulatedDevice final : public LogDevice {
   Result<std::optional<FileId>> TryLockFile(const std::string& path) override;
   void UnlockFile(FileId lock) override;
   Status QueueWrite(FileId file, uint64_t position, const void* data, size_t len, uint64_t tag) override;
-  Status QueueSyncData(FileId file, uint64_t tag) override;
+  Status QueueSyncData(FileId file, uint64_t position, uint64_t length, uint64_t tag) override;
   Status SubmitQueued() override;
   size_t ReapCompletions(std::vector<Completion>& out) override;
   Status WaitForCompletion() override;
@@ -88,6 +88,7 @@ class SimulatedDevice final : public LogDevice {
     bool is_sync = false;
     std::shared_ptr<Inode> inode;
     uint64_t position = 0;
+    uint64_t length = 0;  // sync range (0: whole file)
     std::vector<uint8_t> bytes;
     uint64_t tag = 0;
   };
@@ -95,6 +96,7 @@ class SimulatedDevice final : public LogDevice {
   Result<std::shared_ptr<Inode>> InodeOf(FileId file);
   void ApplyMutation(Inode& inode, const Mutation& mutation);
   void SyncInode(Inode& inode);
+  void SyncInodeRange(Inode& inode, uint64_t position, uint64_t length);
   void ExecuteOne(size_t index);
   static std::string Parent(const std::string& path);
 

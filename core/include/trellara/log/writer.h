@@ -132,6 +132,8 @@ class LogWriter {
   std::chrono::steady_clock::time_point last_sync_start_{};
   std::optional<Error> failure_;
   std::vector<Completion> completions_;
+  // Buffers of acknowledged batches, reused so appends do not fault in fresh pages.
+  std::vector<std::vector<uint8_t>> spare_buffers_;
 };
 
 }  // namespace trellara::log
