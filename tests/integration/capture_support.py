@@ -59,13 +59,15 @@ def wait_for(what, predicate, timeout_s, interval_s=0.2):
                          + (f" (last error: {last_error})" if last_error else ""))
 
 
-def setup_flow(cluster, publication_sql, flow="app", dbname="postgres"):
-    """CREATE EXTENSION, the publication, the truth slot and the flow, with no write in between
-    that touches published tables, so both slots see the same transactions."""
+def setup_flow(cluster, publication_sql, flow="app", dbname="postgres", truth=True):
+    """CREATE EXTENSION, the publication, the truth slot (unless truth=False: it retains all WAL)
+    and the flow, with no write in between that touches published tables, so both slots see the
+    same transactions."""
     cluster.query("CREATE EXTENSION IF NOT EXISTS trellara", dbname=dbname)
     cluster.query(publication_sql, dbname=dbname)
-    cluster.query(f"SELECT 1 FROM pg_create_logical_replication_slot('{TRUTH_SLOT}', 'test_decoding')",
-                  dbname=dbname)
+    if truth:
+        cluster.query(f"SELECT 1 FROM pg_create_logical_replication_slot('{TRUTH_SLOT}', 'test_decoding')",
+                      dbname=dbname)
     cluster.query(f"SELECT trellara.create_flow('{flow}', 'pub')", dbname=dbname)
     log_dir = cluster.query(f"SELECT log_directory FROM trellara.flows WHERE name = '{flow}'", dbname=dbname)
     wait_for(f"relay worker of flow {flow} to run", lambda: worker_pid(cluster, flow, dbname), 60)
