@@ -311,8 +311,8 @@ void RegisterBench(CLI::App* log) {
     size_t record_bytes = 1024;
     bool sync_every_record = false;
     bool sequential_baseline = false;
-    size_t window_records = 2048;
-    size_t batch_bytes = 64u << 10;
+    size_t window_records = 8192;
+    size_t batch_bytes = 128u << 10;
     OutputFormat format = OutputFormat::Text;
   };
   auto options = std::make_shared<Options>();
@@ -324,8 +324,8 @@ void RegisterBench(CLI::App* log) {
   cmd->add_flag("--sequential-baseline", options->sequential_baseline,
                 "baseline: write the same frames sequentially with pwrite and one fdatasync at the end");
   cmd->add_option("--window-records", options->window_records, "group commit: most unacknowledged records")
-      ->default_val(2048);
-  cmd->add_option("--batch-bytes", options->batch_bytes, "group commit: bytes per submitted write")->default_val(64u << 10);
+      ->default_val(8192);
+  cmd->add_option("--batch-bytes", options->batch_bytes, "group commit: bytes per submitted write")->default_val(128u << 10);
   AddFormatOption(cmd, options->format);
   cmd->callback([options] {
     if (options->sync_every_record && options->sequential_baseline) {
