@@ -313,6 +313,7 @@ void RegisterBench(CLI::App* log) {
     bool sequential_baseline = false;
     size_t window_records = 8192;
     size_t batch_bytes = 128u << 10;
+    uint64_t segment_bytes = lg::kSegmentBytesDefault;
     OutputFormat format = OutputFormat::Text;
   };
   auto options = std::make_shared<Options>();
@@ -326,6 +327,7 @@ void RegisterBench(CLI::App* log) {
   cmd->add_option("--window-records", options->window_records, "group commit: most unacknowledged records")
       ->default_val(8192);
   cmd->add_option("--batch-bytes", options->batch_bytes, "group commit: bytes per submitted write")->default_val(128u << 10);
+  cmd->add_option("--segment-bytes", options->segment_bytes, "segment size limit")->default_val(lg::kSegmentBytesDefault);
   AddFormatOption(cmd, options->format);
   cmd->callback([options] {
     if (options->sync_every_record && options->sequential_baseline) {
@@ -369,6 +371,7 @@ void RegisterBench(CLI::App* log) {
     } else {
       lg::WriterOptions writer_options;
       writer_options.batch_bytes_max = options->sync_every_record ? 1 : options->batch_bytes;
+      writer_options.segment_bytes_max = options->segment_bytes;
       auto writer = Unwrap(lg::LogWriter::Open(*device, options->dir, writer_options));
       std::vector<Clock::time_point> appended_at;
       appended_at.reserve(options->records);
