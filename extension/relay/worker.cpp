@@ -292,6 +292,9 @@ void FinishPass(uint64_t decoded_end) {
     confirmable = g_relay->ack->Durable(g_relay->writer->durable_end());
     g_relay->last_progress_us = now;
   }
+  // status() must never show the slot confirmed past log_durable_lsn: publish the durable LSN
+  // before the slot can move to it.
+  if (confirmable > g_relay->confirmed_lsn) Publish(FlowState::kRunning);
   Confirm(confirmable);
   Publish(FlowState::kRunning);
 }
