@@ -14,6 +14,7 @@
 
 #include "commands.h"
 #include "trellara/log/consumer_offsets.h"
+#include "trellara/log/inspect.h"
 #include "trellara/log/reader.h"
 #include "trellara/log/recovery.h"
 #include "trellara/log/scan.h"
@@ -63,7 +64,7 @@ void RequireDirectory(lg::LogDevice& device, const std::string& dir) {
   }
 }
 
-// Holds the writer lock when no writer is running, so the log cannot change under an inspection.
+// Holds the writer lock when no writer is running, so the log cannot change under a verification.
 struct InspectionLock {
   lg::LogDevice& device;
   std::optional<lg::FileId> lock;
@@ -75,21 +76,6 @@ struct InspectionLock {
   }
   bool writer_active() const { return !lock.has_value(); }
 };
-
-json SegmentJson(const lg::SegmentScan& s) {
-  json j;
-  j["segment"] = s.segment_name;
-  j["first_offset"] = s.first_offset;
-  j["records"] = s.frames.size();
-  j["bytes"] = s.file_bytes;
-  j["valid_end_position"] = s.valid_end_position;
-  j["invalid_bytes"] = s.invalid_bytes();
-  j["index_status"] = lg::IndexStatusName(s.index_status);
-  if (!s.index_detail.empty()) j["index_detail"] = s.index_detail;
-  if (!s.invalid_reason.empty()) j["invalid_frame"] = s.invalid_reason;
-  if (s.pending_frames > 0) j["pending_records"] = s.pending_frames;
-  return j;
-}
 
 void RegisterInspect(CLI::App* log) {
   struct Options {
@@ -106,59 +92,11 @@ void RegisterInspect(CLI::App* log) {
   cmd->callback([options] {
     auto device = OpenDevice();
     RequireDirectory(*device, options->dir);
-    InspectionLock lock(*device, options->dir);
-    std::optional<lg::IndexStatus> found_before_repair;
-    uint64_t rebuilt = 0;
-    if (options->repair_index) {
-      if (lock.writer_active()) {
-        throw CommandFailed("cannot repair indexes of " + options->dir +
-                                ": a writer holds the log (LOCK); its recovery rebuilds indexes on open — stop it "
-                                "first or inspect without --repair-index",
-                            2);
-      }
-      lg::RecoveryOptions recovery;
-      recovery.truncate_torn_tail = false;  // inspection reports the torn tail; the writer truncates it
-      recovery.trust_index = false;
-      auto report = Unwrap(lg::RecoverLog(*device, options->dir, recovery), 3);
-      found_before_repair = report.index_found;
-      rebuilt = report.indexes_rebuilt;
-    }
-    lg::ScanOptions scan_options;
-    scan_options.writer_active = lock.writer_active();
-    auto scan = Unwrap(lg::ScanLog(*device, options->dir, scan_options));
-    json report;
-    report["dir"] = options->dir;
-    report["segments"] = scan.segments.size();
-    report["records"] = scan.records();
-    report["first_offset"] = OptionalOffset(scan.first_offset());
-    report["last_valid_offset"] = OptionalOffset(scan.last_valid_offset());
-    report["torn_tail_bytes"] = scan.torn_tail_bytes();
-    lg::IndexStatus status = scan.index_status();
-    if (found_before_repair && rebuilt > 0 && status == lg::IndexStatus::kOk) status = lg::IndexStatus::kRebuilt;
-    report["index_status"] = lg::IndexStatusName(status);
-    if (found_before_repair) {
-      report["index_found"] = lg::IndexStatusName(*found_before_repair);
-      report["indexes_rebuilt"] = rebuilt;
-    }
-    report["writer_active"] = lock.writer_active();
-    uint64_t pending = 0;
-    for (const auto& s : scan.segments) pending += s.pending_frames;
-    report["pending_records"] = pending;
-    auto corruption = scan.corruption();
-    report["corruption"] = corruption ? json(*corruption) : json(nullptr);
-    auto consumers = lg::ReadConsumerOffsets(*device, options->dir);
-    json consumers_json = json::object();
-    if (consumers.ok()) {
-      for (const auto& [name, offset] : *consumers) consumers_json[name] = offset;
-    } else {
-      report["consumers_error"] = consumers.error().message;
-    }
-    report["consumers"] = consumers_json;
-    json segments = json::array();
-    for (const auto& s : scan.segments) segments.push_back(SegmentJson(s));
-    report["segment_list"] = segments;
-    PrintReport(report, options->format);
-    if (corruption) throw CommandFailed(*corruption, 3);
+    lg::InspectOptions inspect_options;
+    inspect_options.repair_index = options->repair_index;
+    auto report = Unwrap(lg::InspectLog(*device, options->dir, inspect_options), options->repair_index ? 2 : 1);
+    PrintReport(json::parse(report.json), options->format);
+    if (report.corrupt) throw CommandFailed(report.corruption, 3);
   });
 }
 

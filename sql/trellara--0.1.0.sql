@@ -432,3 +432,18 @@ END
 $$;
 REVOKE ALL ON FUNCTION trellara.check(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION trellara.check(text) TO pg_monitor, trellara_admin;
+
+CREATE FUNCTION trellara._log_inspect(dir text)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'trellara_log_inspect'
+LANGUAGE C STRICT VOLATILE;
+REVOKE ALL ON FUNCTION trellara._log_inspect(text) FROM PUBLIC;
+
+-- The flow's log as `trellara log inspect --dir` reports it: segments, records, first_offset,
+-- last_valid_offset, torn_tail_bytes, index_status, consumers, corruption, log_bytes.
+CREATE FUNCTION trellara.log_inspect(flow text)
+RETURNS jsonb
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$ SELECT trellara._log_inspect((trellara._flow(flow)).log_directory) $$;
+REVOKE ALL ON FUNCTION trellara.log_inspect(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION trellara.log_inspect(text) TO pg_monitor, trellara_admin;

@@ -45,6 +45,13 @@ SELECT flow, state, enabled, publication, slot_name, slot_active,
        worker_pid IS NOT NULL AS has_worker, last_error
   FROM trellara.status();
 
+-- log_inspect(): the same facts as `trellara log inspect`.
+SELECT j->>'index_status' AS index_status, (j->>'segments')::int AS segments, (j->>'records')::int > 0 AS has_records,
+       (j->>'first_offset')::int AS first_offset, (j->>'torn_tail_bytes')::int AS torn_tail_bytes,
+       j->'corruption' AS corruption, j->'consumers' AS consumers, (j->>'writer_active')::bool AS writer_active
+  FROM trellara.log_inspect('app') AS j;
+SELECT trellara.log_inspect('nope');
+
 -- check(): every finding with its severity (values that vary are not shown).
 SELECT severity, "check", subject FROM trellara.check('app') ORDER BY "check", subject;
 SELECT count(*) FILTER (WHERE severity <> 'ok' AND remedy IS NULL) AS findings_without_remedy
