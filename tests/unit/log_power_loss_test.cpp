@@ -163,16 +163,18 @@ TEST_CASE("log_power_loss_without_fsync_loses_acknowledged_records_negative_cont
   // Same simulation, fdatasync disabled in the simulated device: acknowledgements are no longer
   // backed by durable bytes, so power loss must lose some. If this finds nothing, the positive
   // test above proves nothing.
-  uint64_t lost = 0, acknowledged = 0;
-  for (uint64_t seed : SeedsToRun(5000, 30)) {
+  // A run that ends because recovery reports corruption (acknowledged frames damaged) counts too.
+  uint64_t lost = 0, acknowledged = 0, runs_with_loss = 0, runs_refused = 0;
+  for (uint64_t seed : SeedsToRun(5000, 40)) {
     SimulationOutcome outcome = Simulate(seed, true);
-    INFO("negative-control seed " << seed);
-    REQUIRE(outcome.failure == "");
     lost += outcome.lost_acknowledged;
     acknowledged += outcome.acknowledged;
+    if (outcome.lost_acknowledged > 0) runs_with_loss += 1;
+    if (!outcome.failure.empty()) runs_refused += 1;
   }
-  std::cout << "negative control (fsync disabled): " << lost << " of " << acknowledged
-            << " acknowledged records lost after power loss\n";
+  std::cout << "negative control (fdatasync disabled): " << lost << " of " << acknowledged
+            << " acknowledged records lost; " << runs_with_loss << " runs lost records, " << runs_refused
+            << " runs stopped on detected corruption\n";
   CHECK(acknowledged > 0);
   CHECK(lost > 0);
 }

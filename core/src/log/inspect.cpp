@@ -34,12 +34,22 @@ json SegmentJson(const SegmentScan& s) {
 // Holds the writer lock while inspecting when no writer runs, so the log cannot change meanwhile.
 class InspectionLock {
  public:
+  // A reader without write access to the directory (the applier's user) cannot take the lock;
+  // it then inspects as if a writer were active, which is the conservative reading.
   static Result<InspectionLock> Take(LogDevice& device, const std::string& dir) {
     auto lock = device.TryLockFile(JoinPath(dir, kLockFileName));
-    if (!lock.ok()) return lock.error();
+    if (!lock.ok()) {
+      InspectionLock unlocked(device, std::nullopt);
+      unlocked.lock_error_ = lock.error().message;
+      return unlocked;
+    }
     return InspectionLock(device, *lock);
   }
-  InspectionLock(InspectionLock&& other) noexcept : device_(other.device_), lock_(other.lock_) { other.lock_.reset(); }
+  const std::string& lock_error() const { return lock_error_; }
+  InspectionLock(InspectionLock&& other) noexcept
+      : device_(other.device_), lock_(other.lock_), lock_error_(std::move(other.lock_error_)) {
+    other.lock_.reset();
+  }
   InspectionLock(const InspectionLock&) = delete;
   ~InspectionLock() {
     if (lock_) device_.UnlockFile(*lock_);
@@ -50,6 +60,7 @@ class InspectionLock {
   InspectionLock(LogDevice& device, std::optional<FileId> lock) : device_(device), lock_(lock) {}
   LogDevice& device_;
   std::optional<FileId> lock_;
+  std::string lock_error_;
 };
 
 }  // namespace
@@ -63,6 +74,10 @@ Result<InspectReport> InspectLog(LogDevice& device, const std::string& dir, cons
   std::optional<IndexStatus> found_before_repair;
   uint64_t rebuilt = 0;
   if (options.repair_index) {
+    if (!lock->lock_error().empty()) {
+      return MakeError("cannot repair indexes of " + dir + ": " + lock->lock_error() +
+                       "; run the repair as the user that owns the log directory");
+    }
     if (lock->writer_active())
       return MakeError("cannot repair indexes of " + dir +
                        ": a writer holds the log (LOCK); its recovery rebuilds indexes on open — stop it first or "
@@ -94,6 +109,7 @@ Result<InspectReport> InspectLog(LogDevice& device, const std::string& dir, cons
     report["indexes_rebuilt"] = rebuilt;
   }
   report["writer_active"] = lock->writer_active();
+  if (!lock->lock_error().empty()) report["lock_unavailable"] = lock->lock_error();
   uint64_t pending = 0;
   uint64_t bytes = 0;
   for (const auto& s : scan->segments) {

@@ -14,7 +14,7 @@
 //  * non-blocking (the relay background worker): Append() ... Submit(), then wait on
 //    completion_event_fd() with the latch and call Poll(); durable_end() says what is acknowledged.
 //  * blocking (CLI, tests): Append() then Flush().
-// Segment rollover is the one blocking step inside Append: it waits for the old segment's
+// A LogWriter is used from one thread. Segment rollover is the one blocking step inside Append: it waits for the old segment's
 // outstanding records to be durable, then creates and fsyncs the new segment and the directory
 // (once per segment_bytes_max of log, default 64 MiB).
 #pragma once
