@@ -150,8 +150,7 @@ Result<uint64_t> LogWriter::Append(uint8_t type, uint64_t commit_lsn, std::span<
       spare_buffers_.pop_back();
       batch.bytes.clear();
     }
-    batch.bytes.reserve(std::max<size_t>(options_.batch_bytes_max, frame_bytes) + kFrameHeaderBytes +
-                        kPayloadBytesMax / 64);
+    batch.bytes.reserve(std::max<size_t>(options_.batch_bytes_max + (64u << 10), frame_bytes));
     batches_.push_back(std::move(batch));
   }
   Batch& batch = batches_.back();
@@ -211,7 +210,8 @@ Status LogWriter::MaybeStartSync(bool force) {
 }
 
 Status LogWriter::PublishSyncedBatches(size_t count) {
-  std::vector<uint8_t> entries;
+  std::vector<uint8_t>& entries = index_buffer_;  // reused: a fresh buffer per group costs page faults
+  entries.clear();
   for (size_t i = 0; i < count; ++i) {
     for (const auto& entry : batches_[i].entries) {
       entries.resize(entries.size() + kIndexEntryBytes);
@@ -230,7 +230,7 @@ Status LogWriter::PublishSyncedBatches(size_t count) {
     durable_end_ = batch.end_offset;
     durable_tail_ = DurableTail{batch.end_offset - 1, batch.entries.back().commit_lsn};
     unacknowledged_bytes_ -= batch.bytes.size();
-    if (spare_buffers_.size() < 64 && batch.bytes.capacity() <= (8u << 20)) {
+    if (spare_buffers_.size() < 512 && batch.bytes.capacity() <= (8u << 20)) {
       spare_buffers_.push_back(std::move(batches_.front().bytes));
     }
     batches_.pop_front();

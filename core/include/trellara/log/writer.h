@@ -134,6 +134,7 @@ class LogWriter {
   std::vector<Completion> completions_;
   // Buffers of acknowledged batches, reused so appends do not fault in fresh pages.
   std::vector<std::vector<uint8_t>> spare_buffers_;
+  std::vector<uint8_t> index_buffer_;
 };
 
 }  // namespace trellara::log
