@@ -179,7 +179,6 @@ Result<std::vector<uint8_t>> ReadFileFrom(LogDevice& device, const std::string& 
 // is trusted (each was written only after its frame was durable) and frames are read only after
 // it. Returns the position after that frame, or nullopt when the entry does not check out.
 std::optional<uint64_t> VerifyLastIndexedFrame(LogDevice& device, const std::string& path, const IndexEntry& last) {
-  uint64_t file_bytes = 0;
   auto file = device.OpenFileReadOnly(path);
   if (!file.ok()) return std::nullopt;
   std::vector<uint8_t> header(kFrameHeaderBytes);
@@ -198,7 +197,6 @@ std::optional<uint64_t> VerifyLastIndexedFrame(LogDevice& device, const std::str
       }
     }
   }
-  (void)file_bytes;
   device.CloseFile(*file);
   return end;
 }
