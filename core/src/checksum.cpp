@@ -15,10 +15,17 @@ namespace trellara {
 
 namespace {
 
+// The SHA-256 implementation, fetched from the provider once per process (an implicit fetch on
+// every init takes provider-store locks and dominated small hashes).
+const EVP_MD* Sha256Md() {
+  static EVP_MD* md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+  return md;
+}
+
 class Sha256Stream {
  public:
   Sha256Stream() : ctx_(EVP_MD_CTX_new()) {
-    if (ctx_ == nullptr || EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr) != 1)
+    if (ctx_ == nullptr || Sha256Md() == nullptr || EVP_DigestInit_ex(ctx_, Sha256Md(), nullptr) != 1)
       throw std::bad_alloc();
   }
   ~Sha256Stream() { EVP_MD_CTX_free(ctx_); }

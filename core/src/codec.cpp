@@ -167,11 +167,27 @@ class Encoder {
   }
 
  private:
+  // Bump allocation from 16 KiB blocks: one record needs many small structs, all freed together.
   void* Alloc(size_t n) {
-    blocks_.emplace_back(new std::max_align_t[(n + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t)]);
-    return blocks_.back().get();
+    constexpr size_t kAlign = alignof(std::max_align_t);
+    constexpr size_t kBlockUnits = 16384 / sizeof(std::max_align_t);
+    size_t units = (n + kAlign - 1) / kAlign;
+    if (units > kBlockUnits) {
+      blocks_.emplace_back(new std::max_align_t[units]);
+      return blocks_.back().get();
+    }
+    if (blocks_.empty() || used_units_ + units > kBlockUnits) {
+      blocks_.emplace_back(new std::max_align_t[kBlockUnits]);
+      current_ = blocks_.back().get();
+      used_units_ = 0;
+    }
+    void* p = current_ + used_units_;
+    used_units_ += units;
+    return p;
   }
   std::deque<std::unique_ptr<std::max_align_t[]>> blocks_;
+  std::max_align_t* current_ = nullptr;
+  size_t used_units_ = 0;
   bool bad_text_ = false;
 };
 

@@ -489,7 +489,10 @@ extern "C" void ShutdownCallback(LogicalDecodingContext* ctx) {
 // decoding, so the same WAL yields the same bytes (and checksums) whoever decodes it: TimeZone
 // for timestamptz/tstzrange text, an empty search_path so user types, regclass values and the
 // like are schema-qualified the same way in every session.
+bool settings_pinned_by_process = false;
+
 void PinOutputSettings(State* s) {
+  if (settings_pinned_by_process) return;  // the relay worker pinned them for its whole life
   pg::CallPostgres([&] {
     s->guc_nest_level = NewGUCNestLevel();
     (void)set_config_option("datestyle", "ISO, YMD", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
@@ -660,6 +663,14 @@ extern "C" bool FilterByOriginCallback(LogicalDecodingContext*, RepOriginId) {
 }  // namespace
 
 const WrittenRecord& LastWrittenRecord() { return last_written; }
+
+void PinOutputSettingsForProcess() {
+  static const char* const kSettings[][2] = {{"datestyle", "ISO, YMD"}, {"intervalstyle", "postgres"},
+                                             {"extra_float_digits", "3"}, {"bytea_output", "hex"},
+                                             {"timezone", "UTC"},         {"search_path", ""}};
+  for (const auto& setting : kSettings) SetConfigOption(setting[0], setting[1], PGC_SUSET, PGC_S_OVERRIDE);
+  settings_pinned_by_process = true;
+}
 
 void DefineGucs() {
   DefineCustomIntVariable("trellara.chunk_changes",

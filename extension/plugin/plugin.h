@@ -19,6 +19,11 @@ struct WrittenRecord {
 // Facts about the record whose bytes are in the current OutputPluginWrite call.
 const WrittenRecord& LastWrittenRecord();
 
+// For a process that only decodes (the relay worker): pins the settings that shape type output
+// (DateStyle, IntervalStyle, extra_float_digits, bytea_output, TimeZone, search_path) once, at
+// PGC_S_OVERRIDE, instead of around every transaction. Plain C calls: may raise ERROR.
+void PinOutputSettingsForProcess();
+
 // Registers the plugin's GUCs (trellara.chunk_changes); called once from _PG_init.
 void DefineGucs();
 

@@ -42,6 +42,8 @@ namespace {
 
 constexpr int kLauncherMaxFlows = 1024;
 constexpr long kRescanMs = 1000;
+constexpr long kFastRescanMs = 20;
+constexpr int kFastRescans = 50;
 constexpr int kStopHoldMs = 60'000;
 
 struct FlowRow {
@@ -221,6 +223,7 @@ void trellara_launcher_main(Datum) {
   LWLockRelease(b->lock);
   before_shmem_exit(ClearLauncherPid, 0);
   ereport(LOG, (errmsg("trellara launcher started; flow catalog in database \"%s\"", FlowDatabase())));
+  int fast_rescans = 0;
   for (;;) {
     CHECK_FOR_INTERRUPTS();
     if (ConfigReloadPending) {
@@ -228,7 +231,12 @@ void trellara_launcher_main(Datum) {
       ProcessConfigFile(PGC_SIGHUP);
     }
     Reconcile();
-    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, kRescanMs, PG_WAIT_EXTENSION);
+    // A wake comes from create/start/stop_flow before their transaction commits: look again
+    // soon, a few times, instead of waiting a whole rescan period for the commit to be visible.
+    long timeout = fast_rescans > 0 ? kFastRescanMs : kRescanMs;
+    if (fast_rescans > 0) fast_rescans--;
+    int rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout, PG_WAIT_EXTENSION);
     ResetLatch(MyLatch);
+    if (rc & WL_LATCH_SET) fast_rescans = kFastRescans;
   }
 }

@@ -373,6 +373,7 @@ void trellara_relay_main(Datum) {
                            log_directory)));
   pg::GuardEntry("trellara relay start", [] { OpenLog(); });
 
+  plugin::PinOutputSettingsForProcess();
   CheckLogicalDecodingRequirements();
   ReplicationSlotAcquire(slot_name, true);
   char skip_lsn[32];

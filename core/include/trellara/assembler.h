@@ -43,7 +43,8 @@ class TransactionAssembler {
 
   // Starts a transaction; every record of it carries this identity.
   void Begin(uint32_t xid, uint64_t begin_lsn, uint64_t commit_lsn, int64_t commit_time_us);
-  // Adds the next change. `relation` describes change.relation_oid (null for Truncate, Message
+  // Adds the next change. Every RelationInfo must carry its fingerprint (ComputeFingerprint).
+  // `relation` describes change.relation_oid (null for Truncate, Message
   // and Ddl); `truncated` describes every relation a Truncate names, in its order.
   Status AddChange(Change change, const RelationInfo* relation, const std::vector<const RelationInfo*>& truncated,
                    const RecordSink& sink);
