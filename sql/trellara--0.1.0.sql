@@ -257,6 +257,9 @@ LANGUAGE C STRICT VOLATILE;
 REVOKE ALL ON FUNCTION trellara._remove_log_directory(text) FROM PUBLIC;
 
 -- One row per flow: relay state, slot positions, WAL retained, what the log holds, last error.
+-- Reads the slots first and the relay status board second: a worker publishes the LSN its log
+-- durably covers before it confirms the slot, so in this order a row never shows
+-- confirmed_flush_lsn past log_durable_lsn (a join could read them the other way round).
 CREATE FUNCTION trellara.status()
 RETURNS TABLE (
   flow text, state text, enabled boolean, publication name, slot_name name,
@@ -264,26 +267,41 @@ RETURNS TABLE (
   wal_status text, log_directory text, log_durable_offset bigint, log_durable_lsn pg_lsn,
   log_bytes bigint, worker_pid int, records_written bigint, consecutive_failures int,
   last_error text, last_error_at timestamptz)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+  slots jsonb;
+  board jsonb;
+BEGIN
+  SELECT coalesce(jsonb_object_agg(rs.slot_name, jsonb_build_object(
+           'active', rs.active, 'confirmed', rs.confirmed_flush_lsn, 'restart', rs.restart_lsn,
+           'retained', CASE WHEN rs.restart_lsn IS NOT NULL
+                            THEN pg_wal_lsn_diff(pg_current_wal_lsn(), rs.restart_lsn) END,
+           'wal_status', rs.wal_status)), '{}')
+    INTO slots
+    FROM pg_replication_slots rs
+   WHERE rs.slot_name IN (SELECT f.slot_name FROM trellara.flows f);
+  SELECT coalesce(jsonb_object_agg(b.flow, to_jsonb(b)), '{}') INTO board FROM trellara._relay_status() b;
+  RETURN QUERY
   SELECT f.name,
          CASE
-           WHEN s.flow IS NULL THEN CASE WHEN f.enabled THEN 'starting' ELSE 'stopped' END
-           WHEN NOT f.enabled AND s.worker_pid IS NULL THEN 'stopped'
-           WHEN f.enabled AND s.worker_pid IS NULL AND s.state = 'failed' THEN 'backoff'
-           ELSE s.state
+           WHEN b IS NULL THEN CASE WHEN f.enabled THEN 'starting' ELSE 'stopped' END
+           WHEN NOT f.enabled AND b->>'worker_pid' IS NULL THEN 'stopped'
+           WHEN f.enabled AND b->>'worker_pid' IS NULL AND b->>'state' = 'failed' THEN 'backoff'
+           ELSE b->>'state'
          END,
          f.enabled, f.publication, f.slot_name,
-         rs.active, rs.confirmed_flush_lsn, rs.restart_lsn,
-         CASE WHEN rs.restart_lsn IS NOT NULL THEN pg_wal_lsn_diff(pg_current_wal_lsn(), rs.restart_lsn) END,
-         rs.wal_status, f.log_directory,
-         s.log_durable_offset, s.log_durable_lsn,
+         (sl->>'active')::boolean, (sl->>'confirmed')::pg_lsn, (sl->>'restart')::pg_lsn,
+         (sl->>'retained')::numeric, sl->>'wal_status', f.log_directory,
+         (b->>'log_durable_offset')::bigint, (b->>'log_durable_lsn')::pg_lsn,
          trellara._log_bytes(f.log_directory),
-         s.worker_pid, s.records_written, s.consecutive_failures, s.last_error, s.last_error_at
+         (b->>'worker_pid')::int, (b->>'records_written')::bigint, (b->>'consecutive_failures')::int,
+         b->>'last_error', (b->>'last_error_at')::timestamptz
     FROM trellara.flows f
-    LEFT JOIN pg_replication_slots rs ON rs.slot_name = f.slot_name
-    LEFT JOIN trellara._relay_status() s ON s.flow = f.name
-   ORDER BY f.name
+    LEFT JOIN LATERAL (SELECT slots->(f.slot_name::text) AS sl) s ON true
+    LEFT JOIN LATERAL (SELECT board->f.name AS b) r ON true
+   ORDER BY f.name;
+END
 $$;
 REVOKE ALL ON FUNCTION trellara.status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION trellara.status() TO pg_monitor, trellara_admin;

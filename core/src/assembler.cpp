@@ -52,10 +52,16 @@ Status TransactionAssembler::Emit(const Record& record, bool completes, const Re
 void TransactionAssembler::RememberRelation(const RelationInfo& relation) {
   if (FindRelation(pending_relations_, relation.oid) != nullptr) return;
   pending_relations_.push_back(relation);
-  if (RelationInfo* all = FindRelation(all_relations_, relation.oid))
-    *all = relation;
-  else
-    all_relations_.push_back(relation);
+}
+
+// Every relation of a chunked transaction, for its Manifest (latest version of each).
+void TransactionAssembler::MergeIntoAllRelations(const std::vector<RelationInfo>& relations) {
+  for (const auto& relation : relations) {
+    if (RelationInfo* all = FindRelation(all_relations_, relation.oid))
+      *all = relation;
+    else
+      all_relations_.push_back(relation);
+  }
 }
 
 Status TransactionAssembler::AddChange(Change change, const RelationInfo* relation,
@@ -91,6 +97,7 @@ Status TransactionAssembler::FlushChunk(const RecordSink& sink) {
   chunk.seq = static_cast<uint32_t>(chunk_refs_.size());
   chunk.partition_id = 0;
   chunk.relations = std::move(pending_relations_);
+  MergeIntoAllRelations(chunk.relations);
   chunk.changes = std::move(pending_);
   pending_ = {};
   pending_relations_ = {};

@@ -12,6 +12,8 @@
 #include <deque>
 #include <memory>
 #include <set>
+#include <string_view>
+#include <unordered_map>
 
 #include "trellara.pb-c.h"
 #include "trellara/checksum.h"
@@ -409,90 +411,170 @@ class Decoder {
   std::string error_;
 };
 
+
+// ---------------------------------------------------------------------------------------------
+// Relation descriptions are the bulk of most records and repeat from record to record: each
+// distinct RelationInfo is packed once and its bytes are spliced into every record that carries
+// it. The result is byte-for-byte what protobuf-c packs (fields stay in field-number order).
+// ---------------------------------------------------------------------------------------------
+void AppendVarint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+// Appends field `field` (wire type 2: length-delimited) holding `bytes`.
+void AppendLengthDelimited(std::string& out, uint32_t field, std::string_view bytes) {
+  AppendVarint(out, (static_cast<uint64_t>(field) << 3) | 2);
+  AppendVarint(out, bytes.size());
+  out.append(bytes.data(), bytes.size());
+}
+
+template <typename Message>
+void AppendPacked(std::string& out, const Message* m, size_t (*size_fn)(const Message*),
+                  size_t (*pack_fn)(const Message*, uint8_t*)) {
+  size_t n = size_fn(m);
+  size_t at = out.size();
+  out.resize(at + n);
+  pack_fn(m, reinterpret_cast<uint8_t*>(out.data() + at));
+}
+
+struct RelationBytesCache {
+  std::unordered_map<std::string, std::string> by_key;
+};
+
+// Key: everything the packed RelationInfo depends on.
+std::string RelationKey(const RelationInfo& r) {
+  std::string key(reinterpret_cast<const char*>(r.fingerprint.data()), r.fingerprint.size());
+  auto put32 = [&key](uint32_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put32(r.oid);
+  for (const auto& c : r.columns) put32(c.type_oid);
+  return key;
+}
+
+const std::string& PackedRelation(const RelationInfo& r, bool& bad_text) {
+  // Process-wide, created on first use (no static constructor in the extension), bounded.
+  static RelationBytesCache* cache = new RelationBytesCache();
+  constexpr size_t kMaxCachedRelations = 4096;
+  std::string key = RelationKey(r);
+  auto it = cache->by_key.find(key);
+  if (it != cache->by_key.end()) return it->second;
+  if (cache->by_key.size() >= kMaxCachedRelations) cache->by_key.clear();
+  Encoder enc;
+  // The protobuf-c structs point into `single`: it must outlive the packing below.
+  const std::vector<RelationInfo> single{r};
+  Trellara__RelationInfo** one = enc.Relations(single);
+  if (enc.bad_text()) {
+    // Never cached: every record carrying this relation must fail the same way.
+    bad_text = true;
+    static const std::string* empty = new std::string();
+    return *empty;
+  }
+  std::string bytes;
+  AppendPacked<Trellara__RelationInfo>(bytes, one[0], trellara__relation_info__get_packed_size,
+                                       trellara__relation_info__pack);
+  return cache->by_key.emplace(std::move(key), std::move(bytes)).first->second;
+}
+
+// Packs `before` (fields numbered below the relations field), the relations, then `after`.
+template <typename Message>
+std::string PackWithRelations(const Message* before, const Message* after, uint32_t relations_field,
+                              const std::vector<RelationInfo>& relations, size_t (*size_fn)(const Message*),
+                              size_t (*pack_fn)(const Message*, uint8_t*), bool& bad_text) {
+  std::string body;
+  AppendPacked<Message>(body, before, size_fn, pack_fn);
+  for (const auto& r : relations) AppendLengthDelimited(body, relations_field, PackedRelation(r, bad_text));
+  AppendPacked<Message>(body, after, size_fn, pack_fn);
+  return body;
+}
+
 }  // namespace
 
 Result<std::string> EncodeRecord(const Record& record) {
   Encoder enc;
-  Trellara__Record rec = TRELLARA__RECORD__INIT;
-  Trellara__Envelope env = TRELLARA__ENVELOPE__INIT;
-  Trellara__Chunk chunk = TRELLARA__CHUNK__INIT;
-  Trellara__Manifest manifest = TRELLARA__MANIFEST__INIT;
-  Trellara__CommitMarker marker = TRELLARA__COMMIT_MARKER__INIT;
-
+  bool bad_text = false;
+  uint32_t record_field = 0;  // Record.body field number
+  std::string body;           // the encoded body message
   if (const auto* e = std::get_if<Envelope>(&record)) {
-    env.format_version = TRELLARA__FORMAT_VERSION__FORMAT_VERSION_1;
-    env.tx = enc.Tx(e->tx);
-    env.begin_lsn = e->begin_lsn;
-    env.commit_time_us = e->commit_time_us;
-    env.n_relations = e->relations.size();
-    env.relations = enc.Relations(e->relations);
-    env.n_changes = e->changes.size();
-    env.changes = enc.Changes(e->changes);
-    env.n_counts = e->counts.size();
-    env.counts = enc.Counts(e->counts);
-    env.boundary_mode = static_cast<Trellara__BoundaryMode>(e->boundary_mode);
-    env.checksum = Encoder::Bin(e->checksum);
-    rec.body_case = TRELLARA__RECORD__BODY_ENVELOPE;
-    rec.envelope = &env;
+    Trellara__Envelope before = TRELLARA__ENVELOPE__INIT;  // fields 1-4
+    before.format_version = TRELLARA__FORMAT_VERSION__FORMAT_VERSION_1;
+    before.tx = enc.Tx(e->tx);
+    before.begin_lsn = e->begin_lsn;
+    before.commit_time_us = e->commit_time_us;
+    Trellara__Envelope after = TRELLARA__ENVELOPE__INIT;   // fields 6-9
+    after.n_changes = e->changes.size();
+    after.changes = enc.Changes(e->changes);
+    after.n_counts = e->counts.size();
+    after.counts = enc.Counts(e->counts);
+    after.boundary_mode = static_cast<Trellara__BoundaryMode>(e->boundary_mode);
+    after.checksum = Encoder::Bin(e->checksum);
+    body = PackWithRelations<Trellara__Envelope>(&before, &after, 5, e->relations, trellara__envelope__get_packed_size,
+                                                 trellara__envelope__pack, bad_text);
+    record_field = 1;
   } else if (const auto* c = std::get_if<Chunk>(&record)) {
-    chunk.format_version = TRELLARA__FORMAT_VERSION__FORMAT_VERSION_1;
-    chunk.tx = enc.Tx(c->tx);
-    chunk.seq = c->seq;
-    chunk.partition_id = c->partition_id;
-    chunk.event_count = c->event_count;
-    chunk.n_relations = c->relations.size();
-    chunk.relations = enc.Relations(c->relations);
-    chunk.n_changes = c->changes.size();
-    chunk.changes = enc.Changes(c->changes);
-    chunk.checksum = Encoder::Bin(c->checksum);
-    rec.body_case = TRELLARA__RECORD__BODY_CHUNK;
-    rec.chunk = &chunk;
+    Trellara__Chunk before = TRELLARA__CHUNK__INIT;  // fields 1-5
+    before.format_version = TRELLARA__FORMAT_VERSION__FORMAT_VERSION_1;
+    before.tx = enc.Tx(c->tx);
+    before.seq = c->seq;
+    before.partition_id = c->partition_id;
+    before.event_count = c->event_count;
+    Trellara__Chunk after = TRELLARA__CHUNK__INIT;   // fields 7-8
+    after.n_changes = c->changes.size();
+    after.changes = enc.Changes(c->changes);
+    after.checksum = Encoder::Bin(c->checksum);
+    body = PackWithRelations<Trellara__Chunk>(&before, &after, 6, c->relations, trellara__chunk__get_packed_size,
+                                              trellara__chunk__pack, bad_text);
+    record_field = 2;
   } else if (const auto* m = std::get_if<Manifest>(&record)) {
-    manifest.format_version = TRELLARA__FORMAT_VERSION__FORMAT_VERSION_1;
-    manifest.tx = enc.Tx(m->tx);
-    manifest.begin_lsn = m->begin_lsn;
-    manifest.commit_time_us = m->commit_time_us;
-    manifest.n_chunks = m->chunks.size();
-    manifest.chunks = enc.Array<Trellara__ChunkRef>(m->chunks.size());
+    Trellara__Manifest before = TRELLARA__MANIFEST__INIT;  // fields 1-5
+    before.format_version = TRELLARA__FORMAT_VERSION__FORMAT_VERSION_1;
+    before.tx = enc.Tx(m->tx);
+    before.begin_lsn = m->begin_lsn;
+    before.commit_time_us = m->commit_time_us;
+    before.n_chunks = m->chunks.size();
+    before.chunks = enc.Array<Trellara__ChunkRef>(m->chunks.size());
     for (size_t i = 0; i < m->chunks.size(); i++) {
       Trellara__ChunkRef ref = TRELLARA__CHUNK_REF__INIT;
       ref.seq = m->chunks[i].seq;
       ref.partition_id = m->chunks[i].partition_id;
       ref.event_count = m->chunks[i].event_count;
       ref.checksum = Encoder::Bin(m->chunks[i].checksum);
-      manifest.chunks[i] = enc.New(ref);
+      before.chunks[i] = enc.New(ref);
     }
-    manifest.n_relations = m->relations.size();
-    manifest.relations = enc.Relations(m->relations);
-    manifest.n_counts = m->counts.size();
-    manifest.counts = enc.Counts(m->counts);
-    manifest.total_changes = m->total_changes;
-    manifest.boundary_mode = static_cast<Trellara__BoundaryMode>(m->boundary_mode);
-    manifest.checksum = Encoder::Bin(m->checksum);
-    rec.body_case = TRELLARA__RECORD__BODY_MANIFEST;
-    rec.manifest = &manifest;
+    Trellara__Manifest after = TRELLARA__MANIFEST__INIT;   // fields 7-10
+    after.n_counts = m->counts.size();
+    after.counts = enc.Counts(m->counts);
+    after.total_changes = m->total_changes;
+    after.boundary_mode = static_cast<Trellara__BoundaryMode>(m->boundary_mode);
+    after.checksum = Encoder::Bin(m->checksum);
+    body = PackWithRelations<Trellara__Manifest>(&before, &after, 6, m->relations, trellara__manifest__get_packed_size,
+                                                 trellara__manifest__pack, bad_text);
+    record_field = 3;
   } else {
     const auto& k = std::get<CommitMarker>(record);
+    Trellara__CommitMarker marker = TRELLARA__COMMIT_MARKER__INIT;
     marker.format_version = TRELLARA__FORMAT_VERSION__FORMAT_VERSION_1;
     marker.tx = enc.Tx(k.tx);
     marker.manifest_checksum = Encoder::Bin(k.manifest_checksum);
     marker.total_changes = k.total_changes;
     marker.total_chunks = k.total_chunks;
-    rec.body_case = TRELLARA__RECORD__BODY_COMMIT_MARKER;
-    rec.commit_marker = &marker;
+    AppendPacked<Trellara__CommitMarker>(body, &marker, trellara__commit_marker__get_packed_size,
+                                         trellara__commit_marker__pack);
+    record_field = 4;
   }
-  if (enc.bad_text())
+  if (enc.bad_text() || bad_text)
     return MakeError(std::string("cannot encode ") + RecordTypeName(TypeOf(record)) + " of xid " +
                      std::to_string(TxOf(record).xid) +
                      ": a name or text value contains a NUL byte, which a protobuf string cannot carry");
-
-  size_t size = trellara__record__get_packed_size(&rec);
-  if (size > kMaxRecordBytes)
+  std::string out;
+  out.reserve(body.size() + 11);
+  AppendLengthDelimited(out, record_field, body);
+  if (out.size() > kMaxRecordBytes)
     return MakeError(std::string(RecordTypeName(TypeOf(record))) + " of xid " + std::to_string(TxOf(record).xid) +
-                     " encodes to " + std::to_string(size) + " bytes, above the " +
+                     " encodes to " + std::to_string(out.size()) + " bytes, above the " +
                      std::to_string(kMaxRecordBytes) + "-byte record limit; lower trellara.chunk_changes");
-  std::string out(size, '\0');
-  trellara__record__pack(&rec, reinterpret_cast<uint8_t*>(out.data()));
   return out;
 }
 

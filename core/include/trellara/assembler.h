@@ -59,6 +59,7 @@ class TransactionAssembler {
 
  private:
   void RememberRelation(const RelationInfo& relation);
+  void MergeIntoAllRelations(const std::vector<RelationInfo>& relations);
   Status FlushChunk(const RecordSink& sink);
   Status Emit(const Record& record, bool completes, const RecordSink& sink, std::string* bytes_out = nullptr);
 
