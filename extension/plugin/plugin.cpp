@@ -58,6 +58,7 @@ extern "C" {
 PGDLLEXPORT void _PG_output_plugin_init(OutputPluginCallbacks* cb);
 }
 
+#include <deque>
 #include <memory>
 #include <type_traits>
 #include <string>
@@ -602,30 +603,24 @@ extern "C" void TruncateCallback(LogicalDecodingContext* ctx, ReorderBufferTXN*,
     c.truncate.cascade = change->data.truncate.cascade;
     c.truncate.restart_identity = change->data.truncate.restart_seqs;
     std::vector<const RelationInfo*> infos;
+    std::deque<CachedRelation> own;  // partitions truncated alone, described as themselves
     for (int i = 0; i < nrelations; i++) {
       CachedRelation& entry = Lookup(s, relations[i]);
       if (!entry.publish_truncate) continue;
-      // A partition published via its root is truncated on the target only through its root:
-      // naming the root for a TRUNCATE of some partitions would empty every partition there.
-      // As in pgoutput, a TRUNCATE that names the partition but not the root is not captured;
-      // unlike pgoutput, it is not silent.
+      // A partition published via its root is truncated on the target only through its root
+      // when the root itself was truncated: naming the root for a TRUNCATE of some partitions
+      // would empty every partition there. A TRUNCATE of the partition alone is captured as a
+      // TRUNCATE of that partition, described as itself: a target with the same partitioning
+      // applies it; a target without that table fails closed (quarantine) instead of silently
+      // keeping rows the source removed (pgoutput drops such a TRUNCATE).
       if (entry.publish_as_relid != RelationGetRelid(relations[i])) {
         bool root_truncated = false;
         for (int j = 0; j < nrelations; j++) root_truncated |= RelationGetRelid(relations[j]) == entry.publish_as_relid;
-        if (!root_truncated) {
-          std::string partition = PGCALL(get_namespace_name(RelationGetNamespace(relations[i])));
-          partition += std::string(".") + RelationGetRelationName(relations[i]);
-          std::string root = entry.info.schema + "." + entry.info.name;
-          pg::CallPostgres([&] {
-            ereport(WARNING,
-                    (errmsg("TRUNCATE of partition \"%s\" is not captured: the publication publishes it as its "
-                            "root \"%s\"",
-                            partition.c_str(), root.c_str()),
-                     errdetail("A TRUNCATE of the root would empty every partition on the target."),
-                     errhint("DELETE the partition's rows instead (deletes are captured), or publish with "
-                             "publish_via_partition_root = false.")));
-          });
-        }
+        if (root_truncated) continue;
+        own.emplace_back();
+        Describe(relations[i], own.back());
+        c.truncate.relation_oids.push_back(own.back().info.oid);
+        infos.push_back(&own.back().info);
         continue;
       }
       bool seen = false;

@@ -387,6 +387,8 @@ void trellara_relay_main(Datum) {
   routine.page_read = read_local_xlog_page;
   routine.segment_open = wal_segment_open;
   routine.segment_close = wal_segment_close;
+  MemoryContext decoding_memory =
+      AllocSetContextCreate(TopMemoryContext, "trellara relay decoding", ALLOCSET_DEFAULT_SIZES);
   LogicalDecodingContext* ctx =
       CreateDecodingContext(InvalidXLogRecPtr, options, false, &routine, PrepareWrite, DoWrite, nullptr);
   XLogBeginRead(ctx->reader, MyReplicationSlot->data.restart_lsn);
@@ -402,6 +404,16 @@ void trellara_relay_main(Datum) {
       ProcessConfigFile(PGC_SIGHUP);
     }
     XLogRecPtr end_of_wal = GetFlushRecPtr(nullptr);
+    // Decode each pass inside one (xid-less, snapshot-less) transaction, as the SQL decoding
+    // functions do: the reorder buffer then replays each source transaction in a cheap internal
+    // subtransaction instead of starting and aborting a full transaction per source transaction.
+    bool in_pass_transaction = ctx->reader->EndRecPtr < end_of_wal;
+    if (in_pass_transaction) {
+      StartTransactionCommand();
+      // The WAL reader grows its record buffer in CurrentMemoryContext and keeps it across
+      // passes: it must not be the transaction's context, which the commit below frees.
+      MemoryContextSwitchTo(decoding_memory);
+    }
     while (ctx->reader->EndRecPtr < end_of_wal && !got_sigterm) {
       char* errm = nullptr;
       XLogRecord* record = XLogReadRecord(ctx->reader, &errm);
@@ -413,6 +425,7 @@ void trellara_relay_main(Datum) {
     }
     XLogRecPtr decoded_end = ctx->reader->EndRecPtr;
     pg::GuardEntry("trellara relay pass", [decoded_end] { FinishPass(decoded_end); });
+    if (in_pass_transaction) CommitTransactionCommand();
     (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, kPassSleepMs, PG_WAIT_EXTENSION);
     ResetLatch(MyLatch);
   }
