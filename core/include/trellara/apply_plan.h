@@ -1,0 +1,101 @@
+// apply_plan.h — the planner: turns one captured Change into the SQL statement that applies it to
+// the target, with $n placeholders and an ordered list of bound parameter values (DESIGN §6).
+//
+// The planner decides; the libpq adapter executes. Every identifier is double-quoted (quotes
+// doubled, non-ASCII kept, names over 63 bytes or holding NUL refused); every value is a bound
+// text parameter (or NULL), never spliced into SQL text. Statements that share a `statement_key`
+// have byte-identical SQL text, so the applier prepares each shape once and reuses it.
+//
+// Rules:
+//   INSERT   lists every column: INSERT INTO t (c1, ..) OVERRIDING SYSTEM VALUE VALUES ($1, ..).
+//   UPDATE   SET lists every column of the new tuple except unchanged-TOAST values (an absent TOAST
+//            value must never overwrite target data) and except the key columns when the key did
+//            not change (they already equal the matched row's key). The row is matched by the key
+//            from the old image when the change carries one, else by the new tuple's key columns;
+//            a key-changing UPDATE therefore matches the old key and sets the new one. An
+//            unchanged-TOAST key value is an error.
+//   DELETE   matches by the key from the old image (key or full).
+//   FULL     a relation without key columns whose change carries the full old image (REPLICA
+//            IDENTITY FULL) matches one row on every column with IS NOT DISTINCT FROM; columns
+//            whose type has no (or no exact) equality — json, xml, point, box, ... — make that a
+//            plan error, as does a relation with no key and no full image (REPLICA IDENTITY
+//            NOTHING, or DEFAULT without a primary key).
+//   TRUNCATE of the listed relations in source order, with RESTART IDENTITY as captured; CASCADE
+//            is not propagated (the captured list already names every published table the source
+//            cascade reached; CASCADE on the target could empty tables the flow does not own).
+//   MESSAGE / DDL produce no statement: messages are recorded in the log but not applied; DDL
+//            apply is outside this planner's scope.
+// Parameters carry no type casts: Postgres infers each parameter's type from the target column it
+// is assigned or compared to, so the text is parsed by the target column's own input function,
+// as native logical replication does (see docs/apply-core.md for why casts are less safe).
+//
+// The planner never talks to a database, never looks at target state, and never guesses: any
+// change it cannot express exactly is an Error naming the relation, the column and the remedy.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "trellara/envelope.h"
+#include "trellara/result.h"
+
+namespace trellara {
+
+// Postgres truncates identifiers longer than NAMEDATALEN - 1 bytes: a longer name could address
+// another object, so it is refused.
+inline constexpr size_t kMaxIdentifierBytes = 63;
+
+// "name" with embedded quotes doubled. Fails on an empty name, a NUL byte, or more than 63 bytes.
+Result<std::string> QuoteIdentifier(const std::string& name);
+// "schema"."name"
+Result<std::string> QualifiedName(const RelationInfo& relation);
+// schema.name as a person reads it in a message (not for SQL).
+std::string DisplayName(const RelationInfo& relation);
+
+enum class PlanKind : uint8_t { Insert, Update, Delete, Truncate, NotApplied };
+
+// How an UPDATE/DELETE finds its row.
+enum class MatchMode : uint8_t {
+  None,     // INSERT, TRUNCATE
+  Key,      // key columns with =  (at most one row by construction)
+  FullRow,  // every column IS NOT DISTINCT FROM, limited to one row (REPLICA IDENTITY FULL)
+};
+
+// How many rows the statement must affect for the apply to be correct.
+enum class RowExpectation : uint8_t { ExactlyOne, Any };
+
+struct ChangePlan {
+  PlanKind kind = PlanKind::NotApplied;
+  // Equal keys <=> equal SQL text: relation fingerprint(s), op, column sets, match mode, flags.
+  std::string statement_key;
+  std::string sql;
+  std::vector<std::optional<std::string>> params;  // $1.. in order; nullopt is SQL NULL
+  std::vector<std::string> param_columns;          // the column each parameter is bound to
+  RowExpectation expect = RowExpectation::Any;
+  MatchMode match = MatchMode::None;
+
+  // For messages: what the row match was, as a person reads it: "(id)=(42)", "(a, b)=(1, NULL)".
+  std::string match_description;
+  std::string relation_display;  // public.orders (or the list for TRUNCATE)
+  std::string not_applied_reason;  // PlanKind::NotApplied: why nothing is executed
+};
+
+// Plans `change`, whose relations (and truncated relations) are described by `relations` (the
+// record's RelationInfo list). The SQL text is always filled, so the applier can prepare on a cache
+// miss; when its cache already holds `statement_key` it only binds `params`.
+Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationInfo>& relations);
+
+// "UPDATE", "DELETE", ... for messages.
+const char* PlanKindName(PlanKind kind);
+
+// Types compared with IS NOT DISTINCT FROM under REPLICA IDENTITY FULL must have an exact default
+// equality. False for types with none (json, xml, jsonpath, point, polygon, pg_snapshot,
+// txid_snapshot) and for the geometric types whose `=` is inexact (box and circle compare areas;
+// line and lseg use a tolerance; path compares point counts). Arrays (name[]) follow their
+// element type. Unknown user types are assumed comparable: if one is not, the statement fails on
+// the target with SQLSTATE 42883 and the transaction is quarantined.
+bool TypeHasExactEquality(const std::string& type_name);
+
+}  // namespace trellara

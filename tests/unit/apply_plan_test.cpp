@@ -1,0 +1,323 @@
+// apply_plan_test.cpp — the planner: SQL text with $n placeholders and bound values for every
+// op, key predicates from the old key image, unchanged-TOAST columns omitted, REPLICA IDENTITY
+// FULL matching, identity errors with their remedy, hostile identifiers and values, and statement
+// keys that are equal exactly when the SQL text is. Never needs a database.
+#include <catch2/catch.hpp>
+
+#include "samples.h"
+#include "trellara/apply_plan.h"
+#include "trellara/checksum.h"
+
+using namespace trellara;
+
+namespace {
+
+using Params = std::vector<std::optional<std::string>>;
+
+RelationInfo Orders() { return testing::SampleOrders(); }  // id bigint key, note, amount, doc
+
+RelationInfo Rel(std::string schema, std::string name, std::vector<Column> columns,
+                 ReplicaIdentity ri = ReplicaIdentity::Default) {
+  RelationInfo r;
+  r.oid = 20000;
+  r.schema = std::move(schema);
+  r.name = std::move(name);
+  r.columns = std::move(columns);
+  r.replica_identity = ri;
+  r.fingerprint = ComputeFingerprint(r);
+  return r;
+}
+
+Change Row(Op op, uint32_t oid, std::vector<Value> new_tuple, OldImage image = OldImage::None,
+           std::vector<Value> old_tuple = {}) {
+  Change c;
+  c.op = op;
+  c.relation_oid = oid;
+  c.new_tuple = std::move(new_tuple);
+  c.old_image = image;
+  c.old_tuple = std::move(old_tuple);
+  return c;
+}
+
+Value T(std::string s) { return Value::Text(std::move(s)); }
+
+ChangePlan MustPlan(const Change& c, const std::vector<RelationInfo>& rels) {
+  auto plan = PlanChange(c, rels);
+  INFO((plan.ok() ? std::string() : plan.error().message));
+  REQUIRE(plan.ok());
+  return *plan;
+}
+
+std::string MustFail(const Change& c, const std::vector<RelationInfo>& rels) {
+  auto plan = PlanChange(c, rels);
+  REQUIRE_FALSE(plan.ok());
+  return plan.error().message;
+}
+
+}  // namespace
+
+TEST_CASE("plans_insert_listing_every_column_with_bound_values", "[plan]") {
+  auto p = MustPlan(Row(Op::Insert, 16384, {T("42"), T("it's; DROP TABLE x --"), T("NaN"), Value::Null()}), {Orders()});
+  CHECK(p.kind == PlanKind::Insert);
+  CHECK(p.sql ==
+        "INSERT INTO \"public\".\"orders\" (\"id\", \"note\", \"amount\", \"doc\") OVERRIDING SYSTEM VALUE "
+        "VALUES ($1, $2, $3, $4)");
+  CHECK(p.params == Params{"42", "it's; DROP TABLE x --", "NaN", std::nullopt});
+  CHECK(p.param_columns == std::vector<std::string>{"id", "note", "amount", "doc"});
+  CHECK(p.expect == RowExpectation::ExactlyOne);
+  CHECK(p.match_description == "(id)=(42)");
+  CHECK(p.sql.find("DROP") == std::string::npos);  // values never reach the SQL text
+}
+
+TEST_CASE("plans_update_with_key_predicate", "[plan][seed000]") {
+  // No old image: the key did not change; the row is matched by the new tuple's key.
+  auto p = MustPlan(Row(Op::Update, 16384, {T("42"), T("changed"), T("1.50"), T("doc")}), {Orders()});
+  CHECK(p.kind == PlanKind::Update);
+  CHECK(p.sql == "UPDATE \"public\".\"orders\" SET \"note\" = $1, \"amount\" = $2, \"doc\" = $3 WHERE \"id\" = $4");
+  CHECK(p.params == Params{"changed", "1.50", "doc", "42"});
+  CHECK(p.match == MatchMode::Key);
+  CHECK(p.expect == RowExpectation::ExactlyOne);
+  CHECK(p.match_description == "(id)=(42)");
+}
+
+TEST_CASE("key_changing_update_sets_new_key_and_matches_old_key", "[plan][seed000]") {
+  auto p = MustPlan(Row(Op::Update, 16384, {T("44"), T(""), T("1.50"), Value::Null()}, OldImage::Key, {T("43")}),
+                    {Orders()});
+  CHECK(p.sql ==
+        "UPDATE \"public\".\"orders\" SET \"id\" = $1, \"note\" = $2, \"amount\" = $3, \"doc\" = $4 WHERE \"id\" = $5");
+  CHECK(p.params == Params{"44", "", "1.50", std::nullopt, "43"});
+  CHECK(p.match_description == "(id)=(43)");
+  SECTION("composite key: only one part changes, both are set and both old parts match") {
+    RelationInfo r = Rel("Sales", "line \"items\"", {{"order_id", 20, "bigint", -1, true},
+                                                     {"line", 23, "integer", -1, true},
+                                                     {"qty", 23, "integer", -1, false}});
+    auto q = MustPlan(Row(Op::Update, 20000, {T("1"), T("3"), T("9")}, OldImage::Key, {T("1"), T("2")}), {r});
+    CHECK(q.sql == "UPDATE \"Sales\".\"line \"\"items\"\"\" SET \"order_id\" = $1, \"line\" = $2, \"qty\" = $3 "
+                   "WHERE \"order_id\" = $4 AND \"line\" = $5");
+    CHECK(q.params == Params{"1", "3", "9", "1", "2"});
+    CHECK(q.match_description == "(order_id, line)=(1, 2)");
+  }
+  SECTION("an old key image equal to the new key does not set the key") {
+    auto q = MustPlan(Row(Op::Update, 16384, {T("43"), T("n"), T("1"), T("d")}, OldImage::Key, {T("43")}), {Orders()});
+    CHECK(q.sql == "UPDATE \"public\".\"orders\" SET \"note\" = $1, \"amount\" = $2, \"doc\" = $3 WHERE \"id\" = $4");
+  }
+}
+
+TEST_CASE("update_omits_absent_non_key_columns_for_unchanged_toast", "[plan][seed000]") {
+  // The sample envelope's UPDATE: doc was not logged (unchanged TOAST) and must not be touched.
+  auto p = MustPlan(Row(Op::Update, 16384, {T("42"), T("changed"), T("Infinity"), Value::UnchangedToast()}), {Orders()});
+  CHECK(p.sql == "UPDATE \"public\".\"orders\" SET \"note\" = $1, \"amount\" = $2 WHERE \"id\" = $3");
+  CHECK(p.params == Params{"changed", "Infinity", "42"});
+  CHECK(p.sql.find("\"doc\"") == std::string::npos);
+}
+
+TEST_CASE("update_omits_explicit_unchanged_toast_marker", "[plan][seed000]") {
+  // Unchanged TOAST is not NULL: a NULL is set, the marker is omitted, and the two shapes differ.
+  auto toast = MustPlan(Row(Op::Update, 16384, {T("42"), Value::UnchangedToast(), T("1"), Value::UnchangedToast()}),
+                        {Orders()});
+  auto null = MustPlan(Row(Op::Update, 16384, {T("42"), Value::Null(), T("1"), Value::Null()}), {Orders()});
+  CHECK(toast.sql == "UPDATE \"public\".\"orders\" SET \"amount\" = $1 WHERE \"id\" = $2");
+  CHECK(toast.params == Params{"1", "42"});
+  CHECK(null.sql == "UPDATE \"public\".\"orders\" SET \"note\" = $1, \"amount\" = $2, \"doc\" = $3 WHERE \"id\" = $4");
+  CHECK(null.params == Params{std::nullopt, "1", std::nullopt, "42"});
+  CHECK(toast.statement_key != null.statement_key);
+  SECTION("every non-key column unchanged: the row must still be matched") {
+    auto only = MustPlan(Row(Op::Update, 16384, {T("42"), Value::UnchangedToast(), Value::UnchangedToast(),
+                                                 Value::UnchangedToast()}),
+                         {Orders()});
+    CHECK(only.sql == "UPDATE \"public\".\"orders\" SET \"id\" = $1 WHERE \"id\" = $2");
+    CHECK(only.params == Params{"42", "42"});
+    CHECK(only.expect == RowExpectation::ExactlyOne);
+  }
+}
+
+TEST_CASE("update_with_unchanged_toast_key_is_an_error", "[plan]") {
+  std::string e = MustFail(Row(Op::Update, 16384, {Value::UnchangedToast(), T("n"), T("1"), T("d")}), {Orders()});
+  CHECK_THAT(e, Catch::Contains("UPDATE on public.orders") && Catch::Contains("key column id") &&
+                    Catch::Contains("unchanged-TOAST"));
+  std::string old = MustFail(
+      Row(Op::Update, 16384, {T("1"), T("n"), T("1"), T("d")}, OldImage::Key, {Value::UnchangedToast()}), {Orders()});
+  CHECK_THAT(old, Catch::Contains("unchanged-TOAST"));
+}
+
+TEST_CASE("insert_with_unchanged_toast_is_an_error", "[plan]") {
+  std::string e = MustFail(Row(Op::Insert, 16384, {T("1"), T("n"), T("1"), Value::UnchangedToast()}), {Orders()});
+  CHECK_THAT(e, Catch::Contains("INSERT on public.orders") && Catch::Contains("column doc"));
+}
+
+TEST_CASE("plans_delete_by_old_key_image", "[plan]") {
+  auto p = MustPlan(Row(Op::Delete, 16384, {}, OldImage::Key, {T("44")}), {Orders()});
+  CHECK(p.sql == "DELETE FROM \"public\".\"orders\" WHERE \"id\" = $1");
+  CHECK(p.params == Params{"44"});
+  CHECK(p.expect == RowExpectation::ExactlyOne);
+  CHECK(p.match_description == "(id)=(44)");
+  std::string e = MustFail(Row(Op::Delete, 16384, {}), {Orders()});
+  CHECK_THAT(e, Catch::Contains("DELETE on public.orders") && Catch::Contains("no old row image"));
+  std::string null_key = MustFail(Row(Op::Delete, 16384, {}, OldImage::Key, {Value::Null()}), {Orders()});
+  CHECK_THAT(null_key, Catch::Contains("key column id is NULL"));
+}
+
+TEST_CASE("replica_identity_full_matches_one_row_on_every_column", "[plan]") {
+  RelationInfo r = Rel("public", "events", {{"at", 1184, "timestamp with time zone", -1, false},
+                                            {"what", 25, "text", -1, false},
+                                            {"n", 23, "integer", -1, false}},
+                       ReplicaIdentity::Full);
+  auto d = MustPlan(Row(Op::Delete, 20000, {}, OldImage::Full, {T("2026-01-01 00:00:00+00"), Value::Null(), T("3")}), {r});
+  CHECK(d.match == MatchMode::FullRow);
+  CHECK(d.sql ==
+        "DELETE FROM \"public\".\"events\" WHERE (tableoid, ctid) = (SELECT tableoid, ctid FROM \"public\".\"events\" "
+        "WHERE \"at\" IS NOT DISTINCT FROM $1 AND \"what\" IS NOT DISTINCT FROM $2 AND \"n\" IS NOT DISTINCT FROM $3 "
+        "LIMIT 1)");
+  CHECK(d.params == Params{"2026-01-01 00:00:00+00", std::nullopt, "3"});
+  CHECK(d.match_description == "(at, what, n)=(2026-01-01 00:00:00+00, NULL, 3)");
+  auto u = MustPlan(Row(Op::Update, 20000, {T("2026-01-01 00:00:00+00"), T("x"), T("4")}, OldImage::Full,
+                        {T("2026-01-01 00:00:00+00"), Value::Null(), T("3")}),
+                    {r});
+  CHECK(u.sql ==
+        "UPDATE \"public\".\"events\" SET \"at\" = $1, \"what\" = $2, \"n\" = $3 WHERE (tableoid, ctid) = (SELECT "
+        "tableoid, ctid FROM \"public\".\"events\" WHERE \"at\" IS NOT DISTINCT FROM $4 AND \"what\" IS NOT DISTINCT "
+        "FROM $5 AND \"n\" IS NOT DISTINCT FROM $6 LIMIT 1)");
+  CHECK(u.params == Params{"2026-01-01 00:00:00+00", "x", "4", "2026-01-01 00:00:00+00", std::nullopt, "3"});
+  SECTION("a full image of a keyed relation matches by the key") {
+    auto k = MustPlan(Row(Op::Delete, 16384, {}, OldImage::Full, {T("42"), T("n"), T("1"), T("d")}), {Orders()});
+    CHECK(k.sql == "DELETE FROM \"public\".\"orders\" WHERE \"id\" = $1");
+    CHECK(k.params == Params{"42"});
+  }
+}
+
+TEST_CASE("replica_identity_full_on_a_type_without_exact_equality_is_a_plan_error", "[plan]") {
+  for (std::string type : {"json", "point", "json[]", "pg_catalog.xml", "box"}) {
+    RelationInfo r = Rel("public", "docs", {{"body", 114, type, -1, false}, {"n", 23, "integer", -1, false}},
+                         ReplicaIdentity::Full);
+    std::string e = MustFail(Row(Op::Delete, 20000, {}, OldImage::Full, {T("{}"), T("1")}), {r});
+    INFO(e);
+    CHECK_THAT(e, Catch::Contains("DELETE on public.docs") && Catch::Contains("column body has type " + type) &&
+                      Catch::Contains("no exact equality") && Catch::Contains("add a primary key"));
+  }
+  CHECK(TypeHasExactEquality("jsonb"));
+  CHECK(TypeHasExactEquality("public.mood"));
+  CHECK(TypeHasExactEquality("numeric(12,2)[]"));
+  CHECK_FALSE(TypeHasExactEquality("circle[][]"));
+}
+
+TEST_CASE("relation_without_key_or_full_image_is_a_plan_error_naming_the_remedy", "[plan]") {
+  RelationInfo r = Rel("public", "log", {{"line", 25, "text", -1, false}}, ReplicaIdentity::Nothing);
+  std::string u = MustFail(Row(Op::Update, 20000, {T("x")}), {r});
+  CHECK_THAT(u, Catch::Contains("UPDATE on public.log") && Catch::Contains("no replica identity key") &&
+                    Catch::Contains("REPLICA IDENTITY NOTHING") && Catch::Contains("add a primary key"));
+  std::string d = MustFail(Row(Op::Delete, 20000, {}), {r});
+  CHECK_THAT(d, Catch::Contains("DELETE on public.log") && Catch::Contains("add a primary key"));
+  // Inserts need no identity.
+  CHECK(MustPlan(Row(Op::Insert, 20000, {T("x")}), {r}).kind == PlanKind::Insert);
+}
+
+TEST_CASE("plans_truncate_in_source_order", "[plan]") {
+  RelationInfo a = Orders();
+  RelationInfo b = Rel("Sales", "line \"items\"", {{"id", 23, "integer", -1, true}});
+  Change t;
+  t.op = Op::Truncate;
+  t.truncate = TruncateInfo{{20000, 16384}, /*cascade=*/true, /*restart_identity=*/true};
+  auto p = MustPlan(t, {a, b});
+  CHECK(p.kind == PlanKind::Truncate);
+  CHECK(p.sql == "TRUNCATE TABLE \"Sales\".\"line \"\"items\"\"\", \"public\".\"orders\" RESTART IDENTITY RESTRICT");
+  CHECK(p.params.empty());
+  CHECK(p.expect == RowExpectation::Any);
+  CHECK(p.relation_display == "Sales.line \"items\", public.orders");
+  t.truncate.restart_identity = false;
+  auto q = MustPlan(t, {a, b});
+  CHECK(q.sql == "TRUNCATE TABLE \"Sales\".\"line \"\"items\"\"\", \"public\".\"orders\" CONTINUE IDENTITY RESTRICT");
+  CHECK(q.statement_key != p.statement_key);
+  t.truncate.relation_oids = {16384, 20000};
+  CHECK(MustPlan(t, {a, b}).sql.find("\"public\".\"orders\", \"Sales\"") != std::string::npos);
+  t.truncate.relation_oids = {99};
+  CHECK_THAT(MustFail(t, {a, b}), Catch::Contains("oid 99"));
+}
+
+TEST_CASE("messages_and_ddl_produce_no_statement", "[plan]") {
+  Change m;
+  m.op = Op::Message;
+  m.message = LogicalMessage{true, "app", "hello"};
+  auto p = MustPlan(m, {});
+  CHECK(p.kind == PlanKind::NotApplied);
+  CHECK(p.sql.empty());
+  CHECK_THAT(p.not_applied_reason, Catch::Contains("recorded in the log but not applied"));
+  Change d;
+  d.op = Op::Ddl;
+  d.ddl = Ddl{"ALTER TABLE", "table", "public", "public.orders", "ALTER TABLE public.orders ADD c int"};
+  auto q = MustPlan(d, {});
+  CHECK(q.kind == PlanKind::NotApplied);
+  CHECK_THAT(q.not_applied_reason, Catch::Contains("ALTER TABLE public.orders"));
+}
+
+TEST_CASE("hostile_identifiers_are_always_quoted", "[plan]") {
+  const std::string name63(63, 'n');
+  const std::string unicode = "Zeilen-Übersicht ✓";  // non-ASCII, 21 bytes
+  RelationInfo r = Rel("we\"ird;schema", "Mixed Case\"; DROP TABLE x; --",
+                       {{"\"", 23, "integer", -1, true}, {name63, 25, "text", -1, false}, {unicode, 25, "text", -1, false},
+                        {"select", 25, "text", -1, false}});
+  auto p = MustPlan(Row(Op::Update, 20000, {T("1"), T("a"), T("b"), T("c")}, OldImage::Key, {T("0")}), {r});
+  CHECK(p.sql == "UPDATE \"we\"\"ird;schema\".\"Mixed Case\"\"; DROP TABLE x; --\" SET \"\"\"\" = $1, \"" + name63 +
+                     "\" = $2, \"" + unicode + "\" = $3, \"select\" = $4 WHERE \"\"\"\" = $5");
+  CHECK(QuoteIdentifier("a\"b").value() == "\"a\"\"b\"");
+  SECTION("a name Postgres would truncate is refused") {
+    RelationInfo long_name = Rel("public", std::string(64, 'x'), {{"id", 23, "integer", -1, true}});
+    CHECK_THAT(MustFail(Row(Op::Insert, 20000, {T("1")}), {long_name}), Catch::Contains("64 bytes"));
+    RelationInfo long_col = Rel("public", "t", {{std::string(64, 'c'), 23, "integer", -1, true}});
+    CHECK_THAT(MustFail(Row(Op::Insert, 20000, {T("1")}), {long_col}), Catch::Contains("64 bytes"));
+  }
+  SECTION("empty names and NUL bytes are refused") {
+    CHECK_FALSE(QuoteIdentifier("").ok());
+    CHECK_FALSE(QuoteIdentifier(std::string("a\0b", 3)).ok());
+  }
+}
+
+TEST_CASE("hostile_values_are_bound_verbatim", "[plan]") {
+  const std::string huge(1 << 20, 'x');
+  for (std::string v : {std::string("back\\slash"), std::string("new\nline\r\n"), std::string("NaN"),
+                        std::string("-Infinity"), std::string("-0"), std::string("'); DROP TABLE t; --"),
+                        std::string("$1"), huge}) {
+    auto p = MustPlan(Row(Op::Insert, 16384, {T("1"), T(v), T("1"), Value::Null()}), {Orders()});
+    CHECK(p.params[1] == std::optional<std::string>(v));
+    CHECK(p.sql.size() < 200);
+  }
+  std::string nul = MustFail(Row(Op::Insert, 16384, {T("1"), T(std::string("a\0b", 3)), T("1"), Value::Null()}), {Orders()});
+  CHECK_THAT(nul, Catch::Contains("column note") && Catch::Contains("NUL byte"));
+  std::string bin = MustFail(Row(Op::Insert, 16384, {T("1"), Value::Binary("\x01"), T("1"), Value::Null()}), {Orders()});
+  CHECK_THAT(bin, Catch::Contains("binary"));
+  // A huge key value is shortened in the message, never in the parameter.
+  auto d = MustPlan(Row(Op::Delete, 16384, {}, OldImage::Key, {T(huge)}), {Orders()});
+  CHECK(d.params[0]->size() == huge.size());
+  CHECK(d.match_description.size() < 100);
+}
+
+TEST_CASE("statement_keys_are_equal_exactly_when_sql_is", "[plan]") {
+  std::vector<Change> changes = {
+      Row(Op::Insert, 16384, {T("1"), T("a"), T("1"), T("d")}),
+      Row(Op::Insert, 16384, {T("2"), Value::Null(), T("1"), Value::Null()}),
+      Row(Op::Update, 16384, {T("1"), T("a"), T("1"), T("d")}),
+      Row(Op::Update, 16384, {T("2"), T("b"), T("2"), T("e")}),
+      Row(Op::Update, 16384, {T("1"), T("a"), T("1"), Value::UnchangedToast()}),
+      Row(Op::Update, 16384, {T("1"), Value::UnchangedToast(), T("1"), T("d")}),
+      Row(Op::Update, 16384, {T("3"), T("a"), T("1"), T("d")}, OldImage::Key, {T("1")}),
+      Row(Op::Update, 16384, {T("1"), Value::UnchangedToast(), Value::UnchangedToast(), Value::UnchangedToast()}),
+      Row(Op::Delete, 16384, {}, OldImage::Key, {T("1")}),
+      Row(Op::Delete, 16384, {}, OldImage::Key, {T("2")}),
+  };
+  std::vector<ChangePlan> plans;
+  for (const auto& c : changes) plans.push_back(MustPlan(c, {Orders()}));
+  for (size_t i = 0; i < plans.size(); i++)
+    for (size_t j = 0; j < plans.size(); j++) {
+      INFO(i << " vs " << j << ": " << plans[i].sql << " | " << plans[j].sql);
+      CHECK((plans[i].statement_key == plans[j].statement_key) == (plans[i].sql == plans[j].sql));
+    }
+  // A schema change (new fingerprint) is a new statement even with the same SQL shape.
+  RelationInfo changed = Orders();
+  changed.columns[1].type_name = "character varying(10)";
+  changed.fingerprint = ComputeFingerprint(changed);
+  CHECK(MustPlan(changes[0], {changed}).statement_key != plans[0].statement_key);
+}
+
+TEST_CASE("change_on_an_undescribed_relation_is_an_error", "[plan]") {
+  CHECK_THAT(MustFail(Row(Op::Insert, 777, {T("1")}), {Orders()}), Catch::Contains("oid 777"));
+  CHECK_THAT(MustFail(Row(Op::Insert, 16384, {T("1")}), {Orders()}), Catch::Contains("1 values for 4 columns"));
+}
