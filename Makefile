@@ -40,6 +40,9 @@ REGRESS_OPTS = --inputdir=regress --outputdir=$(BUILD_DIR)/regress
 # No LLVM bitcode for JIT inlining: clang-14 would have to compile our C++20 a second time and the
 # extension has no functions worth inlining into JIT-compiled expressions.
 override with_llvm = no
+# Track header dependencies of the extension objects (.deps/*.Po): a changed shared-memory struct
+# in a header must rebuild every object that uses it, or processes disagree on its layout.
+override autodepend = yes
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)

@@ -80,7 +80,7 @@ def wait_state(cluster, flow, state):
         if cluster.query(f"SELECT state FROM trellara.status() WHERE flow = '{flow}'").strip() == state:
             return
         time.sleep(0.05)
-    raise RuntimeError(f"flow {flow} did not reach state {state}")
+    raise RuntimeError(f"flow {flow} did not reach state {state}: " + cluster.query("SELECT * FROM trellara.status()") + "\n" + cluster.server_log()[-3000:])
 
 
 def main():
