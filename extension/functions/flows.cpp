@@ -157,11 +157,12 @@ bool IsLogEntry(const char* name) {
 }  // namespace
 
 // trellara._log_bytes(dir): bytes of the segment and index files of a log directory; NULL when
-// the directory does not exist (yet).
+// the directory cannot be read (not created yet, or permissions broken): status() must keep
+// working when a flow is broken, and its last_error column says why.
 Datum trellara_log_bytes(PG_FUNCTION_ARGS) {
   char* dir = text_to_cstring(PG_GETARG_TEXT_PP(0));
   DIR* d = AllocateDir(dir);
-  if (d == nullptr && errno == ENOENT) PG_RETURN_NULL();
+  if (d == nullptr) PG_RETURN_NULL();
   int64 total = 0;
   struct dirent* de;
   while ((de = ReadDir(d, dir)) != nullptr) {

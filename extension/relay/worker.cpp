@@ -333,7 +333,11 @@ void RecordErrorAndExit() {
   HOLD_INTERRUPTS();
   MemoryContextSwitchTo(TopMemoryContext);
   ErrorData* edata = CopyErrorData();
-  RecordFailure(edata->message != nullptr ? edata->message : "unknown error");
+  // The board keeps what an operator needs: the message and, when there is one, the remedy.
+  char text[kLastErrorBytes];
+  snprintf(text, sizeof text, "%s%s%s", edata->message != nullptr ? edata->message : "unknown error",
+           edata->hint != nullptr ? " HINT: " : "", edata->hint != nullptr ? edata->hint : "");
+  RecordFailure(text);
   EmitErrorReport();
   FlushErrorState();
   proc_exit(1);

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Integration: the plugin works with the standard tools, and a failing relay reports, backs off and
+recovers without losing a transaction.
+
+1. pg_recvlogical --plugin=trellara -o publication=p receives exactly the records that
+   pg_logical_slot_peek_binary_changes returns from a twin slot created at the same moment (byte for
+   byte; pg_recvlogical ends each message with a newline), and an unknown option is an error naming it.
+2. The flow's log directory is made unreadable to the postgres OS user and the relay is restarted:
+   every start fails; status() shows the error (naming the directory) and consecutive_failures grows
+   while the launcher backs off; transactions committed meanwhile wait in the slot (it is not
+   advanced). Once the directory is readable again the relay runs, and the log holds every
+   transaction exactly once (compared with a test_decoding truth slot).
+It must never leave a cluster running (the harness stops it by PID) nor the directory unreadable.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from capture_support import (CaptureFailure, compare, log_records, log_transactions, setup_flow,  # noqa: E402
+                             truth_transactions, wait_caught_up, wait_for, worker_pid)
+from harness import PG_BIN, Cluster  # noqa: E402
+
+
+def pg_recvlogical_receives_the_same_records_as_the_sql_interface(cluster):
+    env = cluster.env()
+    cluster.query("CREATE TABLE tools(id int PRIMARY KEY, v text); CREATE PUBLICATION tools_pub FOR TABLE tools")
+    recv = [os.path.join(PG_BIN, "pg_recvlogical"), "-d", "postgres", "--slot", "recv"]
+    subprocess.run(recv + ["--create-slot", "--plugin", "trellara"], env=env, check=True, capture_output=True)
+    cluster.query("SELECT 1 FROM pg_copy_logical_replication_slot('recv', 'twin')")
+    cluster.query("INSERT INTO tools VALUES (1, 'a'), (2, 'b'); UPDATE tools SET v = 'c' WHERE id = 1; "
+                  "DELETE FROM tools WHERE id = 2")
+    end = cluster.query("SELECT pg_current_wal_lsn()")
+    out = os.path.join(cluster.base_dir, "recv.out") if hasattr(cluster, "base_dir") else "/tmp/trellara-recv.out"
+    result = subprocess.run(recv + ["--start", "-o", "publication=tools_pub", "-E", end, "-f", out, "--no-loop"],
+                            env=env, capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        raise CaptureFailure(f"pg_recvlogical failed (exit {result.returncode}): {result.stderr.strip()}")
+    with open(out, "rb") as f:
+        received = f.read()
+    os.remove(out)
+    hexes = cluster.query("SELECT encode(data, 'hex') FROM pg_logical_slot_peek_binary_changes('twin', NULL, NULL, "
+                          "'publication', 'tools_pub')").split()
+    expected = b"".join(bytes.fromhex(h) + b"\n" for h in hexes)
+    print(f"pg_recvlogical: {len(received)} bytes; SQL interface: {len(hexes)} records, {len(expected)} bytes")
+    if len(hexes) != 3 or received != expected:
+        raise CaptureFailure(f"pg_recvlogical received {len(received)} bytes, the SQL interface "
+                             f"{len(expected)} bytes in {len(hexes)} records: they differ")
+    bad = subprocess.run(recv + ["--start", "-o", "publication=tools_pub", "-o", "bogus=1", "-E", end, "-f", "-",
+                                 "--no-loop"], env=env, capture_output=True, text=True, timeout=60)
+    if bad.returncode == 0 or 'unrecognized trellara output plugin option "bogus"' not in bad.stderr:
+        raise CaptureFailure(f"an unknown option was not refused by name: exit {bad.returncode}, {bad.stderr!r}")
+    cluster.query("SELECT pg_drop_replication_slot('recv'); SELECT pg_drop_replication_slot('twin')")
+    print("ok: pg_recvlogical_receives_the_same_records_as_the_sql_interface")
+
+
+def failing_relay_reports_backs_off_and_recovers_without_loss(cluster):
+    log_dir = setup_flow(cluster, "CREATE TABLE acct(id int PRIMARY KEY, n int); "
+                                  "CREATE PUBLICATION pub FOR TABLE acct")
+    cluster.query("INSERT INTO acct SELECT g, 0 FROM generate_series(1, 10) g")
+    os.chmod(log_dir, 0o000)
+    try:
+        os.kill(int(worker_pid(cluster)), signal.SIGTERM)  # a clean stop; the launcher starts it again
+        for i in range(20):
+            cluster.query(f"UPDATE acct SET n = n + 1 WHERE id = {i % 10 + 1}")
+        failures = wait_for("consecutive_failures to reach 3 while the log is unreadable",
+                            lambda: int(cluster.query("SELECT coalesce(consecutive_failures, 0) FROM "
+                                                      "trellara.status()") or 0) >= 3 and
+                            cluster.query("SELECT consecutive_failures FROM trellara.status()"), 30)
+        status = cluster.query("SELECT state, slot_active, last_error FROM trellara.status()")
+        print(f"while failing: consecutive_failures {failures}; status {status}")
+        if log_dir not in status:
+            raise CaptureFailure(f"last_error does not name the log directory {log_dir}: {status}")
+        confirmed = cluster.query("SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'trellara_app'")
+        time.sleep(1.5)
+        if cluster.query("SELECT confirmed_flush_lsn FROM pg_replication_slots "
+                         "WHERE slot_name = 'trellara_app'") != confirmed:
+            raise CaptureFailure("the slot moved while the relay could not write its log")
+        check = cluster.query("SELECT severity, detail FROM trellara.check('app') WHERE \"check\" = 'slot'")
+        print(f"check(): {check}")
+        if not check.startswith("critical|"):
+            raise CaptureFailure(f"check() does not report the failing relay as critical: {check}")
+    finally:
+        os.chmod(log_dir, 0o700)
+    wait_for("the relay to run again", lambda: cluster.query("SELECT state FROM trellara.status()") == "running", 90)
+    truth = truth_transactions(cluster, "public.acct")
+    wait_caught_up(cluster, truth[-1][1])
+    logged, chunks = log_transactions(log_records(log_dir))
+    compare(truth, logged, "failing relay")
+    print("ok: failing_relay_reports_backs_off_and_recovers_without_loss")
+
+
+def main():
+    with Cluster("capture-tools") as cluster:
+        pg_recvlogical_receives_the_same_records_as_the_sql_interface(cluster)
+        failing_relay_reports_backs_off_and_recovers_without_loss(cluster)
+        crashes = cluster.backend_crashes()
+        if crashes:
+            raise CaptureFailure(f"backends crashed during the run: {crashes}")
+
+
+if __name__ == "__main__":
+    main()
