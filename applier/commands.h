@@ -23,6 +23,8 @@ enum class OutputFormat { Text, Json };
 void AddFormatOption(CLI::App* cmd, OutputFormat& format);
 
 void RegisterInspectTransaction(CLI::App& app);
+// `apply --config F [--until-caught-up]` (apply_command.cpp).
+void RegisterApply(CLI::App& app);
 void RegisterLogCommands(CLI::App& app);
 // `log records`; call after RegisterLogCommands (it adds to the `log` subcommand).
 void RegisterLogRecords(CLI::App& app);

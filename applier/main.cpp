@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("trellara ") + TRELLARA_VERSION);
   app.require_subcommand(1);
 
+  trellara::cli::RegisterApply(app);
   trellara::cli::RegisterInspectTransaction(app);
   trellara::cli::RegisterLogCommands(app);
   trellara::cli::RegisterLogRecords(app);

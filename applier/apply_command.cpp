@@ -1,0 +1,623 @@
+// apply_command.cpp — `trellara apply --config F [--until-caught-up]`: applies the flow's durable
+// log to the target, one target transaction per source transaction, exactly once (DESIGN §2, §6).
+//
+// Per ready transaction (core's TransactionBarrier decides when it is whole and verified): read
+// the target's evidence (dedup row, quarantine row, origin progress), let core's DecideApply
+// choose, and on Apply run BEGIN, every change as planned by core's PlanChange (prepared per
+// statement key, text parameters, affected rows checked), the dedup row,
+// pg_replication_origin_xact_setup(commit_lsn, commit_time), COMMIT. Only after COMMIT returned is
+// the consumer offset allowed past the transaction. Any failure rolls back, records the quarantine
+// (BuildQuarantine) in its own transaction and halts at that transaction.
+//
+// It never applies a transaction the barrier did not yield, never applies anything after a
+// quarantined transaction, never advances the consumer offset past a transaction that is not
+// committed (nor past the first frame of an open chunked transaction), and never decides on its
+// own what is a duplicate or a conflict: core does.
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "commands.h"
+#include "config.h"
+#include "pg_connection.h"
+#include "trellara/apply_decision.h"
+#include "trellara/apply_plan.h"
+#include "trellara/barrier.h"
+#include "trellara/log/consumer_offsets.h"
+#include "trellara/log/reader.h"
+#include "trellara/log/uring_device.h"
+#include "trellara_target_sql.h"
+
+namespace trellara::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The applier's registered consumer in the log directory (consumers/applier).
+constexpr const char* kConsumerName = "applier";
+// The consumer offset is written (fdatasync + rename) at most this often while applying, and
+// always when the applier reaches the end of the log, halts or stops. Re-reading transactions
+// committed after the last write is safe: their dedup rows make them SkipDuplicate.
+constexpr uint64_t kOffsetWriteEveryTransactions = 512;
+constexpr auto kOffsetWriteInterval = std::chrono::seconds(1);
+constexpr auto kTailPollInterval = std::chrono::milliseconds(200);
+constexpr auto kReplayReadyPollInterval = std::chrono::seconds(1);
+constexpr auto kProgressInterval = std::chrono::seconds(5);
+constexpr int kExitBlocked = 3;
+
+volatile std::sig_atomic_t g_stop_requested = 0;
+extern "C" void OnStopSignal(int) { g_stop_requested = 1; }
+
+void InstallStopHandlers() {
+  struct sigaction action {};
+  action.sa_handler = OnStopSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = 0;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+bool StopRequested() { return g_stop_requested != 0; }
+
+std::string ChecksumParam(const Sha256& checksum) { return "\\x" + HexEncode(checksum); }
+
+// "2026-11-29 20:31:00.123456+00" from Unix microseconds (the plugin records commit times so).
+std::string TimestampParam(int64_t unix_us) {
+  int64_t seconds = unix_us / 1000000;
+  int64_t micros = unix_us % 1000000;
+  if (micros < 0) {
+    micros += 1000000;
+    seconds -= 1;
+  }
+  const std::time_t t = static_cast<std::time_t>(seconds);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%04d-%02d-%02d %02d:%02d:%02d.%06lld+00", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long long>(micros));
+  return buffer;
+}
+
+std::optional<Sha256> ParseChecksumHex(const std::string& hex) {
+  if (hex.size() != 64) return std::nullopt;
+  Sha256 out{};
+  for (size_t i = 0; i < out.size(); i++) {
+    unsigned value = 0;
+    if (std::sscanf(hex.c_str() + 2 * i, "%2x", &value) != 1) return std::nullopt;
+    out[i] = static_cast<uint8_t>(value);
+  }
+  return out;
+}
+
+std::optional<QuarantineState> ParseQuarantineState(const std::string& text) {
+  if (text == "quarantined") return QuarantineState::Quarantined;
+  if (text == "replay_ready") return QuarantineState::ReplayReady;
+  if (text == "resolved") return QuarantineState::Resolved;
+  return std::nullopt;
+}
+
+// `column "x" of relation "t" does not exist` -> x
+std::string QuotedName(const std::string& message) {
+  const auto open = message.find('"');
+  if (open == std::string::npos) return {};
+  const auto close = message.find('"', open + 1);
+  return close == std::string::npos ? std::string() : message.substr(open + 1, close - open - 1);
+}
+
+struct Evidence {
+  TargetEvidence target;
+  uint32_t previous_attempts = 0;
+  std::string quarantine_message;  // the stored operator message, when quarantined
+};
+
+enum class Outcome { Applied, SkippedDuplicate, Stopped };
+
+struct Counters {
+  uint64_t applied = 0;
+  uint64_t skipped_duplicates = 0;
+  uint64_t not_applied_changes = 0;  // messages and DDL: recorded in the log, not applied
+  uint64_t statements = 0;
+};
+
+// Thrown out of the apply loop to end the command; main() prints it.
+[[noreturn]] void Fail(const std::string& message, int code = 1) { throw CommandFailed(message, code); }
+
+class Applier {
+ public:
+  Applier(FlowConfig config, bool until_caught_up)
+      : config_(std::move(config)), until_caught_up_(until_caught_up), origin_name_("trellara_" + config_.flow_name) {}
+
+  void Run() {
+    auto device = log::OpenUringDevice();
+    if (!device) Fail("cannot open the log device for " + config_.log_directory + ": " + device.error().message);
+    device_ = std::move(device.value());
+    ConnectTarget();
+    OpenLog();
+    WriteStatus("running", "");
+    Loop();
+  }
+
+ private:
+  // ---- target session ------------------------------------------------------------------
+
+  PgResult Must(PgResult result, const std::string& what) {
+    if (!result.ok())
+      Fail(what + " failed on the target " + conn_->Describe() + ": " + result.Describe() +
+           (conn_->connection_lost() ? "; the connection was lost: check the target and rerun trellara apply"
+                                     : ""));
+    return result;
+  }
+
+  void ConnectTarget() {
+    auto conn = PgConnection::Connect(config_.target_conninfo, "trellara/" + config_.flow_name);
+    if (!conn) Fail(conn.error().message + " (flow " + config_.flow_name + ", configuration " + config_.path + ")");
+    conn_ = std::move(conn.value());
+    // Text values round-trip exactly only with the settings the plugin pinned while decoding.
+    Must(conn_->Exec("SET client_min_messages = warning; SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; "
+                     "SET IntervalStyle = 'postgres'; SET extra_float_digits = 3; SET bytea_output = 'hex'; "
+                     "SET search_path = ''"),
+         "pinning the apply session settings");
+    Must(conn_->Exec("SET session_replication_role = " + config_.session_replication_role),
+         "SET session_replication_role = " + config_.session_replication_role +
+             " (apply.session_replication_role; 'replica' needs a superuser or a role granted SET on it)");
+
+    // One applier per flow: a session-level advisory lock, released when this session ends.
+    auto lock = Must(conn_->ExecParams("SELECT pg_try_advisory_lock(hashtextextended($1, 0))",
+                                       {"trellara apply " + config_.flow_name}),
+                     "taking the applier lock of flow " + config_.flow_name);
+    if (lock.Value(0, 0) != std::optional<std::string>("t")) {
+      auto holder = conn_->ExecParams(
+          "SELECT string_agg(pid::text, ', ') FROM pg_stat_activity WHERE application_name = $1 AND pid <> "
+          "pg_backend_pid()",
+          {"trellara/" + config_.flow_name});
+      const auto pids = holder.ok() ? holder.Value(0, 0) : std::nullopt;
+      Fail("another applier of flow " + config_.flow_name + " is running against the target " + conn_->Describe() +
+           " (it holds the flow's advisory lock" + (pids ? ", backend pid " + *pids : std::string()) +
+           "); stop it first, or leave it running: only one applier per flow may apply");
+    }
+
+    Must(conn_->Exec(kTargetSchemaSql), "creating the trellara state schema (sql/trellara_target.sql)");
+
+    auto origin = Must(conn_->ExecParams("SELECT pg_replication_origin_oid($1)", {origin_name_}),
+                       "looking up replication origin " + origin_name_);
+    if (!origin.Value(0, 0))
+      Must(conn_->ExecParams("SELECT pg_replication_origin_create($1)", {origin_name_}),
+           "creating replication origin " + origin_name_);
+    Must(conn_->ExecParams("SELECT pg_replication_origin_session_setup($1)", {origin_name_}),
+         "setting up replication origin " + origin_name_ + " for this session");
+
+    Must(conn_->Prepare("trellara_evidence",
+                        "SELECT a.origin_sysid::text, a.xid, encode(a.checksum, 'hex'), q.state, q.attempts, q.xid, "
+                        "q.message, pg_replication_origin_progress($3, false) "
+                        "FROM (VALUES (1)) AS one(x) "
+                        "LEFT JOIN trellara.applied_transactions a ON a.flow = $1 AND a.commit_lsn = $2::pg_lsn "
+                        "LEFT JOIN trellara.quarantine q ON q.flow = $1 AND q.commit_lsn = $2::pg_lsn",
+                        3),
+         "preparing the dedup lookup");
+    Must(conn_->Prepare("trellara_dedup",
+                        "INSERT INTO trellara.applied_transactions (flow, commit_lsn, xid, origin_sysid, checksum) "
+                        "VALUES ($1, $2, $3, $4, $5)",
+                        5),
+         "preparing the dedup insert");
+    Must(conn_->Prepare("trellara_origin", "SELECT pg_replication_origin_xact_setup($1, $2)", 2),
+         "preparing the origin progress call");
+  }
+
+  void WriteStatus(const std::string& state, const std::string& last_error) {
+    // Best effort only where the target itself is the problem; a status write never hides the
+    // error that ended the run.
+    auto r = conn_->ExecParams(
+        "INSERT INTO trellara.apply_status AS s (flow, state, applied_commit_lsn, consumer_offset, "
+        "applied_transactions, skipped_duplicates, last_error, updated_at) "
+        "VALUES ($1, $2, pg_replication_origin_progress($3, false), $4, $5, $6, $7, now()) "
+        "ON CONFLICT (flow) DO UPDATE SET state = EXCLUDED.state, applied_commit_lsn = EXCLUDED.applied_commit_lsn, "
+        "consumer_offset = EXCLUDED.consumer_offset, applied_transactions = EXCLUDED.applied_transactions, "
+        "skipped_duplicates = EXCLUDED.skipped_duplicates, last_error = EXCLUDED.last_error, updated_at = now()",
+        {config_.flow_name, state, origin_name_, std::to_string(written_offset_), std::to_string(counters_.applied),
+         std::to_string(counters_.skipped_duplicates),
+         last_error.empty() ? std::nullopt : std::optional<std::string>(last_error)});
+    if (!r.ok())
+      std::cerr << "trellara: warning: could not record apply status '" << state << "' of flow " << config_.flow_name
+                << " in trellara.apply_status: " << r.Describe() << "\n";
+  }
+
+  Evidence ReadEvidence(const TxIdentity& tx) {
+    auto r = Must(conn_->ExecPrepared("trellara_evidence", {tx.flow, FormatLsn(tx.commit_lsn), origin_name_}),
+                  "reading the dedup evidence of " + DescribeTransaction(tx));
+    Evidence e;
+    if (auto sysid = r.Value(0, 0)) {
+      DedupRow row;
+      row.origin_sysid = std::stoull(*sysid);
+      row.xid = static_cast<uint32_t>(std::stoull(*r.Value(0, 1)));
+      auto checksum = ParseChecksumHex(r.Value(0, 2).value_or(""));
+      if (!checksum)
+        Fail("the dedup row of " + DescribeTransaction(tx) + " in trellara.applied_transactions has a malformed "
+             "checksum; the target's state was edited by hand: restore it or delete that row after checking the data");
+      row.checksum = *checksum;
+      e.target.dedup = row;
+    }
+    if (auto state = r.Value(0, 3); state && r.Value(0, 5) == std::optional<std::string>(std::to_string(tx.xid))) {
+      e.target.quarantine = ParseQuarantineState(*state);
+      e.previous_attempts = static_cast<uint32_t>(std::stoul(r.Value(0, 4).value_or("0")));
+      e.quarantine_message = r.Value(0, 6).value_or("");
+    }
+    if (auto progress = r.Value(0, 7)) e.target.checkpoint_lsn = ParseLsn(*progress).value_or(0);
+    return e;
+  }
+
+  // ---- one transaction -----------------------------------------------------------------
+
+  // Runs one planned change inside the open transaction. Returns the cause when the target
+  // refused it; a lost connection ends the command (nothing of the transaction committed).
+  std::optional<QuarantineCause> ExecuteChange(const Change& change, const std::vector<RelationInfo>& relations,
+                                               const TxIdentity& tx) {
+    auto plan = PlanChange(change, relations);
+    if (!plan) {
+      QuarantineCause cause;
+      cause.reason = QuarantineReason::PlanError;
+      cause.operation = OpName(change.op);
+      cause.detail = plan.error().message;
+      return cause;
+    }
+    if (plan->kind == PlanKind::NotApplied) {
+      counters_.not_applied_changes++;
+      return std::nullopt;
+    }
+    QuarantineCause cause;
+    cause.operation = PlanKindName(plan->kind);
+    cause.relation = plan->relation_display;
+    cause.match = plan->match_description;
+    cause.match_is_key = plan->match != MatchMode::FullRow;
+
+    auto cached = statements_.find(plan->statement_key);
+    PgResult result;
+    if (cached == statements_.end()) {
+      const std::string name = "trellara_s" + std::to_string(statements_.size() + 1);
+      result = conn_->Prepare(name, plan->sql, static_cast<int>(plan->params.size()));
+      if (result.ok()) {
+        cached = statements_.emplace(plan->statement_key, name).first;
+        result = conn_->ExecPrepared(cached->second, plan->params);
+      }
+    } else {
+      result = conn_->ExecPrepared(cached->second, plan->params);
+    }
+    counters_.statements++;
+    if (!result.ok()) {
+      if (conn_->connection_lost())
+        Fail("lost the connection to the target " + conn_->Describe() + " while applying " + DescribeTransaction(tx) +
+             " (" + result.Describe() + "); nothing of it was committed: rerun trellara apply, it resumes exactly once");
+      cause.sqlstate = result.sqlstate();
+      cause.detail = result.Describe();
+      if (result.sqlstate() == "23505") {
+        cause.reason = QuarantineReason::DuplicateKey;
+        if (cause.match.empty()) cause.match = result.detail();
+      } else if (result.sqlstate() == "42P01") {
+        cause.reason = QuarantineReason::MissingTable;
+      } else if (result.sqlstate() == "42703") {
+        cause.reason = QuarantineReason::MissingColumn;
+        cause.column = QuotedName(result.message());
+      } else {
+        cause.reason = QuarantineReason::SqlError;
+      }
+      return cause;
+    }
+    if (plan->expect == RowExpectation::ExactlyOne && result.affected() != 1) {
+      cause.reason = result.affected() == 0 ? QuarantineReason::ZeroRowsMatched : QuarantineReason::ManyRowsMatched;
+      cause.rows = result.affected();
+      return cause;
+    }
+    return std::nullopt;
+  }
+
+  Result<std::vector<uint8_t>> ReadChunkFrame(uint64_t offset) {
+    if (!chunk_reader_) {
+      auto reader = log::LogReader::Open(*device_, config_.log_directory);
+      if (!reader) return reader.error();
+      chunk_reader_ = std::move(reader.value());
+    }
+    TRELLARA_TRY(chunk_reader_->Seek(offset));
+    auto record = chunk_reader_->Next();
+    if (!record) return record.error();
+    if (!*record || (*record)->offset != offset)
+      return MakeError("log offset " + std::to_string(offset) + " of " + config_.log_directory +
+                       " is no longer readable");
+    return std::move((*record)->payload);
+  }
+
+  // BEGIN .. COMMIT of one verified transaction. Returns nullopt once COMMIT returned, or the
+  // cause after ROLLBACK.
+  std::optional<QuarantineCause> ApplyInTransaction(const ReadyTransaction& ready, bool resolves_quarantine) {
+    const TxIdentity& tx = ready.tx;
+    Must(conn_->Exec("BEGIN"), "BEGIN for " + DescribeTransaction(tx));
+    std::optional<QuarantineCause> failure;
+    if (ready.envelope) {
+      for (const auto& change : ready.envelope->changes) {
+        failure = ExecuteChange(change, ready.envelope->relations, tx);
+        if (failure) break;
+      }
+    } else {
+      Status walked = ForEachVerifiedChunk(
+          ready, [&](uint64_t offset) { return ReadChunkFrame(offset); },
+          [&](const Chunk& chunk) -> Status {
+            for (const auto& change : chunk.changes) {
+              failure = ExecuteChange(change, chunk.relations, tx);
+              if (failure) return MakeError("stopped at a failed change");
+            }
+            return Status::Ok();
+          });
+      if (!walked.ok() && !failure) {
+        QuarantineCause cause;
+        cause.reason = QuarantineReason::BarrierFailure;
+        cause.detail = walked.error().message;
+        failure = cause;
+      }
+    }
+    if (!failure) {
+      auto step = [&](PgResult r, const char* what) {
+        if (r.ok() || failure) return;
+        if (conn_->connection_lost())
+          Fail(std::string("lost the connection to the target during ") + what + " of " + DescribeTransaction(tx) +
+               " (" + r.Describe() + "); rerun trellara apply: the dedup row decides whether it committed");
+        QuarantineCause cause;
+        cause.reason = QuarantineReason::SqlError;
+        cause.operation = what;
+        cause.sqlstate = r.sqlstate();
+        cause.detail = r.Describe();
+        failure = cause;
+      };
+      step(conn_->ExecPrepared("trellara_dedup", {tx.flow, FormatLsn(tx.commit_lsn), std::to_string(tx.xid),
+                                                  std::to_string(tx.origin_sysid), ChecksumParam(ready.checksum)}),
+           "INSERT of the dedup row");
+      if (resolves_quarantine)
+        step(conn_->ExecParams("UPDATE trellara.quarantine SET state = 'resolved', resolved_at = now() "
+                               "WHERE flow = $1 AND commit_lsn = $2::pg_lsn",
+                               {tx.flow, FormatLsn(tx.commit_lsn)}),
+             "marking the quarantine row resolved");
+      step(conn_->ExecPrepared("trellara_origin", {FormatLsn(tx.commit_lsn), TimestampParam(ready.commit_time_us)}),
+           "pg_replication_origin_xact_setup");
+      if (!failure) {
+        auto commit = conn_->Exec("COMMIT");
+        step(commit, "COMMIT");
+        // COMMIT of a failed transaction reports ROLLBACK without an error.
+        if (!failure) return std::nullopt;
+        return failure;
+      }
+    }
+    auto rollback = conn_->Exec("ROLLBACK");
+    if (!rollback.ok())
+      Fail("ROLLBACK of " + DescribeTransaction(tx) + " failed on the target " + conn_->Describe() + ": " +
+           rollback.Describe() + "; nothing of it was committed: rerun trellara apply");
+    return failure;
+  }
+
+  void Quarantine(const ReadyTransaction& ready, const QuarantineCause& cause, uint32_t previous_attempts) {
+    const QuarantineRecord q = BuildQuarantine(ready.tx, ready.checksum, cause, previous_attempts);
+    Must(conn_->ExecParams(
+             "INSERT INTO trellara.quarantine AS q (flow, commit_lsn, xid, origin_sysid, reason, sqlstate, detail, "
+             "checksum, attempts, state, message, next_step) "
+             "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) "
+             "ON CONFLICT (flow, commit_lsn) DO UPDATE SET xid = EXCLUDED.xid, origin_sysid = EXCLUDED.origin_sysid, "
+             "reason = EXCLUDED.reason, sqlstate = EXCLUDED.sqlstate, detail = EXCLUDED.detail, "
+             "checksum = EXCLUDED.checksum, attempts = EXCLUDED.attempts, state = EXCLUDED.state, "
+             "message = EXCLUDED.message, next_step = EXCLUDED.next_step, last_failed_at = now(), "
+             "replay_ready_at = NULL",
+             {q.flow, FormatLsn(q.commit_lsn), std::to_string(q.xid), std::to_string(q.origin_sysid),
+              QuarantineReasonName(q.reason), q.sqlstate.empty() ? std::nullopt : std::optional<std::string>(q.sqlstate),
+              q.detail, ChecksumParam(q.checksum), std::to_string(q.attempts), QuarantineStateName(q.state), q.message,
+              q.next_step}),
+         "recording the quarantine of " + DescribeTransaction(ready.tx) + " (" + q.message + ")");
+    // With --until-caught-up the command ends with this message (main prints it once).
+    if (!until_caught_up_) std::cerr << "trellara: " << q.message << "\n";
+  }
+
+  // Blocked at a quarantined transaction: with --until-caught-up the command ends; otherwise it
+  // waits for the operator's replay-ready (or a stop signal).
+  bool WaitWhileBlocked(const std::string& message) {
+    WriteOffset(true);
+    WriteStatus("blocked", message);
+    if (until_caught_up_) Fail(message, kExitBlocked);
+    const auto until = Clock::now() + kReplayReadyPollInterval;
+    while (Clock::now() < until) {
+      if (StopRequested()) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return true;
+  }
+
+  Outcome Process(const ReadyTransaction& ready) {
+    for (;;) {
+      Evidence evidence = ReadEvidence(ready.tx);
+      const ApplyDecision decision = DecideApply(ready.tx, ready.checksum, evidence.target);
+      switch (decision.action) {
+        case ApplyAction::SkipDuplicate:
+          counters_.skipped_duplicates++;
+          return Outcome::SkippedDuplicate;
+        case ApplyAction::WaitReplayReady: {
+          const std::string message =
+              evidence.quarantine_message.empty()
+                  ? DescribeTransaction(ready.tx) + " is quarantined; " + ReplayReadyCall(ready.tx.xid, ready.tx.commit_lsn)
+                  : evidence.quarantine_message;
+          if (!WaitWhileBlocked("halted at a transaction quarantined earlier: " + message))
+            return Outcome::Stopped;
+          continue;
+        }
+        case ApplyAction::QuarantineConflict:
+          Quarantine(ready, decision.cause, evidence.previous_attempts);
+          if (!WaitWhileBlocked(BuildQuarantine(ready.tx, ready.checksum, decision.cause, evidence.previous_attempts).message))
+            return Outcome::Stopped;
+          continue;
+        case ApplyAction::Apply: {
+          const bool resolves = evidence.target.quarantine == QuarantineState::ReplayReady;
+          auto failure = ApplyInTransaction(ready, resolves);
+          if (!failure) {
+            counters_.applied++;
+            return Outcome::Applied;
+          }
+          Quarantine(ready, *failure, evidence.previous_attempts);
+          if (!WaitWhileBlocked(BuildQuarantine(ready.tx, ready.checksum, *failure, evidence.previous_attempts).message))
+            return Outcome::Stopped;
+          continue;
+        }
+      }
+    }
+  }
+
+  // ---- the log -------------------------------------------------------------------------
+
+  void OpenLog() {
+    auto reader = log::LogReader::Open(*device_, config_.log_directory);
+    if (!reader)
+      Fail("cannot open the log of flow " + config_.flow_name + " at " + config_.log_directory + " (flow.log_directory): " +
+           reader.error().message);
+    reader_ = std::move(reader.value());
+    auto offsets = log::ReadConsumerOffsets(*device_, config_.log_directory);
+    if (!offsets) Fail("cannot read the consumer offsets of " + config_.log_directory + ": " + offsets.error().message);
+    if (auto it = offsets->find(kConsumerName); it != offsets->end()) {
+      Status seek = reader_->Seek(it->second);
+      if (!seek.ok())
+        Fail("cannot resume flow " + config_.flow_name + " at its consumer offset " + std::to_string(it->second) +
+             " (" + config_.log_directory + "/consumers/" + kConsumerName + "): " + seek.error().message);
+    }
+    safe_offset_ = reader_->next_offset();
+    written_offset_ = safe_offset_;
+    start_offset_ = safe_offset_;
+  }
+
+  void WriteOffset(bool force) {
+    if (safe_offset_ == written_offset_) return;
+    if (!force && unwritten_transactions_ < kOffsetWriteEveryTransactions &&
+        Clock::now() - last_offset_write_ < kOffsetWriteInterval)
+      return;
+    Status written = log::WriteConsumerOffset(*device_, config_.log_directory, kConsumerName, safe_offset_);
+    if (!written.ok())
+      Fail("cannot record consumer offset " + std::to_string(safe_offset_) + " of flow " + config_.flow_name + " in " +
+           config_.log_directory + "/consumers/" + kConsumerName + ": " + written.error().message +
+           "; everything up to it is committed on the target, rerun trellara apply once the directory is writable");
+    written_offset_ = safe_offset_;
+    unwritten_transactions_ = 0;
+    last_offset_write_ = Clock::now();
+  }
+
+  void BarrierFailed(const BarrierFailure& failure) {
+    std::string message = "the log of flow " + config_.flow_name + " cannot be applied past offset " +
+                          std::to_string(failure.offset) + ": " + failure.reason;
+    if (failure.tx) {
+      ReadyTransaction ready;
+      ready.tx = *failure.tx;
+      QuarantineCause cause;
+      cause.reason = QuarantineReason::BarrierFailure;
+      cause.detail = failure.reason;
+      const Evidence evidence = ReadEvidence(ready.tx);
+      Quarantine(ready, cause, evidence.previous_attempts);
+      message = BuildQuarantine(ready.tx, ready.checksum, cause, evidence.previous_attempts).message;
+    }
+    WriteOffset(true);
+    WriteStatus("blocked", message);
+    Fail(message, kExitBlocked);
+  }
+
+  void PrintProgress(const char* state) {
+    const double seconds = std::chrono::duration<double>(Clock::now() - started_).count();
+    std::printf("apply flow=%s state=%s applied=%llu skipped_duplicates=%llu not_applied_changes=%llu "
+                "statements=%llu start_offset=%llu consumer_offset=%llu next_log_offset=%llu seconds=%.1f tx_per_s=%.0f\n",
+                config_.flow_name.c_str(), state, static_cast<unsigned long long>(counters_.applied),
+                static_cast<unsigned long long>(counters_.skipped_duplicates),
+                static_cast<unsigned long long>(counters_.not_applied_changes),
+                static_cast<unsigned long long>(counters_.statements), static_cast<unsigned long long>(start_offset_),
+                static_cast<unsigned long long>(written_offset_), static_cast<unsigned long long>(reader_->next_offset()),
+                seconds, seconds > 0 ? static_cast<double>(counters_.applied) / seconds : 0.0);
+    std::fflush(stdout);
+  }
+
+  void Loop() {
+    started_ = Clock::now();
+    last_offset_write_ = started_;
+    auto last_progress = started_;
+    bool at_tail_reported = false;
+    for (;;) {
+      if (StopRequested()) break;
+      auto next = reader_->Next();
+      if (!next)
+        Fail("reading the log of flow " + config_.flow_name + " at offset " + std::to_string(reader_->next_offset()) +
+             " failed: " + next.error().message + "; nothing past the last committed transaction was applied");
+      if (!*next) {
+        WriteOffset(true);
+        if (until_caught_up_) break;
+        if (!at_tail_reported) {
+          WriteStatus("caught_up", "");
+          at_tail_reported = true;
+        }
+        std::this_thread::sleep_for(kTailPollInterval);
+        continue;
+      }
+      at_tail_reported = false;
+      const log::LogRecord& record = **next;
+      LogFrame frame{record.offset, record.type, record.commit_lsn,
+                     std::span<const uint8_t>(record.payload.data(), record.payload.size())};
+      auto fed = barrier_.Feed(frame);
+      if (!fed) BarrierFailed(barrier_.failure().value_or(BarrierFailure{std::nullopt, record.offset, fed.error().message}));
+      if (*fed) {
+        if (Process(**fed) == Outcome::Stopped) break;
+        unwritten_transactions_++;
+      }
+      safe_offset_ = barrier_.RetainFromOffset().value_or(record.offset + 1);
+      WriteOffset(false);
+      if (Clock::now() - last_progress >= kProgressInterval) {
+        PrintProgress("running");
+        last_progress = Clock::now();
+      }
+    }
+    WriteOffset(true);
+    const bool stopped = StopRequested();
+    for (const auto& open : barrier_.OpenTransactions())
+      std::cerr << "trellara: " << DescribeTransaction(open.tx) << " is still being written to the log (first offset "
+                << open.first_offset << ", " << open.chunks_received << " chunks so far); it is applied by the next run\n";
+    WriteStatus(stopped ? "stopped" : "caught_up", "");
+    PrintProgress(stopped ? "stopped" : "caught_up");
+  }
+
+  FlowConfig config_;
+  bool until_caught_up_;
+  std::string origin_name_;
+  std::unique_ptr<log::LogDevice> device_;
+  std::unique_ptr<PgConnection> conn_;
+  std::unique_ptr<log::LogReader> reader_;
+  std::unique_ptr<log::LogReader> chunk_reader_;
+  TransactionBarrier barrier_;
+  std::unordered_map<std::string, std::string> statements_;  // statement_key -> prepared name
+  Counters counters_;
+  uint64_t start_offset_ = 0;
+  uint64_t safe_offset_ = 0;     // every transaction below it is committed (or skipped) on the target
+  uint64_t written_offset_ = 0;  // what consumers/applier holds
+  uint64_t unwritten_transactions_ = 0;
+  Clock::time_point started_;
+  Clock::time_point last_offset_write_;
+};
+
+}  // namespace
+
+void RegisterApply(CLI::App& app) {
+  auto* cmd = app.add_subcommand("apply", "apply the flow's durable log to the target, exactly once (--config F)");
+  auto config_path = std::make_shared<std::string>();
+  auto until_caught_up = std::make_shared<bool>(false);
+  cmd->add_option("--config", *config_path, "the flow's TOML configuration file")->required();
+  cmd->add_flag("--until-caught-up", *until_caught_up,
+                "apply every durable record present at start, then exit 0 (non-zero if blocked by a quarantine)");
+  cmd->callback([config_path, until_caught_up] {
+    auto config = LoadFlowConfig(*config_path);
+    if (!config) throw CommandFailed(config.error().message, 2);
+    InstallStopHandlers();
+    Applier applier(std::move(config.value()), *until_caught_up);
+    applier.Run();
+  });
+}
+
+}  // namespace trellara::cli

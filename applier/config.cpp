@@ -1,0 +1,112 @@
+// config.cpp — strict loading of the flow configuration file (see config.h). It only reads and
+// validates the file; it never connects, never creates directories, never guesses a value.
+#include "config.h"
+
+#include <map>
+#include <optional>
+#include <toml++/toml.h>
+
+namespace trellara::cli {
+namespace {
+
+struct KeySpec {
+  bool required;
+  const char* accepts;  // how the accepted values are described in messages
+};
+
+// Every table and key the file may hold. Anything else is an error.
+const std::map<std::string, std::map<std::string, KeySpec>>& Schema() {
+  static const std::map<std::string, std::map<std::string, KeySpec>> kSchema{
+      {"flow",
+       {{"name", {true, "a flow name as created by trellara.create_flow: 1..54 characters of [a-z0-9_], not starting with a digit"}},
+        {"log_directory", {true, "the absolute path of the flow's log directory (trellara.flows.log_directory)"}}}},
+      {"source", {{"conninfo", {false, "a libpq connection string for the source database"}}}},
+      {"target", {{"conninfo", {true, "a libpq connection string for the target database"}}}},
+      {"apply", {{"session_replication_role", {false, "\"replica\" (default) or \"origin\""}}}},
+  };
+  return kSchema;
+}
+
+Error SettingError(const std::string& path, const std::string& setting, const std::string& problem) {
+  const auto dot = setting.find('.');
+  const auto& spec = Schema().at(setting.substr(0, dot)).at(setting.substr(dot + 1));
+  return MakeError("configuration " + path + ": setting " + setting + " " + problem + "; it accepts " +
+                   spec.accepts);
+}
+
+}  // namespace
+
+Result<FlowConfig> LoadFlowConfig(const std::string& path) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    return MakeError("configuration " + path + " is not valid TOML at line " + std::to_string(where.line) +
+                     ", column " + std::to_string(where.column) + ": " + std::string(e.description()) +
+                     "; fix the file (it needs [flow] name and log_directory, and [target] conninfo)");
+  }
+
+  // Unknown tables and keys first: a misspelt key must not turn into a silently used default.
+  for (const auto& [table_key, node] : root) {
+    const std::string table_name(table_key.str());
+    auto spec = Schema().find(table_name);
+    if (spec == Schema().end())
+      return MakeError("configuration " + path + ": unknown table [" + table_name +
+                       "]; the accepted tables are [flow], [source], [target] and [apply]");
+    const toml::table* table = node.as_table();
+    if (table == nullptr)
+      return MakeError("configuration " + path + ": " + table_name + " must be a table ([" + table_name + "])");
+    for (const auto& [key, value] : *table) {
+      const std::string key_name(key.str());
+      if (!spec->second.contains(key_name)) {
+        std::string accepted;
+        for (const auto& [k, _] : spec->second) accepted += (accepted.empty() ? "" : ", ") + table_name + "." + k;
+        return MakeError("configuration " + path + ": unknown setting " + table_name + "." + key_name +
+                         "; the accepted settings of [" + table_name + "] are " + accepted);
+      }
+      if (!value.is_string())
+        return SettingError(path, table_name + "." + key_name, "must be a string");
+    }
+  }
+
+  auto get = [&](const std::string& table, const std::string& key) -> std::optional<std::string> {
+    if (auto v = root[table][key].value<std::string>()) return *v;
+    return std::nullopt;
+  };
+
+  FlowConfig config;
+  config.path = path;
+  for (const auto& [table_name, keys] : Schema()) {
+    for (const auto& [key_name, spec] : keys) {
+      if (!spec.required || get(table_name, key_name)) continue;
+      return SettingError(path, table_name + "." + key_name, "is missing");
+    }
+  }
+
+  config.flow_name = *get("flow", "name");
+  if (config.flow_name.empty() || config.flow_name.size() > 54 ||
+      (config.flow_name.front() >= '0' && config.flow_name.front() <= '9'))
+    return SettingError(path, "flow.name", "is \"" + config.flow_name + "\"");
+  for (char c : config.flow_name) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'))
+      return SettingError(path, "flow.name", "is \"" + config.flow_name + "\"");
+  }
+
+  config.log_directory = *get("flow", "log_directory");
+  if (config.log_directory.empty() || config.log_directory.front() != '/')
+    return SettingError(path, "flow.log_directory", "is \"" + config.log_directory + "\" (not an absolute path)");
+
+  config.target_conninfo = *get("target", "conninfo");
+  if (config.target_conninfo.empty()) return SettingError(path, "target.conninfo", "is empty");
+  config.source_conninfo = get("source", "conninfo").value_or("");
+
+  if (auto role = get("apply", "session_replication_role")) {
+    if (*role != "replica" && *role != "origin")
+      return SettingError(path, "apply.session_replication_role", "is \"" + *role + "\"");
+    config.session_replication_role = *role;
+  }
+  return config;
+}
+
+}  // namespace trellara::cli

@@ -1,0 +1,123 @@
+// pg_connection.cpp — the libpq adapter (see pg_connection.h). The only file that includes
+// libpq-fe.h; it translates libpq's C API into values and never interprets the data it carries.
+#include "pg_connection.h"
+
+#include <libpq-fe.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace trellara::cli {
+namespace {
+
+std::string Field(const PGresult* result, int field) {
+  const char* value = PQresultErrorField(result, field);
+  return value ? std::string(value) : std::string();
+}
+
+std::string TrimNewline(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// Notices (e.g. "schema already exists, skipping") are not errors; the apply session raises
+// client_min_messages to warning, and whatever still arrives goes to stderr marked as the server's.
+void PrintNotice(void*, const char* message) {
+  std::fprintf(stderr, "trellara: target server: %s", message);
+}
+
+struct ParamArrays {
+  std::vector<const char*> values;
+  explicit ParamArrays(const SqlParams& params) {
+    values.reserve(params.size());
+    for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
+  }
+};
+
+}  // namespace
+
+std::string PgResult::Describe() const {
+  std::string text = message_;
+  if (!sqlstate_.empty()) text += " (SQLSTATE " + sqlstate_ + ")";
+  if (!detail_.empty()) text += ": " + detail_;
+  return text;
+}
+
+int PgResult::rows() const { return result_ ? PQntuples(result_.get()) : 0; }
+
+std::optional<std::string> PgResult::Value(int row, int column) const {
+  if (!result_ || row >= PQntuples(result_.get()) || column >= PQnfields(result_.get())) return std::nullopt;
+  if (PQgetisnull(result_.get(), row, column)) return std::nullopt;
+  return std::string(PQgetvalue(result_.get(), row, column),
+                     static_cast<size_t>(PQgetlength(result_.get(), row, column)));
+}
+
+uint64_t PgResult::affected() const {
+  if (!result_) return 0;
+  const char* text = PQcmdTuples(result_.get());
+  return (text && *text) ? std::strtoull(text, nullptr, 10) : 0;
+}
+
+Result<std::unique_ptr<PgConnection>> PgConnection::Connect(const std::string& conninfo,
+                                                            const std::string& application_name) {
+  // expand_dbname=1: the first "dbname" is the whole connection string; later keywords override it.
+  const char* keywords[] = {"dbname", "application_name", nullptr};
+  const char* values[] = {conninfo.c_str(), application_name.c_str(), nullptr};
+  PGconn* conn = PQconnectdbParams(keywords, values, 1);
+  if (conn == nullptr) return MakeError("cannot allocate a libpq connection (out of memory)");
+  if (PQstatus(conn) != CONNECTION_OK) {
+    std::string message = TrimNewline(PQerrorMessage(conn));
+    PQfinish(conn);
+    return MakeError("cannot connect to the target (" + message +
+                     "); check [target] conninfo and that the server is running");
+  }
+  PQsetNoticeProcessor(conn, PrintNotice, nullptr);
+  return std::unique_ptr<PgConnection>(new PgConnection(conn));
+}
+
+PgConnection::~PgConnection() { PQfinish(conn_); }
+
+PgResult PgConnection::Collect(PGresult* raw) {
+  PgResult out;
+  out.result_ = std::shared_ptr<pg_result>(raw, [](PGresult* r) { PQclear(r); });
+  const ExecStatusType status = raw ? PQresultStatus(raw) : PGRES_FATAL_ERROR;
+  out.ok_ = status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
+  if (!out.ok_) {
+    if (raw) {
+      out.sqlstate_ = Field(raw, PG_DIAG_SQLSTATE);
+      out.message_ = Field(raw, PG_DIAG_MESSAGE_PRIMARY);
+      out.detail_ = Field(raw, PG_DIAG_MESSAGE_DETAIL);
+    }
+    if (out.message_.empty()) out.message_ = TrimNewline(PQerrorMessage(conn_));
+  }
+  return out;
+}
+
+PgResult PgConnection::Exec(const std::string& sql) { return Collect(PQexec(conn_, sql.c_str())); }
+
+PgResult PgConnection::ExecParams(const std::string& sql, const SqlParams& params) {
+  ParamArrays a(params);
+  return Collect(PQexecParams(conn_, sql.c_str(), static_cast<int>(params.size()), nullptr, a.values.data(),
+                              nullptr, nullptr, 0));
+}
+
+PgResult PgConnection::Prepare(const std::string& name, const std::string& sql, int param_count) {
+  return Collect(PQprepare(conn_, name.c_str(), sql.c_str(), param_count, nullptr));
+}
+
+PgResult PgConnection::ExecPrepared(const std::string& name, const SqlParams& params) {
+  ParamArrays a(params);
+  return Collect(PQexecPrepared(conn_, name.c_str(), static_cast<int>(params.size()), a.values.data(), nullptr,
+                                nullptr, 0));
+}
+
+bool PgConnection::connection_lost() const { return PQstatus(conn_) != CONNECTION_OK; }
+
+std::string PgConnection::Describe() const {
+  const char* host = PQhost(conn_);
+  const char* port = PQport(conn_);
+  const char* db = PQdb(conn_);
+  return std::string(host ? host : "?") + ":" + (port ? port : "?") + "/" + (db ? db : "?");
+}
+
+}  // namespace trellara::cli

@@ -1,0 +1,76 @@
+// pg_connection.h — the libpq adapter: the only code of the `trellara` command that includes
+// libpq-fe.h. It connects, runs statements (simple, parameterised, prepared) with text parameters
+// and hands back results and server errors (SQLSTATE, message, detail) as plain values.
+//
+// It decides nothing about data: callers build every SQL text and parameter list (core's planner
+// and the apply command). It never splices a value into SQL text and never throws.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "trellara/result.h"
+
+struct pg_conn;
+struct pg_result;
+
+namespace trellara::cli {
+
+using SqlParams = std::vector<std::optional<std::string>>;  // nullopt is SQL NULL
+
+// One statement's outcome: rows (text), affected-row count, or the server's error.
+class PgResult {
+ public:
+  bool ok() const { return ok_; }
+  // SQLSTATE of a failed statement ("" when the failure was not a server error, e.g. a lost
+  // connection), the primary message and the DETAIL line.
+  const std::string& sqlstate() const { return sqlstate_; }
+  const std::string& message() const { return message_; }
+  const std::string& detail() const { return detail_; }
+  // "message (SQLSTATE x): detail" for an operator.
+  std::string Describe() const;
+
+  int rows() const;
+  std::optional<std::string> Value(int row, int column) const;  // nullopt for NULL
+  // Rows affected by INSERT/UPDATE/DELETE (PQcmdTuples), 0 when not applicable.
+  uint64_t affected() const;
+
+ private:
+  friend class PgConnection;
+  std::shared_ptr<pg_result> result_;
+  bool ok_ = false;
+  std::string sqlstate_;
+  std::string message_;
+  std::string detail_;
+};
+
+class PgConnection {
+ public:
+  // Connects with `conninfo`, overriding application_name. The error names the target.
+  static Result<std::unique_ptr<PgConnection>> Connect(const std::string& conninfo,
+                                                       const std::string& application_name);
+  ~PgConnection();
+  PgConnection(const PgConnection&) = delete;
+  PgConnection& operator=(const PgConnection&) = delete;
+
+  // Simple query protocol: may hold several statements, no parameters.
+  PgResult Exec(const std::string& sql);
+  // Extended protocol, unnamed statement, untyped text parameters.
+  PgResult ExecParams(const std::string& sql, const SqlParams& params);
+  PgResult Prepare(const std::string& name, const std::string& sql, int param_count);
+  PgResult ExecPrepared(const std::string& name, const SqlParams& params);
+
+  bool connection_lost() const;
+  // host:port/dbname for messages (never the password).
+  std::string Describe() const;
+
+ private:
+  explicit PgConnection(pg_conn* conn) : conn_(conn) {}
+  PgResult Collect(pg_result* result);
+  pg_conn* conn_;
+};
+
+}  // namespace trellara::cli

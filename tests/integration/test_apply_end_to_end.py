@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""Integration: `trellara apply` copies a pgbench workload from the source's log to a second
+cluster exactly once, and fails closed on a target that diverged.
+
+Source cluster: pgbench tables (copied to the target with pg_dump before the flow exists), a flow
+on a publication of the four tables, `pgbench -c 4 -t N`. Once the flow's log durably covers the
+source's WAL position, `trellara apply --until-caught-up` runs against the target (a cluster
+without the trellara extension: the applier bootstraps its own schema). Then:
+  - every table's row count and order-independent md5 match source vs target;
+  - a second run applies nothing (the consumer offset is past everything) and changes nothing;
+  - a third run with the consumer offset file removed re-reads the whole log and skips every
+    transaction as a duplicate (dedup rows), changing nothing;
+  - quarantine: a target row a later source UPDATE needs is deleted; apply exits 3 naming table,
+    key, xid and commit LSN; the quarantine row exists; no dedup row, origin progress or consumer
+    offset moved past it, and a later source transaction is not applied; after repair and
+    trellara.quarantine_replay_ready(xid, lsn) the next run applies it and the tables match.
+It prints what it measured. It must never leave a cluster running (the harness stops it by PID).
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from capture_support import (CaptureFailure, TRELLARA_BIN, log_records, lsn_to_int, run_pgbench,  # noqa: E402
+                             setup_flow, wait_for)
+from harness import Cluster, PG_BIN  # noqa: E402
+
+TRANSACTIONS_PER_CLIENT = int(os.environ.get("TRELLARA_PGBENCH_TRANSACTIONS", "250"))
+CLIENTS = 4
+TABLES = ("pgbench_accounts", "pgbench_branches", "pgbench_tellers", "pgbench_history")
+EXIT_BLOCKED = 3
+
+
+def table_digest(cluster, table):
+    return cluster.query(f"SELECT count(*) || ' ' || coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '-') "
+                         f"FROM public.{table} t")
+
+
+def digests(cluster):
+    return {table: table_digest(cluster, table) for table in TABLES}
+
+
+def assert_same_data(source, target, label):
+    want, have = digests(source), digests(target)
+    for table in TABLES:
+        print(f"{label}: {table}: source {want[table]}, target {have[table]}")
+    differing = [table for table in TABLES if want[table] != have[table]]
+    if differing:
+        raise CaptureFailure(f"{label}: source and target differ in {differing}")
+
+
+def wait_log_covers_source(source, flow="app", timeout_s=60):
+    """Waits until the flow's log durably covers the source's current WAL position."""
+    target_lsn = lsn_to_int(source.query("SELECT pg_current_wal_lsn()"))
+
+    def covered():
+        text = source.query(f"SELECT log_durable_lsn FROM trellara.status() WHERE flow = '{flow}'")
+        return text and lsn_to_int(text) >= target_lsn
+    wait_for(f"the log of flow {flow} to cover source WAL {source.query('SELECT pg_current_wal_lsn()')}",
+             covered, timeout_s)
+
+
+def run_apply(config_path, expect_code):
+    started = time.monotonic()
+    result = subprocess.run([TRELLARA_BIN, "apply", "--config", config_path, "--until-caught-up"],
+                            capture_output=True, text=True, timeout=120)
+    seconds = time.monotonic() - started
+    if result.returncode != expect_code:
+        raise CaptureFailure(f"trellara apply exited {result.returncode}, expected {expect_code}\n"
+                             f"stdout: {result.stdout[-2000:]}\nstderr: {result.stderr[-2000:]}")
+    summary = {}
+    lines = [line for line in result.stdout.splitlines() if line.startswith("apply flow=")]
+    if lines:
+        summary = dict(item.split("=", 1) for item in lines[-1].split()[1:])
+    print(f"apply (exit {result.returncode}, {seconds:.1f}s): {lines[-1] if lines else result.stderr.strip()}")
+    return result, summary
+
+
+def origin_progress(target):
+    text = target.query("SELECT pg_replication_origin_progress('trellara_app', false)")
+    return lsn_to_int(text) if text else 0
+
+
+def apply_copies_pgbench_once_and_quarantines_divergence():
+    with Cluster("apply-source") as source, Cluster("apply-target", preload=False) as target, \
+            tempfile.TemporaryDirectory(prefix="trellara-apply-") as work:
+        run_pgbench(source, ["-i", "-s", "1", "-q"])
+        dump = subprocess.run([os.path.join(PG_BIN, "pg_dump"), "-h", source.socket_dir, "-p", str(source.port),
+                               "-U", "postgres", "-t", "pgbench_*", "postgres"], capture_output=True, text=True,
+                              check=True)
+        target.psql(dump.stdout)
+        log_dir = setup_flow(source, "CREATE PUBLICATION pub FOR TABLE pgbench_accounts, pgbench_branches, "
+                                     "pgbench_tellers, pgbench_history", truth=False)
+        bad_path = os.path.join(work, "bad.toml")
+        with open(bad_path, "w") as bad:
+            bad.write(f'[flow]\nname = "app"\nlog_directory = "{log_dir}"\n[target]\nconninfo = "x"\n'
+                      f'[apply]\nsession_replication_role = "local"\n')
+        refused = subprocess.run([TRELLARA_BIN, "apply", "--config", bad_path], capture_output=True, text=True)
+        if refused.returncode != 2 or "apply.session_replication_role" not in refused.stderr \
+                or '"replica"' not in refused.stderr:
+            raise CaptureFailure(f"a bad setting was not refused naming it and its values: {refused.stderr}")
+        print(f"bad configuration refused: {refused.stderr.strip()}")
+        config_path = os.path.join(work, "flow.toml")
+        with open(config_path, "w") as config:
+            config.write(f'[flow]\nname = "app"\nlog_directory = "{log_dir}"\n\n'
+                         f'[source]\nconninfo = "{source.conninfo()}"\n\n'
+                         f'[target]\nconninfo = "{target.conninfo()}"\n')
+
+        result = run_pgbench(source, ["-c", str(CLIENTS), "-j", "2", "-t", str(TRANSACTIONS_PER_CLIENT), "-n"])
+        processed = [line for line in result.stdout.splitlines() if "processed" in line]
+        print(f"pgbench: {processed[0].strip() if processed else result.stdout[-300:]}")
+        wait_log_covers_source(source)
+
+        # 1. catch-up apply copies everything.
+        _, first = run_apply(config_path, 0)
+        if int(first["applied"]) < CLIENTS * TRANSACTIONS_PER_CLIENT:
+            raise CaptureFailure(f"the first apply applied {first['applied']} transactions, pgbench committed "
+                                 f"{CLIENTS * TRANSACTIONS_PER_CLIENT}")
+        assert_same_data(source, target, "after the first apply")
+        applied_rows = int(target.query("SELECT count(*) FROM trellara.applied_transactions WHERE flow = 'app'"))
+        if applied_rows != int(first["applied"]):
+            raise CaptureFailure(f"{applied_rows} dedup rows for {first['applied']} applied transactions")
+        progress = origin_progress(target)
+        last_commit = max(lsn_to_int(r["commit_lsn"]) for r in log_records(log_dir) if r["type"] == "envelope")
+        if progress != last_commit:
+            raise CaptureFailure(f"origin progress {progress:X} is not the last logged commit {last_commit:X}")
+        print(f"dedup rows {applied_rows}, origin progress = last logged commit")
+
+        # 2. a second run has nothing to do.
+        before = digests(target)
+        _, second = run_apply(config_path, 0)
+        if second["applied"] != "0" or second["skipped_duplicates"] != "0":
+            raise CaptureFailure(f"the second apply was not a no-op: {second}")
+        if digests(target) != before:
+            raise CaptureFailure("the second apply changed target data")
+
+        # 2b. a following applier holds the flow: a second one is refused; SIGTERM stops the first.
+        follower = subprocess.Popen([TRELLARA_BIN, "apply", "--config", config_path], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for("the following applier to report caught_up", lambda: target.query(
+                "SELECT state FROM trellara.apply_status WHERE flow = 'app'") == "caught_up" and
+                target.query("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'trellara/app'") == "1",
+                30)
+            second_applier, _ = run_apply(config_path, 1)
+            if "another applier of flow app is running" not in second_applier.stderr:
+                raise CaptureFailure(f"a second applier was not refused clearly: {second_applier.stderr}")
+            follower.send_signal(signal.SIGTERM)   # our own child, by its Popen handle
+            out, err = follower.communicate(timeout=30)
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+                follower.wait()
+        if follower.returncode != 0 or "state=stopped" not in out:
+            raise CaptureFailure(f"SIGTERM did not stop the following applier cleanly (exit {follower.returncode}): "
+                                 f"{out[-500:]} {err[-500:]}")
+        print(f"following applier: refused a second applier, stopped on SIGTERM: {out.strip().splitlines()[-1]}")
+
+        # 3. without its consumer offset the applier re-reads the log and skips every transaction.
+        os.remove(os.path.join(log_dir, "consumers", "applier"))
+        _, third = run_apply(config_path, 0)
+        if third["applied"] != "0" or third["skipped_duplicates"] != first["applied"]:
+            raise CaptureFailure(f"re-reading the whole log did not skip exactly {first['applied']} duplicates: {third}")
+        if digests(target) != before:
+            raise CaptureFailure("re-reading the whole log changed target data")
+
+        # 4. quarantine: the target lost a row that a later source UPDATE needs.
+        target.query("DELETE FROM public.pgbench_accounts WHERE aid = 42")
+        xid = int(source.query("BEGIN; UPDATE pgbench_accounts SET abalance = abalance + 7 WHERE aid = 42; "
+                               "SELECT txid_current(); COMMIT").splitlines()[0])
+        source.query("INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (1, 1, 43, 99, now())")
+        wait_log_covers_source(source)
+        records = log_records(log_dir)
+        failing = next(r for r in records if r["type"] == "envelope" and r["xid"] == xid)
+        commit_lsn = failing["commit_lsn"]
+        offset_before = int(target.query("SELECT consumer_offset FROM trellara.apply_status WHERE flow = 'app'"))
+        result, _ = run_apply(config_path, EXIT_BLOCKED)
+        message = result.stderr
+        for part in ("public.pgbench_accounts", "(aid)=(42)", f"transaction {xid}", commit_lsn, "matched 0 rows",
+                     f"trellara.quarantine_replay_ready({xid}, '{commit_lsn}')"):
+            if part not in message:
+                raise CaptureFailure(f"the quarantine message lacks {part!r}: {message}")
+        row = target.query(f"SELECT reason, state, attempts FROM trellara.quarantine WHERE flow = 'app' AND xid = {xid} "
+                           f"AND commit_lsn = '{commit_lsn}'")
+        if row != "zero_rows_matched|quarantined|1":
+            raise CaptureFailure(f"quarantine row of xid {xid} is {row!r}")
+        past = target.query(f"SELECT count(*) FROM trellara.applied_transactions WHERE commit_lsn >= '{commit_lsn}'")
+        if past != "0" or origin_progress(target) >= lsn_to_int(commit_lsn):
+            raise CaptureFailure(f"dedup rows ({past}) or origin progress moved past the quarantined commit")
+        status = target.query("SELECT state, consumer_offset FROM trellara.apply_status WHERE flow = 'app'")
+        state, offset_after = status.split("|")
+        if state != "blocked" or int(offset_after) > failing["offset"] or int(offset_after) < offset_before:
+            raise CaptureFailure(f"apply status {status!r}: expected blocked with the consumer offset at most "
+                                 f"{failing['offset']} (the quarantined envelope)")
+        if target.query("SELECT count(*) FROM public.pgbench_history WHERE delta = 99") != "0":
+            raise CaptureFailure("a transaction after the quarantined one was applied")
+        print(f"quarantined xid {xid} commit {commit_lsn}: {message.strip()}")
+
+        # A second attempt while still quarantined is refused without retrying.
+        result, _ = run_apply(config_path, EXIT_BLOCKED)
+        if "halted at a transaction quarantined earlier" not in result.stderr:
+            raise CaptureFailure(f"a run while quarantined did not report the halt: {result.stderr}")
+
+        # 5. repair, mark replay-ready (exact boundary only), resume.
+        refused = target.psql(f"SELECT trellara.quarantine_replay_ready({xid + 1}, '{commit_lsn}')", check=False)
+        if refused.returncode == 0:
+            raise CaptureFailure("quarantine_replay_ready accepted a wrong xid")
+        source_row = source.query("SELECT aid, bid, abalance - 7, filler FROM pgbench_accounts WHERE aid = 42")
+        aid, bid, balance, filler = source_row.split("|")
+        target.query(f"INSERT INTO public.pgbench_accounts VALUES ({aid}, {bid}, {balance}, '{filler}')")
+        target.query(f"SELECT trellara.quarantine_replay_ready({xid}, '{commit_lsn}')")
+        _, resumed = run_apply(config_path, 0)
+        if resumed["applied"] != "2":
+            raise CaptureFailure(f"after replay-ready the applier applied {resumed['applied']} transactions, expected 2")
+        if target.query(f"SELECT state FROM trellara.quarantine WHERE xid = {xid}") != "resolved":
+            raise CaptureFailure("the replayed quarantine row is not resolved")
+        assert_same_data(source, target, "after replay")
+
+        relay = source.query("SELECT state, consecutive_failures FROM trellara.status() WHERE flow = 'app'")
+        if not relay.startswith("running|0"):
+            raise CaptureFailure(f"the source flow is not running cleanly: {relay}")
+        for cluster in (source, target):
+            crashes = cluster.backend_crashes()
+            if crashes:
+                raise CaptureFailure(f"backends crashed: {crashes}")
+        print("ok: apply_copies_pgbench_once_and_quarantines_divergence")
+
+
+if __name__ == "__main__":
+    apply_copies_pgbench_once_and_quarantines_divergence()
