@@ -7,8 +7,14 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
+
+#include "config.h"
+#include "pg_connection.h"
 
 namespace trellara::cli {
 
@@ -28,5 +34,46 @@ void RegisterApply(CLI::App& app);
 void RegisterLogCommands(CLI::App& app);
 // `log records`; call after RegisterLogCommands (it adds to the `log` subcommand).
 void RegisterLogRecords(CLI::App& app);
+// `status --config F [--format json]` (status_command.cpp).
+void RegisterStatus(CLI::App& app);
+// `quarantine list|replay-ready` (quarantine_command.cpp).
+void RegisterQuarantine(CLI::App& app);
+// `verify --config F [--format json]` (verify_command.cpp).
+void RegisterVerify(CLI::App& app);
+
+// ---- shared by status, quarantine and verify (defined in status_command.cpp) ----------------
+
+// Exit codes the operator commands share with `apply`.
+constexpr int kExitFlowBlocked = 3;  // the flow is halted at a quarantined transaction
+constexpr int kExitMismatch = 4;  // verify: source and target differ
+
+// Loads the configuration or throws CommandFailed (exit 2) naming the setting.
+FlowConfig LoadConfigOrFail(const std::string& path);
+
+// Connects as `application_name` and pins the session settings the applier pins (TimeZone,
+// DateStyle, IntervalStyle, extra_float_digits, bytea_output, empty search_path), so text forms
+// read here compare with what the applier wrote. `role` ("target", "source") names the side in
+// errors. Throws CommandFailed on failure.
+std::unique_ptr<PgConnection> ConnectPinned(const FlowConfig& config, const std::string& conninfo,
+                                            const std::string& role, const std::string& application_name);
+
+// Runs a statement or throws CommandFailed naming what was being done, the server and the error.
+PgResult MustSucceed(PgConnection& conn, PgResult result, const std::string& what);
+
+// Throws CommandFailed unless the target holds this build's trellara state functions.
+void RequireTargetState(PgConnection& target, const FlowConfig& config);
+
+// What the flow's log holds past the applier's consumer offset, read without writing anything.
+struct LogProgress {
+  std::optional<uint64_t> consumer_offset;  // consumers/applier; nullopt when never written
+  uint64_t scanned_from = 0;                // consumer offset, or the log's first offset
+  uint64_t end_offset = 0;                  // durable end: the next offset the relay writes
+  uint64_t lag_records = 0;                 // records in [scanned_from, end_offset)
+  uint64_t lag_bytes = 0;                   // their frame bytes (header + payload)
+  uint64_t last_commit_lsn = 0;             // highest commit LSN of a complete transaction in that
+                                            // range (envelope or commit marker); 0 if none
+};
+LogProgress ReadLogProgress(const FlowConfig& config);
+
 
 }  // namespace trellara::cli

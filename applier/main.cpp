@@ -27,13 +27,9 @@ struct Planned {
   const char* summary;
 };
 constexpr Planned kPlanned[] = {
-    {"apply", "apply the flow's durable log to the target, exactly once (--config F)"},
     {"snapshot", "copy the selected tables and hand off to the stream (--config F)"},
-    {"verify", "compare row counts and checksums of source and target (--config F)"},
     {"reseed", "re-copy a table after repair (--config F)"},
-    {"status", "flow state, lag, quarantine and the safe next action (--config F)"},
     {"check", "source safety preflight (--config F)"},
-    {"quarantine", "list quarantined transactions / mark one replay-ready (--config F)"},
     {"chaos", "generate the correctness report from test results (chaos report --output FILE)"},
 };
 
@@ -48,6 +44,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   trellara::cli::RegisterApply(app);
+  trellara::cli::RegisterStatus(app);
+  trellara::cli::RegisterQuarantine(app);
+  trellara::cli::RegisterVerify(app);
   trellara::cli::RegisterInspectTransaction(app);
   trellara::cli::RegisterLogCommands(app);
   trellara::cli::RegisterLogRecords(app);

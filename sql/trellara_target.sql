@@ -60,8 +60,10 @@ CREATE TABLE IF NOT EXISTS trellara.apply_status (
 
 -- Marks exactly one quarantined boundary replay-ready; refuses (raises) for anything else, so a
 -- mistyped xid or LSN never releases another transaction. Same rules as core's DecideReplayReady.
+-- SECURITY DEFINER with a pinned search_path so that a role granted EXECUTE (trellara_admin) needs
+-- no privileges on the tables themselves; EXECUTE is revoked from PUBLIC below.
 CREATE OR REPLACE FUNCTION trellara.quarantine_replay_ready(xid bigint, commit_lsn pg_lsn)
-RETURNS text LANGUAGE plpgsql AS $fn$
+RETURNS text LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   found_row trellara.quarantine%ROWTYPE;
 BEGIN
@@ -87,3 +89,64 @@ BEGIN
                 found_row.xid, found_row.commit_lsn, found_row.flow);
 END
 $fn$;
+
+-- Every quarantine row (all flows, all states, oldest boundary first): what `trellara quarantine
+-- list` prints. Read-only.
+CREATE OR REPLACE FUNCTION trellara.quarantine_list()
+RETURNS TABLE (flow text, xid bigint, commit_lsn pg_lsn, state text, reason text, sqlstate text,
+               attempts integer, detail text, message text, next_step text,
+               first_quarantined_at timestamptz, last_failed_at timestamptz,
+               replay_ready_at timestamptz, resolved_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT q.flow, q.xid, q.commit_lsn, q.state, q.reason, q.sqlstate, q.attempts, q.detail, q.message,
+         q.next_step, q.first_quarantined_at, q.last_failed_at, q.replay_ready_at, q.resolved_at
+    FROM trellara.quarantine q
+   ORDER BY q.flow, q.commit_lsn
+$fn$;
+
+-- One row per flow: the recorded apply state plus the live facts `trellara status` combines with
+-- the log. applier_running is true while a session holds the flow's applier advisory lock
+-- (pg_try_advisory_lock(hashtextextended('trellara apply <flow>', 0)), taken by `trellara apply`
+-- for its whole session): it is read from pg_locks, never by trying the lock, so asking never
+-- gets in an applier's way. applied_commit_lsn is the replication origin's progress now (the
+-- per-transaction checkpoint), not the value recorded at the last status write. Read-only.
+CREATE OR REPLACE FUNCTION trellara.apply_status()
+RETURNS TABLE (flow text, recorded_state text, applier_running boolean, applied_commit_lsn pg_lsn,
+               consumer_offset bigint, applied_transactions bigint, skipped_duplicates bigint,
+               quarantined bigint, replay_ready bigint, last_error text, updated_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT s.flow, s.state,
+         EXISTS (SELECT 1 FROM pg_locks l
+                  WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+                    AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+                    AND ((l.classid::bigint << 32) | l.objid::bigint)
+                        = hashtextextended('trellara apply ' || s.flow, 0)),
+         CASE WHEN pg_replication_origin_oid('trellara_' || s.flow) IS NOT NULL
+              THEN pg_replication_origin_progress('trellara_' || s.flow, false) END,
+         s.consumer_offset, s.applied_transactions, s.skipped_duplicates,
+         (SELECT count(*) FROM trellara.quarantine q WHERE q.flow = s.flow AND q.state = 'quarantined'),
+         (SELECT count(*) FROM trellara.quarantine q WHERE q.flow = s.flow AND q.state = 'replay_ready'),
+         s.last_error, s.updated_at
+    FROM trellara.apply_status s
+   ORDER BY s.flow
+$fn$;
+
+-- Privileges (DESIGN §7): nothing is executable by PUBLIC; the read-only functions are granted to
+-- pg_monitor; the mutating one to trellara_admin when that role exists (this file never creates
+-- roles: that needs CREATEROLE and is the DBA's decision). Re-running these is a no-op.
+REVOKE ALL ON FUNCTION trellara.quarantine_replay_ready(bigint, pg_lsn) FROM PUBLIC;
+REVOKE ALL ON FUNCTION trellara.quarantine_list() FROM PUBLIC;
+REVOKE ALL ON FUNCTION trellara.apply_status() FROM PUBLIC;
+GRANT USAGE ON SCHEMA trellara TO pg_monitor;
+GRANT EXECUTE ON FUNCTION trellara.quarantine_list() TO pg_monitor;
+GRANT EXECUTE ON FUNCTION trellara.apply_status() TO pg_monitor;
+DO $grant$
+BEGIN
+  IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'trellara_admin') THEN
+    GRANT USAGE ON SCHEMA trellara TO trellara_admin;
+    GRANT EXECUTE ON FUNCTION trellara.quarantine_replay_ready(bigint, pg_lsn) TO trellara_admin;
+    GRANT EXECUTE ON FUNCTION trellara.quarantine_list() TO trellara_admin;
+    GRANT EXECUTE ON FUNCTION trellara.apply_status() TO trellara_admin;
+  END IF;
+END
+$grant$;

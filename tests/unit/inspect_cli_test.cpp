@@ -74,7 +74,7 @@ TEST_CASE("version_and_help_list_the_planned_commands", "[cli]") {
   for (const char* cmd : {"apply", "snapshot", "verify", "reseed", "status", "check", "log", "inspect-transaction",
                           "quarantine", "chaos"})
     CHECK(h.output.find(cmd) != std::string::npos);
-  Run planned = RunCommand("verify --config x.toml");
+  Run planned = RunCommand("snapshot --config x.toml");
   CHECK(planned.exit_code == 2);
   CHECK(planned.output.find("planned but not available") != std::string::npos);
 }

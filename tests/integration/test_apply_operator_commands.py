@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""Integration: the operator commands around `trellara apply` — `status`, `verify` and
+`quarantine list|replay-ready` — against a source and a target cluster (issue 5 items 6, 8, 9).
+
+Source: pgbench tables (copied to the target with pg_dump), a flow on a publication of the four
+tables, a short pgbench run. Then:
+  - after `apply --until-caught-up`, `status` says caught_up with lag 0 and the origin progress;
+    `verify` matches every table (exit 0);
+  - a row changed on the target makes `verify` exit 4 naming exactly that table;
+  - a target row deleted before a source UPDATE needs it quarantines the transaction: `status`
+    says blocked with the exact `quarantine replay-ready` command, `quarantine list` shows the
+    boundary, `verify` refuses (exit 3) instead of comparing, `replay-ready` with a wrong xid or
+    LSN is refused and marks nothing;
+  - after the repair, `replay-ready` marks the boundary, `status` says stopped with "run trellara
+    apply", the next apply applies it and what followed, `verify` matches and status is caught_up;
+  - a following applier is seen as running (it holds the flow's advisory lock), and not after it stops;
+  - the target functions are not executable by PUBLIC; pg_monitor may read status.
+It must never leave a cluster running (the harness stops it by PID).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from capture_support import (CaptureFailure, TRELLARA_BIN, log_records, lsn_to_int, run_pgbench,  # noqa: E402
+                             setup_flow, wait_for)
+from harness import Cluster, PG_BIN  # noqa: E402
+
+EXIT_BLOCKED = 3
+EXIT_MISMATCH = 4
+
+
+def trellara(*args, expect=0):
+    result = subprocess.run([TRELLARA_BIN, *args], capture_output=True, text=True, timeout=120)
+    if result.returncode != expect:
+        raise CaptureFailure(f"trellara {' '.join(args)} exited {result.returncode}, expected {expect}\n"
+                             f"stdout: {result.stdout[-3000:]}\nstderr: {result.stderr[-3000:]}")
+    return result
+
+
+def status(config):
+    return json.loads(trellara("status", "--config", config, "--format", "json").stdout)
+
+
+def wait_log_covers_source(source, flow="app", timeout_s=60):
+    target_lsn = lsn_to_int(source.query("SELECT pg_current_wal_lsn()"))
+
+    def covered():
+        text = source.query(f"SELECT log_durable_lsn FROM trellara.status() WHERE flow = '{flow}'")
+        return text and lsn_to_int(text) >= target_lsn
+    wait_for(f"the log of flow {flow} to cover the source's WAL", covered, timeout_s)
+
+
+def expect_caught_up(config, target, label):
+    s = status(config)
+    progress = target.query("SELECT pg_replication_origin_progress('trellara_app', false)")
+    if s["state"] != "caught_up" or s["lag_records"] != 0 or s["lag_bytes"] != 0 or s["quarantined"] != 0 \
+            or s["applied_commit_lsn"] != progress or s["consumer_offset"] != s["log_end_offset"]:
+        raise CaptureFailure(f"{label}: status is not caught_up with lag 0 at origin progress {progress}: {s}")
+    print(f"{label}: status {s['state']}, applied {s['applied_commit_lsn']}, consumer offset {s['consumer_offset']}, "
+          f"lag {s['lag_records']} records; next: {s['next_action']}")
+
+
+def operator_commands_report_verify_and_release_quarantine():
+    with Cluster("ops-source") as source, Cluster("ops-target", preload=False) as target, \
+            tempfile.TemporaryDirectory(prefix="trellara-ops-") as work:
+        run_pgbench(source, ["-i", "-s", "1", "-q"])
+        dump = subprocess.run([os.path.join(PG_BIN, "pg_dump"), "-h", source.socket_dir, "-p", str(source.port),
+                               "-U", "postgres", "-t", "pgbench_*", "postgres"], capture_output=True, text=True,
+                              check=True)
+        target.psql(dump.stdout)
+        log_dir = setup_flow(source, "CREATE PUBLICATION pub FOR TABLE pgbench_accounts, pgbench_branches, "
+                                     "pgbench_tellers, pgbench_history", truth=False)
+        config = os.path.join(work, "flow.toml")
+        with open(config, "w") as f:
+            f.write(f'[flow]\nname = "app"\nlog_directory = "{log_dir}"\n\n'
+                    f'[source]\nconninfo = "{source.conninfo()}"\n\n'
+                    f'[target]\nconninfo = "{target.conninfo()}"\n')
+
+        # Before any apply the target has no state: status says so and names the command.
+        early = trellara("status", "--config", config)
+        if "state:               stopped" not in early.stdout or "trellara apply --config" not in early.stdout:
+            raise CaptureFailure(f"status before any apply: {early.stdout}")
+
+        run_pgbench(source, ["-c", "2", "-j", "2", "-t", "100", "-n"])
+        wait_log_covers_source(source)
+        trellara("apply", "--config", config, "--until-caught-up")
+
+        # 1. caught up, lag 0; verify matches.
+        expect_caught_up(config, target, "after apply")
+        text = trellara("status", "--config", config).stdout
+        for part in ("state:               caught_up", "lag:                 0 records, 0 bytes", "next action:"):
+            if part not in text:
+                raise CaptureFailure(f"text status lacks {part!r}: {text}")
+        verified = json.loads(trellara("verify", "--config", config, "--format", "json").stdout)
+        if not verified["match"] or len(verified["tables"]) != 4 or verified["mismatching_tables"]:
+            raise CaptureFailure(f"verify after apply did not match all four tables: {verified}")
+        accounts = next(t for t in verified["tables"] if t["table"] == "public.pgbench_accounts")
+        if accounts["source"]["rows"] != 100000 or accounts["source"]["checksum"] != accounts["target"]["checksum"]:
+            raise CaptureFailure(f"verify of pgbench_accounts: {accounts}")
+        print(f"verify matched: {[(t['table'], t['source']['rows']) for t in verified['tables']]}")
+
+        # 2. a changed target row: verify names exactly that table and exits 4.
+        target.query("UPDATE public.pgbench_branches SET bbalance = bbalance + 1 WHERE bid = 1")
+        differs = trellara("verify", "--config", config, expect=EXIT_MISMATCH)
+        if "public.pgbench_branches" not in differs.stderr or "pgbench_accounts" in differs.stderr \
+                or "MISMATCH  public.pgbench_branches" not in differs.stdout:
+            raise CaptureFailure(f"verify did not name exactly pgbench_branches: {differs.stdout} {differs.stderr}")
+        print(f"verify after a target change: {differs.stderr.strip()}")
+        target.query("UPDATE public.pgbench_branches SET bbalance = bbalance - 1 WHERE bid = 1")
+
+        # 3. quarantine: the target lost a row a later source UPDATE needs.
+        target.query("DELETE FROM public.pgbench_accounts WHERE aid = 42")
+        xid = int(source.query("BEGIN; UPDATE pgbench_accounts SET abalance = abalance + 7 WHERE aid = 42; "
+                               "SELECT txid_current(); COMMIT").splitlines()[0])
+        source.query("INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (1, 1, 43, 99, now())")
+        wait_log_covers_source(source)
+        failing = next(r for r in log_records(log_dir) if r["type"] == "envelope" and r["xid"] == xid)
+        commit_lsn = failing["commit_lsn"]
+        trellara("apply", "--config", config, "--until-caught-up", expect=EXIT_BLOCKED)
+
+        s = status(config)
+        command = f"trellara quarantine replay-ready --config {config} --xid {xid} --commit-lsn {commit_lsn}"
+        if s["state"] != "blocked" or s["quarantined"] != 1 or s["lag_records"] < 2 or command not in s["next_action"] \
+                or s["blocked_at"] != {"xid": xid, "commit_lsn": commit_lsn, "reason": "zero_rows_matched"} \
+                or "(aid)=(42)" not in s["next_action"]:
+            raise CaptureFailure(f"status while quarantined: expected blocked with {command!r}: {s}")
+        print(f"blocked: lag {s['lag_records']} records; next: {s['next_action']}")
+
+        listed = json.loads(trellara("quarantine", "list", "--config", config, "--format", "json").stdout)
+        if len(listed) != 1 or listed[0]["xid"] != xid or listed[0]["commit_lsn"] != commit_lsn \
+                or listed[0]["state"] != "quarantined" or listed[0]["reason"] != "zero_rows_matched":
+            raise CaptureFailure(f"quarantine list: {listed}")
+        listed_text = trellara("quarantine", "list", "--config", config).stdout
+        if command not in listed_text or "public.pgbench_accounts" not in listed_text:
+            raise CaptureFailure(f"quarantine list (text) lacks the command or the table: {listed_text}")
+
+        blocked_verify = trellara("verify", "--config", config, "--wait-seconds", "30", expect=EXIT_BLOCKED)
+        if "blocked" not in blocked_verify.stderr or command not in blocked_verify.stderr:
+            raise CaptureFailure(f"verify while blocked: {blocked_verify.stderr}")
+
+        for wrong_xid, wrong_lsn in ((xid + 1, commit_lsn), (xid, "0/1")):
+            refused = trellara("quarantine", "replay-ready", "--config", config, "--xid", str(wrong_xid),
+                               "--commit-lsn", wrong_lsn, expect=1)
+            if "refused" not in refused.stderr:
+                raise CaptureFailure(f"a wrong boundary was not refused clearly: {refused.stderr}")
+        if target.query(f"SELECT state FROM trellara.quarantine WHERE xid = {xid}") != "quarantined":
+            raise CaptureFailure("a refused replay-ready changed the quarantine row")
+        print(f"wrong boundary refused: {refused.stderr.strip()}")
+
+        # 4. repair, replay-ready, resume, verify.
+        aid, bid, balance, filler = source.query(
+            "SELECT aid, bid, abalance - 7, filler FROM pgbench_accounts WHERE aid = 42").split("|")
+        target.query(f"INSERT INTO public.pgbench_accounts VALUES ({aid}, {bid}, {balance}, '{filler}')")
+        marked = trellara("quarantine", "replay-ready", "--config", config, "--xid", str(xid), "--commit-lsn", commit_lsn)
+        if "marked replay-ready" not in marked.stdout:
+            raise CaptureFailure(f"replay-ready output: {marked.stdout}")
+        again = trellara("quarantine", "replay-ready", "--config", config, "--xid", str(xid), "--commit-lsn", commit_lsn)
+        if "already replay-ready" not in again.stdout:
+            raise CaptureFailure(f"a second replay-ready was not a no-op: {again.stdout}")
+        s = status(config)
+        if s["state"] != "stopped" or s["replay_ready"] != 1 or "trellara apply --config" not in s["next_action"]:
+            raise CaptureFailure(f"status after replay-ready: {s}")
+        print(f"after replay-ready: {s['state']}; next: {s['next_action']}")
+
+        resumed = trellara("apply", "--config", config, "--until-caught-up")
+        if "applied=2 " not in resumed.stdout:
+            raise CaptureFailure(f"the resumed apply did not apply the two held transactions: {resumed.stdout}")
+        expect_caught_up(config, target, "after replay")
+        final = trellara("verify", "--config", config)
+        if final.stdout.count("match     ") != 4:
+            raise CaptureFailure(f"verify after replay: {final.stdout}")
+        print(final.stdout.strip())
+
+        # 5. a following applier is detected through its advisory lock: running/caught_up, not stopped.
+        follower = subprocess.Popen([TRELLARA_BIN, "apply", "--config", config], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for("status to see the following applier", lambda: status(config)["applier_running"], 30)
+            s = status(config)
+            if s["state"] != "caught_up" or "running applier" not in s["next_action"]:
+                raise CaptureFailure(f"status with a following applier: {s}")
+            print(f"following applier: status {s['state']}, running {s['applier_running']}; next: {s['next_action']}")
+            follower.send_signal(signal.SIGTERM)   # our own child, by its Popen handle
+            follower.communicate(timeout=30)
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+                follower.wait()
+        if status(config)["applier_running"]:
+            raise CaptureFailure("status still reports a running applier after it stopped")
+
+        # 6. privileges: nothing for PUBLIC; pg_monitor may read.
+        target.query("CREATE ROLE plain_user LOGIN; CREATE ROLE monitor_user LOGIN IN ROLE pg_monitor")
+        grants = target.query(
+            "SELECT has_function_privilege('plain_user', 'trellara.quarantine_replay_ready(bigint, pg_lsn)', 'EXECUTE'), "
+            "has_function_privilege('plain_user', 'trellara.apply_status()', 'EXECUTE'), "
+            "has_function_privilege('plain_user', 'trellara.quarantine_list()', 'EXECUTE'), "
+            "has_function_privilege('monitor_user', 'trellara.apply_status()', 'EXECUTE'), "
+            "has_function_privilege('monitor_user', 'trellara.quarantine_replay_ready(bigint, pg_lsn)', 'EXECUTE')")
+        if grants != "f|f|f|t|f":
+            raise CaptureFailure(f"target function privileges (plain x3, monitor status, monitor replay): {grants}")
+        seen = target.psql("SELECT recorded_state FROM trellara.apply_status()",
+                           args=("-U", "monitor_user")).stdout.strip()
+        if seen != "stopped":   # recorded by the following applier when SIGTERM stopped it
+            raise CaptureFailure(f"pg_monitor member reading trellara.apply_status(): {seen!r}")
+
+        for cluster in (source, target):
+            crashes = cluster.backend_crashes()
+            if crashes:
+                raise CaptureFailure(f"backends crashed: {crashes}")
+        print("ok: operator_commands_report_verify_and_release_quarantine")
+
+
+if __name__ == "__main__":
+    operator_commands_report_verify_and_release_quarantine()
