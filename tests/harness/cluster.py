@@ -287,6 +287,27 @@ class Cluster:
             shutil.rmtree(self.base_dir, ignore_errors=True)
         self.base_dir = None
 
+    def restart_immediate(self):
+        """Immediate shutdown, as `pg_ctl stop -m immediate` does it (SIGQUIT to the postmaster,
+        found by the PID in postmaster.pid and proven ours by its command line), then a start of
+        the same data directory, which runs crash recovery. Port and socket stay the same."""
+        pid = self._read_postmaster_pid() or self.pid
+        if pid is None or not self._is_our_postmaster(pid):
+            raise ClusterError(f"cluster {self.name}: no running postmaster of {self.data_dir} to restart")
+        os.kill(pid, signal.SIGQUIT)
+        if not _wait_gone(pid, QUIT_TIMEOUT_S):
+            raise ClusterError(f"cluster {self.name}: postmaster {pid} did not exit {QUIT_TIMEOUT_S}s after SIGQUIT")
+        self.pid = None
+        self._run_as_postgres(
+            [f"{PG_BIN}/pg_ctl", "start", "-D", self.data_dir, "-l", self.log_path, "-w",
+             "-t", str(START_TIMEOUT_S)],
+            what="pg_ctl start after an immediate stop")
+        self.pid = self._read_postmaster_pid()
+        if self.pid is None:
+            raise ClusterError(f"cluster {self.name}: restarted, but postmaster.pid names no running postmaster")
+        self._write_state()
+        return pid
+
     def is_running(self):
         return self.pid is not None and self._is_our_postmaster(self.pid)
 

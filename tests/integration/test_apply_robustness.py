@@ -1,0 +1,497 @@
+#!/usr/bin/env python3
+"""Integration: `trellara apply` stays exactly-once when real processes die, and replicates hostile
+names and values exactly (issue 5, DESIGN §2, §6).
+
+Every scenario starts its own source cluster (with a flow) and target cluster (without the
+extension: the applier bootstraps its state), creates the same tables on both, and compares per
+table the row count and an order-independent checksum (md5 over the sorted md5s of the rows' text),
+and the dedup table against the log: one row per completed source transaction, same commit LSNs.
+
+  applier_kill9_at_random_moments_converges_exactly_once
+      a ledger workload (an account row and an append-only ledger row carrying the account's
+      running sequence number: a duplicate effect shows as a repeated (account, seq) or a count
+      that disagrees with the account's counter); `kill -9` of the applier after a seeded random
+      delay, restarted each time, >= TRELLARA_KILLS times (default 20; seed TRELLARA_KILL_SEED,
+      printed).
+  target_immediate_restart_while_applying_converges
+      the target is stopped immediately (SIGQUIT by PID) and started again while the applier
+      applies: the applier exits 1 without quarantining anything; a rerun converges.
+  chunked_transaction_applies_atomically_and_once
+      one source transaction of 5,000 rows (5 chunks + manifest + commit marker); the applier is
+      killed while that transaction is open on the target: nothing of it is visible; the rerun
+      commits it whole (observed counts are only 0 or 5,000) with one dedup row.
+  conflicting_duplicate_is_quarantined
+      a dedup row's checksum is altered (a different transaction at the same boundary) and the
+      consumer offset removed: apply exits 3 naming xid and commit LSN, reason checksum_conflict,
+      and nothing after it is applied.
+  hostile_identifiers_and_values_replicate_exactly
+      names with quotes, semicolons, mixed case, non-ASCII, 63 bytes; backslashes, newlines, NaN,
+      Infinity, -0, > 1 MB text, NULL vs '', bytea, arrays, jsonb; an UPDATE that leaves a TOASTed
+      column unchanged keeps the target's value.
+
+It prints what it measured. It must never signal a process it did not start (the applier is our
+child, killed by its Popen handle; clusters are stopped by the harness by PID) and never leave a
+cluster running.
+"""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from capture_support import (CaptureFailure, TRELLARA_BIN, log_records, log_transactions, lsn_to_int,  # noqa: E402
+                             run_pgbench, setup_flow, wait_for)
+from harness import Cluster  # noqa: E402
+
+KILLS = int(os.environ.get("TRELLARA_KILLS", "20"))
+KILL_SEED = int(os.environ.get("TRELLARA_KILL_SEED", str(random.SystemRandom().randrange(1 << 31))))
+EXIT_BLOCKED = 3
+APPLY_TIMEOUT_S = 120
+
+
+def quote_ident(name):
+    return '"' + name.replace('"', '""') + '"'
+
+
+def quote_literal(text):
+    return "'" + text.replace("'", "''") + "'"
+
+
+def table_digest(cluster, qualified):
+    return cluster.query(f"SELECT count(*) || ' ' || coalesce(md5(string_agg(md5(t::text), ',' ORDER BY md5(t::text))),"
+                         f" '-') FROM {qualified} t")
+
+
+def assert_same_data(source, target, tables, label):
+    differing = []
+    for table in tables:
+        want, have = table_digest(source, table), table_digest(target, table)
+        print(f"{label}: {table}: source {want}, target {have}")
+        if want != have:
+            differing.append(table)
+    if differing:
+        raise CaptureFailure(f"{label}: source and target differ in {differing}")
+
+
+def assert_each_transaction_applied_once(target, log_dir, label):
+    """Dedup rows == completed transactions of the log, same commit LSNs, none twice."""
+    logged, shape = log_transactions(log_records(log_dir))
+    want = sorted(lsn for _, lsn in logged)
+    have = sorted(lsn_to_int(text) for text in target.query(
+        "SELECT commit_lsn FROM trellara.applied_transactions WHERE flow = 'app'").split())
+    print(f"{label}: log holds {len(want)} completed transactions ({shape['chunked_transactions']} chunked); "
+          f"target has {len(have)} dedup rows")
+    if want != have:
+        missing = sorted(set(want) - set(have))
+        extra = sorted(set(have) - set(want))
+        raise CaptureFailure(f"{label}: dedup rows do not match the log: {len(missing)} missing, {len(extra)} extra, "
+                             f"{len(have) - len(set(have))} repeated")
+    progress = target.query("SELECT pg_replication_origin_progress('trellara_app', false)")
+    if want and lsn_to_int(progress) != want[-1]:
+        raise CaptureFailure(f"{label}: origin progress {progress} is not the last logged commit")
+    quarantined = target.query("SELECT count(*) FROM trellara.quarantine")
+    if quarantined != "0":
+        raise CaptureFailure(f"{label}: {quarantined} quarantine rows on the target: "
+                             f"{target.query('SELECT xid, reason, detail FROM trellara.quarantine')}")
+
+
+def wait_log_covers_source(source, timeout_s=90):
+    target_lsn = lsn_to_int(source.query("SELECT pg_current_wal_lsn()"))
+
+    def covered():
+        text = source.query("SELECT log_durable_lsn FROM trellara.status() WHERE flow = 'app'")
+        return text and lsn_to_int(text) >= target_lsn
+    wait_for("the log of flow app to cover the source's WAL position", covered, timeout_s)
+
+
+def apply_command(config_path):
+    return [TRELLARA_BIN, "apply", "--config", config_path, "--until-caught-up"]
+
+
+def run_apply(config_path, expect_code):
+    started = time.monotonic()
+    result = subprocess.run(apply_command(config_path), capture_output=True, text=True, timeout=APPLY_TIMEOUT_S)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("apply flow=")]
+    print(f"apply (exit {result.returncode}, {time.monotonic() - started:.1f}s): "
+          f"{lines[-1] if lines else result.stderr.strip()[-500:]}")
+    if result.returncode != expect_code:
+        raise CaptureFailure(f"trellara apply exited {result.returncode}, expected {expect_code}\n"
+                             f"stdout: {result.stdout[-2000:]}\nstderr: {result.stderr[-2000:]}")
+    return result
+
+
+def start_applier(config_path):
+    return subprocess.Popen(apply_command(config_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def kill9(proc):
+    """SIGKILL to our own child by its Popen handle; reaps it."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate(timeout=30)
+
+
+def applier_session_gone(target):
+    return target.query("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'trellara/app'") == "0"
+
+
+class FlowPair:
+    """A source with a flow over `tables` and a target with the same DDL; stops both by PID."""
+
+    def __init__(self, name, ddl, tables):
+        self.name, self.ddl, self.tables = name, ddl, tables
+
+    def __enter__(self):
+        self.source = Cluster(f"{self.name}-source")
+        self.target = Cluster(f"{self.name}-target", preload=False)
+        self.work = tempfile.TemporaryDirectory(prefix=f"trellara-{self.name}-")
+        try:
+            self.source.start()
+            self.target.start()
+            self.source.psql(self.ddl)
+            self.target.psql(self.ddl)
+            self.log_dir = setup_flow(self.source, f"CREATE PUBLICATION pub FOR TABLE {', '.join(self.tables)}",
+                                      truth=False)
+            self.config = os.path.join(self.work.name, "flow.toml")
+            with open(self.config, "w") as config:
+                config.write(f'[flow]\nname = "app"\nlog_directory = "{self.log_dir}"\n\n'
+                             f'[target]\nconninfo = "{self.target.conninfo()}"\n')
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        for cluster in (self.source, self.target):
+            cluster.__exit__(exc_type, exc, tb)
+        self.work.cleanup()
+        return False
+
+    def check_no_crashes(self):
+        for cluster in (self.source, self.target):
+            if cluster.backend_crashes():
+                raise CaptureFailure(f"backends crashed on {cluster.name}: {cluster.backend_crashes()}")
+
+
+LEDGER_DDL = """
+CREATE TABLE public.accounts (id int PRIMARY KEY, balance bigint NOT NULL, ops int NOT NULL);
+CREATE TABLE public.ledger (account int NOT NULL, seq int NOT NULL, amount int NOT NULL);
+INSERT INTO public.accounts SELECT g, 0, 0 FROM generate_series(1, 50) g;
+"""
+LEDGER_TABLES = ("public.accounts", "public.ledger")
+LEDGER_SCRIPT = """\\set a random(1, 50)
+\\set d random(-100, 100)
+BEGIN;
+UPDATE accounts SET balance = balance + :d, ops = ops + 1 WHERE id = :a RETURNING ops AS seq \\gset
+INSERT INTO ledger VALUES (:a, :seq, :d);
+END;
+"""
+
+
+def run_ledger_workload(pair, transactions):
+    script = os.path.join(pair.work.name, "ledger.sql")
+    with open(script, "w") as out:
+        out.write(LEDGER_SCRIPT)
+    per_client = transactions // 4
+    run_pgbench(pair.source, ["-c", "4", "-j", "2", "-t", str(per_client), "-n", "-f", script])
+    wait_log_covers_source(pair.source)
+    return per_client * 4
+
+
+def assert_ledger_has_no_duplicate_effects(target, label):
+    repeated = target.query("SELECT count(*) FROM (SELECT account, seq FROM public.ledger GROUP BY 1, 2 "
+                            "HAVING count(*) > 1) d")
+    disagreeing = target.query("SELECT count(*) FROM public.accounts a WHERE a.ops <> "
+                               "(SELECT count(*) FROM public.ledger l WHERE l.account = a.id) OR a.balance <> "
+                               "(SELECT coalesce(sum(amount), 0) FROM public.ledger l WHERE l.account = a.id)")
+    print(f"{label}: repeated (account, seq) ledger rows {repeated}; accounts disagreeing with their ledger "
+          f"{disagreeing}")
+    if repeated != "0" or disagreeing != "0":
+        raise CaptureFailure(f"{label}: duplicate or missing effects on the target")
+
+
+def applier_kill9_at_random_moments_converges_exactly_once():
+    rng = random.Random(KILL_SEED)
+    print(f"kill -9 test: seed {KILL_SEED} (TRELLARA_KILL_SEED={KILL_SEED} reproduces the delays), "
+          f"{KILLS} kills (TRELLARA_KILLS)")
+    with FlowPair("apply-kill9", LEDGER_DDL, LEDGER_TABLES) as pair:
+        committed = run_ledger_workload(pair, 2400)
+        print(f"backlog: {committed} ledger transactions")
+        kills, landed, refused_busy, batches = 0, 0, 0, 1
+        started = time.monotonic()
+        while True:
+            before = pair.target.psql("SELECT count(*) FROM trellara.applied_transactions", check=False).stdout.strip()
+            proc = start_applier(pair.config)
+            delay = rng.uniform(0.1, 0.6) if kills < KILLS else None
+            try:
+                out, err = proc.communicate(timeout=delay if delay is not None else APPLY_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                kill9(proc)
+                kills += 1
+                after = pair.target.psql("SELECT count(*) FROM trellara.applied_transactions",
+                                         check=False).stdout.strip()
+                if before != after:
+                    landed += 1
+                # The killed applier's backend ends when it sees the socket close; until then it
+                # holds the flow's advisory lock.
+                wait_for("the killed applier's target session to end", lambda: applier_session_gone(pair.target), 30,
+                         0.02)
+                continue
+            if proc.returncode == 1 and "another applier of flow app is running" in err:
+                refused_busy += 1
+                time.sleep(0.05)
+                continue
+            if proc.returncode != 0:
+                raise CaptureFailure(f"apply exited {proc.returncode} after {kills} kills: {err[-2000:]}")
+            if kills >= KILLS:
+                print(f"final run: {out.strip().splitlines()[-1]}")
+                break
+            # Caught up before enough kills: give it more backlog.
+            committed += run_ledger_workload(pair, 800)
+            batches += 1
+        print(f"kill -9: {kills} kills ({landed} after the applier had committed something in that run), "
+              f"{refused_busy} restarts refused while the killed session ended, {batches} backlog batches, "
+              f"{committed} ledger transactions, {time.monotonic() - started:.1f}s")
+        if kills < KILLS:
+            raise CaptureFailure(f"only {kills} kills, wanted {KILLS}")
+        if landed < KILLS // 4:
+            raise CaptureFailure(f"only {landed} of {kills} kills landed while the applier was committing")
+        assert_same_data(pair.source, pair.target, LEDGER_TABLES, "after kill -9")
+        assert_each_transaction_applied_once(pair.target, pair.log_dir, "after kill -9")
+        assert_ledger_has_no_duplicate_effects(pair.target, "after kill -9")
+        ledger_rows = int(pair.target.query("SELECT count(*) FROM public.ledger"))
+        if ledger_rows != committed:
+            raise CaptureFailure(f"target ledger has {ledger_rows} rows, the source committed {committed}")
+        pair.check_no_crashes()
+    print("ok: applier_kill9_at_random_moments_converges_exactly_once")
+
+
+def target_immediate_restart_while_applying_converges():
+    with FlowPair("apply-restart", LEDGER_DDL, LEDGER_TABLES) as pair:
+        committed = run_ledger_workload(pair, 1600)
+        proc = start_applier(pair.config)
+        try:
+            def applied():
+                return int(pair.target.psql("SELECT count(*) FROM trellara.applied_transactions",
+                                            check=False).stdout.strip() or 0)
+            wait_for("the applier to commit 200 transactions", lambda: applied() >= 200, 60, 0.05)
+            before = applied()
+            old_pid = pair.target.restart_immediate()
+            print(f"target postmaster {old_pid} stopped immediately after {before} of {committed} commits; "
+                  f"restarted as {pair.target.pid}")
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                kill9(proc)
+        print(f"applier during the target restart: exit {proc.returncode}: {err.strip()[-600:]}")
+        if proc.returncode != 1:
+            raise CaptureFailure(f"the applier exited {proc.returncode} when the target went away, expected 1:\n"
+                                 f"{out[-1000:]}\n{err[-1000:]}")
+        if "connection" not in err:
+            raise CaptureFailure(f"the applier's message does not say the connection was lost: {err}")
+        quarantined = pair.target.query("SELECT count(*) FROM trellara.quarantine")
+        print(f"quarantine rows after the restart: {quarantined}")
+        if quarantined != "0":
+            raise CaptureFailure("a lost target was treated as a quarantine: "
+                                 + pair.target.query("SELECT xid, reason, sqlstate, detail FROM trellara.quarantine"))
+        run_apply(pair.config, 0)
+        assert_same_data(pair.source, pair.target, LEDGER_TABLES, "after the target restart")
+        assert_each_transaction_applied_once(pair.target, pair.log_dir, "after the target restart")
+        assert_ledger_has_no_duplicate_effects(pair.target, "after the target restart")
+        if int(pair.target.query("SELECT count(*) FROM public.ledger")) != committed:
+            raise CaptureFailure("the target ledger does not hold every source transaction")
+    print("ok: target_immediate_restart_while_applying_converges")
+
+
+BIG_DDL = """
+CREATE TABLE public.small (id int PRIMARY KEY, note text);
+CREATE TABLE public.big (id int PRIMARY KEY, payload text NOT NULL);
+"""
+BIG_TABLES = ("public.small", "public.big")
+BIG_ROWS = 5000
+
+
+def chunked_transaction_applies_atomically_and_once():
+    with FlowPair("apply-chunked", BIG_DDL, BIG_TABLES) as pair:
+        source, target = pair.source, pair.target
+        source.query("INSERT INTO public.small VALUES (1, 'before')")
+        xid = int(source.query(f"BEGIN; INSERT INTO public.big SELECT g, repeat(md5(g::text), 4) FROM "
+                               f"generate_series(1, {BIG_ROWS}) g; SELECT txid_current(); COMMIT").splitlines()[0])
+        source.query("INSERT INTO public.small VALUES (2, 'after')")
+        wait_log_covers_source(source)
+        records = [r for r in log_records(pair.log_dir) if r.get("xid") == xid]
+        shape = {kind: sum(1 for r in records if r["type"] == kind) for kind in ("chunk", "manifest", "commit_marker")}
+        print(f"xid {xid} ({BIG_ROWS} rows) in the log: {shape}")
+        if shape != {"chunk": 5, "manifest": 1, "commit_marker": 1}:
+            raise CaptureFailure(f"expected 5 chunks + manifest + commit marker, the log holds {shape}")
+        commit_lsn = next(r["commit_lsn"] for r in records if r["type"] == "commit_marker")
+
+        # Kill the applier while the big transaction is open on the target.
+        proc = start_applier(pair.config)
+        observed = set()
+        try:
+            def in_transaction():
+                # small(1) committed and an xid assigned: the open transaction is the big one.
+                small = target.query("SELECT count(*) FROM public.small")
+                observed.add(target.query("SELECT count(*) FROM public.big"))
+                return small == "1" and target.query("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'trellara/app' "
+                                    "AND backend_xid IS NOT NULL") == "1"
+            wait_for("the applier to be inside the chunked transaction", in_transaction, 60, 0.005)
+            kill9(proc)
+        finally:
+            if proc.poll() is None:
+                kill9(proc)
+        wait_for("the killed applier's target session to end", lambda: applier_session_gone(target), 30, 0.02)
+        visible = target.query("SELECT count(*) FROM public.big")
+        dedup = target.query(f"SELECT count(*) FROM trellara.applied_transactions WHERE commit_lsn = '{commit_lsn}'")
+        print(f"killed inside xid {xid}: big rows visible {visible}, dedup rows {dedup}, counts seen while applying "
+              f"{sorted(observed)}")
+        if visible != "0" or dedup != "0" or observed - {"0"}:
+            raise CaptureFailure("part of the killed chunked transaction became visible")
+
+        # The rerun commits it whole; a concurrent observer sees only 0 or all of it.
+        proc = start_applier(pair.config)
+        try:
+            while proc.poll() is None:
+                observed.add(target.query("SELECT count(*) FROM public.big"))
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                kill9(proc)
+        print(f"rerun: exit {proc.returncode}, {out.strip().splitlines()[-1] if out.strip() else err}; "
+              f"big counts observed {sorted(observed)}")
+        if proc.returncode != 0:
+            raise CaptureFailure(f"rerun exited {proc.returncode}: {err[-1500:]}")
+        if observed - {"0", str(BIG_ROWS)}:
+            raise CaptureFailure(f"a partial chunked transaction was visible: counts {sorted(observed)}")
+        assert_same_data(source, target, BIG_TABLES, "after the chunked transaction")
+        assert_each_transaction_applied_once(target, pair.log_dir, "after the chunked transaction")
+        if target.query(f"SELECT count(*) FROM trellara.applied_transactions WHERE commit_lsn = '{commit_lsn}' "
+                        f"AND xid = {xid}") != "1":
+            raise CaptureFailure(f"no single dedup row for xid {xid} commit {commit_lsn}")
+        pair.check_no_crashes()
+    print("ok: chunked_transaction_applies_atomically_and_once")
+
+
+def conflicting_duplicate_is_quarantined():
+    with FlowPair("apply-conflict", BIG_DDL, BIG_TABLES) as pair:
+        source, target = pair.source, pair.target
+        xids = [int(source.query(f"BEGIN; INSERT INTO public.small VALUES ({i}, 'row {i}'); SELECT txid_current(); "
+                                 f"COMMIT").splitlines()[0]) for i in range(1, 4)]
+        wait_log_covers_source(source)
+        run_apply(pair.config, 0)
+        envelopes = {r["xid"]: r for r in log_records(pair.log_dir) if r["type"] == "envelope"}
+        victim = envelopes[xids[1]]
+        # A different transaction at the same boundary: same (flow, commit LSN), another checksum.
+        target.query(f"UPDATE trellara.applied_transactions SET checksum = sha256('another transaction') "
+                     f"WHERE flow = 'app' AND commit_lsn = '{victim['commit_lsn']}'")
+        os.remove(os.path.join(pair.log_dir, "consumers", "applier"))
+        source.query("INSERT INTO public.small VALUES (100, 'later')")
+        wait_log_covers_source(source)
+        result = run_apply(pair.config, EXIT_BLOCKED)
+        for part in (f"transaction {victim['xid']}", victim["commit_lsn"]):
+            if part not in result.stderr:
+                raise CaptureFailure(f"the conflict message lacks {part!r}: {result.stderr}")
+        row = target.query(f"SELECT reason, state, xid FROM trellara.quarantine WHERE flow = 'app' "
+                           f"AND commit_lsn = '{victim['commit_lsn']}'")
+        print(f"quarantine row: {row}; message: {result.stderr.strip()}")
+        if row != f"checksum_conflict|quarantined|{victim['xid']}":
+            raise CaptureFailure(f"quarantine row of the conflicting boundary is {row!r}")
+        if target.query("SELECT count(*) FROM public.small WHERE id = 100") != "0":
+            raise CaptureFailure("a transaction after the conflicting one was applied")
+        if target.query("SELECT count(*) FROM public.small") != "3":
+            raise CaptureFailure("the conflict changed target data")
+        pair.check_no_crashes()
+    print("ok: conflicting_duplicate_is_quarantined")
+
+
+HOSTILE_TABLE = 'Tab"le; DROP TABLE x;--ÄÖü' + "t" * (63 - len('Tab"le; DROP TABLE x;--ÄÖü'.encode()))
+HOSTILE_COLUMNS = ['Id"', "semi;colon", "MiXeD Case", "ñandú 名前", "c" * 63, "empty", "f8", "by", "arr", "js",
+                   "huge", "note"]
+
+
+def hostile_identifiers_and_values_replicate_exactly():
+    assert len(HOSTILE_TABLE.encode()) == 63 and len(HOSTILE_COLUMNS[4].encode()) == 63
+    t = "public." + quote_ident(HOSTILE_TABLE)
+    c = [quote_ident(name) for name in HOSTILE_COLUMNS]
+    ddl = (f"CREATE TABLE {t} ({c[0]} int PRIMARY KEY, {c[1]} text, {c[2]} text, {c[3]} text, {c[4]} text, "
+           f"{c[5]} text, {c[6]} float8, {c[7]} bytea, {c[8]} text[], {c[9]} jsonb, {c[10]} text, {c[11]} text);\n"
+           f"ALTER TABLE {t} ALTER COLUMN {c[10]} SET STORAGE EXTERNAL;\n"
+           f"CREATE TABLE public.\"lower\" (id int PRIMARY KEY, v text);")
+    with FlowPair("apply-hostile", ddl, (t, 'public."lower"')) as pair:
+        source, target = pair.source, pair.target
+        cols = ", ".join(c)
+        source.psql(f"""
+BEGIN;
+INSERT INTO {t} ({cols}) VALUES
+  (1, E'back\\\\slash \\\\N \\\\x00', E'new\\nline\\r\\ttab', 'it''s "quoted"; DROP TABLE y;', 'ünï 名前 😀', '',
+   'NaN', '\\x00ff5c0a'::bytea, ARRAY['a,b', NULL, '"q"', E'\\\\'], '{{"k": "v\\\\n", "n": [1, 2.50, null]}}',
+   repeat('huge-', 300000) || md5('x'), 'one'),
+  (2, NULL, '', NULL, '', NULL, 'Infinity', ''::bytea, '{{}}', 'null', NULL, 'two'),
+  (3, '', NULL, E'\\\\', NULL, '', '-Infinity', NULL, ARRAY[]::text[], '[]', '', 'three'),
+  (4, 'NULL', '\\N', '''', '"', E'\\n', '-0', '\\x5c'::bytea, ARRAY['NULL'], '{{"a": "\\\\", "b": "é"}}',
+   repeat(md5('y'), 40000), 'four'),
+  (5, ' ', '  ', E'\\t', 'x', 'y', '4.9e-324', '\\x'::bytea, ARRAY[[1, 2], [3, 4]]::text[], '1.0e10', 'z', 'five');
+COMMIT;
+""")
+        source.query('INSERT INTO public."lower" VALUES (1, \'x\')')
+        size = source.query(f"SELECT octet_length({c[10]}) FROM {t} WHERE {c[0]} = 1")
+        stored = source.query(f"SELECT pg_column_size({c[10]}) FROM {t} WHERE {c[0]} = 1")
+        wait_log_covers_source(source)
+        run_apply(pair.config, 0)
+        # The target's copy of the TOASTed value is changed behind the applier's back: an UPDATE
+        # that leaves the column unchanged on the source must leave the target's value alone.
+        target.query(f"UPDATE {t} SET {c[10]} = repeat('target-', 200000) WHERE {c[0]} = 1")
+        target_huge = target.query(f"SELECT md5({c[10]}) FROM {t} WHERE {c[0]} = 1")
+        source.query(f"UPDATE {t} SET {c[11]} = 'one updated' WHERE {c[0]} = 1")
+        source.query(f"UPDATE {t} SET {c[6]} = '-0'::float8 WHERE {c[0]} = 5")
+        source.query(f"UPDATE {t} SET {c[11]} = 'four updated' WHERE {c[0]} = 4")
+        source.query(f"DELETE FROM {t} WHERE {c[0]} = 3")
+        wait_log_covers_source(source)
+        run_apply(pair.config, 0)
+        kept = target.query(f"SELECT {c[11]}, md5({c[10]}) FROM {t} WHERE {c[0]} = 1")
+        print(f"TOASTed column ({size} bytes, stored {stored} bytes) after an UPDATE that left it unchanged: "
+              f"target {kept}, the target's own value {target_huge}")
+        if kept != f"one updated|{target_huge}":
+            raise CaptureFailure(f"the UPDATE overwrote or lost the target's TOASTed value: {kept}")
+        target.query(f"UPDATE {t} SET {c[10]} = repeat('huge-', 300000) || md5('x') WHERE {c[0]} = 1")
+        print(f"huge text: {size} bytes; f8 on the target: "
+              f"{target.query(f'SELECT string_agg({c[6]}::text, chr(44) ORDER BY {c[0]}) FROM {t}')}")
+        if int(size) <= 1 << 20:
+            raise CaptureFailure(f"the huge value is only {size} bytes")
+        assert_same_data(source, target, (t, 'public."lower"'), "hostile")
+        # The checksum covers the row text; also compare the raw values that text could blur.
+        for expr in (f"string_agg(md5({c[10]}), ',' ORDER BY {c[0]})",
+                     f"string_agg(coalesce(md5({c[5]}), 'NULL'), ',' ORDER BY {c[0]})",
+                     f"string_agg(coalesce(encode({c[7]}, 'hex'), 'NULL'), ',' ORDER BY {c[0]})",
+                     f"string_agg(coalesce({c[6]}::text, 'NULL'), ',' ORDER BY {c[0]})",
+                     f"string_agg(({c[6]}::text = '-0')::text, ',' ORDER BY {c[0]})"):
+            want, have = source.query(f"SELECT {expr} FROM {t}"), target.query(f"SELECT {expr} FROM {t}")
+            if want != have:
+                raise CaptureFailure(f"{expr}: source {want[:200]!r}, target {have[:200]!r}")
+        negative_zero = target.query(f"SELECT count(*) FROM {t} WHERE {c[6]}::text = '-0'")
+        if negative_zero != "2" or target.query(f"SELECT count(*) FROM {t} WHERE {c[6]} = 'NaN'") != "1":
+            raise CaptureFailure(f"the target holds {negative_zero} float8 -0 values, the source 2")
+        assert_each_transaction_applied_once(target, pair.log_dir, "hostile")
+        pair.check_no_crashes()
+    print("ok: hostile_identifiers_and_values_replicate_exactly")
+
+
+SCENARIOS = (hostile_identifiers_and_values_replicate_exactly, chunked_transaction_applies_atomically_and_once,
+             conflicting_duplicate_is_quarantined, target_immediate_restart_while_applying_converges,
+             applier_kill9_at_random_moments_converges_exactly_once)
+
+if __name__ == "__main__":
+    only = sys.argv[1:]
+    began = time.monotonic()
+    for scenario in SCENARIOS:
+        if not only or scenario.__name__ in only:
+            t0 = time.monotonic()
+            scenario()
+            print(f"{scenario.__name__}: {time.monotonic() - t0:.1f}s")
+    print(f"total {time.monotonic() - began:.1f}s")
