@@ -19,7 +19,9 @@ and the dedup table against the log: one row per completed source transaction, s
   chunked_transaction_applies_atomically_and_once
       one source transaction of 5,000 rows (5 chunks + manifest + commit marker); the applier is
       killed while that transaction is open on the target: nothing of it is visible; the rerun
-      commits it whole (observed counts are only 0 or 5,000) with one dedup row.
+      commits it whole (observed counts are only 0 or 5,000) with one dedup row. A kill that lands
+      just after the COMMIT (the whole transaction and its dedup row visible) is retried with a new
+      big transaction, up to 4 times.
   conflicting_duplicate_is_quarantined
       a dedup row's checksum is altered (a different transaction at the same boundary) and the
       consumer offset removed: apply exits 3 naming xid and commit LSN, reason checksum_conflict,
@@ -316,49 +318,70 @@ BIG_TABLES = ("public.small", "public.big")
 BIG_ROWS = 5000
 
 
+CHUNKED_KILL_ATTEMPTS = 4
+
+
 def chunked_transaction_applies_atomically_and_once():
     with FlowPair("apply-chunked", BIG_DDL, BIG_TABLES) as pair:
         source, target = pair.source, pair.target
-        source.query("INSERT INTO public.small VALUES (1, 'before')")
-        xid = int(source.query(f"BEGIN; INSERT INTO public.big SELECT g, repeat(md5(g::text), 4) FROM "
-                               f"generate_series(1, {BIG_ROWS}) g; SELECT txid_current(); COMMIT").splitlines()[0])
-        source.query("INSERT INTO public.small VALUES (2, 'after')")
-        wait_log_covers_source(source)
-        records = [r for r in log_records(pair.log_dir) if r.get("xid") == xid]
-        shape = {kind: sum(1 for r in records if r["type"] == kind) for kind in ("chunk", "manifest", "commit_marker")}
-        print(f"xid {xid} ({BIG_ROWS} rows) in the log: {shape}")
-        if shape != {"chunk": 5, "manifest": 1, "commit_marker": 1}:
-            raise CaptureFailure(f"expected 5 chunks + manifest + commit marker, the log holds {shape}")
-        commit_lsn = next(r["commit_lsn"] for r in records if r["type"] == "commit_marker")
+        for attempt in range(CHUNKED_KILL_ATTEMPTS):
+            # Target caught up first, so the only open transaction that writes `big` is the new one.
+            run_apply(pair.config, 0)
+            base = attempt * BIG_ROWS
+            source.query(f"INSERT INTO public.small VALUES ({2 * attempt + 1}, 'before')")
+            xid = int(source.query(f"BEGIN; INSERT INTO public.big SELECT g, repeat(md5(g::text), 4) FROM "
+                                   f"generate_series({base + 1}, {base + BIG_ROWS}) g; SELECT txid_current(); "
+                                   f"COMMIT").splitlines()[0])
+            source.query(f"INSERT INTO public.small VALUES ({2 * attempt + 2}, 'after')")
+            wait_log_covers_source(source)
+            records = [r for r in log_records(pair.log_dir) if r.get("xid") == xid]
+            shape = {kind: sum(1 for r in records if r["type"] == kind)
+                     for kind in ("chunk", "manifest", "commit_marker")}
+            print(f"xid {xid} ({BIG_ROWS} rows) in the log: {shape}")
+            if shape != {"chunk": 5, "manifest": 1, "commit_marker": 1}:
+                raise CaptureFailure(f"expected 5 chunks + manifest + commit marker, the log holds {shape}")
+            commit_lsn = next(r["commit_lsn"] for r in records if r["type"] == "commit_marker")
 
-        # Kill the applier while the big transaction is open on the target.
-        proc = start_applier(pair.config)
-        observed = set()
-        try:
-            def in_transaction():
-                # small(1) committed and an xid assigned: the open transaction is the big one.
-                small = target.query("SELECT count(*) FROM public.small")
-                observed.add(target.query("SELECT count(*) FROM public.big"))
-                return small == "1" and target.query("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'trellara/app' "
-                                    "AND backend_xid IS NOT NULL") == "1"
-            wait_for("the applier to be inside the chunked transaction", in_transaction, 60, 0.005)
-            kill9(proc)
-        finally:
-            if proc.poll() is None:
+            # Kill the applier while the big transaction is open on the target: `small` holds the
+            # row committed before it, `big` nothing new, and the applier's session has an xid.
+            proc = start_applier(pair.config)
+            observed = set()
+            try:
+                def in_transaction():
+                    row = target.query(
+                        f"SELECT (SELECT count(*) FROM public.big), (SELECT count(*) FROM public.small) = "
+                        f"{2 * attempt + 1} AND EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = "
+                        f"'trellara/app' AND backend_xid IS NOT NULL)")
+                    count, inside = row.split("|")
+                    observed.add(int(count))
+                    return inside == "t"
+                wait_for("the applier to be inside the chunked transaction", in_transaction, 60, 0.005)
                 kill9(proc)
-        wait_for("the killed applier's target session to end", lambda: applier_session_gone(target), 30, 0.02)
-        visible = target.query("SELECT count(*) FROM public.big")
-        dedup = target.query(f"SELECT count(*) FROM trellara.applied_transactions WHERE commit_lsn = '{commit_lsn}'")
-        print(f"killed inside xid {xid}: big rows visible {visible}, dedup rows {dedup}, counts seen while applying "
-              f"{sorted(observed)}")
-        if visible != "0" or dedup != "0" or observed - {"0"}:
-            raise CaptureFailure("part of the killed chunked transaction became visible")
+            finally:
+                if proc.poll() is None:
+                    kill9(proc)
+            wait_for("the killed applier's target session to end", lambda: applier_session_gone(target), 30, 0.02)
+            visible = int(target.query("SELECT count(*) FROM public.big"))
+            dedup = target.query(f"SELECT count(*) FROM trellara.applied_transactions WHERE commit_lsn = "
+                                 f"'{commit_lsn}'")
+            print(f"attempt {attempt + 1}: killed the applier in xid {xid}: big rows visible {visible} (before it "
+                  f"{base}), dedup rows {dedup}, counts seen while applying {sorted(observed)}")
+            if observed - {base, base + BIG_ROWS}:
+                raise CaptureFailure("part of the chunked transaction became visible while it was applied")
+            if visible == base + BIG_ROWS and dedup == "1":
+                print("the kill landed just after the transaction committed (whole, once); trying again")
+                continue
+            if visible != base or dedup != "0":
+                raise CaptureFailure("part of the killed chunked transaction became visible")
+            break
+        else:
+            raise CaptureFailure(f"{CHUNKED_KILL_ATTEMPTS} kills all landed after the chunked transaction committed")
 
-        # The rerun commits it whole; a concurrent observer sees only 0 or all of it.
+        # The rerun commits it whole; a concurrent observer sees only none or all of it.
         proc = start_applier(pair.config)
         try:
             while proc.poll() is None:
-                observed.add(target.query("SELECT count(*) FROM public.big"))
+                observed.add(int(target.query("SELECT count(*) FROM public.big")))
             out, err = proc.communicate(timeout=60)
         finally:
             if proc.poll() is None:
@@ -367,7 +390,7 @@ def chunked_transaction_applies_atomically_and_once():
               f"big counts observed {sorted(observed)}")
         if proc.returncode != 0:
             raise CaptureFailure(f"rerun exited {proc.returncode}: {err[-1500:]}")
-        if observed - {"0", str(BIG_ROWS)}:
+        if observed - {base, base + BIG_ROWS}:
             raise CaptureFailure(f"a partial chunked transaction was visible: counts {sorted(observed)}")
         assert_same_data(source, target, BIG_TABLES, "after the chunked transaction")
         assert_each_transaction_applied_once(target, pair.log_dir, "after the chunked transaction")
