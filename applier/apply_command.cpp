@@ -51,7 +51,6 @@ constexpr auto kOffsetWriteInterval = std::chrono::seconds(1);
 constexpr auto kTailPollInterval = std::chrono::milliseconds(200);
 constexpr auto kReplayReadyPollInterval = std::chrono::seconds(1);
 constexpr auto kProgressInterval = std::chrono::seconds(5);
-constexpr int kExitBlocked = 3;
 
 volatile std::sig_atomic_t g_stop_requested = 0;
 extern "C" void OnStopSignal(int) { g_stop_requested = 1; }
@@ -161,9 +160,7 @@ class Applier {
     if (!conn) Fail(conn.error().message + " (flow " + config_.flow_name + ", configuration " + config_.path + ")");
     conn_ = std::move(conn.value());
     // Text values round-trip exactly only with the settings the plugin pinned while decoding.
-    Must(conn_->Exec("SET client_min_messages = warning; SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; "
-                     "SET IntervalStyle = 'postgres'; SET extra_float_digits = 3; SET bytea_output = 'hex'; "
-                     "SET search_path = ''"),
+    Must(conn_->Exec(kPinnedSessionSettingsSql),
          "pinning the apply session settings");
     Must(conn_->Exec("SET session_replication_role = " + config_.session_replication_role),
          "SET session_replication_role = " + config_.session_replication_role +
@@ -423,7 +420,7 @@ class Applier {
   bool WaitWhileBlocked(const std::string& message) {
     WriteOffset(true);
     WriteStatus("blocked", message);
-    if (until_caught_up_) Fail(message, kExitBlocked);
+    if (until_caught_up_) Fail(message, kExitFlowBlocked);
     const auto until = Clock::now() + kReplayReadyPollInterval;
     while (Clock::now() < until) {
       if (StopRequested()) return false;
@@ -521,7 +518,7 @@ class Applier {
     }
     WriteOffset(true);
     WriteStatus("blocked", message);
-    Fail(message, kExitBlocked);
+    Fail(message, kExitFlowBlocked);
   }
 
   void PrintProgress(const char* state) {

@@ -47,6 +47,13 @@ void RegisterVerify(CLI::App& app);
 constexpr int kExitFlowBlocked = 3;  // the flow is halted at a quarantined transaction
 constexpr int kExitMismatch = 4;  // verify: source and target differ
 
+// The session settings every target/source session of the applier pins: text values round-trip
+// exactly only with the settings the output plugin pinned while decoding. One definition.
+inline constexpr const char* kPinnedSessionSettingsSql =
+    "SET client_min_messages = warning; SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; "
+    "SET IntervalStyle = 'postgres'; SET extra_float_digits = 3; SET bytea_output = 'hex'; "
+    "SET search_path = ''";
+
 // Loads the configuration or throws CommandFailed (exit 2) naming the setting.
 FlowConfig LoadConfigOrFail(const std::string& path);
 

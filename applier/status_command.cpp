@@ -46,11 +46,8 @@ std::unique_ptr<PgConnection> ConnectPinned(const FlowConfig& config, const std:
   if (!conn)
     throw CommandFailed("cannot connect to the " + role + " of flow " + config.flow_name + " (" + role +
                         ".conninfo in " + config.path + "): " + conn.error().message);
-  // The applier's settings (apply_command.cpp): text forms read here compare with what it wrote.
   MustSucceed(**conn,
-              (*conn)->Exec("SET client_min_messages = warning; SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; "
-                            "SET IntervalStyle = 'postgres'; SET extra_float_digits = 3; "
-                            "SET bytea_output = 'hex'; SET search_path = ''"),
+              (*conn)->Exec(kPinnedSessionSettingsSql),
               "pinning the session settings on the " + role);
   return std::move(conn.value());
 }

@@ -277,3 +277,22 @@ def wait_caught_up(cluster, lsn, flow="app", timeout_s=120, dbname="postgres"):
                              f"'trellara_{flow}'", dbname=dbname)
         return text and lsn_to_int(text) >= lsn
     wait_for(f"slot trellara_{flow} to be confirmed through {int_to_lsn(lsn)}", confirmed, timeout_s)
+
+
+def setup_pgbench_apply(source, target, work, flow="app"):
+    """pgbench tables on the source, the same schema and initial rows on the target (pg_dump), a
+    flow on a publication of the four tables, and `work`/flow.toml naming source and target.
+    Returns (log_dir, config_path)."""
+    run_pgbench(source, ["-i", "-s", "1", "-q"])
+    dump = subprocess.run([os.path.join(PG_BIN, "pg_dump"), "-h", source.socket_dir, "-p", str(source.port),
+                           "-U", "postgres", "-t", "pgbench_*", "postgres"], capture_output=True, text=True,
+                          check=True)
+    target.psql(dump.stdout)
+    log_dir = setup_flow(source, "CREATE PUBLICATION pub FOR TABLE pgbench_accounts, pgbench_branches, "
+                                 "pgbench_tellers, pgbench_history", flow=flow, truth=False)
+    config_path = os.path.join(work, "flow.toml")
+    with open(config_path, "w") as config:
+        config.write(f'[flow]\nname = "{flow}"\nlog_directory = "{log_dir}"\n\n'
+                     f'[source]\nconninfo = "{source.conninfo()}"\n\n'
+                     f'[target]\nconninfo = "{target.conninfo()}"\n')
+    return log_dir, config_path

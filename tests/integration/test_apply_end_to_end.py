@@ -26,9 +26,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (CaptureFailure, TRELLARA_BIN, log_records, lsn_to_int, run_pgbench,  # noqa: E402
-                             setup_flow, wait_for)
-from harness import Cluster, PG_BIN  # noqa: E402
+from capture_support import (CaptureFailure, setup_pgbench_apply, TRELLARA_BIN, log_records, lsn_to_int, run_pgbench,  # noqa: E402
+                             wait_for)
+from harness import Cluster  # noqa: E402
 
 TRANSACTIONS_PER_CLIENT = int(os.environ.get("TRELLARA_PGBENCH_TRANSACTIONS", "250"))
 CLIENTS = 4
@@ -89,13 +89,7 @@ def origin_progress(target):
 def apply_copies_pgbench_once_and_quarantines_divergence():
     with Cluster("apply-source") as source, Cluster("apply-target", preload=False) as target, \
             tempfile.TemporaryDirectory(prefix="trellara-apply-") as work:
-        run_pgbench(source, ["-i", "-s", "1", "-q"])
-        dump = subprocess.run([os.path.join(PG_BIN, "pg_dump"), "-h", source.socket_dir, "-p", str(source.port),
-                               "-U", "postgres", "-t", "pgbench_*", "postgres"], capture_output=True, text=True,
-                              check=True)
-        target.psql(dump.stdout)
-        log_dir = setup_flow(source, "CREATE PUBLICATION pub FOR TABLE pgbench_accounts, pgbench_branches, "
-                                     "pgbench_tellers, pgbench_history", truth=False)
+        log_dir, config_path = setup_pgbench_apply(source, target, work)
         bad_path = os.path.join(work, "bad.toml")
         with open(bad_path, "w") as bad:
             bad.write(f'[flow]\nname = "app"\nlog_directory = "{log_dir}"\n[target]\nconninfo = "x"\n'
@@ -105,11 +99,6 @@ def apply_copies_pgbench_once_and_quarantines_divergence():
                 or '"replica"' not in refused.stderr:
             raise CaptureFailure(f"a bad setting was not refused naming it and its values: {refused.stderr}")
         print(f"bad configuration refused: {refused.stderr.strip()}")
-        config_path = os.path.join(work, "flow.toml")
-        with open(config_path, "w") as config:
-            config.write(f'[flow]\nname = "app"\nlog_directory = "{log_dir}"\n\n'
-                         f'[source]\nconninfo = "{source.conninfo()}"\n\n'
-                         f'[target]\nconninfo = "{target.conninfo()}"\n')
 
         result = run_pgbench(source, ["-c", str(CLIENTS), "-j", "2", "-t", str(TRANSACTIONS_PER_CLIENT), "-n"])
         processed = [line for line in result.stdout.splitlines() if "processed" in line]

@@ -27,9 +27,9 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (CaptureFailure, TRELLARA_BIN, log_records, lsn_to_int, run_pgbench,  # noqa: E402
-                             setup_flow, wait_for)
-from harness import Cluster, PG_BIN  # noqa: E402
+from capture_support import (CaptureFailure, setup_pgbench_apply, TRELLARA_BIN, log_records, lsn_to_int, run_pgbench,  # noqa: E402
+                             wait_for)
+from harness import Cluster  # noqa: E402
 
 EXIT_BLOCKED = 3
 EXIT_MISMATCH = 4
@@ -69,18 +69,7 @@ def expect_caught_up(config, target, label):
 def operator_commands_report_verify_and_release_quarantine():
     with Cluster("ops-source") as source, Cluster("ops-target", preload=False) as target, \
             tempfile.TemporaryDirectory(prefix="trellara-ops-") as work:
-        run_pgbench(source, ["-i", "-s", "1", "-q"])
-        dump = subprocess.run([os.path.join(PG_BIN, "pg_dump"), "-h", source.socket_dir, "-p", str(source.port),
-                               "-U", "postgres", "-t", "pgbench_*", "postgres"], capture_output=True, text=True,
-                              check=True)
-        target.psql(dump.stdout)
-        log_dir = setup_flow(source, "CREATE PUBLICATION pub FOR TABLE pgbench_accounts, pgbench_branches, "
-                                     "pgbench_tellers, pgbench_history", truth=False)
-        config = os.path.join(work, "flow.toml")
-        with open(config, "w") as f:
-            f.write(f'[flow]\nname = "app"\nlog_directory = "{log_dir}"\n\n'
-                    f'[source]\nconninfo = "{source.conninfo()}"\n\n'
-                    f'[target]\nconninfo = "{target.conninfo()}"\n')
+        log_dir, config = setup_pgbench_apply(source, target, work)
 
         # Before any apply the target has no state: status says so and names the command.
         early = trellara("status", "--config", config)
