@@ -3,16 +3,31 @@
 //
 // Per ready transaction (core's TransactionBarrier decides when it is whole and verified): read
 // the target's evidence (dedup row, quarantine row, origin progress), let core's DecideApply
-// choose, and on Apply run BEGIN, every change as planned by core's PlanChange (prepared per
-// statement key, text parameters, affected rows checked), the dedup row,
-// pg_replication_origin_xact_setup(commit_lsn, commit_time), COMMIT. Only after COMMIT returned is
-// the consumer offset allowed past the transaction. Any failure rolls back, records the quarantine
+// choose, and on Apply run BEGIN, the dedup row together with
+// pg_replication_origin_xact_setup(commit_lsn, commit_time), every change as planned by core's
+// PlanChange (prepared per statement key, text parameters, the target itself checking that each
+// change touched exactly one row), COMMIT. Any failure rolls back, records the quarantine
 // (BuildQuarantine) in its own transaction and halts at that transaction.
+//
+// Throughput (docs/performance.md): consecutive whole transactions are applied as a batch — one
+// round trip reads the evidence of the whole batch, then every transaction of it, each still its
+// own BEGIN .. COMMIT, is queued in one libpq pipeline segment and the results are read back in
+// order. An error in transaction k makes the server skip everything queued after it up to the
+// Sync (later transactions included), so nothing after a failed transaction is ever committed;
+// the applier then retries transaction k alone, on the one-statement-at-a-time path, which
+// quarantines it with the exact cause if it fails again. Chunked transactions, transactions being
+// replayed after a quarantine, and retries always take that path.
+//
+// Durability of the consumer offset: the offset only passes transactions that the target reports
+// as flushed (pg_replication_origin_progress(origin, true), core ApplyOffsetTracker), so the
+// session may commit with synchronous_commit = off (the default, as native logical replication's
+// apply worker does) and a target crash still loses nothing the log no longer holds.
 //
 // It never applies a transaction the barrier did not yield, never applies anything after a
 // quarantined transaction, never advances the consumer offset past a transaction that is not
-// committed (nor past the first frame of an open chunked transaction), and never decides on its
-// own what is a duplicate or a conflict: core does.
+// durable on the target (nor past the first frame of an open chunked transaction), and never
+// decides on its own what is a duplicate or a conflict: core does.
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -51,6 +66,12 @@ constexpr auto kOffsetWriteInterval = std::chrono::seconds(1);
 constexpr auto kTailPollInterval = std::chrono::milliseconds(200);
 constexpr auto kReplayReadyPollInterval = std::chrono::seconds(1);
 constexpr auto kProgressInterval = std::chrono::seconds(5);
+// A batch ends at this many transactions or queued statements, whichever comes first, or when the
+// log has nothing more to read. The statement bound keeps what the server answers before the
+// client starts reading (about 100 bytes per statement) far below a socket buffer: the client
+// queues the whole segment before it reads, so the server must never block on a full socket.
+constexpr size_t kBatchMaxTransactions = 256;
+constexpr size_t kBatchMaxStatements = 1024;
 
 volatile std::sig_atomic_t g_stop_requested = 0;
 extern "C" void OnStopSignal(int) { g_stop_requested = 1; }
@@ -103,14 +124,6 @@ std::optional<QuarantineState> ParseQuarantineState(const std::string& text) {
   return std::nullopt;
 }
 
-// `column "x" of relation "t" does not exist` -> x
-std::string QuotedName(const std::string& message) {
-  const auto open = message.find('"');
-  if (open == std::string::npos) return {};
-  const auto close = message.find('"', open + 1);
-  return close == std::string::npos ? std::string() : message.substr(open + 1, close - open - 1);
-}
-
 struct Evidence {
   TargetEvidence target;
   uint32_t previous_attempts = 0;
@@ -118,6 +131,13 @@ struct Evidence {
 };
 
 enum class Outcome { Applied, SkippedDuplicate, Stopped };
+
+// A whole (unchunked) transaction read from the log and waiting for its batch.
+struct PendingTx {
+  ReadyTransaction ready;
+  uint64_t offset_after = 0;  // the consumer offset that is safe once it is applied
+  std::vector<ChangePlan> plans;  // filled while the batch is built
+};
 
 struct Counters {
   uint64_t applied = 0;
@@ -133,6 +153,9 @@ class Applier {
  public:
   Applier(FlowConfig config, bool until_caught_up)
       : config_(std::move(config)), until_caught_up_(until_caught_up), origin_name_("trellara_" + config_.flow_name) {}
+
+  // Where the applier stands, for the terminal display.
+  uint64_t applied() const { return counters_.applied; }
 
   void Run() {
     auto device = log::OpenUringDevice();
@@ -165,6 +188,8 @@ class Applier {
     Must(conn_->Exec("SET session_replication_role = " + config_.session_replication_role),
          "SET session_replication_role = " + config_.session_replication_role +
              " (apply.session_replication_role; 'replica' needs a superuser or a role granted SET on it)");
+    Must(conn_->Exec("SET synchronous_commit = " + config_.synchronous_commit),
+         "SET synchronous_commit = " + config_.synchronous_commit + " (apply.synchronous_commit)");
 
     // One applier per flow: a session-level advisory lock, released when this session ends.
     auto lock = Must(conn_->ExecParams("SELECT pg_try_advisory_lock(hashtextextended($1, 0))",
@@ -191,21 +216,36 @@ class Applier {
     Must(conn_->ExecParams("SELECT pg_replication_origin_session_setup($1)", {origin_name_}),
          "setting up replication origin " + origin_name_ + " for this session");
 
+    // The evidence of a set of commit LSNs in one round trip: a first row with the origin's
+    // progress (commit_lsn NULL), then one row per LSN that has a dedup or a quarantine row.
     Must(conn_->Prepare("trellara_evidence",
-                        "SELECT a.origin_sysid::text, a.xid, encode(a.checksum, 'hex'), q.state, q.attempts, q.xid, "
-                        "q.message, pg_replication_origin_progress($3, false) "
-                        "FROM (VALUES (1)) AS one(x) "
-                        "LEFT JOIN trellara.applied_transactions a ON a.flow = $1 AND a.commit_lsn = $2::pg_lsn "
-                        "LEFT JOIN trellara.quarantine q ON q.flow = $1 AND q.commit_lsn = $2::pg_lsn",
+                        "SELECT NULL::text, NULL::text, NULL::bigint, NULL::text, NULL::text, NULL::integer, "
+                        "NULL::bigint, NULL::text, pg_replication_origin_progress($3, false)::text "
+                        "UNION ALL "
+                        "SELECT l.lsn::text, a.origin_sysid::text, a.xid, encode(a.checksum, 'hex'), q.state, "
+                        "q.attempts, q.xid, q.message, NULL "
+                        "FROM unnest($2::pg_lsn[]) AS l(lsn) "
+                        "LEFT JOIN trellara.applied_transactions a ON a.flow = $1 AND a.commit_lsn = l.lsn "
+                        "LEFT JOIN trellara.quarantine q ON q.flow = $1 AND q.commit_lsn = l.lsn "
+                        "WHERE a.flow IS NOT NULL OR q.flow IS NOT NULL",
                         3),
          "preparing the dedup lookup");
-    Must(conn_->Prepare("trellara_dedup",
+    // The dedup row and the origin progress of the transaction, in one statement.
+    Must(conn_->Prepare("trellara_commit_record",
                         "INSERT INTO trellara.applied_transactions (flow, commit_lsn, xid, origin_sysid, checksum) "
-                        "VALUES ($1, $2, $3, $4, $5)",
-                        5),
+                        "SELECT $1::text, $2::pg_lsn, $3::bigint, $4::numeric, $5::bytea "
+                        "FROM pg_replication_origin_xact_setup($2::pg_lsn, $6::timestamptz)",
+                        6),
          "preparing the dedup insert");
-    Must(conn_->Prepare("trellara_origin", "SELECT pg_replication_origin_xact_setup($1, $2)", 2),
-         "preparing the origin progress call");
+    Must(conn_->Prepare("trellara_flushed_progress", "SELECT pg_replication_origin_progress($1, true)", 1),
+         "preparing the flushed-progress lookup");
+  }
+
+  SqlParams CommitRecordParams(const ReadyTransaction& ready) const {
+    const TxIdentity& tx = ready.tx;
+    const std::string lsn = FormatLsn(tx.commit_lsn);
+    return {tx.flow, lsn, std::to_string(tx.xid), std::to_string(tx.origin_sysid), ChecksumParam(ready.checksum),
+            TimestampParam(ready.commit_time_us)};
   }
 
   void WriteStatus(const std::string& state, const std::string& last_error) {
@@ -226,28 +266,92 @@ class Applier {
                 << " in trellara.apply_status: " << r.Describe() << "\n";
   }
 
-  Evidence ReadEvidence(const TxIdentity& tx) {
-    auto r = Must(conn_->ExecPrepared("trellara_evidence", {tx.flow, FormatLsn(tx.commit_lsn), origin_name_}),
-                  "reading the dedup evidence of " + DescribeTransaction(tx));
-    Evidence e;
-    if (auto sysid = r.Value(0, 0)) {
-      DedupRow row;
-      row.origin_sysid = std::stoull(*sysid);
-      row.xid = static_cast<uint32_t>(std::stoull(*r.Value(0, 1)));
-      auto checksum = ParseChecksumHex(r.Value(0, 2).value_or(""));
-      if (!checksum)
-        Fail("the dedup row of " + DescribeTransaction(tx) + " in trellara.applied_transactions has a malformed "
-             "checksum; the target's state was edited by hand: restore it or delete that row after checking the data");
-      row.checksum = *checksum;
-      e.target.dedup = row;
+  // The target's evidence for each of `txs`, in one round trip.
+  std::vector<Evidence> ReadEvidence(const std::vector<const TxIdentity*>& txs) {
+    std::string lsns = "{";
+    for (const TxIdentity* tx : txs) lsns += (lsns.size() > 1 ? "," : "") + FormatLsn(tx->commit_lsn);
+    lsns += "}";
+    const TxIdentity& first = *txs.front();
+    auto r = Must(conn_->ExecPrepared("trellara_evidence", {config_.flow_name, lsns, origin_name_}),
+                  "reading the dedup evidence of " + DescribeTransaction(first) +
+                      (txs.size() > 1 ? " and " + std::to_string(txs.size() - 1) + " later transactions" : ""));
+    uint64_t checkpoint = 0;
+    std::unordered_map<uint64_t, int> rows;  // commit LSN -> row
+    for (int i = 0; i < r.rows(); i++) {
+      if (auto lsn = r.Value(i, 0)) {
+        if (auto parsed = ParseLsn(*lsn)) rows[*parsed] = i;
+      } else if (auto progress = r.Value(i, 8)) {
+        checkpoint = ParseLsn(*progress).value_or(0);
+      }
     }
-    if (auto state = r.Value(0, 3); state && r.Value(0, 5) == std::optional<std::string>(std::to_string(tx.xid))) {
-      e.target.quarantine = ParseQuarantineState(*state);
-      e.previous_attempts = static_cast<uint32_t>(std::stoul(r.Value(0, 4).value_or("0")));
-      e.quarantine_message = r.Value(0, 6).value_or("");
+    std::vector<Evidence> out(txs.size());
+    for (size_t k = 0; k < txs.size(); k++) {
+      const TxIdentity& tx = *txs[k];
+      Evidence& e = out[k];
+      e.target.checkpoint_lsn = checkpoint;
+      auto found = rows.find(tx.commit_lsn);
+      if (found == rows.end()) continue;
+      const int row_index = found->second;
+      if (auto sysid = r.Value(row_index, 1)) {
+        DedupRow row;
+        row.origin_sysid = std::stoull(*sysid);
+        row.xid = static_cast<uint32_t>(std::stoull(*r.Value(row_index, 2)));
+        auto checksum = ParseChecksumHex(r.Value(row_index, 3).value_or(""));
+        if (!checksum)
+          Fail("the dedup row of " + DescribeTransaction(tx) + " in trellara.applied_transactions has a malformed "
+               "checksum; the target's state was edited by hand: restore it or delete that row after checking the "
+               "data");
+        row.checksum = *checksum;
+        e.target.dedup = row;
+      }
+      if (auto state = r.Value(row_index, 4);
+          state && r.Value(row_index, 6) == std::optional<std::string>(std::to_string(tx.xid))) {
+        e.target.quarantine = ParseQuarantineState(*state);
+        e.previous_attempts = static_cast<uint32_t>(std::stoul(r.Value(row_index, 5).value_or("0")));
+        e.quarantine_message = r.Value(row_index, 7).value_or("");
+      }
     }
-    if (auto progress = r.Value(0, 7)) e.target.checkpoint_lsn = ParseLsn(*progress).value_or(0);
-    return e;
+    return out;
+  }
+
+  Evidence ReadEvidence(const TxIdentity& tx) { return ReadEvidence(std::vector<const TxIdentity*>{&tx}).front(); }
+
+  // pg_replication_origin_xact_setup sets the origin LSN for the session until it is set again: a
+  // rolled-back transaction leaves it behind, and the next transaction of the session (the
+  // quarantine record) would otherwise commit with it and move origin progress past a transaction
+  // that was never applied. Called after every rollback.
+  void ForgetOriginProgress() {
+    Must(conn_->Exec("SELECT pg_replication_origin_xact_reset()"),
+         "resetting the origin progress of the session after a rollback");
+  }
+
+  // The commit LSN up to which the target has flushed this flow's transactions: origin progress
+  // read with flush = true (the server flushes WAL up to that progress first).
+  uint64_t FlushedProgress() {
+    auto r = Must(conn_->ExecPrepared("trellara_flushed_progress", {origin_name_}),
+                  "reading the flushed progress of replication origin " + origin_name_);
+    auto value = r.Value(0, 0);
+    return value ? ParseLsn(*value).value_or(0) : 0;
+  }
+
+  // The prepared statement of `plan`, queued or run: its name, and whether it must be prepared.
+  std::pair<std::string, bool> StatementFor(const ChangePlan& plan) {
+    auto cached = statements_.find(plan.statement_key);
+    if (cached != statements_.end()) return {cached->second, false};
+    const std::string name = "trellara_s" + std::to_string(++statement_serial_);
+    statements_.emplace(plan.statement_key, name);
+    return {name, true};
+  }
+
+  // A statement's failure as a quarantine cause, with what the plan knows about the change.
+  static QuarantineCause CauseOf(const PgResult& result, const ChangePlan& plan) {
+    QuarantineCause cause = CauseFromStatementError(result.sqlstate(), result.message(), result.detail());
+    cause.operation = PlanKindName(plan.kind);
+    cause.relation = plan.relation_display;
+    cause.match = plan.match_description;
+    cause.match_is_key = plan.match != MatchMode::FullRow;
+    if (cause.reason == QuarantineReason::DuplicateKey && cause.match.empty()) cause.match = result.detail();
+    return cause;
   }
 
   // ---- one transaction -----------------------------------------------------------------
@@ -268,48 +372,20 @@ class Applier {
       counters_.not_applied_changes++;
       return std::nullopt;
     }
-    QuarantineCause cause;
-    cause.operation = PlanKindName(plan->kind);
-    cause.relation = plan->relation_display;
-    cause.match = plan->match_description;
-    cause.match_is_key = plan->match != MatchMode::FullRow;
-
-    auto cached = statements_.find(plan->statement_key);
+    // The row count is checked by the target itself (RowCheckedSql): a wrong match is an error.
+    const auto [name, must_prepare] = StatementFor(*plan);
     PgResult result;
-    if (cached == statements_.end()) {
-      const std::string name = "trellara_s" + std::to_string(statements_.size() + 1);
-      result = conn_->Prepare(name, plan->sql, static_cast<int>(plan->params.size()));
-      if (result.ok()) {
-        cached = statements_.emplace(plan->statement_key, name).first;
-        result = conn_->ExecPrepared(cached->second, plan->params);
-      }
-    } else {
-      result = conn_->ExecPrepared(cached->second, plan->params);
+    if (must_prepare) {
+      result = conn_->Prepare(name, RowCheckedSql(*plan), static_cast<int>(plan->params.size()));
+      if (!result.ok()) statements_.erase(plan->statement_key);
     }
+    if (!must_prepare || result.ok()) result = conn_->ExecPrepared(name, plan->params);
     counters_.statements++;
     if (!result.ok()) {
       if (conn_->connection_lost())
         Fail("lost the connection to the target " + conn_->Describe() + " while applying " + DescribeTransaction(tx) +
              " (" + result.Describe() + "); nothing of it was committed: rerun trellara apply, it resumes exactly once");
-      cause.sqlstate = result.sqlstate();
-      cause.detail = result.Describe();
-      if (result.sqlstate() == "23505") {
-        cause.reason = QuarantineReason::DuplicateKey;
-        if (cause.match.empty()) cause.match = result.detail();
-      } else if (result.sqlstate() == "42P01") {
-        cause.reason = QuarantineReason::MissingTable;
-      } else if (result.sqlstate() == "42703") {
-        cause.reason = QuarantineReason::MissingColumn;
-        cause.column = QuotedName(result.message());
-      } else {
-        cause.reason = QuarantineReason::SqlError;
-      }
-      return cause;
-    }
-    if (plan->expect == RowExpectation::ExactlyOne && result.affected() != 1) {
-      cause.reason = result.affected() == 0 ? QuarantineReason::ZeroRowsMatched : QuarantineReason::ManyRowsMatched;
-      cause.rows = result.affected();
-      return cause;
+      return CauseOf(result, *plan);
     }
     return std::nullopt;
   }
@@ -335,12 +411,26 @@ class Applier {
     const TxIdentity& tx = ready.tx;
     Must(conn_->Exec("BEGIN"), "BEGIN for " + DescribeTransaction(tx));
     std::optional<QuarantineCause> failure;
-    if (ready.envelope) {
+    auto step = [&](PgResult r, const char* what) {
+      if (r.ok() || failure) return;
+      if (conn_->connection_lost())
+        Fail(std::string("lost the connection to the target during ") + what + " of " + DescribeTransaction(tx) +
+             " (" + r.Describe() + "); rerun trellara apply: the dedup row decides whether it committed");
+      QuarantineCause cause;
+      cause.reason = QuarantineReason::SqlError;
+      cause.operation = what;
+      cause.sqlstate = r.sqlstate();
+      cause.detail = r.Describe();
+      failure = cause;
+    };
+    step(conn_->ExecPrepared("trellara_commit_record", CommitRecordParams(ready)),
+         "INSERT of the dedup row with the origin progress");
+    if (!failure && ready.envelope) {
       for (const auto& change : ready.envelope->changes) {
         failure = ExecuteChange(change, ready.envelope->relations, tx);
         if (failure) break;
       }
-    } else {
+    } else if (!failure) {
       Status walked = ForEachVerifiedChunk(
           ready, [&](uint64_t offset) { return ReadChunkFrame(offset); },
           [&](const Chunk& chunk) -> Status {
@@ -358,28 +448,11 @@ class Applier {
       }
     }
     if (!failure) {
-      auto step = [&](PgResult r, const char* what) {
-        if (r.ok() || failure) return;
-        if (conn_->connection_lost())
-          Fail(std::string("lost the connection to the target during ") + what + " of " + DescribeTransaction(tx) +
-               " (" + r.Describe() + "); rerun trellara apply: the dedup row decides whether it committed");
-        QuarantineCause cause;
-        cause.reason = QuarantineReason::SqlError;
-        cause.operation = what;
-        cause.sqlstate = r.sqlstate();
-        cause.detail = r.Describe();
-        failure = cause;
-      };
-      step(conn_->ExecPrepared("trellara_dedup", {tx.flow, FormatLsn(tx.commit_lsn), std::to_string(tx.xid),
-                                                  std::to_string(tx.origin_sysid), ChecksumParam(ready.checksum)}),
-           "INSERT of the dedup row");
       if (resolves_quarantine)
         step(conn_->ExecParams("UPDATE trellara.quarantine SET state = 'resolved', resolved_at = now() "
                                "WHERE flow = $1 AND commit_lsn = $2::pg_lsn",
                                {tx.flow, FormatLsn(tx.commit_lsn)}),
              "marking the quarantine row resolved");
-      step(conn_->ExecPrepared("trellara_origin", {FormatLsn(tx.commit_lsn), TimestampParam(ready.commit_time_us)}),
-           "pg_replication_origin_xact_setup");
       if (!failure) {
         auto commit = conn_->Exec("COMMIT");
         step(commit, "COMMIT");
@@ -392,6 +465,7 @@ class Applier {
     if (!rollback.ok())
       Fail("ROLLBACK of " + DescribeTransaction(tx) + " failed on the target " + conn_->Describe() + ": " +
            rollback.Describe() + "; nothing of it was committed: rerun trellara apply");
+    ForgetOriginProgress();
     return failure;
   }
 
@@ -467,6 +541,178 @@ class Applier {
     }
   }
 
+  // ---- batches of whole transactions ----------------------------------------------------
+
+  // Applies the leading transactions of pending_[from..] that can go through the pipeline:
+  // duplicates are skipped, plain Apply decisions are queued. Returns how many of them are done
+  // (committed or skipped), in order, and whether the transaction after them needs the
+  // one-at-a-time path (rather than just the next batch).
+  struct BatchResult {
+    size_t done = 0;
+    bool needs_one_at_a_time = false;
+  };
+  BatchResult ApplyBatch(size_t from) {
+    std::vector<const TxIdentity*> ids;
+    for (size_t i = from; i < pending_.size(); i++) ids.push_back(&pending_[i].ready.tx);
+    const std::vector<Evidence> evidence = ReadEvidence(ids);
+
+    struct Entry {
+      size_t index;  // in pending_
+      bool apply;    // false: skip as duplicate
+    };
+    std::vector<Entry> run;
+    size_t statements = 0;
+    bool blocked = false;  // the run ends at a transaction for the one-at-a-time path
+    for (size_t i = from; i < pending_.size() && run.size() < kBatchMaxTransactions; i++) {
+      PendingTx& p = pending_[i];
+      const Evidence& e = evidence[i - from];
+      const ApplyDecision decision = DecideApply(p.ready.tx, p.ready.checksum, e.target);
+      if (decision.action == ApplyAction::SkipDuplicate) {
+        run.push_back({i, false});
+        continue;
+      }
+      // Anything but a plain first apply (a conflict, a quarantined or replay-ready boundary)
+      // takes the one-at-a-time path, which re-reads the evidence and acts on it.
+      if (decision.action != ApplyAction::Apply || e.target.quarantine) {
+        blocked = true;
+        break;
+      }
+      p.plans.clear();
+      bool planned = true;
+      for (const auto& change : p.ready.envelope->changes) {
+        auto plan = PlanChange(change, p.ready.envelope->relations);
+        if (!plan) {
+          planned = false;  // the one-at-a-time path quarantines it as plan_error
+          break;
+        }
+        if (plan->kind == PlanKind::NotApplied) {
+          counters_.not_applied_changes++;
+          continue;
+        }
+        p.plans.push_back(std::move(plan.value()));
+      }
+      if (!planned) {
+        blocked = true;
+        break;
+      }
+      if (!run.empty() && statements + p.plans.size() + 3 > kBatchMaxStatements) break;
+      statements += p.plans.size() + 3;
+      run.push_back({i, true});
+    }
+
+    std::vector<bool> committed(run.size(), false);
+    if (std::any_of(run.begin(), run.end(), [](const Entry& e) { return e.apply; })) {
+      // What each queued message answers, in order.
+      enum class What { Begin, Record, Prepare, Statement, Commit };
+      struct Expect {
+        size_t run_pos;
+        What what;
+        std::string statement_key;  // Prepare
+      };
+      std::vector<Expect> expects;
+      auto queued = [&](Status st) {
+        if (!st.ok())
+          Fail(st.error().message + " (flow " + config_.flow_name + ", target " + conn_->Describe() +
+               "); nothing of the batch was committed: rerun trellara apply");
+      };
+      queued(conn_->EnterPipeline());
+      for (size_t k = 0; k < run.size(); k++) {
+        if (!run[k].apply) continue;
+        const PendingTx& p = pending_[run[k].index];
+        queued(conn_->SendParams("BEGIN", {}));
+        expects.push_back({k, What::Begin, {}});
+        queued(conn_->SendPrepared("trellara_commit_record", CommitRecordParams(p.ready)));
+        expects.push_back({k, What::Record, {}});
+        for (const ChangePlan& plan : p.plans) {
+          const auto [name, must_prepare] = StatementFor(plan);
+          if (must_prepare) {
+            queued(conn_->SendPrepare(name, RowCheckedSql(plan), static_cast<int>(plan.params.size())));
+            expects.push_back({k, What::Prepare, plan.statement_key});
+          }
+          queued(conn_->SendPrepared(name, plan.params));
+          expects.push_back({k, What::Statement, {}});
+          counters_.statements++;
+        }
+        queued(conn_->SendParams("COMMIT", {}));
+        expects.push_back({k, What::Commit, {}});
+      }
+      queued(conn_->Sync());
+
+      std::optional<std::string> failed;
+      for (const Expect& expect : expects) {
+        auto next = conn_->NextResult();
+        if (!next.result.ok() && !next.aborted && conn_->connection_lost())
+          Fail("lost the connection to the target " + conn_->Describe() + " while applying a batch starting at " +
+               DescribeTransaction(pending_[run[expect.run_pos].index].ready.tx) + " (" + next.result.Describe() +
+               "); transactions of it may or may not have committed: rerun trellara apply, the dedup rows "
+               "make it resume exactly once");
+        if (next.sync)
+          Fail("the target answered a pipeline Sync before every queued statement of the batch (flow " +
+               config_.flow_name + "); rerun trellara apply");
+        const bool ok = next.result.ok() && !next.aborted;
+        if (expect.what == What::Prepare && !ok) statements_.erase(expect.statement_key);  // not prepared
+        if (!ok && !next.aborted && !failed)
+          failed = DescribeTransaction(pending_[run[expect.run_pos].index].ready.tx) + ": " + next.result.Describe();
+        if (expect.what == What::Commit && ok) committed[expect.run_pos] = true;
+      }
+      auto sync = conn_->NextResult();
+      if (!sync.sync)
+        Fail("the target did not answer the pipeline Sync of the batch (flow " + config_.flow_name + ", " +
+             sync.result.Describe() + "); rerun trellara apply, the dedup rows make it resume exactly once");
+      queued(conn_->ExitPipeline());
+      if (conn_->InTransaction())
+        Must(conn_->Exec("ROLLBACK"), "ROLLBACK after a failed transaction of the batch");
+      if (failed) ForgetOriginProgress();
+      if (failed && !until_caught_up_)
+        std::cerr << "trellara: retrying alone, after a failure in a batch: " << *failed << "\n";
+      batches_++;
+    }
+
+    size_t done = 0;
+    for (size_t k = 0; k < run.size(); k++) {
+      if (run[k].apply && !committed[k]) break;
+      const PendingTx& p = pending_[run[k].index];
+      if (run[k].apply)
+        counters_.applied++;
+      else
+        counters_.skipped_duplicates++;
+      offsets_.Done(p.offset_after, p.ready.tx.commit_lsn);
+      unwritten_transactions_++;
+      done++;
+    }
+    return {done, blocked || done < run.size()};
+  }
+
+  // Applies every pending whole transaction, in log order.
+  Outcome FlushPending() {
+    size_t next = 0;
+    Outcome outcome = Outcome::Applied;
+    while (next < pending_.size()) {
+      if (StopRequested()) {
+        outcome = Outcome::Stopped;
+        break;
+      }
+      const BatchResult batch = ApplyBatch(next);
+      next += batch.done;
+      if (next == pending_.size()) break;
+      if (!batch.needs_one_at_a_time) continue;
+      // The transaction at `next` needs the one-at-a-time path (a failure in the batch, a
+      // duplicate conflict, a quarantine, a plan error): it decides, retries or halts there.
+      if (StopRequested() || Process(pending_[next].ready) == Outcome::Stopped) {
+        outcome = Outcome::Stopped;
+        break;
+      }
+      offsets_.Done(pending_[next].offset_after, pending_[next].ready.tx.commit_lsn);
+      unwritten_transactions_++;
+      next++;
+    }
+    if (outcome != Outcome::Stopped && offset_after_pending_) offsets_.Done(*offset_after_pending_, 0);
+    pending_.clear();
+    pending_statements_ = 0;
+    offset_after_pending_.reset();
+    return outcome;
+  }
+
   // ---- the log -------------------------------------------------------------------------
 
   void OpenLog() {
@@ -483,27 +729,32 @@ class Applier {
         Fail("cannot resume flow " + config_.flow_name + " at its consumer offset " + std::to_string(it->second) +
              " (" + config_.log_directory + "/consumers/" + kConsumerName + "): " + seek.error().message);
     }
-    safe_offset_ = reader_->next_offset();
-    written_offset_ = safe_offset_;
-    start_offset_ = safe_offset_;
+    written_offset_ = reader_->next_offset();
+    start_offset_ = written_offset_;
+    offsets_ = ApplyOffsetTracker(start_offset_);
   }
 
+  // Records the consumer offset: as far as the target has durably committed (core
+  // ApplyOffsetTracker over the origin's flushed progress). Not forced, at most every
+  // kOffsetWriteInterval or kOffsetWriteEveryTransactions.
   void WriteOffset(bool force) {
-    if (safe_offset_ == written_offset_) return;
+    if (offsets_.waiting() == 0 && offsets_.safe() == written_offset_) return;
     if (!force && unwritten_transactions_ < kOffsetWriteEveryTransactions &&
         Clock::now() - last_offset_write_ < kOffsetWriteInterval)
       return;
-    Status written = log::WriteConsumerOffset(*device_, config_.log_directory, kConsumerName, safe_offset_);
-    if (!written.ok())
-      Fail("cannot record consumer offset " + std::to_string(safe_offset_) + " of flow " + config_.flow_name + " in " +
-           config_.log_directory + "/consumers/" + kConsumerName + ": " + written.error().message +
-           "; everything up to it is committed on the target, rerun trellara apply once the directory is writable");
-    written_offset_ = safe_offset_;
+    const uint64_t safe = offsets_.waiting() == 0 ? offsets_.safe() : offsets_.Durable(FlushedProgress());
     unwritten_transactions_ = 0;
     last_offset_write_ = Clock::now();
+    if (safe == written_offset_) return;
+    Status written = log::WriteConsumerOffset(*device_, config_.log_directory, kConsumerName, safe);
+    if (!written.ok())
+      Fail("cannot record consumer offset " + std::to_string(safe) + " of flow " + config_.flow_name + " in " +
+           config_.log_directory + "/consumers/" + kConsumerName + ": " + written.error().message +
+           "; everything up to it is committed on the target, rerun trellara apply once the directory is writable");
+    written_offset_ = safe;
   }
 
-  void BarrierFailed(const BarrierFailure& failure) {
+  [[noreturn]] void BarrierFailed(const BarrierFailure& failure) {
     std::string message = "the log of flow " + config_.flow_name + " cannot be applied past offset " +
                           std::to_string(failure.offset) + ": " + failure.reason;
     if (failure.tx) {
@@ -546,6 +797,7 @@ class Applier {
         Fail("reading the log of flow " + config_.flow_name + " at offset " + std::to_string(reader_->next_offset()) +
              " failed: " + next.error().message + "; nothing past the last committed transaction was applied");
       if (!*next) {
+        if (FlushPending() == Outcome::Stopped) break;
         WriteOffset(true);
         if (until_caught_up_) break;
         if (!at_tail_reported) {
@@ -560,12 +812,28 @@ class Applier {
       LogFrame frame{record.offset, record.type, record.commit_lsn,
                      std::span<const uint8_t>(record.payload.data(), record.payload.size())};
       auto fed = barrier_.Feed(frame);
-      if (!fed) BarrierFailed(barrier_.failure().value_or(BarrierFailure{std::nullopt, record.offset, fed.error().message}));
-      if (*fed) {
-        if (Process(**fed) == Outcome::Stopped) break;
-        unwritten_transactions_++;
+      if (!fed) {
+        if (FlushPending() == Outcome::Stopped) break;  // everything before the failure is applied first
+        BarrierFailed(barrier_.failure().value_or(BarrierFailure{std::nullopt, record.offset, fed.error().message}));
       }
-      safe_offset_ = barrier_.RetainFromOffset().value_or(record.offset + 1);
+      // Everything below `retain` is finished with once what it holds is applied.
+      const uint64_t retain = barrier_.RetainFromOffset().value_or(record.offset + 1);
+      if (*fed && (*fed)->envelope) {
+        pending_statements_ += (*fed)->envelope->changes.size() + 3;
+        pending_.push_back(PendingTx{std::move(**fed), retain, {}});
+        if (pending_.size() >= kBatchMaxTransactions || pending_statements_ >= kBatchMaxStatements)
+          if (FlushPending() == Outcome::Stopped) break;
+      } else if (*fed) {
+        // A chunked transaction: applied alone, streaming its chunks back from the log.
+        if (FlushPending() == Outcome::Stopped) break;
+        if (Process(**fed) == Outcome::Stopped) break;
+        offsets_.Done(retain, (*fed)->tx.commit_lsn);
+        unwritten_transactions_++;
+      } else if (pending_.empty()) {
+        offsets_.Done(retain, 0);
+      } else {
+        offset_after_pending_ = retain;
+      }
       WriteOffset(false);
       if (Clock::now() - last_progress >= kProgressInterval) {
         PrintProgress("running");
@@ -590,9 +858,14 @@ class Applier {
   std::unique_ptr<log::LogReader> chunk_reader_;
   TransactionBarrier barrier_;
   std::unordered_map<std::string, std::string> statements_;  // statement_key -> prepared name
+  uint64_t statement_serial_ = 0;  // names prepared statements; never reused
   Counters counters_;
+  uint64_t batches_ = 0;  // pipeline segments sent
+  std::vector<PendingTx> pending_;  // whole transactions read, not yet applied, in log order
+  size_t pending_statements_ = 0;
+  std::optional<uint64_t> offset_after_pending_;  // records read after the last pending transaction
+  ApplyOffsetTracker offsets_{0};
   uint64_t start_offset_ = 0;
-  uint64_t safe_offset_ = 0;     // every transaction below it is committed (or skipped) on the target
   uint64_t written_offset_ = 0;  // what consumers/applier holds
   uint64_t unwritten_transactions_ = 0;
   Clock::time_point started_;

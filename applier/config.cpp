@@ -22,7 +22,11 @@ const std::map<std::string, std::map<std::string, KeySpec>>& Schema() {
         {"log_directory", {true, "the absolute path of the flow's log directory (trellara.flows.log_directory)"}}}},
       {"source", {{"conninfo", {false, "a libpq connection string for the source database"}}}},
       {"target", {{"conninfo", {true, "a libpq connection string for the target database"}}}},
-      {"apply", {{"session_replication_role", {false, "\"replica\" (default) or \"origin\""}}}},
+      {"apply",
+       {{"session_replication_role", {false, "\"replica\" (default) or \"origin\""}},
+        {"synchronous_commit",
+         {false, "\"off\" (default: the consumer offset then follows the target's flushed origin progress), "
+                 "\"local\", \"remote_write\", \"on\" or \"remote_apply\""}}}},
   };
   return kSchema;
 }
@@ -105,6 +109,11 @@ Result<FlowConfig> LoadFlowConfig(const std::string& path) {
     if (*role != "replica" && *role != "origin")
       return SettingError(path, "apply.session_replication_role", "is \"" + *role + "\"");
     config.session_replication_role = *role;
+  }
+  if (auto sync = get("apply", "synchronous_commit")) {
+    if (*sync != "off" && *sync != "local" && *sync != "remote_write" && *sync != "on" && *sync != "remote_apply")
+      return SettingError(path, "apply.synchronous_commit", "is \"" + *sync + "\"");
+    config.synchronous_commit = *sync;
   }
   return config;
 }

@@ -111,7 +111,80 @@ PgResult PgConnection::ExecPrepared(const std::string& name, const SqlParams& pa
                                 nullptr, 0));
 }
 
+Status PgConnection::EnterPipeline() {
+  if (PQenterPipelineMode(conn_) != 1)
+    return MakeError("cannot enter pipeline mode on " + Describe() + ": " + TrimNewline(PQerrorMessage(conn_)));
+  return Status::Ok();
+}
+
+Status PgConnection::ExitPipeline() {
+  if (PQexitPipelineMode(conn_) != 1)
+    return MakeError("cannot leave pipeline mode on " + Describe() + ": " + TrimNewline(PQerrorMessage(conn_)));
+  return Status::Ok();
+}
+
+namespace {
+Status Sent(PGconn* conn, int rc, const char* what) {
+  if (rc == 1) return Status::Ok();
+  return MakeError(std::string("cannot queue ") + what + " on the target: " + TrimNewline(PQerrorMessage(conn)));
+}
+}  // namespace
+
+Status PgConnection::SendPrepare(const std::string& name, const std::string& sql, int param_count) {
+  return Sent(conn_, PQsendPrepare(conn_, name.c_str(), sql.c_str(), param_count, nullptr), "a Parse");
+}
+
+Status PgConnection::SendPrepared(const std::string& name, const SqlParams& params) {
+  ParamArrays a(params);
+  return Sent(conn_,
+              PQsendQueryPrepared(conn_, name.c_str(), static_cast<int>(params.size()), a.values.data(), nullptr,
+                                  nullptr, 0),
+              "a statement");
+}
+
+Status PgConnection::SendParams(const std::string& sql, const SqlParams& params) {
+  ParamArrays a(params);
+  return Sent(conn_,
+              PQsendQueryParams(conn_, sql.c_str(), static_cast<int>(params.size()), nullptr, a.values.data(),
+                                nullptr, nullptr, 0),
+              "a statement");
+}
+
+Status PgConnection::Sync() { return Sent(conn_, PQpipelineSync(conn_), "a pipeline Sync"); }
+
+PgConnection::PipelineResult PgConnection::NextResult() {
+  PipelineResult out;
+  PGresult* raw = PQgetResult(conn_);
+  if (raw == nullptr) {
+    // A lost connection (or a protocol error) ends the result stream early.
+    out.result = Collect(nullptr);
+    return out;
+  }
+  const ExecStatusType status = PQresultStatus(raw);
+  if (status == PGRES_PIPELINE_SYNC) {
+    out.sync = true;
+    out.result = Collect(raw);
+    out.result.ok_ = true;
+    return out;  // a Sync's answer is not followed by a NULL
+  }
+  if (status == PGRES_PIPELINE_ABORTED) {
+    out.aborted = true;
+    out.result = Collect(raw);
+    out.result.message_ = "skipped: an earlier statement of the same pipeline failed";
+  } else {
+    out.result = Collect(raw);
+  }
+  // Every statement's results end with a NULL.
+  while (PGresult* extra = PQgetResult(conn_)) PQclear(extra);
+  return out;
+}
+
 bool PgConnection::connection_lost() const { return PQstatus(conn_) != CONNECTION_OK; }
+
+bool PgConnection::InTransaction() const {
+  const PGTransactionStatusType status = PQtransactionStatus(conn_);
+  return status == PQTRANS_INTRANS || status == PQTRANS_INERROR;
+}
 
 std::string PgConnection::Describe() const {
   const char* host = PQhost(conn_);

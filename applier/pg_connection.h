@@ -63,7 +63,31 @@ class PgConnection {
   PgResult Prepare(const std::string& name, const std::string& sql, int param_count);
   PgResult ExecPrepared(const std::string& name, const SqlParams& params);
 
+  // ---- pipeline mode (libpq 14+) ----
+  // In pipeline mode statements are queued with the Send* calls and their results read back in
+  // order with NextResult(); nothing waits for the server until a result is read. Sync() ends a
+  // pipeline segment: an error skips every statement queued after it up to the next Sync (the
+  // server answers PipelineAborted for them), and an explicit transaction that was open at the
+  // error stays aborted. The caller reads one result per Send* and one per Sync, in order.
+  Status EnterPipeline();
+  Status ExitPipeline();
+  Status SendPrepare(const std::string& name, const std::string& sql, int param_count);
+  Status SendPrepared(const std::string& name, const SqlParams& params);
+  Status SendParams(const std::string& sql, const SqlParams& params);
+  Status Sync();  // PQpipelineSync: also flushes everything queued to the server
+  // The next queued statement's result. `aborted` is set when the server skipped it because an
+  // earlier statement of the segment failed; `sync` when this is a Sync's answer.
+  struct PipelineResult {
+    PgResult result;
+    bool aborted = false;
+    bool sync = false;
+  };
+  PipelineResult NextResult();
+
   bool connection_lost() const;
+  // The session is inside a transaction block (open or failed), e.g. after a pipelined
+  // transaction failed: the caller must ROLLBACK before anything else.
+  bool InTransaction() const;
   // host:port/dbname for messages (never the password).
   std::string Describe() const;
 

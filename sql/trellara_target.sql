@@ -58,6 +58,27 @@ CREATE TABLE IF NOT EXISTS trellara.apply_status (
   updated_at               timestamptz NOT NULL DEFAULT now()
 );
 
+-- The applier's row-count check (core RowCheckedSql): every planned INSERT/UPDATE/DELETE must
+-- touch exactly one row. Raising here, inside the statement, makes a wrong match abort the
+-- transaction on the server before its COMMIT runs — the applier pipelines COMMIT behind the
+-- statement, so a check in the client would come too late. P0002 = no row, P0003 = several (the
+-- count in DETAIL); the applier turns them into zero_rows_matched / many_rows_matched quarantines.
+CREATE OR REPLACE FUNCTION trellara.require_one_row(matched bigint)
+RETURNS void LANGUAGE plpgsql AS $fn$
+-- No SET search_path: it would cost a GUC save/restore per change, and the body names only
+-- built-in operators, which pg_catalog (always searched first) resolves.
+BEGIN
+  IF matched = 1 THEN
+    RETURN;
+  ELSIF matched = 0 THEN
+    RAISE EXCEPTION 'the change matched no row on the target' USING ERRCODE = 'P0002', DETAIL = '0';
+  ELSE
+    RAISE EXCEPTION 'the change matched % rows on the target, expected exactly one', matched
+      USING ERRCODE = 'P0003', DETAIL = matched::text;
+  END IF;
+END
+$fn$;
+
 -- Marks exactly one quarantined boundary replay-ready; refuses (raises) for anything else, so a
 -- mistyped xid or LSN never releases another transaction. Same rules as core's DecideReplayReady.
 -- SECURITY DEFINER with a pinned search_path so that a role granted EXECUTE (trellara_admin) needs

@@ -4,6 +4,7 @@
 #include "trellara/apply_decision.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "trellara/barrier.h"
 
@@ -249,6 +250,57 @@ ReplayReadyDecision DecideReplayReady(const std::string& flow, const std::vector
   d.message = "refused: no quarantined " + asked + "; nothing was marked (" + std::to_string(open) +
               " quarantined in this flow: trellara quarantine list shows their exact boundaries)";
   return d;
+}
+
+QuarantineCause CauseFromStatementError(const std::string& sqlstate, const std::string& message,
+                                        const std::string& detail) {
+  QuarantineCause cause;
+  cause.sqlstate = sqlstate;
+  cause.detail = message;
+  if (!sqlstate.empty()) cause.detail += " (SQLSTATE " + sqlstate + ")";
+  if (!detail.empty()) cause.detail += ": " + detail;
+  if (sqlstate == "P0002") {
+    cause.reason = QuarantineReason::ZeroRowsMatched;
+    cause.rows = 0;
+  } else if (sqlstate == "P0003") {
+    cause.reason = QuarantineReason::ManyRowsMatched;
+    cause.rows = std::strtoull(detail.c_str(), nullptr, 10);
+  } else if (sqlstate == "23505") {
+    cause.reason = QuarantineReason::DuplicateKey;
+  } else if (sqlstate == "42P01") {
+    cause.reason = QuarantineReason::MissingTable;
+  } else if (sqlstate == "42703") {
+    cause.reason = QuarantineReason::MissingColumn;
+    // column "x" of relation "t" does not exist
+    const auto open = message.find('"');
+    const auto close = open == std::string::npos ? open : message.find('"', open + 1);
+    if (close != std::string::npos) cause.column = message.substr(open + 1, close - open - 1);
+  } else {
+    cause.reason = QuarantineReason::SqlError;
+  }
+  return cause;
+}
+
+void ApplyOffsetTracker::Done(uint64_t offset, uint64_t required_lsn) {
+  max_required_ = std::max(max_required_, required_lsn);
+  if (offset <= safe_) return;
+  if (head_ < pending_.size() && pending_.back().offset >= offset) return;  // already covered
+  pending_.push_back(Mark{offset, max_required_});
+}
+
+uint64_t ApplyOffsetTracker::Durable(uint64_t flushed_lsn) {
+  while (head_ < pending_.size() && pending_[head_].required_lsn <= flushed_lsn) {
+    safe_ = std::max(safe_, pending_[head_].offset);
+    head_++;
+  }
+  if (head_ == pending_.size()) {
+    pending_.clear();
+    head_ = 0;
+  } else if (head_ > 4096) {
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(head_));
+    head_ = 0;
+  }
+  return safe_;
 }
 
 }  // namespace trellara

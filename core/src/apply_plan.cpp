@@ -406,4 +406,10 @@ Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationIn
   return plan;
 }
 
+std::string RowCheckedSql(const ChangePlan& plan) {
+  if (plan.expect != RowExpectation::ExactlyOne) return plan.sql;
+  return "WITH trellara_rows AS (" + plan.sql +
+         " RETURNING 1) SELECT trellara.require_one_row(count(*)) FROM trellara_rows";
+}
+
 }  // namespace trellara

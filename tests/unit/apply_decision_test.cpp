@@ -5,7 +5,9 @@
 // together, as the libpq applier must. These tests must not need a database.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
+#include <random>
 
 #include "trellara/apply_decision.h"
 
@@ -265,4 +267,77 @@ TEST_CASE("quarantine_replay_ready_refuses_unknown_transaction_boundary", "[deci
   CHECK(again.outcome == ReplayReadyOutcome::AlreadyReplayReady);
 
   CHECK(DecideReplayReady("app", {}, 7421, 0x3A1F2B0).outcome == ReplayReadyOutcome::Refuse);
+}
+
+TEST_CASE("statement_errors_map_to_quarantine_reasons", "[decision]") {
+  auto none = CauseFromStatementError("P0002", "the change matched no row on the target", "0");
+  CHECK(none.reason == QuarantineReason::ZeroRowsMatched);
+  CHECK(none.rows == 0);
+  auto many = CauseFromStatementError("P0003", "the change matched 3 rows on the target, expected exactly one", "3");
+  CHECK(many.reason == QuarantineReason::ManyRowsMatched);
+  CHECK(many.rows == 3);
+  auto dup = CauseFromStatementError("23505", "duplicate key value violates unique constraint \"t_pkey\"",
+                                     "Key (id)=(1) already exists.");
+  CHECK(dup.reason == QuarantineReason::DuplicateKey);
+  CHECK_THAT(dup.detail, Catch::Contains("(SQLSTATE 23505)") && Catch::Contains("Key (id)=(1) already exists."));
+  CHECK(CauseFromStatementError("42P01", "relation \"public.t\" does not exist", "").reason ==
+        QuarantineReason::MissingTable);
+  auto col = CauseFromStatementError("42703", "column \"note\" of relation \"orders\" does not exist", "");
+  CHECK(col.reason == QuarantineReason::MissingColumn);
+  CHECK(col.column == "note");
+  auto other = CauseFromStatementError("22P02", "invalid input syntax for type integer: \"x\"", "");
+  CHECK(other.reason == QuarantineReason::SqlError);
+  CHECK(other.sqlstate == "22P02");
+}
+
+TEST_CASE("consumer_offset_follows_only_what_the_target_flushed", "[decision]") {
+  // Records 0..9: transactions at offsets 2 (lsn 100), 5 (lsn 200), 8 (lsn 300); the others carry
+  // nothing to apply (progress markers). Done() is reported as the applier finishes each record.
+  ApplyOffsetTracker t(0);
+  t.Done(1, 0);  // a progress marker before any transaction: nothing to wait for
+  CHECK(t.Durable(0) == 1);
+  t.Done(3, 100);
+  t.Done(4, 0);  // a marker after lsn 100: the offset passing it also passes the transaction
+  t.Done(6, 200);
+  t.Done(9, 300);
+  CHECK(t.waiting() == 4);
+  CHECK(t.Durable(99) == 1);    // the first transaction is committed but not flushed yet
+  CHECK(t.Durable(100) == 4);   // flushed through lsn 100: past it and the marker after it
+  CHECK(t.Durable(250) == 6);
+  CHECK(t.Durable(150) == 6);   // never moves back
+  CHECK(t.Durable(300) == 9);
+  CHECK(t.waiting() == 0);
+  t.Done(9, 300);               // already covered: nothing new
+  t.Done(5, 0);                 // below the safe offset: ignored
+  CHECK(t.waiting() == 0);
+  CHECK(t.safe() == 9);
+}
+
+TEST_CASE("consumer_offset_never_passes_an_unflushed_transaction_under_random_flushes", "[decision]") {
+  // Property: for any interleaving of Done and Durable, the safe offset never exceeds the end of
+  // the last transaction whose commit LSN is <= the largest flushed LSN reported so far.
+  std::mt19937_64 rng(20261129);
+  for (int run = 0; run < 200; run++) {
+    ApplyOffsetTracker t(0);
+    std::vector<std::pair<uint64_t, uint64_t>> done;  // offset, lsn required
+    uint64_t lsn = 0, offset = 0, flushed = 0, max_required = 0;
+    for (int step = 0; step < 200; step++) {
+      if (rng() % 3 != 0) {
+        offset += 1 + rng() % 3;
+        const bool tx = rng() % 2;
+        if (tx) lsn += 1 + rng() % 100;
+        t.Done(offset, tx ? lsn : 0);
+        max_required = std::max(max_required, tx ? lsn : uint64_t{0});
+        done.emplace_back(offset, max_required);
+      } else {
+        flushed = std::max(flushed, lsn == 0 ? uint64_t{0} : lsn - rng() % (lsn + 1));
+        const uint64_t safe = t.Durable(flushed);
+        uint64_t allowed = 0;
+        for (const auto& [o, need] : done)
+          if (need <= flushed) allowed = std::max(allowed, o);
+        REQUIRE(safe <= allowed);
+        REQUIRE(safe == allowed);  // and it does advance as far as allowed
+      }
+    }
+  }
 }

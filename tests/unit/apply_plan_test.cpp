@@ -321,3 +321,22 @@ TEST_CASE("change_on_an_undescribed_relation_is_an_error", "[plan]") {
   CHECK_THAT(MustFail(Row(Op::Insert, 777, {T("1")}), {Orders()}), Catch::Contains("oid 777"));
   CHECK_THAT(MustFail(Row(Op::Insert, 16384, {T("1")}), {Orders()}), Catch::Contains("1 values for 4 columns"));
 }
+
+TEST_CASE("row_expectation_is_checked_by_the_target_inside_the_statement", "[plan]") {
+  // In a pipeline the COMMIT is queued behind the statement, so a change that touches no row (or
+  // several) must abort the transaction on the server: the executed SQL wraps the DML.
+  auto del = MustPlan(Row(Op::Delete, 16384, {}, OldImage::Key, {T("44")}), {Orders()});
+  CHECK(RowCheckedSql(del) ==
+        "WITH trellara_rows AS (DELETE FROM \"public\".\"orders\" WHERE \"id\" = $1 RETURNING 1) "
+        "SELECT trellara.require_one_row(count(*)) FROM trellara_rows");
+  auto ins = MustPlan(Row(Op::Insert, 16384, {T("1"), T("n"), T("2"), T("d")}), {Orders()});
+  CHECK(RowCheckedSql(ins).rfind("WITH trellara_rows AS (INSERT INTO \"public\".\"orders\"", 0) == 0);
+  // The parameters are the plan's, unchanged: the wrapper adds none.
+  CHECK(RowCheckedSql(ins).find("$5") == std::string::npos);
+  Change t;
+  t.op = Op::Truncate;
+  t.truncate.relation_oids = {16384};
+  auto trunc = MustPlan(t, {Orders()});
+  CHECK(trunc.expect == RowExpectation::Any);
+  CHECK(RowCheckedSql(trunc) == trunc.sql);
+}

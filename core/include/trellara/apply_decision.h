@@ -76,6 +76,14 @@ struct QuarantineCause {
   bool match_is_key = true;  // false: `match` is a whole old row (REPLICA IDENTITY FULL)
 };
 
+// A statement of a transaction failed on the target: what kind of failure it is, from the
+// server's SQLSTATE and message. The row-count check of a planned statement (RowCheckedSql) raises
+// P0002 for no matching row and P0003 with the count in DETAIL for more than one.
+// `plan_relation`/`plan_match` describe the planned statement (empty when the failure was not in a
+// planned change). Nothing is guessed: an unknown SQLSTATE is SqlError with the server's words.
+QuarantineCause CauseFromStatementError(const std::string& sqlstate, const std::string& message,
+                                        const std::string& detail);
+
 enum class ApplyAction : uint8_t { Apply, SkipDuplicate, QuarantineConflict, WaitReplayReady };
 const char* ApplyActionName(ApplyAction action);
 
@@ -115,6 +123,37 @@ QuarantineRecord BuildQuarantine(const TxIdentity& tx, const Sha256& checksum, c
 
 // SELECT trellara.quarantine_replay_ready(7421, '0/3A1F2B0')
 std::string ReplayReadyCall(uint32_t xid, uint64_t commit_lsn);
+
+// ---- consumer offset ----------------------------------------------------------------------
+
+// Which consumer offset the applier may record, given what the target has made durable
+// (DESIGN §2 "log -> target", §6 throughput: with synchronous_commit = off a COMMIT returns before
+// its WAL is flushed, so the offset may only pass transactions whose commit the target reports as
+// flushed, through pg_replication_origin_progress(origin, true)).
+//
+// The applier reports, in log order, every offset it has finished with: Done(offset, lsn) means
+// "every record below `offset` is applied, skipped as a duplicate, or carries nothing to apply, and
+// all of it is durable on the target once origin progress >= lsn" (lsn 0: nothing to wait for).
+// Durable(flushed_lsn) returns the largest offset whose requirement is met. It never moves back.
+class ApplyOffsetTracker {
+ public:
+  explicit ApplyOffsetTracker(uint64_t start_offset) : safe_(start_offset) {}
+  void Done(uint64_t offset, uint64_t required_lsn);
+  uint64_t Durable(uint64_t flushed_lsn);
+  uint64_t safe() const { return safe_; }
+  // Offsets reported but waiting for the target to flush.
+  size_t waiting() const { return pending_.size(); }
+
+ private:
+  struct Mark {
+    uint64_t offset;
+    uint64_t required_lsn;
+  };
+  std::vector<Mark> pending_;  // increasing offsets and required LSNs
+  size_t head_ = 0;
+  uint64_t safe_;
+  uint64_t max_required_ = 0;
+};
 
 // ---- replay-ready ------------------------------------------------------------------------
 

@@ -87,6 +87,15 @@ struct ChangePlan {
 // miss; when its cache already holds `statement_key` it only binds `params`.
 Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationInfo>& relations);
 
+// The statement the applier executes for `plan`: for RowExpectation::ExactlyOne the planned DML is
+// wrapped so that the target itself raises when it touched anything but exactly one row —
+//   WITH trellara_rows AS (<dml> RETURNING 1) SELECT trellara.require_one_row(count(*)) FROM trellara_rows
+// — SQLSTATE P0002 for none, P0003 with the count as DETAIL for several (trellara.require_one_row
+// is defined in sql/trellara_target.sql). The check must be on the server, not in the client: in a
+// pipeline the COMMIT is already queued when the affected-row count comes back. Other plans are
+// returned unchanged.
+std::string RowCheckedSql(const ChangePlan& plan);
+
 // "UPDATE", "DELETE", ... for messages.
 const char* PlanKindName(PlanKind kind);
 
