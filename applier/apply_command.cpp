@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <deque>
 #include <cstdio>
 #include <ctime>
 #include <iostream>
@@ -137,6 +138,15 @@ struct PendingTx {
   ReadyTransaction ready;
   uint64_t offset_after = 0;  // the consumer offset that is safe once it is applied
   std::vector<ChangePlan> plans;  // filled while the batch is built
+  bool skip = false;              // the batch found it already applied (a duplicate)
+};
+
+// What each message queued in a batch answers, in order.
+enum class What { Begin, Record, Prepare, Statement, Commit };
+struct Expect {
+  size_t index;  // the transaction, in pending_
+  What what;
+  std::string statement_key;  // Prepare: forgotten again if the Parse failed or was skipped
 };
 
 struct Counters {
@@ -543,40 +553,38 @@ class Applier {
 
   // ---- batches of whole transactions ----------------------------------------------------
 
-  // Applies the leading transactions of pending_[from..] that can go through the pipeline:
-  // duplicates are skipped, plain Apply decisions are queued. Returns how many of them are done
-  // (committed or skipped), in order, and whether the transaction after them needs the
-  // one-at-a-time path (rather than just the next batch).
-  struct BatchResult {
-    size_t done = 0;
-    bool needs_one_at_a_time = false;
-  };
-  BatchResult ApplyBatch(size_t from) {
+  // The batch pipeline. pending_ holds whole transactions in log order; its first inflight_
+  // entries have been queued to the target (one pipeline segment, each its own BEGIN .. COMMIT,
+  // ended by a Sync) and their results are read later by CollectBatch, so the target executes a
+  // batch while the applier reads and decodes the next one from the log. At most one batch is in
+  // flight: the next batch's evidence is read only after the previous batch's results.
+
+  // Queues the leading transactions of pending_ that can go through the pipeline: duplicates are
+  // marked to skip, plain Apply decisions are queued. Sets one_at_a_time_ when the transaction
+  // after them needs the one-at-a-time path rather than the next batch.
+  void SendBatch() {
     std::vector<const TxIdentity*> ids;
-    for (size_t i = from; i < pending_.size(); i++) ids.push_back(&pending_[i].ready.tx);
+    for (size_t i = 0; i < pending_.size() && i < kBatchMaxTransactions; i++) ids.push_back(&pending_[i].ready.tx);
     const std::vector<Evidence> evidence = ReadEvidence(ids);
 
-    struct Entry {
-      size_t index;  // in pending_
-      bool apply;    // false: skip as duplicate
-    };
-    std::vector<Entry> run;
     size_t statements = 0;
-    bool blocked = false;  // the run ends at a transaction for the one-at-a-time path
-    for (size_t i = from; i < pending_.size() && run.size() < kBatchMaxTransactions; i++) {
+    size_t count = 0;
+    for (size_t i = 0; i < ids.size(); i++) {
       PendingTx& p = pending_[i];
-      const Evidence& e = evidence[i - from];
+      const Evidence& e = evidence[i];
       const ApplyDecision decision = DecideApply(p.ready.tx, p.ready.checksum, e.target);
       if (decision.action == ApplyAction::SkipDuplicate) {
-        run.push_back({i, false});
+        p.skip = true;
+        count++;
         continue;
       }
       // Anything but a plain first apply (a conflict, a quarantined or replay-ready boundary)
       // takes the one-at-a-time path, which re-reads the evidence and acts on it.
       if (decision.action != ApplyAction::Apply || e.target.quarantine) {
-        blocked = true;
+        one_at_a_time_ = true;
         break;
       }
+      p.skip = false;
       p.plans.clear();
       bool planned = true;
       for (const auto& change : p.ready.envelope->changes) {
@@ -585,65 +593,68 @@ class Applier {
           planned = false;  // the one-at-a-time path quarantines it as plan_error
           break;
         }
-        if (plan->kind == PlanKind::NotApplied) {
-          counters_.not_applied_changes++;
-          continue;
-        }
+        if (plan->kind == PlanKind::NotApplied) continue;
         p.plans.push_back(std::move(plan.value()));
       }
       if (!planned) {
-        blocked = true;
+        one_at_a_time_ = true;
         break;
       }
-      if (!run.empty() && statements + p.plans.size() + 3 > kBatchMaxStatements) break;
+      if (count > 0 && statements + p.plans.size() + 3 > kBatchMaxStatements) break;
       statements += p.plans.size() + 3;
-      run.push_back({i, true});
+      count++;
     }
+    inflight_ = count;
+    expects_.clear();
+    if (std::none_of(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(count),
+                     [](const PendingTx& p) { return !p.skip; }))
+      return;  // only duplicates: nothing to send
 
-    std::vector<bool> committed(run.size(), false);
-    if (std::any_of(run.begin(), run.end(), [](const Entry& e) { return e.apply; })) {
-      // What each queued message answers, in order.
-      enum class What { Begin, Record, Prepare, Statement, Commit };
-      struct Expect {
-        size_t run_pos;
-        What what;
-        std::string statement_key;  // Prepare
-      };
-      std::vector<Expect> expects;
-      auto queued = [&](Status st) {
-        if (!st.ok())
-          Fail(st.error().message + " (flow " + config_.flow_name + ", target " + conn_->Describe() +
-               "); nothing of the batch was committed: rerun trellara apply");
-      };
-      queued(conn_->EnterPipeline());
-      for (size_t k = 0; k < run.size(); k++) {
-        if (!run[k].apply) continue;
-        const PendingTx& p = pending_[run[k].index];
-        queued(conn_->SendParams("BEGIN", {}));
-        expects.push_back({k, What::Begin, {}});
-        queued(conn_->SendPrepared("trellara_commit_record", CommitRecordParams(p.ready)));
-        expects.push_back({k, What::Record, {}});
-        for (const ChangePlan& plan : p.plans) {
-          const auto [name, must_prepare] = StatementFor(plan);
-          if (must_prepare) {
-            queued(conn_->SendPrepare(name, RowCheckedSql(plan), static_cast<int>(plan.params.size())));
-            expects.push_back({k, What::Prepare, plan.statement_key});
-          }
-          queued(conn_->SendPrepared(name, plan.params));
-          expects.push_back({k, What::Statement, {}});
-          counters_.statements++;
+    auto queued = [&](Status st) {
+      if (!st.ok())
+        Fail(st.error().message + " (flow " + config_.flow_name + ", target " + conn_->Describe() +
+             "); rerun trellara apply: the dedup rows make it resume exactly once");
+    };
+    queued(conn_->EnterPipeline());
+    for (size_t k = 0; k < count; k++) {
+      const PendingTx& p = pending_[k];
+      if (p.skip) continue;
+      queued(conn_->SendParams("BEGIN", {}));
+      expects_.push_back({k, What::Begin, {}});
+      queued(conn_->SendPrepared("trellara_commit_record", CommitRecordParams(p.ready)));
+      expects_.push_back({k, What::Record, {}});
+      for (const ChangePlan& plan : p.plans) {
+        const auto [name, must_prepare] = StatementFor(plan);
+        if (must_prepare) {
+          queued(conn_->SendPrepare(name, RowCheckedSql(plan), static_cast<int>(plan.params.size())));
+          expects_.push_back({k, What::Prepare, plan.statement_key});
         }
-        queued(conn_->SendParams("COMMIT", {}));
-        expects.push_back({k, What::Commit, {}});
+        queued(conn_->SendPrepared(name, plan.params));
+        expects_.push_back({k, What::Statement, {}});
+        counters_.statements++;
       }
-      queued(conn_->Sync());
+      queued(conn_->SendParams("COMMIT", {}));
+      expects_.push_back({k, What::Commit, {}});
+      // Let the target start on this transaction while the rest of the batch is queued.
+      queued(conn_->Flush());
+    }
+    queued(conn_->Sync());
+    batches_++;
+  }
 
+  // Reads the in-flight batch's results and retires, in order, every transaction that committed
+  // (or was a duplicate). After a failure the failed transaction and everything after it stay in
+  // pending_ (the target skipped them) and one_at_a_time_ is set for the failed one.
+  void CollectBatch() {
+    if (inflight_ == 0) return;
+    std::vector<bool> committed(inflight_, false);
+    if (!expects_.empty()) {
       std::optional<std::string> failed;
-      for (const Expect& expect : expects) {
+      for (const Expect& expect : expects_) {
         auto next = conn_->NextResult();
         if (!next.result.ok() && !next.aborted && conn_->connection_lost())
           Fail("lost the connection to the target " + conn_->Describe() + " while applying a batch starting at " +
-               DescribeTransaction(pending_[run[expect.run_pos].index].ready.tx) + " (" + next.result.Describe() +
+               DescribeTransaction(pending_.front().ready.tx) + " (" + next.result.Describe() +
                "); transactions of it may or may not have committed: rerun trellara apply, the dedup rows "
                "make it resume exactly once");
         if (next.sync)
@@ -652,65 +663,73 @@ class Applier {
         const bool ok = next.result.ok() && !next.aborted;
         if (expect.what == What::Prepare && !ok) statements_.erase(expect.statement_key);  // not prepared
         if (!ok && !next.aborted && !failed)
-          failed = DescribeTransaction(pending_[run[expect.run_pos].index].ready.tx) + ": " + next.result.Describe();
-        if (expect.what == What::Commit && ok) committed[expect.run_pos] = true;
+          failed = DescribeTransaction(pending_[expect.index].ready.tx) + ": " + next.result.Describe();
+        if (expect.what == What::Commit && ok) committed[expect.index] = true;
       }
       auto sync = conn_->NextResult();
       if (!sync.sync)
         Fail("the target did not answer the pipeline Sync of the batch (flow " + config_.flow_name + ", " +
              sync.result.Describe() + "); rerun trellara apply, the dedup rows make it resume exactly once");
-      queued(conn_->ExitPipeline());
-      if (conn_->InTransaction())
-        Must(conn_->Exec("ROLLBACK"), "ROLLBACK after a failed transaction of the batch");
-      if (failed) ForgetOriginProgress();
-      if (failed && !until_caught_up_)
-        std::cerr << "trellara: retrying alone, after a failure in a batch: " << *failed << "\n";
-      batches_++;
+      Status left = conn_->ExitPipeline();
+      if (!left.ok()) Fail(left.error().message + "; rerun trellara apply");
+      if (conn_->InTransaction()) Must(conn_->Exec("ROLLBACK"), "ROLLBACK after a failed transaction of the batch");
+      if (failed) {
+        ForgetOriginProgress();
+        if (!until_caught_up_) std::cerr << "trellara: retrying alone after a failure in a batch: " << *failed << "\n";
+      }
+      expects_.clear();
     }
-
-    size_t done = 0;
-    for (size_t k = 0; k < run.size(); k++) {
-      if (run[k].apply && !committed[k]) break;
-      const PendingTx& p = pending_[run[k].index];
-      if (run[k].apply)
-        counters_.applied++;
-      else
+    const size_t count = inflight_;
+    inflight_ = 0;
+    for (size_t k = 0; k < count; k++) {
+      PendingTx& p = pending_.front();
+      if (!p.skip && !committed[k]) {
+        one_at_a_time_ = true;  // the failed transaction: retried alone
+        return;
+      }
+      if (p.skip) {
         counters_.skipped_duplicates++;
-      offsets_.Done(p.offset_after, p.ready.tx.commit_lsn);
-      unwritten_transactions_++;
-      done++;
+      } else {
+        counters_.applied++;
+        counters_.not_applied_changes += p.ready.envelope->changes.size() - p.plans.size();
+      }
+      Retire();
     }
-    return {done, blocked || done < run.size()};
   }
 
-  // Applies every pending whole transaction, in log order.
-  Outcome FlushPending() {
-    size_t next = 0;
-    Outcome outcome = Outcome::Applied;
-    while (next < pending_.size()) {
-      if (StopRequested()) {
-        outcome = Outcome::Stopped;
-        break;
-      }
-      const BatchResult batch = ApplyBatch(next);
-      next += batch.done;
-      if (next == pending_.size()) break;
-      if (!batch.needs_one_at_a_time) continue;
-      // The transaction at `next` needs the one-at-a-time path (a failure in the batch, a
-      // duplicate conflict, a quarantine, a plan error): it decides, retries or halts there.
-      if (StopRequested() || Process(pending_[next].ready) == Outcome::Stopped) {
-        outcome = Outcome::Stopped;
-        break;
-      }
-      offsets_.Done(pending_[next].offset_after, pending_[next].ready.tx.commit_lsn);
-      unwritten_transactions_++;
-      next++;
+  // pending_.front() is done (committed, skipped or handled alone): the consumer offset may pass
+  // it once the target has flushed it.
+  void Retire() {
+    const PendingTx& p = pending_.front();
+    offsets_.Done(p.offset_after, p.ready.tx.commit_lsn);
+    unwritten_transactions_++;
+    pending_.pop_front();
+    if (pending_.empty() && offset_after_pending_) {
+      offsets_.Done(*offset_after_pending_, 0);
+      offset_after_pending_.reset();
     }
-    if (outcome != Outcome::Stopped && offset_after_pending_) offsets_.Done(*offset_after_pending_, 0);
-    pending_.clear();
-    pending_statements_ = 0;
-    offset_after_pending_.reset();
-    return outcome;
+  }
+
+
+  // Moves the batch pipeline forward. With `drain`, returns only once pending_ is empty (every
+  // transaction applied, skipped, or the applier stopped); otherwise it sends the next batch and
+  // returns while the target executes it.
+  Outcome Pump(bool drain) {
+    for (;;) {
+      CollectBatch();
+      if (pending_.empty()) return Outcome::Applied;
+      if (StopRequested()) return Outcome::Stopped;
+      if (one_at_a_time_) {
+        one_at_a_time_ = false;
+        // A failure in the batch, a duplicate conflict, a quarantine, a plan error: it decides,
+        // retries or halts there (Process counts it).
+        if (Process(pending_.front().ready) == Outcome::Stopped) return Outcome::Stopped;
+        Retire();
+        continue;
+      }
+      SendBatch();
+      if (!drain && !one_at_a_time_) return Outcome::Applied;
+    }
   }
 
   // ---- the log -------------------------------------------------------------------------
@@ -738,10 +757,11 @@ class Applier {
   // ApplyOffsetTracker over the origin's flushed progress). Not forced, at most every
   // kOffsetWriteInterval or kOffsetWriteEveryTransactions.
   void WriteOffset(bool force) {
-    if (offsets_.waiting() == 0 && offsets_.safe() == written_offset_) return;
     if (!force && unwritten_transactions_ < kOffsetWriteEveryTransactions &&
         Clock::now() - last_offset_write_ < kOffsetWriteInterval)
       return;
+    CollectBatch();  // the session must be out of pipeline mode to ask for the flushed progress
+    if (offsets_.waiting() == 0 && offsets_.safe() == written_offset_) return;
     const uint64_t safe = offsets_.waiting() == 0 ? offsets_.safe() : offsets_.Durable(FlushedProgress());
     unwritten_transactions_ = 0;
     last_offset_write_ = Clock::now();
@@ -797,7 +817,7 @@ class Applier {
         Fail("reading the log of flow " + config_.flow_name + " at offset " + std::to_string(reader_->next_offset()) +
              " failed: " + next.error().message + "; nothing past the last committed transaction was applied");
       if (!*next) {
-        if (FlushPending() == Outcome::Stopped) break;
+        if (Pump(true) == Outcome::Stopped) break;
         WriteOffset(true);
         if (until_caught_up_) break;
         if (!at_tail_reported) {
@@ -813,19 +833,18 @@ class Applier {
                      std::span<const uint8_t>(record.payload.data(), record.payload.size())};
       auto fed = barrier_.Feed(frame);
       if (!fed) {
-        if (FlushPending() == Outcome::Stopped) break;  // everything before the failure is applied first
+        if (Pump(true) == Outcome::Stopped) break;  // everything before the failure is applied first
         BarrierFailed(barrier_.failure().value_or(BarrierFailure{std::nullopt, record.offset, fed.error().message}));
       }
       // Everything below `retain` is finished with once what it holds is applied.
       const uint64_t retain = barrier_.RetainFromOffset().value_or(record.offset + 1);
       if (*fed && (*fed)->envelope) {
-        pending_statements_ += (*fed)->envelope->changes.size() + 3;
-        pending_.push_back(PendingTx{std::move(**fed), retain, {}});
-        if (pending_.size() >= kBatchMaxTransactions || pending_statements_ >= kBatchMaxStatements)
-          if (FlushPending() == Outcome::Stopped) break;
+        pending_.push_back(PendingTx{std::move(**fed), retain, {}, false});
+        offset_after_pending_.reset();  // the new transaction's offset covers those records
+        if (pending_.size() - inflight_ >= kBatchMaxTransactions && Pump(false) == Outcome::Stopped) break;
       } else if (*fed) {
         // A chunked transaction: applied alone, streaming its chunks back from the log.
-        if (FlushPending() == Outcome::Stopped) break;
+        if (Pump(true) == Outcome::Stopped) break;
         if (Process(**fed) == Outcome::Stopped) break;
         offsets_.Done(retain, (*fed)->tx.commit_lsn);
         unwritten_transactions_++;
@@ -861,8 +880,10 @@ class Applier {
   uint64_t statement_serial_ = 0;  // names prepared statements; never reused
   Counters counters_;
   uint64_t batches_ = 0;  // pipeline segments sent
-  std::vector<PendingTx> pending_;  // whole transactions read, not yet applied, in log order
-  size_t pending_statements_ = 0;
+  std::deque<PendingTx> pending_;  // whole transactions read, not yet applied, in log order
+  size_t inflight_ = 0;             // leading entries of pending_ queued to the target
+  std::vector<Expect> expects_;     // the answers the in-flight batch owes
+  bool one_at_a_time_ = false;      // pending_.front() needs the one-at-a-time path
   std::optional<uint64_t> offset_after_pending_;  // records read after the last pending transaction
   ApplyOffsetTracker offsets_{0};
   uint64_t start_offset_ = 0;

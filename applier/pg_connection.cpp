@@ -150,6 +150,11 @@ Status PgConnection::SendParams(const std::string& sql, const SqlParams& params)
               "a statement");
 }
 
+Status PgConnection::Flush() {
+  if (PQflush(conn_) == 0) return Status::Ok();
+  return MakeError("cannot send queued statements to the target: " + TrimNewline(PQerrorMessage(conn_)));
+}
+
 Status PgConnection::Sync() { return Sent(conn_, PQpipelineSync(conn_), "a pipeline Sync"); }
 
 PgConnection::PipelineResult PgConnection::NextResult() {

@@ -75,6 +75,7 @@ class PgConnection {
   Status SendPrepared(const std::string& name, const SqlParams& params);
   Status SendParams(const std::string& sql, const SqlParams& params);
   Status Sync();  // PQpipelineSync: also flushes everything queued to the server
+  Status Flush();  // sends what is queued so far, so the server can start on it
   // The next queued statement's result. `aborted` is set when the server skipped it because an
   // earlier statement of the segment failed; `sync` when this is a Sync's answer.
   struct PipelineResult {

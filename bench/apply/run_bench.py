@@ -78,9 +78,19 @@ def one_run(run, transactions):
                 f.write(f'[flow]\nname = "bench"\nlog_directory = "{log_dir}"\n\n'
                         f'[target]\nconninfo = "{trellara_target.conninfo()}"\n')
             t0 = time.monotonic()
-            subprocess.run([TRELLARA, "apply", "--config", config, "--until-caught-up"], check=True,
-                           capture_output=True, text=True)
-            trellara_s = time.monotonic() - t0
+            with open(os.path.join(work, "apply.out"), "w+") as out:
+                proc = subprocess.Popen([TRELLARA, "apply", "--config", config, "--until-caught-up"],
+                                        stdout=out, stderr=subprocess.STDOUT)
+                _, status, usage = os.wait4(proc.pid, 0)
+                trellara_s = time.monotonic() - t0
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                out.seek(0)
+                output = out.read()
+            if proc.returncode != 0:
+                raise RuntimeError(f"trellara apply exited {proc.returncode}: {output[-2000:]}")
+            # Where the applier's wall time goes: its own CPU (user + system); the rest is waiting
+            # for the target.
+            applier_cpu_s = usage.ru_utime + usage.ru_stime
         t0 = time.monotonic()
         native_target.psql("ALTER SUBSCRIPTION bench_sub ENABLE")
         while source.query(f"SELECT coalesce(confirmed_flush_lsn >= '{end}', false) FROM pg_replication_slots "
@@ -96,7 +106,8 @@ def one_run(run, transactions):
         native_target.psql("DROP SUBSCRIPTION bench_sub")
         source.psql("SELECT pg_drop_replication_slot('bench_sub')")
         return {"trellara_tps": transactions / trellara_s, "native_tps": transactions / native_s,
-                "ratio": native_s / trellara_s, "trellara_s": trellara_s, "native_s": native_s, "same": same}
+                "ratio": native_s / trellara_s, "trellara_s": trellara_s, "native_s": native_s, "same": same,
+                "applier_cpu_s": applier_cpu_s}
 
 
 def main():
@@ -109,6 +120,7 @@ def main():
         r = one_run(run, args.transactions)
         print(f"run {run}: trellara {r['trellara_s']:.2f} s ({r['trellara_tps']:.0f} tx/s) | native "
               f"{r['native_s']:.2f} s ({r['native_tps']:.0f} tx/s) | ratio {r['ratio']:.2f} | "
+              f"applier CPU {r['applier_cpu_s']:.2f} s | "
               f"targets equal to source: {r['same']}", flush=True)
         results.append(r)
     med = {k: statistics.median(r[k] for r in results) for k in ("trellara_tps", "native_tps", "ratio")}
