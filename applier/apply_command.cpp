@@ -47,6 +47,7 @@
 #include "trellara/apply_decision.h"
 #include "trellara/apply_plan.h"
 #include "trellara/barrier.h"
+#include "trellara/log/consumer_lock.h"
 #include "trellara/log/consumer_offsets.h"
 #include "trellara/log/reader.h"
 #include "trellara/log/uring_device.h"
@@ -171,6 +172,13 @@ class Applier {
     auto device = log::OpenUringDevice();
     if (!device) Fail("cannot open the log device for " + config_.log_directory + ": " + device.error().message);
     device_ = std::move(device.value());
+    // One applier per flow: first the lock in the log directory (it also stops two appliers of
+    // one log that point at different targets), then the target's advisory lock.
+    auto lock = log::ConsumerLock::Acquire(config_.log_directory, kConsumerName);
+    if (!lock)
+      Fail("another applier of flow " + config_.flow_name + " is running on this log: " + lock.error().message +
+           "; stop it first, or leave it running: only one applier per flow may apply");
+    log_lock_ = std::move(lock.value());
     ConnectTarget();
     OpenLog();
     WriteStatus("running", "");
@@ -872,6 +880,7 @@ class Applier {
   bool until_caught_up_;
   std::string origin_name_;
   std::unique_ptr<log::LogDevice> device_;
+  std::unique_ptr<log::ConsumerLock> log_lock_;
   std::unique_ptr<PgConnection> conn_;
   std::unique_ptr<log::LogReader> reader_;
   std::unique_ptr<log::LogReader> chunk_reader_;

@@ -139,6 +139,24 @@ def apply_copies_pgbench_once_and_quarantines_divergence():
             second_applier, _ = run_apply(config_path, 1)
             if "another applier of flow app is running" not in second_applier.stderr:
                 raise CaptureFailure(f"a second applier was not refused clearly: {second_applier.stderr}")
+            # A second applier of the same log pointed at another target database: the target's
+            # advisory lock cannot see it, the lock in the log directory must refuse it.
+            target.query("CREATE DATABASE other_target")
+            other_config = os.path.join(work, "other.toml")
+            other_conninfo = target.conninfo(dbname="other_target")
+            with open(other_config, "w") as other:
+                other.write(f'[flow]\nname = "app"\nlog_directory = "{log_dir}"\n\n'
+                            f'[target]\nconninfo = "{other_conninfo}"\n')
+            other_applier, _ = run_apply(other_config, 1)
+            for part in ("another applier of flow app is running on this log", "consumers/.applier.lock",
+                         f"pid {follower.pid}"):
+                if part not in other_applier.stderr:
+                    raise CaptureFailure(f"an applier of the same log into another database was not refused by the "
+                                         f"log directory lock ({part!r} missing): {other_applier.stderr}")
+            if target.query("SELECT count(*) FROM pg_stat_activity WHERE datname = 'other_target'") != "0" or \
+                    target.query("SELECT count(*) FROM pg_namespace WHERE nspname = 'trellara'",
+                                 dbname="other_target") != "0":
+                raise CaptureFailure("the refused applier touched the other target database")
             follower.send_signal(signal.SIGTERM)   # our own child, by its Popen handle
             out, err = follower.communicate(timeout=30)
         finally:

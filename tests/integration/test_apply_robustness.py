@@ -275,13 +275,15 @@ def applier_kill9_at_random_moments_converges_exactly_once():
 
 def target_immediate_restart_while_applying_converges():
     with FlowPair("apply-restart", LEDGER_DDL, LEDGER_TABLES) as pair:
-        committed = run_ledger_workload(pair, 1600)
+        # Large enough that the pipelined applier (~8 000 tx/s here) is still applying when the
+        # target goes away.
+        committed = run_ledger_workload(pair, 16000)
         proc = start_applier(pair.config)
         try:
             def applied():
                 return int(pair.target.psql("SELECT count(*) FROM trellara.applied_transactions",
                                             check=False).stdout.strip() or 0)
-            wait_for("the applier to commit 200 transactions", lambda: applied() >= 200, 60, 0.05)
+            wait_for("the applier to commit 200 transactions", lambda: applied() >= 200, 60, 0.01)
             before = applied()
             old_pid = pair.target.restart_immediate()
             print(f"target postmaster {old_pid} stopped immediately after {before} of {committed} commits; "

@@ -3,7 +3,14 @@
 #include <catch2/catch.hpp>
 
 #include "log_support/log_test_support.h"
+#include <unistd.h>
+
+#include <filesystem>
+#include <cstdlib>
+
+#include "trellara/log/consumer_lock.h"
 #include "trellara/log/consumer_offsets.h"
+#include "trellara/log/uring_device.h"
 #include "trellara/log/reader.h"
 #include "trellara/log/scan.h"
 #include "trellara/log/simulated_device.h"
@@ -98,4 +105,34 @@ TEST_CASE("reclaim_deletes_only_segments_below_minimum_consumer_offset", "[log][
   CHECK((*record)->offset == 49);
   AppendTestRecords(**writer, 8, 1, 200, 1);
   CHECK((*writer)->durable_end() == 51);
+}
+
+TEST_CASE("one_process_per_consumer_through_the_directory_lock", "[log][consumer]") {
+  char tmpl[] = "/tmp/trellara-lock-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  {
+    auto first = ConsumerLock::Acquire(dir, "applier");
+    REQUIRE(first.ok());
+    CHECK((*first)->path() == dir + "/consumers/.applier.lock");
+    // flock conflicts between open file descriptions, so a second open in this process stands in
+    // for a second process.
+    auto second = ConsumerLock::Acquire(dir, "applier");
+    REQUIRE_FALSE(second.ok());
+    CHECK_THAT(second.error().message, Catch::Contains("consumer applier of " + dir + " is held by another process") &&
+                                           Catch::Contains("(pid " + std::to_string(::getpid()) + ")") &&
+                                           Catch::Contains(".applier.lock"));
+    // Another consumer of the same log is independent.
+    CHECK(ConsumerLock::Acquire(dir, "audit").ok());
+    // The lock file is not a consumer offset.
+    auto device = OpenUringDevice();
+    REQUIRE(device.ok());
+    auto offsets = ReadConsumerOffsets(**device, dir);
+    REQUIRE(offsets.ok());
+    CHECK(offsets->empty());
+  }
+  // Released with its holder: the next one gets it.
+  CHECK(ConsumerLock::Acquire(dir, "applier").ok());
+  CHECK_FALSE(ConsumerLock::Acquire(dir, "../x").ok());
+  std::filesystem::remove_all(dir);
 }
