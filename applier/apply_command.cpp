@@ -39,6 +39,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+
+#include <unistd.h>
 #include <unordered_map>
 
 #include "commands.h"
@@ -50,6 +52,7 @@
 #include "trellara/log/consumer_lock.h"
 #include "trellara/log/consumer_offsets.h"
 #include "trellara/log/reader.h"
+#include "trellara/log/scan.h"
 #include "trellara/log/uring_device.h"
 #include "trellara_target_sql.h"
 
@@ -257,6 +260,9 @@ class Applier {
          "preparing the dedup insert");
     Must(conn_->Prepare("trellara_flushed_progress", "SELECT pg_replication_origin_progress($1, true)", 1),
          "preparing the flushed-progress lookup");
+    // Parsed once, not once per pipelined transaction.
+    Must(conn_->Prepare("trellara_begin", "BEGIN", 0), "preparing BEGIN");
+    Must(conn_->Prepare("trellara_commit", "COMMIT", 0), "preparing COMMIT");
   }
 
   SqlParams CommitRecordParams(const ReadyTransaction& ready) const {
@@ -627,7 +633,7 @@ class Applier {
     for (size_t k = 0; k < count; k++) {
       const PendingTx& p = pending_[k];
       if (p.skip) continue;
-      queued(conn_->SendParams("BEGIN", {}));
+      queued(conn_->SendPrepared("trellara_begin", {}));
       expects_.push_back({k, What::Begin, {}});
       queued(conn_->SendPrepared("trellara_commit_record", CommitRecordParams(p.ready)));
       expects_.push_back({k, What::Record, {}});
@@ -641,7 +647,7 @@ class Applier {
         expects_.push_back({k, What::Statement, {}});
         counters_.statements++;
       }
-      queued(conn_->SendParams("COMMIT", {}));
+      queued(conn_->SendPrepared("trellara_commit", {}));
       expects_.push_back({k, What::Commit, {}});
       // Let the target start on this transaction while the rest of the batch is queued.
       queued(conn_->Flush());
@@ -801,6 +807,10 @@ class Applier {
   }
 
   void PrintProgress(const char* state) {
+    if (progress_line_open_) {
+      std::printf("\n");
+      progress_line_open_ = false;
+    }
     const double seconds = std::chrono::duration<double>(Clock::now() - started_).count();
     std::printf("apply flow=%s state=%s applied=%llu skipped_duplicates=%llu not_applied_changes=%llu "
                 "statements=%llu start_offset=%llu consumer_offset=%llu next_log_offset=%llu seconds=%.1f tx_per_s=%.0f\n",
@@ -813,10 +823,40 @@ class Applier {
     std::fflush(stdout);
   }
 
+  // On a terminal: one line redrawn every second (applied, rate, lag); otherwise a structured line
+  // every kProgressInterval while transactions flow.
+  void ShowProgress() {
+    const auto now = Clock::now();
+    if (!tty_) {
+      if (now - last_progress_ < kProgressInterval) return;
+      last_progress_ = now;
+      PrintProgress("running");
+      return;
+    }
+    if (now - last_progress_ < std::chrono::seconds(1)) return;
+    const double seconds = std::chrono::duration<double>(now - last_progress_).count();
+    const uint64_t applied_since = counters_.applied - applied_at_last_progress_;
+    last_progress_ = now;
+    applied_at_last_progress_ = counters_.applied;
+    auto end = log::PublishedEndOffset(*device_, config_.log_directory);
+    const uint64_t log_end = end ? std::max(*end, reader_->next_offset()) : reader_->next_offset();
+    // Not yet applied: records not read yet, plus transactions read and waiting for their batch.
+    const uint64_t lag = log_end - reader_->next_offset() + pending_.size();
+    std::printf("\r\033[Kapply %s: applied %llu (%.0f tx/s), skipped %llu duplicates | lag %llu log records | "
+                "consumer offset %llu of %llu",
+                config_.flow_name.c_str(), static_cast<unsigned long long>(counters_.applied),
+                seconds > 0 ? static_cast<double>(applied_since) / seconds : 0.0,
+                static_cast<unsigned long long>(counters_.skipped_duplicates),
+                static_cast<unsigned long long>(lag),
+                static_cast<unsigned long long>(written_offset_), static_cast<unsigned long long>(log_end));
+    std::fflush(stdout);
+    progress_line_open_ = true;
+  }
+
   void Loop() {
     started_ = Clock::now();
     last_offset_write_ = started_;
-    auto last_progress = started_;
+    last_progress_ = started_;
     bool at_tail_reported = false;
     for (;;) {
       if (StopRequested()) break;
@@ -832,6 +872,7 @@ class Applier {
           WriteStatus("caught_up", "");
           at_tail_reported = true;
         }
+        if (tty_) ShowProgress();
         std::this_thread::sleep_for(kTailPollInterval);
         continue;
       }
@@ -862,10 +903,7 @@ class Applier {
         offset_after_pending_ = retain;
       }
       WriteOffset(false);
-      if (Clock::now() - last_progress >= kProgressInterval) {
-        PrintProgress("running");
-        last_progress = Clock::now();
-      }
+      ShowProgress();
     }
     WriteOffset(true);
     const bool stopped = StopRequested();
@@ -899,6 +937,10 @@ class Applier {
   uint64_t written_offset_ = 0;  // what consumers/applier holds
   uint64_t unwritten_transactions_ = 0;
   Clock::time_point started_;
+  Clock::time_point last_progress_;
+  uint64_t applied_at_last_progress_ = 0;
+  const bool tty_ = ::isatty(STDOUT_FILENO) == 1;
+  bool progress_line_open_ = false;
   Clock::time_point last_offset_write_;
 };
 

@@ -408,8 +408,11 @@ Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationIn
 
 std::string RowCheckedSql(const ChangePlan& plan) {
   if (plan.expect != RowExpectation::ExactlyOne) return plan.sql;
+  // The function is called only when the count is wrong (CASE evaluates lazily): a call per
+  // change would cost a PL/pgSQL invocation on the target's hot path.
   return "WITH trellara_rows AS (" + plan.sql +
-         " RETURNING 1) SELECT trellara.require_one_row(count(*)) FROM trellara_rows";
+         " RETURNING 1) SELECT CASE WHEN count(*) = 1 THEN NULL ELSE trellara.require_one_row(count(*)) END "
+         "FROM trellara_rows";
 }
 
 }  // namespace trellara

@@ -328,7 +328,7 @@ TEST_CASE("row_expectation_is_checked_by_the_target_inside_the_statement", "[pla
   auto del = MustPlan(Row(Op::Delete, 16384, {}, OldImage::Key, {T("44")}), {Orders()});
   CHECK(RowCheckedSql(del) ==
         "WITH trellara_rows AS (DELETE FROM \"public\".\"orders\" WHERE \"id\" = $1 RETURNING 1) "
-        "SELECT trellara.require_one_row(count(*)) FROM trellara_rows");
+        "SELECT CASE WHEN count(*) = 1 THEN NULL ELSE trellara.require_one_row(count(*)) END FROM trellara_rows");
   auto ins = MustPlan(Row(Op::Insert, 16384, {T("1"), T("n"), T("2"), T("d")}), {Orders()});
   CHECK(RowCheckedSql(ins).rfind("WITH trellara_rows AS (INSERT INTO \"public\".\"orders\"", 0) == 0);
   // The parameters are the plan's, unchanged: the wrapper adds none.

@@ -377,4 +377,13 @@ std::optional<std::string> LogScan::corruption() const {
   return std::nullopt;
 }
 
+Result<uint64_t> PublishedEndOffset(LogDevice& device, const std::string& dir) {
+  auto segments = ListSegments(device, dir);
+  if (!segments.ok()) return segments.error();
+  if (segments->empty()) return uint64_t{0};
+  auto index = ReadIndexFile(device, dir, segments->back());
+  if (!index.ok()) return index.error();
+  return segments->back() + index->entries.size();
+}
+
 }  // namespace trellara::log

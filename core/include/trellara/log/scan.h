@@ -98,6 +98,11 @@ struct IndexRead {
 };
 Result<IndexRead> ReadIndexFile(LogDevice& device, const std::string& dir, uint64_t first_offset);
 
+// The offset the next published record will get: the last segment's first offset plus its valid
+// index entries (0 for an empty log). Reads one index file, so it is cheap enough for a progress
+// display; a reader may briefly see more (a record published after this call).
+Result<uint64_t> PublishedEndOffset(LogDevice& device, const std::string& dir);
+
 // The name used in every message about the lock file a writer holds on a log directory.
 inline constexpr const char* kLockFileName = "LOCK";
 inline constexpr const char* kConsumersDirName = "consumers";
