@@ -42,13 +42,16 @@
 
 #include <unistd.h>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "commands.h"
 #include "config.h"
 #include "pg_connection.h"
 #include "trellara/apply_decision.h"
 #include "trellara/apply_plan.h"
+#include "trellara/apply_schema.h"
 #include "trellara/barrier.h"
+#include "trellara/fault.h"
 #include "trellara/log/consumer_lock.h"
 #include "trellara/log/consumer_offsets.h"
 #include "trellara/log/reader.h"
@@ -260,6 +263,14 @@ class Applier {
          "preparing the dedup insert");
     Must(conn_->Prepare("trellara_flushed_progress", "SELECT pg_replication_origin_progress($1, true)", 1),
          "preparing the flushed-progress lookup");
+    Must(conn_->Prepare("trellara_target_columns",
+                        "SELECT c.oid IS NOT NULL, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, "
+                        "a.atthasdef, a.attidentity <> '', a.attgenerated <> '' "
+                        "FROM (SELECT to_regclass($1) AS oid) AS c "
+                        "LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 "
+                        "AND NOT a.attisdropped",
+                        1),
+         "preparing the target schema lookup");
     // Parsed once, not once per pipelined transaction.
     Must(conn_->Prepare("trellara_begin", "BEGIN", 0), "preparing BEGIN");
     Must(conn_->Prepare("trellara_commit", "COMMIT", 0), "preparing COMMIT");
@@ -358,6 +369,53 @@ class Applier {
     return value ? ParseLsn(*value).value_or(0) : 0;
   }
 
+  // Whether the target can take changes of `relation` (core CheckTargetRelation), read from its
+  // catalog the first time this session meets the relation's fingerprint. Only an accepted
+  // definition is remembered, so a repaired target is re-read on the retry.
+  std::optional<QuarantineCause> CheckRelation(const RelationInfo& relation) {
+    const std::string key = HexEncode(relation.fingerprint);
+    if (accepted_relations_.contains(key)) return std::nullopt;
+    auto qualified = QualifiedName(relation);
+    if (!qualified) return std::nullopt;  // the planner reports it as a plan error
+    auto r = Must(conn_->ExecPrepared("trellara_target_columns", {*qualified}),
+                  "reading the target's definition of " + DisplayName(relation));
+    TargetRelation target;
+    target.exists = r.Value(0, 0) == std::optional<std::string>("t");
+    for (int i = 0; target.exists && i < r.rows(); i++) {
+      if (!r.Value(i, 1)) continue;  // a table without columns
+      TargetColumn column;
+      column.name = *r.Value(i, 1);
+      column.type_name = r.Value(i, 2).value_or("");
+      column.not_null = r.Value(i, 3) == std::optional<std::string>("t");
+      column.has_default = r.Value(i, 4) == std::optional<std::string>("t");
+      column.identity = r.Value(i, 5) == std::optional<std::string>("t");
+      column.generated = r.Value(i, 6) == std::optional<std::string>("t");
+      target.columns.push_back(std::move(column));
+    }
+    auto cause = CheckTargetRelation(relation, target);
+    if (!cause) accepted_relations_.insert(key);
+    return cause;
+  }
+
+  // Every relation a change writes to, checked (CheckRelation).
+  std::optional<QuarantineCause> CheckRelationsOf(const Change& change, const std::vector<RelationInfo>& relations) {
+    std::vector<uint32_t> oids;
+    if (change.op == Op::Truncate)
+      oids = change.truncate.relation_oids;
+    else if (change.op == Op::Insert || change.op == Op::Update || change.op == Op::Delete)
+      oids = {change.relation_oid};
+    for (uint32_t oid : oids) {
+      for (const auto& relation : relations) {
+        if (relation.oid != oid) continue;
+        if (auto cause = CheckRelation(relation)) {
+          cause->operation = OpName(change.op);
+          return cause;
+        }
+      }
+    }
+    return std::nullopt;
+  }
+
   // The prepared statement of `plan`, queued or run: its name, and whether it must be prepared.
   std::pair<std::string, bool> StatementFor(const ChangePlan& plan) {
     auto cached = statements_.find(plan.statement_key);
@@ -396,6 +454,7 @@ class Applier {
       counters_.not_applied_changes++;
       return std::nullopt;
     }
+    if (auto cause = CheckRelationsOf(change, relations)) return cause;
     // The row count is checked by the target itself (RowCheckedSql): a wrong match is an error.
     const auto [name, must_prepare] = StatementFor(*plan);
     PgResult result;
@@ -608,6 +667,10 @@ class Applier {
           break;
         }
         if (plan->kind == PlanKind::NotApplied) continue;
+        if (CheckRelationsOf(change, p.ready.envelope->relations)) {
+          planned = false;  // the one-at-a-time path quarantines it with the cause
+          break;
+        }
         p.plans.push_back(std::move(plan.value()));
       }
       if (!planned) {
@@ -780,7 +843,11 @@ class Applier {
     unwritten_transactions_ = 0;
     last_offset_write_ = Clock::now();
     if (safe == written_offset_) return;
-    Status written = log::WriteConsumerOffset(*device_, config_.log_directory, kConsumerName, safe);
+    // Fault point (tests): the target has committed, the consumer offset is not written yet.
+    // `crash` dies here; `error` fails the write as a full or read-only disk would.
+    Status written = fault::Hit("apply.after_commit_before_offset") == fault::Action::Error
+                         ? Status(MakeError("injected fault apply.after_commit_before_offset"))
+                         : log::WriteConsumerOffset(*device_, config_.log_directory, kConsumerName, safe);
     if (!written.ok())
       Fail("cannot record consumer offset " + std::to_string(safe) + " of flow " + config_.flow_name + " in " +
            config_.log_directory + "/consumers/" + kConsumerName + ": " + written.error().message +
@@ -924,6 +991,7 @@ class Applier {
   std::unique_ptr<log::LogReader> chunk_reader_;
   TransactionBarrier barrier_;
   std::unordered_map<std::string, std::string> statements_;  // statement_key -> prepared name
+  std::unordered_set<std::string> accepted_relations_;       // fingerprints the target can take
   uint64_t statement_serial_ = 0;  // names prepared statements; never reused
   Counters counters_;
   uint64_t batches_ = 0;  // pipeline segments sent

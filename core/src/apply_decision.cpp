@@ -258,7 +258,8 @@ QuarantineCause CauseFromStatementError(const std::string& sqlstate, const std::
   cause.sqlstate = sqlstate;
   cause.detail = message;
   if (!sqlstate.empty()) cause.detail += " (SQLSTATE " + sqlstate + ")";
-  if (!detail.empty()) cause.detail += ": " + detail;
+  // The row-count check's DETAIL is the bare count, already said by the message.
+  if (!detail.empty() && sqlstate != "P0002" && sqlstate != "P0003") cause.detail += ": " + detail;
   if (sqlstate == "P0002") {
     cause.reason = QuarantineReason::ZeroRowsMatched;
     cause.rows = 0;

@@ -228,6 +228,31 @@ def apply_copies_pgbench_once_and_quarantines_divergence():
             raise CaptureFailure("the replayed quarantine row is not resolved")
         assert_same_data(source, target, "after replay")
 
+        # 6. schema check before first use: a target column of a type that would store the source's
+        # values differently (varchar drops char(n)'s padding semantics) is refused before any
+        # statement runs, not left to the target's input function.
+        target.query("ALTER TABLE public.pgbench_branches ALTER COLUMN filler TYPE character varying(88)")
+        xid = int(source.query("BEGIN; UPDATE pgbench_branches SET bbalance = bbalance + 1 WHERE bid = 1; "
+                               "SELECT txid_current(); COMMIT").splitlines()[0])
+        wait_log_covers_source(source)
+        commit_lsn = next(r for r in log_records(log_dir) if r["type"] == "envelope" and r["xid"] == xid)["commit_lsn"]
+        result, _ = run_apply(config_path, EXIT_BLOCKED)
+        for part in ("schema", "column filler of public.pgbench_branches is character(88) on the source but "
+                     "character varying(88) on the target", f"transaction {xid}"):
+            if part not in result.stderr:
+                raise CaptureFailure(f"the schema mismatch message lacks {part!r}: {result.stderr}")
+        row = target.query(f"SELECT reason, sqlstate IS NULL FROM trellara.quarantine WHERE xid = {xid}")
+        if row != "schema_mismatch|t":
+            raise CaptureFailure(f"schema mismatch quarantine row is {row!r} (expected schema_mismatch, no SQLSTATE: "
+                                 f"nothing was executed)")
+        target.query("ALTER TABLE public.pgbench_branches ALTER COLUMN filler TYPE character(88)")
+        target.query(f"SELECT trellara.quarantine_replay_ready({xid}, '{commit_lsn}')")
+        _, resumed = run_apply(config_path, 0)
+        if resumed["applied"] != "1":
+            raise CaptureFailure(f"after the schema repair the applier applied {resumed['applied']}, expected 1")
+        assert_same_data(source, target, "after the schema repair")
+        print(f"schema mismatch: quarantined xid {xid} before executing it, applied after the repair")
+
         relay = source.query("SELECT state, consecutive_failures FROM trellara.status() WHERE flow = 'app'")
         if not relay.startswith("running|0"):
             raise CaptureFailure(f"the source flow is not running cleanly: {relay}")

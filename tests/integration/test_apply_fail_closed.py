@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Integration: the applier's fail-closed rules and its ack-after-apply replay, against real
+Postgres and real `trellara apply` processes, under seed 000's names (issue 5):
+
+  - key_changing_update_sets_new_key_and_matches_old_key: a source UPDATE of a primary-key value
+    lands as the new key on the target, the old key gone;
+  - update_delete_zero_row_match_fails_closed: an UPDATE and a DELETE whose target row is missing
+    are quarantined (zero_rows_matched) with no dedup row, no origin progress and no consumer
+    offset past them, nothing after them applied; after repair + replay-ready they apply;
+  - missing_target_table_fails_closed_without_checkpoint_or_dedup: a change to a table the target
+    lacks is quarantined (missing_table) before anything runs; the same three guarantees;
+  - apply_worker_replays_safely_when_ack_fails_after_apply: the applier dies (SIGKILL, fault point
+    apply.after_commit_before_offset) after its target commits and before its consumer offset is
+    written, then the same with the offset write failing: each rerun skips what committed as
+    duplicates and converges, every commit LSN applied once.
+
+One source + target pair for all four (cheap for CI); each scenario leaves the pair converged.
+"""
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from capture_support import CaptureFailure, log_records, lsn_to_int  # noqa: E402
+from test_apply_robustness import (FlowPair, APPLY_TIMEOUT_S, apply_command, assert_same_data,  # noqa: E402
+                                   assert_each_transaction_applied_once, consumer_offset, run_apply,
+                                   wait_log_covers_source)
+
+EXIT_BLOCKED = 3
+DDL = """
+CREATE TABLE public.items (id int PRIMARY KEY, name text NOT NULL, qty int NOT NULL);
+CREATE TABLE public.audit (id bigint PRIMARY KEY, note text NOT NULL);
+"""
+AUDIT_DDL = "CREATE TABLE public.audit (id bigint PRIMARY KEY, note text NOT NULL)"
+TABLES = ("public.items", "public.audit")
+
+
+def source_tx(pair, sql):
+    """Runs `sql` as one source transaction; returns (xid, commit LSN, log offset) once it is logged."""
+    xid = int(pair.source.query(f"BEGIN; {sql}; SELECT txid_current(); COMMIT").splitlines()[-1])
+    wait_log_covers_source(pair.source)
+    record = next(r for r in log_records(pair.log_dir) if r["type"] == "envelope" and r["xid"] == xid)
+    return xid, record["commit_lsn"], record["offset"]
+
+
+def origin_progress(target):
+    text = target.query("SELECT pg_replication_origin_progress('trellara_app', false)")
+    return lsn_to_int(text) if text else 0
+
+
+def assert_blocked_without_trace(pair, xid, commit_lsn, offset, reason, later_check):
+    """The quarantine guarantees: the row says `reason`; no dedup row, no origin progress and no
+    consumer offset at or past the transaction; the later transaction not applied."""
+    row = pair.target.query(f"SELECT reason, state FROM trellara.quarantine WHERE flow = 'app' AND xid = {xid} "
+                            f"AND commit_lsn = '{commit_lsn}'")
+    if row != f"{reason}|quarantined":
+        raise CaptureFailure(f"quarantine row of xid {xid}: {row!r}, expected {reason}|quarantined")
+    dedup = pair.target.query(f"SELECT count(*) FROM trellara.applied_transactions WHERE commit_lsn >= '{commit_lsn}'")
+    if dedup != "0":
+        raise CaptureFailure(f"{dedup} dedup rows at or past the quarantined commit {commit_lsn}")
+    if origin_progress(pair.target) >= lsn_to_int(commit_lsn):
+        raise CaptureFailure(f"origin progress moved to or past the quarantined commit {commit_lsn}")
+    if consumer_offset(pair.log_dir) > offset:
+        raise CaptureFailure(f"consumer offset {consumer_offset(pair.log_dir)} passed the quarantined record {offset}")
+    if not later_check():
+        raise CaptureFailure("a transaction after the quarantined one was applied")
+
+
+def key_changing_update_sets_new_key_and_matches_old_key(pair):
+    pair.source.query("INSERT INTO items SELECT g, 'item ' || g, g FROM generate_series(1, 5) g")
+    wait_log_covers_source(pair.source)
+    run_apply(pair.config, 0)
+    source_tx(pair, "UPDATE items SET id = 10, qty = 99 WHERE id = 1")
+    run_apply(pair.config, 0)
+    row = pair.target.query("SELECT id, name, qty FROM public.items WHERE id IN (1, 10) ORDER BY id")
+    if row != "10|item 1|99":
+        raise CaptureFailure(f"after the key-changing UPDATE the target holds {row!r}, expected only 10|item 1|99")
+    assert_same_data(pair.source, pair.target, TABLES, "key change")
+    print("ok: key_changing_update_sets_new_key_and_matches_old_key")
+
+
+def update_delete_zero_row_match_fails_closed(pair):
+    for op, sql in (("UPDATE", "UPDATE items SET qty = qty + 1 WHERE id = 2"), ("DELETE", "DELETE FROM items WHERE id = 3")):
+        victim = 2 if op == "UPDATE" else 3
+        saved = pair.target.query(f"SELECT id, name, qty FROM public.items WHERE id = {victim}")
+        pair.target.query(f"DELETE FROM public.items WHERE id = {victim}")
+        xid, commit_lsn, offset = source_tx(pair, sql)
+        source_tx(pair, f"INSERT INTO items VALUES ({100 + victim}, 'after', 1)")
+        result = run_apply(pair.config, EXIT_BLOCKED)
+        for part in (f"{op} on public.items matched 0 rows", f"(id)=({victim})", f"transaction {xid}"):
+            if part not in result.stderr:
+                raise CaptureFailure(f"the {op} quarantine message lacks {part!r}: {result.stderr}")
+        assert_blocked_without_trace(pair, xid, commit_lsn, offset, "zero_rows_matched", lambda: pair.target.query(
+            f"SELECT count(*) FROM public.items WHERE id = {100 + victim}") == "0")
+        # Repair: put the row back as it was before the source change, then release the boundary.
+        vid, name, qty = saved.split("|")
+        pair.target.query(f"INSERT INTO public.items VALUES ({vid}, '{name}', {qty})")
+        pair.target.query(f"SELECT trellara.quarantine_replay_ready({xid}, '{commit_lsn}')")
+        run_apply(pair.config, 0)
+        assert_same_data(pair.source, pair.target, TABLES, f"after the {op} repair")
+        print(f"zero-row {op}: quarantined xid {xid}, nothing recorded past it, applied after repair")
+    print("ok: update_delete_zero_row_match_fails_closed")
+
+
+def missing_target_table_fails_closed_without_checkpoint_or_dedup(pair):
+    pair.target.query("DROP TABLE public.audit")
+    xid, commit_lsn, offset = source_tx(pair, "INSERT INTO audit VALUES (1, 'first')")
+    source_tx(pair, "INSERT INTO items VALUES (200, 'after', 1)")
+    result = run_apply(pair.config, EXIT_BLOCKED)
+    for part in ("table public.audit does not exist on the target", f"transaction {xid}", commit_lsn):
+        if part not in result.stderr:
+            raise CaptureFailure(f"the missing-table message lacks {part!r}: {result.stderr}")
+    assert_blocked_without_trace(pair, xid, commit_lsn, offset, "missing_table", lambda: pair.target.query(
+        "SELECT count(*) FROM public.items WHERE id = 200") == "0")
+    pair.target.query(AUDIT_DDL)
+    pair.target.query(f"SELECT trellara.quarantine_replay_ready({xid}, '{commit_lsn}')")
+    run_apply(pair.config, 0)
+    assert_same_data(pair.source, pair.target, TABLES, "after the table was created")
+    print("ok: missing_target_table_fails_closed_without_checkpoint_or_dedup")
+
+
+def apply_worker_replays_safely_when_ack_fails_after_apply(pair):
+    for round_no, (action, expect) in enumerate((("crash", -9), ("error", 1))):
+        first = 1000 + 1000 * round_no
+        pair.source.query(f"INSERT INTO audit SELECT g, 'bulk' FROM generate_series({first}, {first + 599}) g")  # one tx
+        for _ in range(300):
+            pair.source.query("UPDATE items SET qty = qty + 1 WHERE id = 10")
+        wait_log_covers_source(pair.source)
+        before_offset = consumer_offset(pair.log_dir)
+        before_dedup = int(pair.target.query("SELECT count(*) FROM trellara.applied_transactions"))
+        env = dict(os.environ, TRELLARA_FAULTS=f"apply.after_commit_before_offset:1:{action}")
+        result = subprocess.run(apply_command(pair.config), capture_output=True, text=True, env=env,
+                                timeout=APPLY_TIMEOUT_S)
+        committed = int(pair.target.query("SELECT count(*) FROM trellara.applied_transactions")) - before_dedup
+        print(f"ack fault {action}: exit {result.returncode}, {committed} transactions committed on the target, "
+              f"consumer offset {consumer_offset(pair.log_dir)} (was {before_offset}); {result.stderr.strip()[-200:]}")
+        if result.returncode != expect:
+            raise CaptureFailure(f"with the ack fault '{action}' the applier exited {result.returncode}, expected "
+                                 f"{expect}: {result.stderr[-1000:]}")
+        if action == "error" and "consumers/applier" not in result.stderr:
+            raise CaptureFailure(f"the failed offset write does not name the consumer file: {result.stderr}")
+        if committed == 0:
+            raise CaptureFailure("the fault fired before anything was committed: nothing to replay")
+        if consumer_offset(pair.log_dir) != before_offset:
+            raise CaptureFailure("the consumer offset moved although its write was faulted")
+        rerun = run_apply(pair.config, 0)
+        line = [x for x in rerun.stdout.splitlines() if x.startswith("apply flow=")][-1]
+        fields = dict(kv.split("=", 1) for kv in line.split()[1:])
+        if int(fields["skipped_duplicates"]) != committed:
+            raise CaptureFailure(f"the rerun skipped {fields['skipped_duplicates']} duplicates, expected the "
+                                 f"{committed} transactions committed before the fault")
+        assert_same_data(pair.source, pair.target, TABLES, f"after the ack fault {action}")
+        assert_each_transaction_applied_once(pair.target, pair.log_dir, f"after the ack fault {action}")
+    print("ok: apply_worker_replays_safely_when_ack_fails_after_apply")
+
+
+if __name__ == "__main__":
+    with FlowPair("apply-failclosed", DDL, TABLES) as flow_pair:
+        key_changing_update_sets_new_key_and_matches_old_key(flow_pair)
+        update_delete_zero_row_match_fails_closed(flow_pair)
+        missing_target_table_fails_closed_without_checkpoint_or_dedup(flow_pair)
+        apply_worker_replays_safely_when_ack_fails_after_apply(flow_pair)
+        flow_pair.check_no_crashes()
