@@ -287,14 +287,18 @@ class Cluster:
             shutil.rmtree(self.base_dir, ignore_errors=True)
         self.base_dir = None
 
-    def restart_immediate(self):
+    def restart_immediate(self, stopped_children=()):
         """Immediate shutdown, as `pg_ctl stop -m immediate` does it (SIGQUIT to the postmaster,
         found by the PID in postmaster.pid and proven ours by its command line), then a start of
-        the same data directory, which runs crash recovery. Port and socket stay the same."""
+        the same data directory, which runs crash recovery. Port and socket stay the same.
+        `stopped_children`: PIDs of this cluster's own server processes that the caller froze with
+        SIGSTOP (they cannot act on SIGQUIT); they get SIGKILL right after the postmaster's SIGQUIT."""
         pid = self._read_postmaster_pid() or self.pid
         if pid is None or not self._is_our_postmaster(pid):
             raise ClusterError(f"cluster {self.name}: no running postmaster of {self.data_dir} to restart")
         os.kill(pid, signal.SIGQUIT)
+        for child in stopped_children:
+            os.kill(child, signal.SIGKILL)
         if not _wait_gone(pid, QUIT_TIMEOUT_S):
             raise ClusterError(f"cluster {self.name}: postmaster {pid} did not exit {QUIT_TIMEOUT_S}s after SIGQUIT")
         self.pid = None

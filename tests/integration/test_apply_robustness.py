@@ -287,10 +287,13 @@ def target_immediate_restart_while_applying_converges():
     """The target stops immediately (its backends die, unwritten WAL is lost) while the applier
     commits with synchronous_commit = off. The durability rule under test: the consumer offset never
     passes a transaction the target can still lose, so after the restart every transaction below
-    the recorded offset is on the target, and a rerun converges. wal_writer_delay = 10s keeps
-    asynchronously committed transactions in WAL buffers, so the crash really loses some (the test
-    requires a loss it can see; otherwise it proved nothing)."""
-    with FlowPair("apply-restart", LEDGER_DDL, LEDGER_TABLES, target_settings={"wal_writer_delay": "'10s'"}) as pair:
+    the recorded offset is on the target, and a rerun converges. The crash must really lose
+    committed transactions (the test requires a loss it can see; otherwise it proved nothing). A stop of server processes alone
+    loses little (WAL already written reaches the kernel's page cache and survives), so the target's
+    WAL writer is frozen with SIGSTOP first: asynchronously committed transactions then stay in
+    shared WAL buffers — until a backend flushes them, as the applier's flushed-progress query does —
+    and the immediate stop (with SIGKILL for the frozen WAL writer) really loses them."""
+    with FlowPair("apply-restart", LEDGER_DDL, LEDGER_TABLES) as pair:
         # Large enough that the pipelined applier (~8 000 tx/s here) is still applying when the
         # target goes away, for up to three attempts.
         committed = run_ledger_workload(pair, 16000)
@@ -305,11 +308,16 @@ def target_immediate_restart_while_applying_converges():
             start_offset = consumer_offset(pair.log_dir)
             proc = start_applier(pair.config)
             try:
-                wait_for("the applier to commit 1000 more transactions and record an offset",
-                         lambda: applied() >= start_count + 1000 and consumer_offset(pair.log_dir) > start_offset,
+                wait_for("the applier to commit 500 more transactions and record an offset",
+                         lambda: applied() >= start_count + 500 and consumer_offset(pair.log_dir) > start_offset,
                          60, 0.01)
+                walwriter = int(pair.target.query("SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'"))
+                os.kill(walwriter, signal.SIGSTOP)
+                frozen_at = applied()
+                wait_for("the applier to commit 1500 more transactions with the WAL writer frozen",
+                         lambda: applied() >= frozen_at + 1500, 60, 0.01)
                 visible = applied()
-                old_pid = pair.target.restart_immediate()
+                old_pid = pair.target.restart_immediate(stopped_children=(walwriter,))
                 out, err = proc.communicate(timeout=60)
             finally:
                 if proc.poll() is None:
