@@ -3,20 +3,16 @@
 // the safe next action in words (DESIGN §7). Also the small pieces the operator commands share
 // (declared in commands.h): configuration loading, a pinned session, the log's progress.
 //
-// State, from the target's trellara.apply_status() and the log directory:
-//   blocked    a quarantine row of the flow is in state `quarantined` (whether or not an applier
-//              is running: it halts there until the boundary is marked replay-ready);
-//   running    an applier session holds the flow's advisory lock (read from pg_locks, never by
-//              trying the lock) and the consumer offset is behind the log's durable end;
-//   caught_up  the consumer offset is at the log's durable end (applier running or not) and
-//              nothing is waiting for a replay;
-//   stopped    no applier holds the lock and there is something to apply.
+// The state and the next action are core's DecideApplyStatus (core/include/trellara/apply_status.h);
+// this file reads the facts: the target's trellara.apply_status() and quarantine_list() (whether an
+// applier runs is read from pg_locks, never by trying the lock) and the log directory's progress.
 // It only reads: it never writes the log directory, never takes the applier's lock, never
 // bootstraps or changes target state.
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "trellara/apply_status.h"
 #include "trellara/envelope.h"
 #include "trellara/log/consumer_offsets.h"
 #include "trellara/log/format.h"
@@ -161,38 +157,19 @@ FlowStatus ReadStatus(const FlowConfig& config, const std::string& config_path) 
   }
   s.log = ReadLogProgress(config);
 
-  const std::string apply_cmd = "trellara apply --config " + config_path;
-  if (s.blocking) {
-    s.state = "blocked";
-    s.next_action = s.blocking->message + "; or from the CLI, after the repair: trellara quarantine replay-ready --config " +
-                    config_path + " --xid " + s.blocking->xid + " --commit-lsn " + s.blocking->commit_lsn +
-                    (s.applier_running ? " (the running applier retries it within a second)"
-                                       : ", then run " + apply_cmd);
-  } else if (s.applier_running) {
-    if (s.log.lag_records == 0) {
-      s.state = "caught_up";
-      s.next_action = "nothing to do: the running applier is at the end of the log and applies new transactions as "
-                      "they arrive";
-    } else {
-      s.state = "running";
-      s.next_action = "nothing to do: the running applier is " + std::to_string(s.log.lag_records) +
-                      " records behind the log and catching up";
-    }
-  } else if (s.log.lag_records == 0 && !s.waiting) {
-    s.state = "caught_up";
-    s.next_action = "nothing to apply now; no applier is running, so new transactions wait in the log: run " +
-                    apply_cmd + " to follow them";
-  } else {
-    s.state = "stopped";
-    if (s.waiting)
-      s.next_action = "run " + apply_cmd + ": it retries transaction " + s.waiting->xid + " (commit " +
-                      s.waiting->commit_lsn + "), marked replay-ready, and continues";
-    else if (!s.target_state_present || s.recorded_state.empty())
-      s.next_action = "trellara apply has not run for flow " + config.flow_name + " on this target: run " + apply_cmd;
-    else
-      s.next_action = "run " + apply_cmd + " (" + std::to_string(s.log.lag_records) + " records, " +
-                      std::to_string(s.log.lag_bytes) + " bytes to apply; add --until-caught-up to stop at the end)";
-  }
+  ApplyStatusFacts facts;
+  facts.flow = config.flow_name;
+  facts.config_path = config_path;
+  facts.target_state_present = s.target_state_present;
+  facts.recorded_state = s.recorded_state;
+  facts.applier_running = s.applier_running;
+  facts.lag_records = s.log.lag_records;
+  facts.lag_bytes = s.log.lag_bytes;
+  if (s.blocking) facts.blocking = StatusBoundary{s.blocking->xid, s.blocking->commit_lsn, s.blocking->message};
+  if (s.waiting) facts.waiting = StatusBoundary{s.waiting->xid, s.waiting->commit_lsn, s.waiting->message};
+  const ApplyStatusVerdict verdict = DecideApplyStatus(facts);
+  s.state = verdict.state;
+  s.next_action = verdict.next_action;
   return s;
 }
 

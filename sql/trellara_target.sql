@@ -81,21 +81,37 @@ $fn$;
 
 -- Marks exactly one quarantined boundary replay-ready; refuses (raises) for anything else, so a
 -- mistyped xid or LSN never releases another transaction. Same rules as core's DecideReplayReady.
+-- The flow may be named; it must be when flows applying into this database quarantined the same
+-- (xid, commit LSN) — possible with sources on different servers — and the two-argument form
+-- refuses that ambiguity rather than pick one.
 -- SECURITY DEFINER with a pinned search_path so that a role granted EXECUTE (trellara_admin) needs
 -- no privileges on the tables themselves; EXECUTE is revoked from PUBLIC below.
-CREATE OR REPLACE FUNCTION trellara.quarantine_replay_ready(xid bigint, commit_lsn pg_lsn)
+CREATE OR REPLACE FUNCTION trellara.quarantine_replay_ready(xid bigint, commit_lsn pg_lsn, flow text)
 RETURNS text LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   found_row trellara.quarantine%ROWTYPE;
+  matches bigint;
+  flows text;
 BEGIN
-  SELECT * INTO found_row FROM trellara.quarantine q
+  SELECT count(*), string_agg(q.flow, ', ' ORDER BY q.flow) INTO matches, flows FROM trellara.quarantine q
    WHERE q.xid = quarantine_replay_ready.xid AND q.commit_lsn = quarantine_replay_ready.commit_lsn
-   FOR UPDATE;
-  IF NOT FOUND THEN
-    RAISE EXCEPTION 'refused: no quarantined transaction % (commit %); nothing was marked',
-      quarantine_replay_ready.xid, quarantine_replay_ready.commit_lsn
+     AND (quarantine_replay_ready.flow IS NULL OR q.flow = quarantine_replay_ready.flow);
+  IF matches = 0 THEN
+    RAISE EXCEPTION 'refused: no quarantined transaction % (commit %)%; nothing was marked',
+      quarantine_replay_ready.xid, quarantine_replay_ready.commit_lsn,
+      coalesce(' of flow ' || quarantine_replay_ready.flow, '')
       USING HINT = 'SELECT flow, xid, commit_lsn, state FROM trellara.quarantine shows the exact boundaries';
   END IF;
+  IF matches > 1 THEN
+    RAISE EXCEPTION 'refused: transaction % (commit %) is quarantined in flows %; nothing was marked',
+      quarantine_replay_ready.xid, quarantine_replay_ready.commit_lsn, flows
+      USING HINT = format('name the flow: SELECT trellara.quarantine_replay_ready(%s, %L, %L)',
+                          quarantine_replay_ready.xid, quarantine_replay_ready.commit_lsn, split_part(flows, ', ', 1));
+  END IF;
+  SELECT * INTO found_row FROM trellara.quarantine q
+   WHERE q.xid = quarantine_replay_ready.xid AND q.commit_lsn = quarantine_replay_ready.commit_lsn
+     AND (quarantine_replay_ready.flow IS NULL OR q.flow = quarantine_replay_ready.flow)
+   FOR UPDATE;
   IF found_row.state = 'replay_ready' THEN
     RETURN format('transaction %s (commit %s) of flow %s is already replay-ready; nothing changed',
                   found_row.xid, found_row.commit_lsn, found_row.flow);
@@ -109,6 +125,12 @@ BEGIN
   RETURN format('transaction %s (commit %s) of flow %s is marked replay-ready; the applier retries it next',
                 found_row.xid, found_row.commit_lsn, found_row.flow);
 END
+$fn$;
+
+-- The form every quarantine message names: the flow is found from the boundary.
+CREATE OR REPLACE FUNCTION trellara.quarantine_replay_ready(xid bigint, commit_lsn pg_lsn)
+RETURNS text LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT trellara.quarantine_replay_ready(xid, commit_lsn, NULL::text)
 $fn$;
 
 -- Every quarantine row (all flows, all states, oldest boundary first): what `trellara quarantine
@@ -156,7 +178,9 @@ $fn$;
 -- pg_monitor; the mutating one to trellara_admin when that role exists (this file never creates
 -- roles: that needs CREATEROLE and is the DBA's decision). Re-running these is a no-op.
 REVOKE ALL ON FUNCTION trellara.quarantine_replay_ready(bigint, pg_lsn) FROM PUBLIC;
+REVOKE ALL ON FUNCTION trellara.quarantine_replay_ready(bigint, pg_lsn, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION trellara.quarantine_list() FROM PUBLIC;
+REVOKE ALL ON FUNCTION trellara.require_one_row(bigint) FROM PUBLIC;  -- the applier's own check
 REVOKE ALL ON FUNCTION trellara.apply_status() FROM PUBLIC;
 GRANT USAGE ON SCHEMA trellara TO pg_monitor;
 GRANT EXECUTE ON FUNCTION trellara.quarantine_list() TO pg_monitor;
@@ -166,6 +190,7 @@ BEGIN
   IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'trellara_admin') THEN
     GRANT USAGE ON SCHEMA trellara TO trellara_admin;
     GRANT EXECUTE ON FUNCTION trellara.quarantine_replay_ready(bigint, pg_lsn) TO trellara_admin;
+    GRANT EXECUTE ON FUNCTION trellara.quarantine_replay_ready(bigint, pg_lsn, text) TO trellara_admin;
     GRANT EXECUTE ON FUNCTION trellara.quarantine_list() TO trellara_admin;
     GRANT EXECUTE ON FUNCTION trellara.apply_status() TO trellara_admin;
   END IF;

@@ -96,7 +96,22 @@ def update_delete_zero_row_match_fails_closed(pair):
         # Repair: put the row back as it was before the source change, then release the boundary.
         vid, name, qty = saved.split("|")
         pair.target.query(f"INSERT INTO public.items VALUES ({vid}, '{name}', {qty})")
-        pair.target.query(f"SELECT trellara.quarantine_replay_ready({xid}, '{commit_lsn}')")
+        if op == "UPDATE":
+            # Another flow into this database quarantined the same (xid, commit LSN): the
+            # two-argument call must refuse to pick one; naming the flow marks only ours.
+            pair.target.query("INSERT INTO trellara.quarantine SELECT 'other', commit_lsn, xid, origin_sysid, reason, "
+                              "sqlstate, detail, checksum, attempts, state, message, next_step FROM "
+                              f"trellara.quarantine WHERE flow = 'app' AND xid = {xid}")
+            ambiguous = pair.target.psql(f"SELECT trellara.quarantine_replay_ready({xid}, '{commit_lsn}')", check=False)
+            if ambiguous.returncode == 0 or "quarantined in flows app, other" not in ambiguous.stderr:
+                raise CaptureFailure(f"an ambiguous replay-ready was not refused: {ambiguous.stderr}")
+            marked = pair.target.query(f"SELECT trellara.quarantine_replay_ready({xid}, '{commit_lsn}', 'app')")
+            if "of flow app is marked replay-ready" not in marked or pair.target.query(
+                    f"SELECT state FROM trellara.quarantine WHERE flow = 'other' AND xid = {xid}") != "quarantined":
+                raise CaptureFailure(f"naming the flow did not mark exactly its boundary: {marked}")
+            pair.target.query("DELETE FROM trellara.quarantine WHERE flow = 'other'")
+        else:
+            pair.target.query(f"SELECT trellara.quarantine_replay_ready({xid}, '{commit_lsn}')")
         run_apply(pair.config, 0)
         assert_same_data(pair.source, pair.target, TABLES, f"after the {op} repair")
         print(f"zero-row {op}: quarantined xid {xid}, nothing recorded past it, applied after repair")

@@ -191,9 +191,12 @@ def operator_commands_report_verify_and_release_quarantine():
             "has_function_privilege('plain_user', 'trellara.apply_status()', 'EXECUTE'), "
             "has_function_privilege('plain_user', 'trellara.quarantine_list()', 'EXECUTE'), "
             "has_function_privilege('monitor_user', 'trellara.apply_status()', 'EXECUTE'), "
-            "has_function_privilege('monitor_user', 'trellara.quarantine_replay_ready(bigint, pg_lsn)', 'EXECUTE')")
-        if grants != "f|f|f|t|f":
-            raise CaptureFailure(f"target function privileges (plain x3, monitor status, monitor replay): {grants}")
+            "has_function_privilege('monitor_user', 'trellara.quarantine_replay_ready(bigint, pg_lsn)', 'EXECUTE'), "
+            "has_function_privilege('plain_user', 'trellara.quarantine_replay_ready(bigint, pg_lsn, text)', 'EXECUTE'), "
+            "has_function_privilege('plain_user', 'trellara.require_one_row(bigint)', 'EXECUTE')")
+        if grants != "f|f|f|t|f|f|f":
+            raise CaptureFailure(f"target function privileges (plain x3, monitor status, monitor replay, plain "
+                                 f"replay with flow, plain row check): {grants}")
         seen = target.psql("SELECT recorded_state FROM trellara.apply_status()",
                            args=("-U", "monitor_user")).stdout.strip()
         if seen != "stopped":   # recorded by the following applier when SIGTERM stopped it

@@ -5,6 +5,8 @@
 // never reads the log by any path other than the commands under test.
 #include <catch2/catch.hpp>
 
+#include "cli_support.h"
+
 #include <array>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -23,28 +25,8 @@ using trellara::log::testing::TempDir;
 
 namespace {
 
-struct Run {
-  int exit_code;
-  std::string out;  // stdout
-  std::string all;  // stdout and stderr
-};
-
-Run RunCommand(const std::string& args) {
-  std::string cmd = std::string(TRELLARA_BIN) + " " + args + " 2>/tmp/trellara-records-cli-stderr-" +
-                    std::to_string(getpid());
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int status = pclose(p);
-  std::string err_path = "/tmp/trellara-records-cli-stderr-" + std::to_string(getpid());
-  std::ifstream err_in(err_path);
-  std::string err((std::istreambuf_iterator<char>(err_in)), std::istreambuf_iterator<char>());
-  std::remove(err_path.c_str());
-  return Run{WIFEXITED(status) ? WEXITSTATUS(status) : 128, out, out + err};
-}
+using Run = trellara::testing::CliRun;
+Run RunCommand(const std::string& args) { return trellara::testing::RunTrellara(args); }
 
 constexpr uint64_t kProgressLsn = 0x4000000;
 

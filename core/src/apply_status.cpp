@@ -1,0 +1,43 @@
+// apply_status.cpp — see apply_status.h.
+#include "trellara/apply_status.h"
+
+namespace trellara {
+
+ApplyStatusVerdict DecideApplyStatus(const ApplyStatusFacts& s) {
+  ApplyStatusVerdict v;
+  const std::string apply_cmd = "trellara apply --config " + s.config_path;
+  if (s.blocking) {
+    v.state = "blocked";
+    v.next_action = s.blocking->message + "; or from the CLI, after the repair: trellara quarantine replay-ready --config " +
+                    s.config_path + " --xid " + s.blocking->xid + " --commit-lsn " + s.blocking->commit_lsn +
+                    (s.applier_running ? " (the running applier retries it within a second)"
+                                       : ", then run " + apply_cmd);
+  } else if (s.applier_running) {
+    if (s.lag_records == 0) {
+      v.state = "caught_up";
+      v.next_action = "nothing to do: the running applier is at the end of the log and applies new transactions as "
+                      "they arrive";
+    } else {
+      v.state = "running";
+      v.next_action = "nothing to do: the running applier is " + std::to_string(s.lag_records) +
+                      " records behind the log and catching up";
+    }
+  } else if (s.lag_records == 0 && !s.waiting) {
+    v.state = "caught_up";
+    v.next_action = "nothing to apply now; no applier is running, so new transactions wait in the log: run " +
+                    apply_cmd + " to follow them";
+  } else {
+    v.state = "stopped";
+    if (s.waiting)
+      v.next_action = "run " + apply_cmd + ": it retries transaction " + s.waiting->xid + " (commit " +
+                      s.waiting->commit_lsn + "), marked replay-ready, and continues";
+    else if (!s.target_state_present || s.recorded_state.empty())
+      v.next_action = "trellara apply has not run for flow " + s.flow + " on this target: run " + apply_cmd;
+    else
+      v.next_action = "run " + apply_cmd + " (" + std::to_string(s.lag_records) + " records, " +
+                      std::to_string(s.lag_bytes) + " bytes to apply; add --until-caught-up to stop at the end)";
+  }
+  return v;
+}
+
+}  // namespace trellara

@@ -1,0 +1,72 @@
+// apply_status_test.cpp — `trellara status`'s state and safe next action, from facts alone.
+#include <catch2/catch.hpp>
+
+#include "trellara/apply_status.h"
+
+using namespace trellara;
+
+namespace {
+
+ApplyStatusFacts Facts() {
+  ApplyStatusFacts f;
+  f.flow = "app";
+  f.config_path = "/etc/trellara/app.toml";
+  f.target_state_present = true;
+  f.recorded_state = "caught_up";
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("a_quarantined_boundary_blocks_whether_or_not_an_applier_runs", "[status]") {
+  ApplyStatusFacts f = Facts();
+  f.blocking = StatusBoundary{"7421", "0/3A1F2B0", "quarantined transaction 7421 (commit 0/3A1F2B0) of flow app: ..."};
+  f.lag_records = 12;
+  auto stopped = DecideApplyStatus(f);
+  CHECK(stopped.state == "blocked");
+  CHECK_THAT(stopped.next_action,
+             Catch::StartsWith("quarantined transaction 7421") &&
+                 Catch::Contains("trellara quarantine replay-ready --config /etc/trellara/app.toml --xid 7421 "
+                                 "--commit-lsn 0/3A1F2B0, then run trellara apply --config /etc/trellara/app.toml"));
+  f.applier_running = true;
+  auto running = DecideApplyStatus(f);
+  CHECK(running.state == "blocked");
+  CHECK_THAT(running.next_action, Catch::Contains("the running applier retries it within a second"));
+}
+
+TEST_CASE("a_running_applier_is_running_or_caught_up_by_lag", "[status]") {
+  ApplyStatusFacts f = Facts();
+  f.applier_running = true;
+  CHECK(DecideApplyStatus(f).state == "caught_up");
+  CHECK_THAT(DecideApplyStatus(f).next_action, Catch::StartsWith("nothing to do"));
+  f.lag_records = 40;
+  auto v = DecideApplyStatus(f);
+  CHECK(v.state == "running");
+  CHECK_THAT(v.next_action, Catch::Contains("40 records behind the log"));
+}
+
+TEST_CASE("without_an_applier_the_action_names_the_command_to_run", "[status]") {
+  ApplyStatusFacts f = Facts();
+  auto idle = DecideApplyStatus(f);
+  CHECK(idle.state == "caught_up");
+  CHECK_THAT(idle.next_action, Catch::Contains("no applier is running") &&
+                                   Catch::Contains("run trellara apply --config /etc/trellara/app.toml"));
+
+  f.lag_records = 5;
+  f.lag_bytes = 900;
+  auto behind = DecideApplyStatus(f);
+  CHECK(behind.state == "stopped");
+  CHECK_THAT(behind.next_action, Catch::Contains("(5 records, 900 bytes to apply"));
+
+  ApplyStatusFacts never = Facts();
+  never.target_state_present = false;
+  never.recorded_state.clear();
+  never.lag_records = 3;
+  CHECK_THAT(DecideApplyStatus(never).next_action, Catch::Contains("trellara apply has not run for flow app"));
+
+  ApplyStatusFacts waiting = Facts();
+  waiting.waiting = StatusBoundary{"9", "0/10", ""};
+  auto retry = DecideApplyStatus(waiting);
+  CHECK(retry.state == "stopped");  // a replay-ready boundary is work even with no log lag
+  CHECK_THAT(retry.next_action, Catch::Contains("it retries transaction 9 (commit 0/10), marked replay-ready"));
+}

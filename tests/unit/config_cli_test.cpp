@@ -1,0 +1,71 @@
+// config_cli_test.cpp — the flow configuration file is loaded strictly: every error names the file,
+// the setting and what it accepts, and exits 2 before anything connects (issue 5, deliverable 1).
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <unistd.h>
+
+#include "cli_support.h"
+
+using trellara::testing::RunTrellara;
+
+namespace {
+
+std::string WriteConfig(const std::string& name, const std::string& text) {
+  const std::string path = "/tmp/trellara-config-test-" + std::to_string(getpid()) + "-" + name + ".toml";
+  std::ofstream(path) << text;
+  return path;
+}
+
+const std::string kFlow = "[flow]\nname = \"app\"\nlog_directory = \"/nonexistent/log\"\n";
+// A target nobody listens on: a valid configuration gets past loading and fails to connect (exit 1).
+const std::string kTarget = "[target]\nconninfo = \"host=/nonexistent port=1\"\n";
+
+}  // namespace
+
+TEST_CASE("configuration_errors_name_the_setting_and_the_accepted_values", "[cli][config]") {
+  struct Case {
+    const char* name;
+    std::string text;
+    std::vector<std::string> expect;
+  };
+  const std::vector<Case> cases = {
+      {"missing_target", kFlow, {"setting target.conninfo is missing", "a libpq connection string"}},
+      {"missing_name", "[flow]\nlog_directory = \"/x\"\n" + kTarget, {"setting flow.name is missing"}},
+      {"bad_name", "[flow]\nname = \"App-1\"\nlog_directory = \"/x\"\n" + kTarget,
+       {"setting flow.name is \"App-1\"", "[a-z0-9_]"}},
+      {"relative_log", "[flow]\nname = \"app\"\nlog_directory = \"log\"\n" + kTarget,
+       {"flow.log_directory is \"log\" (not an absolute path)"}},
+      {"unknown_table", kFlow + kTarget + "[aply]\nx = \"1\"\n", {"unknown table [aply]", "[flow], [source], [target]"}},
+      {"unknown_key", kFlow + kTarget + "[apply]\nsynchronous_comit = \"on\"\n",
+       {"unknown setting apply.synchronous_comit", "apply.synchronous_commit"}},
+      {"bad_role", kFlow + kTarget + "[apply]\nsession_replication_role = \"local\"\n",
+       {"apply.session_replication_role is \"local\"", "\"replica\" (default) or \"origin\""}},
+      {"bad_sync", kFlow + kTarget + "[apply]\nsynchronous_commit = \"maybe\"\n",
+       {"apply.synchronous_commit is \"maybe\"", "\"off\" (default", "\"remote_apply\""}},
+      {"not_string", kFlow + kTarget + "[apply]\nsynchronous_commit = true\n", {"apply.synchronous_commit must be a string"}},
+      {"bad_toml", "[flow\nname = \"app\"\n", {"is not valid TOML at line 1"}},
+  };
+  for (const auto& c : cases) {
+    const std::string path = WriteConfig(c.name, c.text);
+    auto run = RunTrellara("apply --config " + path + " --until-caught-up");
+    INFO(c.name << ": " << run.all);
+    CHECK(run.exit_code == 2);
+    CHECK(run.all.find("configuration " + path) != std::string::npos);
+    for (const auto& part : c.expect) CHECK(run.all.find(part) != std::string::npos);
+    std::remove(path.c_str());
+  }
+}
+
+TEST_CASE("valid_configuration_with_every_apply_setting_is_accepted", "[cli][config]") {
+  const std::string path =
+      WriteConfig("valid", kFlow + "[source]\nconninfo = \"dbname=src\"\n" + kTarget +
+                               "[apply]\nsession_replication_role = \"origin\"\nsynchronous_commit = \"on\"\n");
+  auto run = RunTrellara("apply --config " + path + " --until-caught-up");
+  INFO(run.all);
+  // Loading succeeded: what fails is the log directory, named, with exit 1.
+  CHECK(run.exit_code == 1);
+  CHECK(run.all.find("configuration") == std::string::npos);
+  CHECK(run.all.find("/nonexistent/log") != std::string::npos);
+  std::remove(path.c_str());
+}
