@@ -923,7 +923,8 @@ class Applier {
   void Loop() {
     started_ = Clock::now();
     last_offset_write_ = started_;
-    last_progress_ = started_;
+    // On a terminal the first line is drawn at once, so even a short run shows where it stands.
+    last_progress_ = tty_ ? started_ - std::chrono::seconds(1) : started_;
     bool at_tail_reported = false;
     for (;;) {
       if (StopRequested()) break;

@@ -12,7 +12,9 @@ Postgres and real `trellara apply` processes, under seed 000's names (issue 5):
   - apply_worker_replays_safely_when_ack_fails_after_apply: the applier dies (SIGKILL, fault point
     apply.after_commit_before_offset) after its target commits and before its consumer offset is
     written, then the same with the offset write failing: each rerun skips what committed as
-    duplicates and converges, every commit LSN applied once.
+    duplicates and converges, every commit LSN applied once;
+  - progress_is_shown_on_a_terminal: under a pseudo-terminal the redrawn progress line appears and
+    the structured line ends the output.
 
 One source + target pair for all four (cheap for CI); each scenario leaves the pair converged.
 """
@@ -170,10 +172,33 @@ def apply_worker_replays_safely_when_ack_fails_after_apply(pair):
     print("ok: apply_worker_replays_safely_when_ack_fails_after_apply")
 
 
+def progress_is_shown_on_a_terminal(pair):
+    """On a terminal the applier redraws one line (applied, rate, lag); the structured line ends it.
+    `script` (util-linux, in every Debian) gives it a pseudo-terminal."""
+    for _ in range(20):
+        pair.source.query("UPDATE items SET qty = qty + 1 WHERE id = 10")
+    wait_log_covers_source(pair.source)
+    command = " ".join(apply_command(pair.config))
+    # Bytes, not text: universal newlines would turn the redraw's carriage return into a newline.
+    result = subprocess.run(["script", "-qfec", command, "/dev/null"], capture_output=True,
+                            timeout=APPLY_TIMEOUT_S)
+    stdout = result.stdout.decode(errors="replace")
+    if result.returncode != 0:
+        raise CaptureFailure(f"apply on a terminal exited {result.returncode}: {stdout[-1000:]}")
+    shown = [part for part in stdout.split("\r\x1b[K") if part.startswith("apply app: applied ")]
+    if not shown or "lag " not in shown[0] or "tx/s" not in shown[0]:
+        raise CaptureFailure(f"no progress line on the terminal: {stdout!r}")
+    if "\napply flow=app state=caught_up applied=20 " not in stdout.replace("\r\n", "\n"):
+        raise CaptureFailure(f"the structured line does not end the terminal output: {stdout!r}")
+    print(f"terminal: {shown[-1].splitlines()[0]!r}")
+    print("ok: progress_is_shown_on_a_terminal")
+
+
 if __name__ == "__main__":
     with FlowPair("apply-failclosed", DDL, TABLES) as flow_pair:
         key_changing_update_sets_new_key_and_matches_old_key(flow_pair)
         update_delete_zero_row_match_fails_closed(flow_pair)
         missing_target_table_fails_closed_without_checkpoint_or_dedup(flow_pair)
         apply_worker_replays_safely_when_ack_fails_after_apply(flow_pair)
+        progress_is_shown_on_a_terminal(flow_pair)
         flow_pair.check_no_crashes()
