@@ -3,7 +3,7 @@
 //
 // list prints the flow's rows of trellara.quarantine_list() on the target (every state, oldest
 // boundary first). replay-ready reads the same rows, lets core's DecideReplayReady decide, and only
-// on Mark calls trellara.quarantine_replay_ready(xid, commit_lsn), which checks the boundary again
+// on Mark calls trellara.quarantine_replay_ready(xid, commit_lsn, flow), which checks the boundary again
 // under a row lock. It never marks a boundary core refused, never marks anything but the one exact
 // (flow, xid, commit LSN) asked for, and never changes user data or the applier's progress.
 #include <iostream>
@@ -146,10 +146,10 @@ void ReplayReady(const FlowConfig& config, const std::string& xid_text, const st
       break;
   }
   auto marked = MustSucceed(*target,
-                            target->ExecParams("SELECT trellara.quarantine_replay_ready($1::bigint, $2::pg_lsn)",
-                                               {std::to_string(xid), FormatLsn(*commit_lsn)}),
+                            target->ExecParams("SELECT trellara.quarantine_replay_ready($1::bigint, $2::pg_lsn, $3)",
+                                               {std::to_string(xid), FormatLsn(*commit_lsn), config.flow_name}),
                             "trellara.quarantine_replay_ready(" + std::to_string(xid) + ", '" + FormatLsn(*commit_lsn) +
-                                "') of flow " + config.flow_name);
+                                "', '" + config.flow_name + "')");
   std::cout << marked.Value(0, 0).value_or("") << "\n"
             << "next: a running applier retries it within a second; otherwise run trellara apply --config "
             << config.path << "\n";
