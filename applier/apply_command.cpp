@@ -839,7 +839,13 @@ class Applier {
       return;
     CollectBatch();  // the session must be out of pipeline mode to ask for the flushed progress
     if (offsets_.waiting() == 0 && offsets_.safe() == written_offset_) return;
-    const uint64_t safe = offsets_.waiting() == 0 ? offsets_.safe() : offsets_.Durable(FlushedProgress());
+    // Negative control (tests only, TRELLARA_FAULTS=defect.apply_offset_ignores_flush:1:defect): the
+    // offset follows what committed instead of what the target flushed, which the target-crash
+    // scenario must catch.
+    const bool defect = fault::Hit("defect.apply_offset_ignores_flush") == fault::Action::Defect;
+    const uint64_t safe = offsets_.waiting() == 0 ? offsets_.safe()
+                          : defect               ? offsets_.Durable(UINT64_MAX)
+                                                 : offsets_.Durable(FlushedProgress());
     unwritten_transactions_ = 0;
     last_offset_write_ = Clock::now();
     if (safe == written_offset_) return;

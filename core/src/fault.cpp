@@ -68,9 +68,11 @@ Result<std::vector<Rule>> ParseSpec(std::string_view spec) {
         rule.action = Action::Stall;
       } else if (action_text == "error") {
         rule.action = Action::Error;
+      } else if (action_text == "defect") {
+        rule.action = Action::Defect;
       } else {
         return MakeError("TRELLARA_FAULTS entry '" + std::string(entry) +
-                         "': action must be crash, stall or error");
+                         "': action must be crash, stall, error or defect");
       }
       rules.push_back(std::move(rule));
     }
@@ -105,7 +107,7 @@ Action Hit(std::string_view point) {
     for (Rule& rule : registry.rules) {
       if (rule.point != point) continue;
       rule.hits += 1;
-      if (rule.hits == rule.nth) {
+      if (rule.hits == rule.nth || (rule.action == Action::Defect && rule.hits > rule.nth)) {
         rule.fired += 1;
         action = rule.action;
       }
@@ -125,6 +127,7 @@ Action Hit(std::string_view point) {
       return Action::None;
     }
     case Action::Error:
+    case Action::Defect:
     case Action::None:
       return action;
   }

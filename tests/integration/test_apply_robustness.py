@@ -14,8 +14,14 @@ and the dedup table against the log: one row per completed source transaction, s
       delay, restarted each time, >= TRELLARA_KILLS times (default 20; seed TRELLARA_KILL_SEED,
       printed).
   target_immediate_restart_while_applying_converges
-      the target is stopped immediately (SIGQUIT by PID) and started again while the applier
-      applies: the applier exits 1 without quarantining anything; a rerun converges.
+      the target is stopped immediately (SIGQUIT by PID, its WAL writer frozen first so that
+      asynchronously committed transactions are really lost) and started again while the applier
+      applies: the applier exits 1 without quarantining anything, no transaction below the recorded
+      consumer offset is missing on the target, a visible loss happened; a rerun converges.
+  negative_control_offset_past_flush_is_caught
+      the same crash with the defect defect.apply_offset_ignores_flush (offset follows commits, not
+      flushes): the crash must leave lost transactions below the consumer offset, or the scenario
+      above could not catch that defect.
   chunked_transaction_applies_atomically_and_once
       one source transaction of 5,000 rows (5 chunks + manifest + commit marker); the applier is
       killed while that transaction is open on the target: nothing of it is visible; the rerun
@@ -32,8 +38,9 @@ and the dedup table against the log: one row per completed source transaction, s
       column unchanged keeps the target's value.
 
 It prints what it measured. It must never signal a process it did not start (the applier is our
-child, killed by its Popen handle; clusters are stopped by the harness by PID) and never leave a
-cluster running.
+child, killed by its Popen handle; clusters are stopped by the harness by PID; the target's WAL
+writer is frozen and killed only after its PID was read from that cluster's pg_stat_activity) and
+never leave a cluster running.
 """
 
 import os
@@ -283,71 +290,83 @@ def consumer_offset(log_dir):
     return int(text.split("next_offset=")[1].split()[0])
 
 
+def crash_target_while_applying(pair, records, env=None):
+    """Up to three attempts: start the applier, let it commit, freeze the target's WAL writer, let
+    it commit 1 500 more, stop the target immediately. Returns (lost_total, violations): how many
+    visibly committed transactions the crashes lost, and the first attempt's transactions below
+    the recorded consumer offset that the restarted target does not hold (the rule's violation)."""
+    def applied():
+        return int(pair.target.psql("SELECT count(*) FROM trellara.applied_transactions",
+                                    check=False).stdout.strip() or 0)
+    lost_total = 0
+    for attempt in range(1, 4):
+        start_count = applied()
+        start_offset = consumer_offset(pair.log_dir)
+        proc = subprocess.Popen(apply_command(pair.config), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=env)
+        try:
+            wait_for("the applier to commit 500 more transactions and record an offset",
+                     lambda: applied() >= start_count + 500 and consumer_offset(pair.log_dir) > start_offset,
+                     60, 0.01)
+            walwriter = int(pair.target.query("SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'"))
+            os.kill(walwriter, signal.SIGSTOP)
+            frozen_at = applied()
+            wait_for("the applier to commit 1500 more transactions with the WAL writer frozen",
+                     lambda: applied() >= frozen_at + 1500, 60, 0.01)
+            visible = applied()
+            old_pid = pair.target.restart_immediate(stopped_children=(walwriter,))
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                kill9(proc)
+        survived = applied()
+        offset = consumer_offset(pair.log_dir)
+        lost = max(0, visible - survived)
+        lost_total += lost
+        print(f"attempt {attempt}: target postmaster {old_pid} stopped immediately with {visible} transactions "
+              f"visible; {survived} survived the restart (lost {lost}); consumer offset {offset}; "
+              f"applier exit {proc.returncode}: {err.strip()[-300:]}")
+        if proc.returncode != 1:
+            raise CaptureFailure(f"the applier exited {proc.returncode} when the target went away, expected 1:\n"
+                                 f"{out[-1000:]}\n{err[-1000:]}")
+        if "connection" not in err:
+            raise CaptureFailure(f"the applier's message does not say the connection was lost: {err}")
+        have = {lsn_to_int(t) for t in pair.target.query(
+            "SELECT commit_lsn FROM trellara.applied_transactions WHERE flow = 'app'").split()}
+        violations = [r for r in records if r["offset"] < offset and lsn_to_int(r["commit_lsn"]) not in have]
+        if violations:
+            return lost_total, violations
+        quarantined = pair.target.query("SELECT count(*) FROM trellara.quarantine")
+        if quarantined != "0":
+            raise CaptureFailure("a lost target was treated as a quarantine: "
+                                 + pair.target.query("SELECT xid, reason, sqlstate, detail FROM trellara.quarantine"))
+        if lost_total > 0:
+            break
+    return lost_total, []
+
+
 def target_immediate_restart_while_applying_converges():
     """The target stops immediately (its backends die, unwritten WAL is lost) while the applier
     commits with synchronous_commit = off. The durability rule under test: the consumer offset never
     passes a transaction the target can still lose, so after the restart every transaction below
     the recorded offset is on the target, and a rerun converges. The crash must really lose
-    committed transactions (the test requires a loss it can see; otherwise it proved nothing). A stop of server processes alone
-    loses little (WAL already written reaches the kernel's page cache and survives), so the target's
-    WAL writer is frozen with SIGSTOP first: asynchronously committed transactions then stay in
-    shared WAL buffers — until a backend flushes them, as the applier's flushed-progress query does —
-    and the immediate stop (with SIGKILL for the frozen WAL writer) really loses them."""
+    committed transactions (the test requires a loss it can see; otherwise it proved nothing). A
+    stop of server processes alone loses little (WAL already written reaches the kernel's page cache
+    and survives), so the target's WAL writer is frozen with SIGSTOP first: asynchronously committed
+    transactions then stay in shared WAL buffers — until a backend flushes them, as the applier's
+    flushed-progress query does — and the immediate stop (with SIGKILL for the frozen WAL writer)
+    really loses them."""
     with FlowPair("apply-restart", LEDGER_DDL, LEDGER_TABLES) as pair:
         # Large enough that the pipelined applier (~8 000 tx/s here) is still applying when the
         # target goes away, for up to three attempts.
         committed = run_ledger_workload(pair, 16000)
         records = [r for r in log_records(pair.log_dir) if r["type"] in ("envelope", "commit_marker")]
-
-        def applied():
-            return int(pair.target.psql("SELECT count(*) FROM trellara.applied_transactions",
-                                        check=False).stdout.strip() or 0)
-        lost_total = 0
-        for attempt in range(1, 4):
-            start_count = applied()
-            start_offset = consumer_offset(pair.log_dir)
-            proc = start_applier(pair.config)
-            try:
-                wait_for("the applier to commit 500 more transactions and record an offset",
-                         lambda: applied() >= start_count + 500 and consumer_offset(pair.log_dir) > start_offset,
-                         60, 0.01)
-                walwriter = int(pair.target.query("SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'"))
-                os.kill(walwriter, signal.SIGSTOP)
-                frozen_at = applied()
-                wait_for("the applier to commit 1500 more transactions with the WAL writer frozen",
-                         lambda: applied() >= frozen_at + 1500, 60, 0.01)
-                visible = applied()
-                old_pid = pair.target.restart_immediate(stopped_children=(walwriter,))
-                out, err = proc.communicate(timeout=60)
-            finally:
-                if proc.poll() is None:
-                    kill9(proc)
-            survived = applied()
-            offset = consumer_offset(pair.log_dir)
-            lost = max(0, visible - survived)
-            lost_total += lost
-            print(f"attempt {attempt}: target postmaster {old_pid} stopped immediately with {visible} of {committed} "
-                  f"transactions visible; {survived} survived the restart (lost {lost}); consumer offset {offset}; "
-                  f"applier exit {proc.returncode}: {err.strip()[-300:]}")
-            if proc.returncode != 1:
-                raise CaptureFailure(f"the applier exited {proc.returncode} when the target went away, expected 1:\n"
-                                     f"{out[-1000:]}\n{err[-1000:]}")
-            if "connection" not in err:
-                raise CaptureFailure(f"the applier's message does not say the connection was lost: {err}")
-            have = {lsn_to_int(t) for t in pair.target.query(
-                "SELECT commit_lsn FROM trellara.applied_transactions WHERE flow = 'app'").split()}
-            behind = [r for r in records if r["offset"] < offset and lsn_to_int(r["commit_lsn"]) not in have]
-            if behind:
-                raise CaptureFailure(f"the consumer offset {offset} passed {len(behind)} transactions the target lost "
-                                     f"in the crash (first: offset {behind[0]['offset']}, commit "
-                                     f"{behind[0]['commit_lsn']}): they would never be applied again")
-            quarantined = pair.target.query("SELECT count(*) FROM trellara.quarantine")
-            if quarantined != "0":
-                raise CaptureFailure("a lost target was treated as a quarantine: "
-                                     + pair.target.query("SELECT xid, reason, sqlstate, detail FROM trellara.quarantine"))
-            if lost_total > 0:
-                break
-        if lost_total == 0:
+        lost, violations = crash_target_while_applying(pair, records)
+        if violations:
+            raise CaptureFailure(f"the consumer offset passed {len(violations)} transactions the target lost in the "
+                                 f"crash (first: offset {violations[0]['offset']}, commit "
+                                 f"{violations[0]['commit_lsn']}): they would never be applied again")
+        if lost == 0:
             raise CaptureFailure("three immediate stops of the target lost no committed transaction: the scenario "
                                  "did not exercise the asynchronous-commit window it tests")
         run_apply(pair.config, 0)
@@ -357,6 +376,25 @@ def target_immediate_restart_while_applying_converges():
         if int(pair.target.query("SELECT count(*) FROM public.ledger")) != committed:
             raise CaptureFailure("the target ledger does not hold every source transaction")
     print("ok: target_immediate_restart_while_applying_converges")
+
+
+def negative_control_offset_past_flush_is_caught():
+    """Seed 002's negative control for the rule above: with the defect
+    defect.apply_offset_ignores_flush the applier records its consumer offset as far as the target
+    *committed*, not as far as it flushed; the same crash must then show transactions below the
+    offset that the target lost. If it does not, the scenario above could not catch the defect."""
+    with FlowPair("apply-negctl", LEDGER_DDL, LEDGER_TABLES) as pair:
+        run_ledger_workload(pair, 16000)
+        records = [r for r in log_records(pair.log_dir) if r["type"] in ("envelope", "commit_marker")]
+        env = dict(os.environ, TRELLARA_FAULTS="defect.apply_offset_ignores_flush:1:defect")
+        lost, violations = crash_target_while_applying(pair, records, env)
+        if not violations:
+            raise CaptureFailure(f"negative control: with the offset following commits instead of flushes, "
+                                 f"{lost} lost transactions left no gap below the consumer offset — the restart "
+                                 f"scenario cannot catch this defect")
+        print(f"negative control: the defect left {len(violations)} lost transactions below the consumer offset "
+              f"(first: offset {violations[0]['offset']}) — caught")
+    print("ok: negative_control_offset_past_flush_is_caught")
 
 
 BIG_DDL = """
@@ -556,7 +594,7 @@ COMMIT;
 
 SCENARIOS = (hostile_identifiers_and_values_replicate_exactly, chunked_transaction_applies_atomically_and_once,
              conflicting_duplicate_is_quarantined, target_immediate_restart_while_applying_converges,
-             applier_kill9_at_random_moments_converges_exactly_once)
+             negative_control_offset_past_flush_is_caught, applier_kill9_at_random_moments_converges_exactly_once)
 
 if __name__ == "__main__":
     only = sys.argv[1:]

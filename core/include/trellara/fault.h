@@ -4,7 +4,9 @@
 // `Hit(point)` counts the calls at that point; on the nth call it performs the configured action:
 // `crash` kills the process with SIGKILL (no cleanup, like kill -9), `stall` sleeps for
 // TRELLARA_FAULT_STALL_MS (default 10000) and `error` is returned to the caller, which must fail
-// the operation exactly as if the real failure had happened. This file must never change what the
+// the operation exactly as if the real failure had happened. `defect` is for negative controls
+// (seed 002): from the nth pass on, every pass returns Defect and the caller takes a deliberately
+// wrong path that the test suite must catch; such points are named `defect.<what>`. This file must never change what the
 // code does when no fault is configured, and never allocates anything at static-init time (it is
 // linked into the Postgres extension, where static constructors are not allowed).
 #pragma once
@@ -15,7 +17,7 @@
 
 namespace trellara::fault {
 
-enum class Action { None, Crash, Stall, Error };
+enum class Action { None, Crash, Stall, Error, Defect };
 
 // Counts one pass through `point` and performs the configured action for this pass. Crash does
 // not return; Stall returns None after sleeping; Error is returned for the caller to act on.
