@@ -75,9 +75,10 @@ constexpr auto kTailPollInterval = std::chrono::milliseconds(200);
 constexpr auto kReplayReadyPollInterval = std::chrono::seconds(1);
 constexpr auto kProgressInterval = std::chrono::seconds(5);
 // A batch ends at this many transactions or queued statements, whichever comes first, or when the
-// log has nothing more to read. The statement bound keeps what the server answers before the
-// client starts reading (about 100 bytes per statement) far below a socket buffer: the client
-// queues the whole segment before it reads, so the server must never block on a full socket.
+// log has nothing more to read. The bounds keep what a batch holds in memory small: the decoded
+// transactions and their plans, and the server's answers (about 100 bytes per statement) that
+// libpq buffers while the applier is still queueing (libpq reads input whenever a send would
+// block, so a full socket cannot deadlock the pipeline).
 constexpr size_t kBatchMaxTransactions = 256;
 constexpr size_t kBatchMaxStatements = 1024;
 
@@ -677,7 +678,14 @@ class Applier {
         one_at_a_time_ = true;
         break;
       }
-      if (count > 0 && statements + p.plans.size() + 3 > kBatchMaxStatements) break;
+      // A transaction larger than a whole batch (trellara.chunk_changes raised above the bound,
+      // up to 1M changes per envelope) goes alone through the one-at-a-time path, which reads
+      // each answer as it comes instead of buffering them all.
+      if (p.plans.size() + 3 > kBatchMaxStatements) {
+        if (count == 0) one_at_a_time_ = true;
+        break;
+      }
+      if (statements + p.plans.size() + 3 > kBatchMaxStatements) break;
       statements += p.plans.size() + 3;
       count++;
     }

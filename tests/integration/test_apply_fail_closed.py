@@ -13,6 +13,8 @@ Postgres and real `trellara apply` processes, under seed 000's names (issue 5):
     apply.after_commit_before_offset) after its target commits and before its consumer offset is
     written, then the same with the offset write failing: each rerun skips what committed as
     duplicates and converges, every commit LSN applied once;
+  - whole_transaction_larger_than_a_batch_is_applied_alone: a 3 000-change envelope
+    (chunk_changes raised) bypasses the pipeline and applies whole;
   - progress_is_shown_on_a_terminal: under a pseudo-terminal the redrawn progress line appears and
     the structured line ends the output.
 
@@ -172,6 +174,28 @@ def apply_worker_replays_safely_when_ack_fails_after_apply(pair):
     print("ok: apply_worker_replays_safely_when_ack_fails_after_apply")
 
 
+def whole_transaction_larger_than_a_batch_is_applied_alone(pair):
+    """trellara.chunk_changes raised to 5 000 on the source: a 3 000-row transaction is one
+    envelope, more statements than a pipelined batch may hold (1 024); it goes through the
+    one-at-a-time path (bounded memory) and must apply whole."""
+    pair.source.query("ALTER SYSTEM SET trellara.chunk_changes = 5000")
+    pair.source.query("SELECT pg_reload_conf()")
+    pair.source.query("SELECT trellara.stop_flow('app')")
+    pair.source.query("SELECT trellara.start_flow('app')")
+    try:
+        xid, commit_lsn, offset = source_tx(pair, "INSERT INTO audit SELECT g, 'wide' FROM generate_series(5000, 7999) g")
+        record = next(r for r in log_records(pair.log_dir, offset) if r["offset"] == offset)
+        if record["type"] != "envelope":
+            raise CaptureFailure(f"the 3 000-row transaction was logged as {record['type']}, expected one envelope "
+                                 f"(chunk_changes 5000 not in effect)")
+        run_apply(pair.config, 0)
+        assert_same_data(pair.source, pair.target, TABLES, "after a whole transaction larger than a batch")
+    finally:
+        pair.source.query("ALTER SYSTEM RESET trellara.chunk_changes")
+        pair.source.query("SELECT pg_reload_conf()")
+    print(f"ok: whole_transaction_larger_than_a_batch_is_applied_alone (xid {xid}, commit {commit_lsn})")
+
+
 def progress_is_shown_on_a_terminal(pair):
     """On a terminal the applier redraws one line (applied, rate, lag); the structured line ends it.
     `script` (util-linux, in every Debian) gives it a pseudo-terminal."""
@@ -200,5 +224,6 @@ if __name__ == "__main__":
         update_delete_zero_row_match_fails_closed(flow_pair)
         missing_target_table_fails_closed_without_checkpoint_or_dedup(flow_pair)
         apply_worker_replays_safely_when_ack_fails_after_apply(flow_pair)
+        whole_transaction_larger_than_a_batch_is_applied_alone(flow_pair)
         progress_is_shown_on_a_terminal(flow_pair)
         flow_pair.check_no_crashes()
