@@ -836,6 +836,17 @@ class Applier {
     written_offset_ = reader_->next_offset();
     start_offset_ = written_offset_;
     offsets_ = ApplyOffsetTracker(start_offset_);
+    if (until_caught_up_) {
+      // --until-caught-up applies what is durable now, not what the source writes meanwhile: a
+      // source faster than the applier must not keep the command from ending.
+      auto end = log::PublishedEndOffset(*device_, config_.log_directory);
+      if (!end)
+        Fail("cannot read the end of the log of flow " + config_.flow_name + " at " + config_.log_directory + ": " +
+             end.error().message);
+      stop_offset_ = *end;
+    }
+    // Fault point (tests): `stall` here lets the source write past the end the run will stop at.
+    fault::Hit("apply.after_log_opened");
   }
 
   // Records the consumer offset: as far as the target has durably committed (core
@@ -942,6 +953,11 @@ class Applier {
     bool at_tail_reported = false;
     for (;;) {
       if (StopRequested()) break;
+      if (reader_->next_offset() >= stop_offset_) {  // --until-caught-up: the end present at start
+        if (Pump(true) == Outcome::Stopped) break;
+        WriteOffset(true);
+        break;
+      }
       auto next = reader_->Next();
       if (!next)
         Fail("reading the log of flow " + config_.flow_name + " at offset " + std::to_string(reader_->next_offset()) +
@@ -1017,6 +1033,7 @@ class Applier {
   std::optional<uint64_t> offset_after_pending_;  // records read after the last pending transaction
   ApplyOffsetTracker offsets_{0};
   uint64_t start_offset_ = 0;
+  uint64_t stop_offset_ = UINT64_MAX;  // --until-caught-up: the log's published end at start
   uint64_t written_offset_ = 0;  // what consumers/applier holds
   uint64_t unwritten_transactions_ = 0;
   Clock::time_point started_;

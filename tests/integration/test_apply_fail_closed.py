@@ -15,6 +15,8 @@ Postgres and real `trellara apply` processes, under seed 000's names (issue 5):
     duplicates and converges, every commit LSN applied once;
   - whole_transaction_larger_than_a_batch_is_applied_alone: a 3 000-change envelope
     (chunk_changes raised) bypasses the pipeline and applies whole;
+  - until_caught_up_stops_at_the_end_present_at_start: with a source writing all along, the
+    command stops at the log end it saw at start and exits 0;
   - progress_is_shown_on_a_terminal: under a pseudo-terminal the redrawn progress line appears and
     the structured line ends the output.
 
@@ -23,6 +25,7 @@ One source + target pair for all four (cheap for CI); each scenario leaves the p
 import os
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -32,6 +35,7 @@ from test_apply_robustness import (FlowPair, APPLY_TIMEOUT_S, apply_command, ass
                                    wait_log_covers_source)
 
 EXIT_BLOCKED = 3
+PG_BIN = "/usr/lib/postgresql/15/bin"
 DDL = """
 CREATE TABLE public.items (id int PRIMARY KEY, name text NOT NULL, qty int NOT NULL);
 CREATE TABLE public.audit (id bigint PRIMARY KEY, note text NOT NULL);
@@ -196,6 +200,48 @@ def whole_transaction_larger_than_a_batch_is_applied_alone(pair):
     print(f"ok: whole_transaction_larger_than_a_batch_is_applied_alone (xid {xid}, commit {commit_lsn})")
 
 
+def log_end(pair):
+    records = log_records(pair.log_dir)
+    return records[-1]["offset"] + 1 if records else 0
+
+
+def until_caught_up_stops_at_the_end_present_at_start(pair):
+    """A source that keeps writing must not keep `apply --until-caught-up` from ending: it applies
+    what was durable when it started and exits 0. The applier is held for 2 s right after it opened
+    the log (fault point apply.after_log_opened, stall) while the source writes on, so the log
+    grows well past the end it saw; the run must stop before the records written meanwhile."""
+    script = os.path.join(pair.work.name, "bump.sql")
+    with open(script, "w") as f:
+        f.write("UPDATE items SET qty = qty + 1 WHERE id = 10;\n")
+    writer = subprocess.Popen([os.path.join(PG_BIN, "pgbench"), "-n", "-c", "1", "-T", "30", "-f", script],
+                              env=pair.source.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.0)  # the log is growing
+        before = log_end(pair)
+        env = dict(os.environ, TRELLARA_FAULTS="apply.after_log_opened:1:stall", TRELLARA_FAULT_STALL_MS="2500")
+        applier = subprocess.Popen(apply_command(pair.config), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, env=env)
+        time.sleep(1.5)
+        during = log_end(pair)  # written while the applier is held
+        out, err = applier.communicate(timeout=APPLY_TIMEOUT_S)
+    finally:
+        writer.terminate()  # our own children, by their Popen handles
+        writer.wait(timeout=30)
+    if applier.returncode != 0:
+        raise CaptureFailure(f"apply --until-caught-up under a writing source exited {applier.returncode}: {err}")
+    line = [x for x in out.splitlines() if x.startswith("apply flow=")][-1]
+    stopped_at = int(dict(kv.split("=", 1) for kv in line.split()[1:])["next_log_offset"])
+    print(f"until-caught-up under a writing source: log end {before} before the run, {during} while it was "
+          f"held, stopped at {stopped_at}")
+    if not before <= stopped_at < during:
+        raise CaptureFailure(f"--until-caught-up stopped at offset {stopped_at}: expected at or after {before} (the "
+                             f"end before it started) and before {during} (records written after it started)")
+    wait_log_covers_source(pair.source)
+    run_apply(pair.config, 0)
+    assert_same_data(pair.source, pair.target, TABLES, "after the writing source stopped")
+    print("ok: until_caught_up_stops_at_the_end_present_at_start")
+
+
 def progress_is_shown_on_a_terminal(pair):
     """On a terminal the applier redraws one line (applied, rate, lag); the structured line ends it.
     `script` (util-linux, in every Debian) gives it a pseudo-terminal."""
@@ -225,5 +271,6 @@ if __name__ == "__main__":
         missing_target_table_fails_closed_without_checkpoint_or_dedup(flow_pair)
         apply_worker_replays_safely_when_ack_fails_after_apply(flow_pair)
         whole_transaction_larger_than_a_batch_is_applied_alone(flow_pair)
+        until_caught_up_stops_at_the_end_present_at_start(flow_pair)
         progress_is_shown_on_a_terminal(flow_pair)
         flow_pair.check_no_crashes()
