@@ -39,10 +39,10 @@
 #include <optional>
 #include <string>
 #include <thread>
-
-#include <unistd.h>
 #include <unordered_map>
 #include <unordered_set>
+
+#include <unistd.h>
 
 #include "commands.h"
 #include "config.h"
@@ -171,9 +171,6 @@ class Applier {
  public:
   Applier(FlowConfig config, bool until_caught_up)
       : config_(std::move(config)), until_caught_up_(until_caught_up), origin_name_("trellara_" + config_.flow_name) {}
-
-  // Where the applier stands, for the terminal display.
-  uint64_t applied() const { return counters_.applied; }
 
   void Run() {
     auto device = log::OpenUringDevice();
@@ -795,7 +792,6 @@ class Applier {
     }
   }
 
-
   // Moves the batch pipeline forward. With `drain`, returns only once pending_ is empty (every
   // transaction applied, skipped, or the applier stopped); otherwise it sends the next batch and
   // returns while the target executes it.
@@ -905,11 +901,13 @@ class Applier {
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - started_).count();
     std::printf("apply flow=%s state=%s applied=%llu skipped_duplicates=%llu not_applied_changes=%llu "
-                "statements=%llu start_offset=%llu consumer_offset=%llu next_log_offset=%llu seconds=%.1f tx_per_s=%.0f\n",
+                "statements=%llu batches=%llu start_offset=%llu consumer_offset=%llu next_log_offset=%llu seconds=%.1f "
+                "tx_per_s=%.0f\n",
                 config_.flow_name.c_str(), state, static_cast<unsigned long long>(counters_.applied),
                 static_cast<unsigned long long>(counters_.skipped_duplicates),
                 static_cast<unsigned long long>(counters_.not_applied_changes),
-                static_cast<unsigned long long>(counters_.statements), static_cast<unsigned long long>(start_offset_),
+                static_cast<unsigned long long>(counters_.statements), static_cast<unsigned long long>(batches_),
+                static_cast<unsigned long long>(start_offset_),
                 static_cast<unsigned long long>(written_offset_), static_cast<unsigned long long>(reader_->next_offset()),
                 seconds, seconds > 0 ? static_cast<double>(counters_.applied) / seconds : 0.0);
     std::fflush(stdout);
@@ -1025,7 +1023,7 @@ class Applier {
   std::unordered_set<std::string> accepted_relations_;       // fingerprints the target can take
   uint64_t statement_serial_ = 0;  // names prepared statements; never reused
   Counters counters_;
-  uint64_t batches_ = 0;  // pipeline segments sent
+  uint64_t batches_ = 0;  // pipeline segments sent (shown as batches=)
   std::deque<PendingTx> pending_;  // whole transactions read, not yet applied, in log order
   size_t inflight_ = 0;             // leading entries of pending_ queued to the target
   std::vector<Expect> expects_;     // the answers the in-flight batch owes
