@@ -739,9 +739,10 @@ class Applier {
                DescribeTransaction(pending_.front().ready.tx) + " (" + next.result.Describe() +
                "); transactions of it may or may not have committed: rerun trellara apply, the dedup rows "
                "make it resume exactly once");
-        if (next.sync)
-          Fail("the target answered a pipeline Sync before every queued statement of the batch (flow " +
-               config_.flow_name + "); rerun trellara apply");
+        if (next.sync || next.missing)
+          Fail("the target's answers to the batch starting at " + DescribeTransaction(pending_.front().ready.tx) +
+               " ended before every queued statement was answered (flow " + config_.flow_name + ", " +
+               next.result.Describe() + "); rerun trellara apply, the dedup rows make it resume exactly once");
         const bool ok = next.result.ok() && !next.aborted;
         if (expect.what == What::Prepare && !ok) statements_.erase(expect.statement_key);  // not prepared
         if (!ok && !next.aborted && !failed)

@@ -163,6 +163,7 @@ PgConnection::PipelineResult PgConnection::NextResult() {
   if (raw == nullptr) {
     // A lost connection (or a protocol error) ends the result stream early.
     out.result = Collect(nullptr);
+    out.missing = true;
     return out;
   }
   const ExecStatusType status = PQresultStatus(raw);

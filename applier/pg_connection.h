@@ -82,6 +82,7 @@ class PgConnection {
     PgResult result;
     bool aborted = false;
     bool sync = false;
+    bool missing = false;  // no answer at all (connection lost or the stream out of step)
   };
   PipelineResult NextResult();
 

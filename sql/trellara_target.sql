@@ -61,8 +61,10 @@ CREATE TABLE IF NOT EXISTS trellara.apply_status (
 -- The applier's row-count check (core RowCheckedSql): every planned INSERT/UPDATE/DELETE must
 -- touch exactly one row. Raising here, inside the statement, makes a wrong match abort the
 -- transaction on the server before its COMMIT runs — the applier pipelines COMMIT behind the
--- statement, so a check in the client would come too late. P0002 = no row, P0003 = several (the
--- count in DETAIL); the applier turns them into zero_rows_matched / many_rows_matched quarantines.
+-- statement, so a check in the client would come too late. SQLSTATE TR001 = no row, TR002 =
+-- several (the count in DETAIL): a class of their own, so that no trigger's or function's error
+-- (PL/pgSQL's own P0002/P0003, say) is taken for a wrong match; the applier turns them into
+-- zero_rows_matched / many_rows_matched quarantines.
 CREATE OR REPLACE FUNCTION trellara.require_one_row(matched bigint)
 RETURNS void LANGUAGE plpgsql AS $fn$
 -- No SET search_path: it would cost a GUC save/restore per change, and the body names only
@@ -71,10 +73,10 @@ BEGIN
   IF matched = 1 THEN
     RETURN;
   ELSIF matched = 0 THEN
-    RAISE EXCEPTION 'the change matched no row on the target' USING ERRCODE = 'P0002', DETAIL = '0';
+    RAISE EXCEPTION 'the change matched no row on the target' USING ERRCODE = 'TR001', DETAIL = '0';
   ELSE
     RAISE EXCEPTION 'the change matched % rows on the target, expected exactly one', matched
-      USING ERRCODE = 'P0003', DETAIL = matched::text;
+      USING ERRCODE = 'TR002', DETAIL = matched::text;
   END IF;
 END
 $fn$;

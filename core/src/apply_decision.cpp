@@ -259,11 +259,11 @@ QuarantineCause CauseFromStatementError(const std::string& sqlstate, const std::
   cause.detail = message;
   if (!sqlstate.empty()) cause.detail += " (SQLSTATE " + sqlstate + ")";
   // The row-count check's DETAIL is the bare count, already said by the message.
-  if (!detail.empty() && sqlstate != "P0002" && sqlstate != "P0003") cause.detail += ": " + detail;
-  if (sqlstate == "P0002") {
+  if (!detail.empty() && sqlstate != "TR001" && sqlstate != "TR002") cause.detail += ": " + detail;
+  if (sqlstate == "TR001") {
     cause.reason = QuarantineReason::ZeroRowsMatched;
     cause.rows = 0;
-  } else if (sqlstate == "P0003") {
+  } else if (sqlstate == "TR002") {
     cause.reason = QuarantineReason::ManyRowsMatched;
     cause.rows = std::strtoull(detail.c_str(), nullptr, 10);
   } else if (sqlstate == "23505") {

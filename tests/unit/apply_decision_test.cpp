@@ -270,10 +270,10 @@ TEST_CASE("quarantine_replay_ready_refuses_unknown_transaction_boundary", "[deci
 }
 
 TEST_CASE("statement_errors_map_to_quarantine_reasons", "[decision]") {
-  auto none = CauseFromStatementError("P0002", "the change matched no row on the target", "0");
+  auto none = CauseFromStatementError("TR001", "the change matched no row on the target", "0");
   CHECK(none.reason == QuarantineReason::ZeroRowsMatched);
   CHECK(none.rows == 0);
-  auto many = CauseFromStatementError("P0003", "the change matched 3 rows on the target, expected exactly one", "3");
+  auto many = CauseFromStatementError("TR002", "the change matched 3 rows on the target, expected exactly one", "3");
   CHECK(many.reason == QuarantineReason::ManyRowsMatched);
   CHECK(many.rows == 3);
   auto dup = CauseFromStatementError("23505", "duplicate key value violates unique constraint \"t_pkey\"",
@@ -285,6 +285,8 @@ TEST_CASE("statement_errors_map_to_quarantine_reasons", "[decision]") {
   auto col = CauseFromStatementError("42703", "column \"note\" of relation \"orders\" does not exist", "");
   CHECK(col.reason == QuarantineReason::MissingColumn);
   CHECK(col.column == "note");
+  // PL/pgSQL's own no_data_found from a target trigger is not the applier's row check.
+  CHECK(CauseFromStatementError("P0002", "query returned no rows", "").reason == QuarantineReason::SqlError);
   auto other = CauseFromStatementError("22P02", "invalid input syntax for type integer: \"x\"", "");
   CHECK(other.reason == QuarantineReason::SqlError);
   CHECK(other.sqlstate == "22P02");

@@ -78,7 +78,7 @@ struct QuarantineCause {
 
 // A statement of a transaction failed on the target: what kind of failure it is, from the
 // server's SQLSTATE and message. The row-count check of a planned statement (RowCheckedSql) raises
-// P0002 for no matching row and P0003 with the count in DETAIL for more than one.
+// TR001 for no matching row and TR002 with the count in DETAIL for more than one.
 // `plan_relation`/`plan_match` describe the planned statement (empty when the failure was not in a
 // planned change). Nothing is guessed: an unknown SQLSTATE is SqlError with the server's words.
 QuarantineCause CauseFromStatementError(const std::string& sqlstate, const std::string& message,

@@ -91,7 +91,7 @@ Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationIn
 // wrapped so that the target itself raises when it touched anything but exactly one row —
 //   WITH trellara_rows AS (<dml> RETURNING 1)
 //   SELECT CASE WHEN count(*) = 1 THEN NULL ELSE trellara.require_one_row(count(*)) END FROM trellara_rows
-// — SQLSTATE P0002 for none, P0003 with the count as DETAIL for several (trellara.require_one_row
+// — SQLSTATE TR001 for none, TR002 with the count as DETAIL for several (trellara.require_one_row
 // is defined in sql/trellara_target.sql). The check must be on the server, not in the client: in a
 // pipeline the COMMIT is already queued when the affected-row count comes back. Other plans are
 // returned unchanged.
