@@ -722,6 +722,17 @@ class Applier {
     }
     queued(conn_->Sync());
     batches_++;
+    // Negative control (tests only, TRELLARA_FAULTS=defect.apply_ack_before_commit:1:defect): the
+    // consumer offset is recorded past the batch as soon as it is sent, before the target has
+    // committed it — acknowledging before applying. A kill in that window loses the batch for good,
+    // which the kill -9 scenario must catch.
+    if (fault::Hit("defect.apply_ack_before_commit") == fault::Action::Defect) {
+      for (size_t k = 0; k < count; k++) offsets_.Done(pending_[k].offset_after, 0);
+      const uint64_t early = offsets_.Durable(UINT64_MAX);
+      if (early != written_offset_ &&
+          log::WriteConsumerOffset(*device_, config_.log_directory, kConsumerName, early).ok())
+        written_offset_ = early;
+    }
   }
 
   // Reads the in-flight batch's results and retires, in order, every transaction that committed

@@ -18,6 +18,9 @@ and the dedup table against the log: one row per completed source transaction, s
       asynchronously committed transactions are really lost) and started again while the applier
       applies: the applier exits 1 without quarantining anything, no transaction below the recorded
       consumer offset is missing on the target, a visible loss happened; a rerun converges.
+  negative_control_ack_before_commit_is_caught
+      the kill -9 scenario with the defect defect.apply_ack_before_commit (consumer offset written
+      when a batch is sent, before COMMIT): the convergence checks must fail.
   negative_control_offset_past_flush_is_caught
       the same crash with the defect defect.apply_offset_ignores_flush (offset follows commits, not
       flushes): the crash must leave lost transactions below the consumer offset, or the scenario
@@ -225,45 +228,62 @@ def assert_ledger_has_no_duplicate_effects(target, label):
         raise CaptureFailure(f"{label}: duplicate or missing effects on the target")
 
 
+def kill9_rounds(pair, rng, kills_wanted, env=None):
+    """Starts the applier over and over, kill -9 after a random 0.1-0.6 s, until `kills_wanted`
+    kills, adding ledger backlog whenever a run caught up first; then one run to the end.
+    Returns (committed, kills, landed, refused_busy, batches)."""
+    committed = run_ledger_workload(pair, 2400)
+    print(f"backlog: {committed} ledger transactions")
+    kills, landed, refused_busy, batches = 0, 0, 0, 1
+    while True:
+        before = pair.target.psql("SELECT count(*) FROM trellara.applied_transactions", check=False).stdout.strip()
+        proc = subprocess.Popen(apply_command(pair.config), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=env)
+        delay = rng.uniform(0.1, 0.6) if kills < kills_wanted else None
+        try:
+            out, err = proc.communicate(timeout=delay if delay is not None else APPLY_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            kill9(proc)
+            kills += 1
+            after = pair.target.psql("SELECT count(*) FROM trellara.applied_transactions",
+                                     check=False).stdout.strip()
+            if before != after:
+                landed += 1
+            # The killed applier's backend ends when it sees the socket close; until then it
+            # holds the flow's advisory lock.
+            wait_for("the killed applier's target session to end", lambda: applier_session_gone(pair.target), 30,
+                     0.02)
+            continue
+        if proc.returncode == 1 and "another applier of flow app is running" in err:
+            refused_busy += 1
+            time.sleep(0.05)
+            continue
+        if proc.returncode != 0:
+            raise CaptureFailure(f"apply exited {proc.returncode} after {kills} kills: {err[-2000:]}")
+        if kills >= kills_wanted:
+            print(f"final run: {out.strip().splitlines()[-1]}")
+            return committed, kills, landed, refused_busy, batches
+        # Caught up before enough kills: give it more backlog.
+        committed += run_ledger_workload(pair, 800)
+        batches += 1
+
+
+def assert_kill9_converged(pair, committed, label):
+    assert_same_data(pair.source, pair.target, LEDGER_TABLES, label)
+    assert_each_transaction_applied_once(pair.target, pair.log_dir, label)
+    assert_ledger_has_no_duplicate_effects(pair.target, label)
+    ledger_rows = int(pair.target.query("SELECT count(*) FROM public.ledger"))
+    if ledger_rows != committed:
+        raise CaptureFailure(f"target ledger has {ledger_rows} rows, the source committed {committed}")
+
+
 def applier_kill9_at_random_moments_converges_exactly_once():
     rng = random.Random(KILL_SEED)
     print(f"kill -9 test: seed {KILL_SEED} (TRELLARA_KILL_SEED={KILL_SEED} reproduces the delays), "
           f"{KILLS} kills (TRELLARA_KILLS)")
     with FlowPair("apply-kill9", LEDGER_DDL, LEDGER_TABLES) as pair:
-        committed = run_ledger_workload(pair, 2400)
-        print(f"backlog: {committed} ledger transactions")
-        kills, landed, refused_busy, batches = 0, 0, 0, 1
         started = time.monotonic()
-        while True:
-            before = pair.target.psql("SELECT count(*) FROM trellara.applied_transactions", check=False).stdout.strip()
-            proc = start_applier(pair.config)
-            delay = rng.uniform(0.1, 0.6) if kills < KILLS else None
-            try:
-                out, err = proc.communicate(timeout=delay if delay is not None else APPLY_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                kill9(proc)
-                kills += 1
-                after = pair.target.psql("SELECT count(*) FROM trellara.applied_transactions",
-                                         check=False).stdout.strip()
-                if before != after:
-                    landed += 1
-                # The killed applier's backend ends when it sees the socket close; until then it
-                # holds the flow's advisory lock.
-                wait_for("the killed applier's target session to end", lambda: applier_session_gone(pair.target), 30,
-                         0.02)
-                continue
-            if proc.returncode == 1 and "another applier of flow app is running" in err:
-                refused_busy += 1
-                time.sleep(0.05)
-                continue
-            if proc.returncode != 0:
-                raise CaptureFailure(f"apply exited {proc.returncode} after {kills} kills: {err[-2000:]}")
-            if kills >= KILLS:
-                print(f"final run: {out.strip().splitlines()[-1]}")
-                break
-            # Caught up before enough kills: give it more backlog.
-            committed += run_ledger_workload(pair, 800)
-            batches += 1
+        committed, kills, landed, refused_busy, batches = kill9_rounds(pair, rng, KILLS)
         print(f"kill -9: {kills} kills ({landed} after the applier had committed something in that run), "
               f"{refused_busy} restarts refused while the killed session ended, {batches} backlog batches, "
               f"{committed} ledger transactions, {time.monotonic() - started:.1f}s")
@@ -271,14 +291,31 @@ def applier_kill9_at_random_moments_converges_exactly_once():
             raise CaptureFailure(f"only {kills} kills, wanted {KILLS}")
         if landed < KILLS // 4:
             raise CaptureFailure(f"only {landed} of {kills} kills landed while the applier was committing")
-        assert_same_data(pair.source, pair.target, LEDGER_TABLES, "after kill -9")
-        assert_each_transaction_applied_once(pair.target, pair.log_dir, "after kill -9")
-        assert_ledger_has_no_duplicate_effects(pair.target, "after kill -9")
-        ledger_rows = int(pair.target.query("SELECT count(*) FROM public.ledger"))
-        if ledger_rows != committed:
-            raise CaptureFailure(f"target ledger has {ledger_rows} rows, the source committed {committed}")
+        assert_kill9_converged(pair, committed, "after kill -9")
         pair.check_no_crashes()
     print("ok: applier_kill9_at_random_moments_converges_exactly_once")
+
+
+def negative_control_ack_before_commit_is_caught():
+    """Seed 002's negative control for the kill -9 scenario: with the defect
+    defect.apply_ack_before_commit the applier records its consumer offset past a batch as soon as
+    it sends it, before the target commits. The same kills must then lose transactions that the
+    convergence checks see; if they pass, the kill -9 scenario could not catch acknowledging
+    before applying."""
+    rng = random.Random(KILL_SEED + 1)
+    kills_wanted = 8
+    with FlowPair("apply-negack", LEDGER_DDL, LEDGER_TABLES) as pair:
+        env = dict(os.environ, TRELLARA_FAULTS="defect.apply_ack_before_commit:1:defect")
+        committed, kills, landed, _, _ = kill9_rounds(pair, rng, kills_wanted, env)
+        try:
+            assert_kill9_converged(pair, committed, "negative control")
+        except CaptureFailure as caught:
+            print(f"negative control: {kills} kills with the consumer offset written before COMMIT — caught: "
+                  f"{str(caught).splitlines()[0][:300]}")
+        else:
+            raise CaptureFailure(f"negative control: {kills} kills ({landed} landed) with the consumer offset written "
+                                 f"before COMMIT converged anyway — the kill -9 scenario cannot catch that defect")
+    print("ok: negative_control_ack_before_commit_is_caught")
 
 
 def consumer_offset(log_dir):
@@ -594,7 +631,8 @@ COMMIT;
 
 SCENARIOS = (hostile_identifiers_and_values_replicate_exactly, chunked_transaction_applies_atomically_and_once,
              conflicting_duplicate_is_quarantined, target_immediate_restart_while_applying_converges,
-             negative_control_offset_past_flush_is_caught, applier_kill9_at_random_moments_converges_exactly_once)
+             negative_control_offset_past_flush_is_caught, applier_kill9_at_random_moments_converges_exactly_once,
+             negative_control_ack_before_commit_is_caught)
 
 if __name__ == "__main__":
     only = sys.argv[1:]
