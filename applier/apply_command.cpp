@@ -614,6 +614,10 @@ class Applier {
             return Outcome::Applied;
           }
           Quarantine(ready, *failure, evidence.previous_attempts);
+          // Negative control (tests only, TRELLARA_FAULTS=defect.apply_skip_quarantined:1:defect):
+          // move past the quarantined transaction instead of halting there, which the fail-closed
+          // tests must catch.
+          if (fault::Hit("defect.apply_skip_quarantined") == fault::Action::Defect) return Outcome::SkippedDuplicate;
           if (!WaitWhileBlocked(BuildQuarantine(ready.tx, ready.checksum, *failure, evidence.previous_attempts).message))
             return Outcome::Stopped;
           continue;

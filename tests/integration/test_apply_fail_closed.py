@@ -18,7 +18,10 @@ Postgres and real `trellara apply` processes, under seed 000's names (issue 5):
   - until_caught_up_stops_at_the_end_present_at_start: with a source writing all along, the
     command stops at the log end it saw at start and exits 0;
   - progress_is_shown_on_a_terminal: under a pseudo-terminal the redrawn progress line appears and
-    the structured line ends the output.
+    the structured line ends the output;
+  - negative_control_moving_past_a_quarantine_is_caught: with defect.apply_skip_quarantined the
+    fail-closed guarantees above must fail (run last: it leaves the flow past an unapplied
+    transaction).
 
 One source + target pair for all four (cheap for CI); each scenario leaves the pair converged.
 """
@@ -264,6 +267,29 @@ def progress_is_shown_on_a_terminal(pair):
     print("ok: progress_is_shown_on_a_terminal")
 
 
+def negative_control_moving_past_a_quarantine_is_caught(pair):
+    """Seed 002's negative control for the fail-closed checks: with the defect
+    defect.apply_skip_quarantined the applier quarantines a zero-row UPDATE and then moves on instead
+    of halting. The guarantees update_delete_zero_row_match_fails_closed checks (nothing recorded
+    past the quarantined commit, the next transaction not applied) must then fail. Runs last: it
+    leaves the flow past a transaction it never applied."""
+    pair.target.query("DELETE FROM public.items WHERE id = 4")
+    xid, commit_lsn, offset = source_tx(pair, "UPDATE items SET qty = qty + 1 WHERE id = 4")
+    source_tx(pair, "INSERT INTO items VALUES (400, 'after', 1)")
+    env = dict(os.environ, TRELLARA_FAULTS="defect.apply_skip_quarantined:1:defect")
+    result = subprocess.run(apply_command(pair.config), capture_output=True, text=True, env=env,
+                            timeout=APPLY_TIMEOUT_S)
+    try:
+        assert_blocked_without_trace(pair, xid, commit_lsn, offset, "zero_rows_matched", lambda: pair.target.query(
+            "SELECT count(*) FROM public.items WHERE id = 400") == "0")
+    except CaptureFailure as caught:
+        print(f"negative control: applier exit {result.returncode} with the halt skipped — caught: {caught}")
+    else:
+        raise CaptureFailure("negative control: an applier that moves past a quarantined transaction passed the "
+                             "fail-closed checks — they cannot catch that defect")
+    print("ok: negative_control_moving_past_a_quarantine_is_caught")
+
+
 if __name__ == "__main__":
     with FlowPair("apply-failclosed", DDL, TABLES) as flow_pair:
         key_changing_update_sets_new_key_and_matches_old_key(flow_pair)
@@ -273,4 +299,5 @@ if __name__ == "__main__":
         whole_transaction_larger_than_a_batch_is_applied_alone(flow_pair)
         until_caught_up_stops_at_the_end_present_at_start(flow_pair)
         progress_is_shown_on_a_terminal(flow_pair)
+        negative_control_moving_past_a_quarantine_is_caught(flow_pair)
         flow_pair.check_no_crashes()
