@@ -434,6 +434,17 @@ class Applier {
     return cause;
   }
 
+  // Core's DecideApply. Negative control (tests only,
+  // TRELLARA_FAULTS=defect.apply_ignore_dedup:1:defect): a duplicate is applied again, which the
+  // re-read tests must catch.
+  static ApplyDecision Decide(const ReadyTransaction& ready, const TargetEvidence& target) {
+    ApplyDecision decision = DecideApply(ready.tx, ready.checksum, target);
+    if (decision.action == ApplyAction::SkipDuplicate &&
+        fault::Hit("defect.apply_ignore_dedup") == fault::Action::Defect)
+      decision = ApplyDecision{};
+    return decision;
+  }
+
   // ---- one transaction -----------------------------------------------------------------
 
   // Runs one planned change inside the open transaction. Returns the cause when the target
@@ -501,7 +512,7 @@ class Applier {
       cause.reason = QuarantineReason::SqlError;
       cause.operation = what;
       cause.sqlstate = r.sqlstate();
-      cause.detail = r.Describe();
+      cause.detail = r.message() + (r.detail().empty() ? std::string() : ": " + r.detail());
       failure = cause;
     };
     step(conn_->ExecPrepared("trellara_commit_record", CommitRecordParams(ready)),
@@ -587,7 +598,7 @@ class Applier {
   Outcome Process(const ReadyTransaction& ready) {
     for (;;) {
       Evidence evidence = ReadEvidence(ready.tx);
-      const ApplyDecision decision = DecideApply(ready.tx, ready.checksum, evidence.target);
+      const ApplyDecision decision = Decide(ready, evidence.target);
       switch (decision.action) {
         case ApplyAction::SkipDuplicate:
           counters_.skipped_duplicates++;
@@ -647,7 +658,7 @@ class Applier {
     for (size_t i = 0; i < ids.size(); i++) {
       PendingTx& p = pending_[i];
       const Evidence& e = evidence[i];
-      const ApplyDecision decision = DecideApply(p.ready.tx, p.ready.checksum, e.target);
+      const ApplyDecision decision = Decide(p.ready, e.target);
       if (decision.action == ApplyAction::SkipDuplicate) {
         p.skip = true;
         count++;

@@ -256,8 +256,7 @@ QuarantineCause CauseFromStatementError(const std::string& sqlstate, const std::
                                         const std::string& detail) {
   QuarantineCause cause;
   cause.sqlstate = sqlstate;
-  cause.detail = message;
-  if (!sqlstate.empty()) cause.detail += " (SQLSTATE " + sqlstate + ")";
+  cause.detail = message;  // the SQLSTATE is its own field; the quarantine message shows it once
   // The row-count check's DETAIL is the bare count, already said by the message.
   if (!detail.empty() && sqlstate != "TR001" && sqlstate != "TR002") cause.detail += ": " + detail;
   if (sqlstate == "TR001") {

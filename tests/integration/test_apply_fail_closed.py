@@ -19,6 +19,9 @@ Postgres and real `trellara apply` processes, under seed 000's names (issue 5):
     command stops at the log end it saw at start and exits 0;
   - progress_is_shown_on_a_terminal: under a pseudo-terminal the redrawn progress line appears and
     the structured line ends the output;
+  - rereading_the_log_skips_duplicates_and_its_negative_control: without its consumer offset the
+    applier skips every logged transaction as a duplicate; with defect.apply_ignore_dedup it must not
+    pass that check;
   - negative_control_moving_past_a_quarantine_is_caught: with defect.apply_skip_quarantined the
     fail-closed guarantees above must fail (run last: it leaves the flow past an unapplied
     transaction).
@@ -267,6 +270,44 @@ def progress_is_shown_on_a_terminal(pair):
     print("ok: progress_is_shown_on_a_terminal")
 
 
+def rereading_the_log_skips_duplicates_and_its_negative_control(pair):
+    """Without its consumer offset the applier re-reads the whole log and must skip every
+    transaction as a duplicate (exit 0, nothing applied, data unchanged). Negative control:
+    with defect.apply_ignore_dedup (a duplicate is applied again) the same re-read must not pass
+    those checks."""
+    offset_file = os.path.join(pair.log_dir, "consumers", "applier")
+
+    def reread(env=None):
+        os.remove(offset_file)
+        result = subprocess.run(apply_command(pair.config), capture_output=True, text=True, env=env,
+                                timeout=APPLY_TIMEOUT_S)
+        lines = [x for x in result.stdout.splitlines() if x.startswith("apply flow=")]
+        fields = dict(kv.split("=", 1) for kv in lines[-1].split()[1:]) if lines else {}
+        return result, fields
+
+    logged = len([r for r in log_records(pair.log_dir) if r["type"] in ("envelope", "commit_marker")])
+    result, fields = reread()
+    if result.returncode != 0 or fields.get("applied") != "0" or fields.get("skipped_duplicates") != str(logged):
+        raise CaptureFailure(f"re-reading the log did not skip all {logged} transactions as duplicates: exit "
+                             f"{result.returncode}, {fields}, {result.stderr[-500:]}")
+    assert_same_data(pair.source, pair.target, TABLES, "after re-reading the log")
+    print(f"re-read: {logged} transactions skipped as duplicates")
+
+    env = dict(os.environ, TRELLARA_FAULTS="defect.apply_ignore_dedup:1:defect")
+    result, fields = reread(env)
+    if result.returncode == 0 and fields.get("skipped_duplicates") == str(logged):
+        raise CaptureFailure("negative control: an applier that applies duplicates again passed the re-read checks")
+    print(f"negative control: with duplicates applied again the re-read exits {result.returncode} "
+          f"({fields.get('skipped_duplicates', '-')} skipped): {result.stderr.strip()[:240]} — caught")
+    # Restore a converged pair for the scenarios after this one.
+    pair.target.query("DELETE FROM trellara.quarantine WHERE flow = 'app' AND state = 'quarantined'")
+    result, fields = reread()
+    if result.returncode != 0:
+        raise CaptureFailure(f"the clean re-read after the negative control failed: {result.stderr[-500:]}")
+    assert_same_data(pair.source, pair.target, TABLES, "after the dedup negative control")
+    print("ok: rereading_the_log_skips_duplicates_and_its_negative_control")
+
+
 def negative_control_moving_past_a_quarantine_is_caught(pair):
     """Seed 002's negative control for the fail-closed checks: with the defect
     defect.apply_skip_quarantined the applier quarantines a zero-row UPDATE and then moves on instead
@@ -299,5 +340,6 @@ if __name__ == "__main__":
         whole_transaction_larger_than_a_batch_is_applied_alone(flow_pair)
         until_caught_up_stops_at_the_end_present_at_start(flow_pair)
         progress_is_shown_on_a_terminal(flow_pair)
+        rereading_the_log_skips_duplicates_and_its_negative_control(flow_pair)
         negative_control_moving_past_a_quarantine_is_caught(flow_pair)
         flow_pair.check_no_crashes()

@@ -279,7 +279,15 @@ TEST_CASE("statement_errors_map_to_quarantine_reasons", "[decision]") {
   auto dup = CauseFromStatementError("23505", "duplicate key value violates unique constraint \"t_pkey\"",
                                      "Key (id)=(1) already exists.");
   CHECK(dup.reason == QuarantineReason::DuplicateKey);
-  CHECK_THAT(dup.detail, Catch::Contains("(SQLSTATE 23505)") && Catch::Contains("Key (id)=(1) already exists."));
+  CHECK(dup.sqlstate == "23505");
+  CHECK(dup.detail == "duplicate key value violates unique constraint \"t_pkey\": Key (id)=(1) already exists.");
+  // The quarantine message names the SQLSTATE once.
+  auto failed = CauseFromStatementError("22P02", "invalid input syntax for type integer: \"x\"", "");
+  failed.operation = "UPDATE";
+  failed.relation = "public.t";
+  const std::string message = BuildQuarantine(TxIdentity{"app", 1, 7, 0x100}, Sha256{}, failed, 0).message;
+  CHECK(message.find("SQLSTATE 22P02") != std::string::npos);
+  CHECK(message.find("SQLSTATE 22P02") == message.rfind("SQLSTATE 22P02"));
   CHECK(CauseFromStatementError("42P01", "relation \"public.t\" does not exist", "").reason ==
         QuarantineReason::MissingTable);
   auto col = CauseFromStatementError("42703", "column \"note\" of relation \"orders\" does not exist", "");
