@@ -180,7 +180,7 @@ def apply_copies_pgbench_once_and_quarantines_divergence():
         target.query("DELETE FROM public.pgbench_accounts WHERE aid = 42")
         xid = int(source.query("BEGIN; UPDATE pgbench_accounts SET abalance = abalance + 7 WHERE aid = 42; "
                                "SELECT txid_current(); COMMIT").splitlines()[0])
-        source.query("INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (1, 1, 43, 99, now())")
+        source.query("INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (1, 1, 43, 777777, now())")
         wait_log_covers_source(source)
         records = log_records(log_dir)
         failing = next(r for r in records if r["type"] == "envelope" and r["xid"] == xid)
@@ -204,7 +204,8 @@ def apply_copies_pgbench_once_and_quarantines_divergence():
         if state != "blocked" or int(offset_after) > failing["offset"] or int(offset_after) < offset_before:
             raise CaptureFailure(f"apply status {status!r}: expected blocked with the consumer offset at most "
                                  f"{failing['offset']} (the quarantined envelope)")
-        if target.query("SELECT count(*) FROM public.pgbench_history WHERE delta = 99") != "0":
+        # 777777 is outside pgbench's own deltas (-5000..5000), so no workload row can match.
+        if target.query("SELECT count(*) FROM public.pgbench_history WHERE delta = 777777") != "0":
             raise CaptureFailure("a transaction after the quarantined one was applied")
         print(f"quarantined xid {xid} commit {commit_lsn}: {message.strip()}")
 

@@ -107,7 +107,7 @@ def operator_commands_report_verify_and_release_quarantine():
         target.query("DELETE FROM public.pgbench_accounts WHERE aid = 42")
         xid = int(source.query("BEGIN; UPDATE pgbench_accounts SET abalance = abalance + 7 WHERE aid = 42; "
                                "SELECT txid_current(); COMMIT").splitlines()[0])
-        source.query("INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (1, 1, 43, 99, now())")
+        source.query("INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (1, 1, 43, 777777, now())")
         wait_log_covers_source(source)
         failing = next(r for r in log_records(log_dir) if r["type"] == "envelope" and r["xid"] == xid)
         commit_lsn = failing["commit_lsn"]
