@@ -213,7 +213,7 @@ def log_end(pair):
 
 def until_caught_up_stops_at_the_end_present_at_start(pair):
     """A source that keeps writing must not keep `apply --until-caught-up` from ending: it applies
-    what was durable when it started and exits 0. The applier is held for 2 s right after it opened
+    what was durable when it started and exits 0. The applier is held for 4 s right after it opened
     the log (fault point apply.after_log_opened, stall) while the source writes on, so the log
     grows well past the end it saw; the run must stop before the records written meanwhile."""
     script = os.path.join(pair.work.name, "bump.sql")
@@ -224,10 +224,10 @@ def until_caught_up_stops_at_the_end_present_at_start(pair):
     try:
         time.sleep(1.0)  # the log is growing
         before = log_end(pair)
-        env = dict(os.environ, TRELLARA_FAULTS="apply.after_log_opened:1:stall", TRELLARA_FAULT_STALL_MS="2500")
+        env = dict(os.environ, TRELLARA_FAULTS="apply.after_log_opened:1:stall", TRELLARA_FAULT_STALL_MS="4000")
         applier = subprocess.Popen(apply_command(pair.config), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True, env=env)
-        time.sleep(1.5)
+        time.sleep(2.5)  # well after the applier opened the log (~0.1 s), well before its stall ends
         during = log_end(pair)  # written while the applier is held
         out, err = applier.communicate(timeout=APPLY_TIMEOUT_S)
     finally:
