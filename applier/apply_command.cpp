@@ -738,11 +738,13 @@ class Applier {
     queued(conn_->Sync());
     batches_++;
     // Negative control (tests only, TRELLARA_FAULTS=defect.apply_ack_before_commit:1:defect): the
-    // consumer offset is recorded past the batch as soon as it is sent, before the target has
-    // committed it — acknowledging before applying. A kill in that window loses the batch for good,
-    // which the kill -9 scenario must catch.
+    // consumer offset is recorded past every transaction read so far — the batch just sent and
+    // those still waiting for the next one — before the target has committed any of them:
+    // acknowledging on read instead of after COMMIT. A kill then loses them for good, which the
+    // kill -9 scenario must catch. (Only past the sent batch would hardly ever lose anything: the
+    // target still commits what was sent before the applier died.)
     if (fault::Hit("defect.apply_ack_before_commit") == fault::Action::Defect) {
-      for (size_t k = 0; k < count; k++) offsets_.Done(pending_[k].offset_after, 0);
+      for (const PendingTx& p : pending_) offsets_.Done(p.offset_after, 0);
       const uint64_t early = offsets_.Durable(UINT64_MAX);
       if (early != written_offset_ &&
           log::WriteConsumerOffset(*device_, config_.log_directory, kConsumerName, early).ok())

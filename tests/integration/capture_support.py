@@ -34,6 +34,14 @@ class CaptureFailure(AssertionError):
     """A measured fact contradicts the capture contract; the message says which and by how much."""
 
 
+def assert_no_backend_crashes(*clusters):
+    """No server log of `clusters` reports a backend killed by a signal."""
+    for cluster in clusters:
+        crashes = cluster.backend_crashes()
+        if crashes:
+            raise CaptureFailure(f"backends crashed on {cluster.name}: {crashes}")
+
+
 def lsn_to_int(text):
     high, low = text.split("/")
     return (int(high, 16) << 32) | int(low, 16)

@@ -26,7 +26,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (CaptureFailure, setup_pgbench_apply, TRELLARA_BIN, log_records, lsn_to_int, run_pgbench,  # noqa: E402
+from capture_support import (CaptureFailure, assert_no_backend_crashes, setup_pgbench_apply, TRELLARA_BIN, log_records, lsn_to_int, run_pgbench,  # noqa: E402
                              wait_for)
 from harness import Cluster  # noqa: E402
 
@@ -257,10 +257,7 @@ def apply_copies_pgbench_once_and_quarantines_divergence():
         relay = source.query("SELECT state, consecutive_failures FROM trellara.status() WHERE flow = 'app'")
         if not relay.startswith("running|0"):
             raise CaptureFailure(f"the source flow is not running cleanly: {relay}")
-        for cluster in (source, target):
-            crashes = cluster.backend_crashes()
-            if crashes:
-                raise CaptureFailure(f"backends crashed: {crashes}")
+        assert_no_backend_crashes(source, target)
         print("ok: apply_copies_pgbench_once_and_quarantines_divergence")
 
 

@@ -198,7 +198,13 @@ def whole_transaction_larger_than_a_batch_is_applied_alone(pair):
         if record["type"] != "envelope":
             raise CaptureFailure(f"the 3 000-row transaction was logged as {record['type']}, expected one envelope "
                                  f"(chunk_changes 5000 not in effect)")
-        run_apply(pair.config, 0)
+        result = run_apply(pair.config, 0)
+        line = [x for x in result.stdout.splitlines() if x.startswith("apply flow=")][-1]
+        fields = dict(kv.split("=", 1) for kv in line.split()[1:])
+        # It is the only transaction to apply: no pipelined batch may have been sent for it.
+        if fields["applied"] != "1" or fields["batches"] != "0":
+            raise CaptureFailure(f"the 3 000-change transaction was not applied alone on the one-at-a-time path: "
+                                 f"{line}")
         assert_same_data(pair.source, pair.target, TABLES, "after a whole transaction larger than a batch")
     finally:
         pair.source.query("ALTER SYSTEM RESET trellara.chunk_changes")

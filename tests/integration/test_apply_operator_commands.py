@@ -27,7 +27,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (CaptureFailure, setup_pgbench_apply, TRELLARA_BIN, log_records, lsn_to_int, run_pgbench,  # noqa: E402
+from capture_support import (CaptureFailure, assert_no_backend_crashes, setup_pgbench_apply, TRELLARA_BIN, log_records, lsn_to_int, run_pgbench,  # noqa: E402
                              wait_for)
 from harness import Cluster  # noqa: E402
 
@@ -202,10 +202,7 @@ def operator_commands_report_verify_and_release_quarantine():
         if seen != "stopped":   # recorded by the following applier when SIGTERM stopped it
             raise CaptureFailure(f"pg_monitor member reading trellara.apply_status(): {seen!r}")
 
-        for cluster in (source, target):
-            crashes = cluster.backend_crashes()
-            if crashes:
-                raise CaptureFailure(f"backends crashed: {crashes}")
+        assert_no_backend_crashes(source, target)
         print("ok: operator_commands_report_verify_and_release_quarantine")
 
 

@@ -20,7 +20,8 @@ and the dedup table against the log: one row per completed source transaction, s
       consumer offset is missing on the target, a visible loss happened; a rerun converges.
   negative_control_ack_before_commit_is_caught
       the kill -9 scenario with the defect defect.apply_ack_before_commit (consumer offset written
-      when a batch is sent, before COMMIT): the convergence checks must fail.
+      past every transaction read, when a batch is sent, before any COMMIT): the convergence
+      checks must fail.
   negative_control_offset_past_flush_is_caught
       the same crash with the defect defect.apply_offset_ignores_flush (offset follows commits, not
       flushes): the crash must leave lost transactions below the consumer offset, or the scenario
@@ -56,7 +57,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (CaptureFailure, TRELLARA_BIN, log_records, log_transactions, lsn_to_int,  # noqa: E402
+from capture_support import (CaptureFailure, assert_no_backend_crashes, TRELLARA_BIN, log_records, log_transactions, lsn_to_int,  # noqa: E402
                              run_pgbench, setup_flow, wait_for)
 from harness import Cluster  # noqa: E402
 
@@ -186,9 +187,7 @@ class FlowPair:
         return False
 
     def check_no_crashes(self):
-        for cluster in (self.source, self.target):
-            if cluster.backend_crashes():
-                raise CaptureFailure(f"backends crashed on {cluster.name}: {cluster.backend_crashes()}")
+        assert_no_backend_crashes(self.source, self.target)
 
 
 LEDGER_DDL = """
@@ -298,8 +297,9 @@ def applier_kill9_at_random_moments_converges_exactly_once():
 
 def negative_control_ack_before_commit_is_caught():
     """Seed 002's negative control for the kill -9 scenario: with the defect
-    defect.apply_ack_before_commit the applier records its consumer offset past a batch as soon as
-    it sends it, before the target commits. The same kills must then lose transactions that the
+    defect.apply_ack_before_commit the applier records its consumer offset past every transaction
+    it has read as soon as it sends a batch, before the target commits any of them. The same kills
+    must then lose transactions that the
     convergence checks see; if they pass, the kill -9 scenario could not catch acknowledging
     before applying."""
     rng = random.Random(KILL_SEED + 1)

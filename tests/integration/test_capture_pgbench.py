@@ -14,7 +14,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (CaptureFailure, compare, log_records, log_transactions, run_pgbench,  # noqa: E402
+from capture_support import (CaptureFailure, assert_no_backend_crashes, compare, log_records, log_transactions, run_pgbench,  # noqa: E402
                              setup_flow, truth_transactions, wait_caught_up)
 from harness import Cluster  # noqa: E402
 
@@ -45,9 +45,7 @@ def flow_captures_every_committed_pgbench_transaction_once_in_order():
         print(f"status(): {status}")
         if not status.startswith("running|0|"):
             raise CaptureFailure(f"the flow is not running cleanly after the run: {status}")
-        crashes = cluster.backend_crashes()
-        if crashes:
-            raise CaptureFailure(f"backends crashed during the run: {crashes}")
+        assert_no_backend_crashes(cluster)
         print("ok: flow_captures_every_committed_pgbench_transaction_once_in_order")
 
 

@@ -21,7 +21,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (CaptureFailure, compare, log_records, log_transactions, setup_flow,  # noqa: E402
+from capture_support import (CaptureFailure, assert_no_backend_crashes, compare, log_records, log_transactions, setup_flow,  # noqa: E402
                              truth_transactions, wait_caught_up, wait_for, worker_pid)
 from harness import PG_BIN, Cluster  # noqa: E402
 
@@ -98,9 +98,7 @@ def main():
     with Cluster("capture-tools") as cluster:
         pg_recvlogical_receives_the_same_records_as_the_sql_interface(cluster)
         failing_relay_reports_backs_off_and_recovers_without_loss(cluster)
-        crashes = cluster.backend_crashes()
-        if crashes:
-            raise CaptureFailure(f"backends crashed during the run: {crashes}")
+        assert_no_backend_crashes(cluster)
 
 
 if __name__ == "__main__":
