@@ -48,7 +48,7 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-.PHONY: deps core install-cli test demo unit regress integration
+.PHONY: deps core install-cli install-ext test demo unit regress integration
 
 deps:
 	@scripts/install-deps
@@ -59,10 +59,19 @@ core:
 	@cmake --build $(BUILD_DIR) -j$$(nproc)
 
 $(OBJS): | core
+# The library is CMake's output: a rule that runs after `core` (never in parallel with it, so
+# `make -j` works on a clean clone) and leaves the file to CMake.
+$(CORE_LIB): core
+	@:
 $(shlib): $(CORE_LIB)
 all: core
 
+ifndef TRELLARA_EXTENSION_ONLY
 install: install-cli
+endif
+# The extension alone (no /usr/local/bin/trellara), e.g. into a scripts/dev-private-pg copy.
+install-ext: all
+	$(MAKE) install TRELLARA_EXTENSION_ONLY=1
 install-cli: core
 	install -D -m 0755 $(BUILD_DIR)/bin/trellara $(DESTDIR)/usr/local/bin/trellara
 
