@@ -54,6 +54,7 @@
 #include "trellara/fault.h"
 #include "trellara/log/consumer_lock.h"
 #include "trellara/log/consumer_offsets.h"
+#include "trellara/log/retention.h"
 #include "trellara/log/reader.h"
 #include "trellara/log/scan.h"
 #include "trellara/log/uring_device.h"
@@ -845,6 +846,7 @@ class Applier {
   // ---- the log -------------------------------------------------------------------------
 
   void OpenLog() {
+    if (Status registered = log::RegisterConsumer(*device_, config_.log_directory, kConsumerName); !registered.ok()) Fail(registered.error().message);
     auto reader = log::LogReader::Open(*device_, config_.log_directory);
     if (!reader)
       Fail("cannot open the log of flow " + config_.flow_name + " at " + config_.log_directory + " (flow.log_directory): " +

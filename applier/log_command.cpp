@@ -1,7 +1,9 @@
-// log_command.cpp — `trellara log inspect|write-test|verify-test|bench`: operator and test access
+// log_command.cpp — `trellara log inspect|write-test|verify-test|bench|consumers|register-consumer|
+// unregister-consumer`: operator and test access
 // to a flow's local log directory. Adapts core/log to the command line; every decision (what is
 // torn, corrupt, durable, acknowledged) is made in core. Must never modify a log except through
-// LogWriter (write-test, bench) or recovery (inspect --repair-index, under the writer lock).
+// LogWriter (write-test, bench), recovery (inspect --repair-index, under the writer lock) or
+// core retention (unregister-consumer, under the consumer's lock).
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -17,6 +19,7 @@
 #include "trellara/log/inspect.h"
 #include "trellara/log/reader.h"
 #include "trellara/log/recovery.h"
+#include "trellara/log/retention.h"
 #include "trellara/log/scan.h"
 #include "trellara/log/test_records.h"
 #include "trellara/log/uring_device.h"
@@ -367,6 +370,111 @@ void RegisterBench(CLI::App* log) {
   });
 }
 
+// --dir D or --config F (the flow's log_directory): consumers and unregister-consumer.
+struct LogDirOption {
+  std::string dir;
+  std::string config;
+  void Add(CLI::App* cmd) {
+    auto* dir_option = cmd->add_option("--dir", dir, "the flow's log directory");
+    auto* config_option = cmd->add_option("--config", config, "the flow's TOML configuration file (its log_directory)");
+    dir_option->excludes(config_option);
+  }
+  std::string Resolve() const {
+    if (!dir.empty()) return dir;
+    if (!config.empty()) return LoadConfigOrFail(config).log_directory;
+    throw CommandFailed("pass the flow's log directory with --dir D, or its configuration with --config F", 2);
+  }
+};
+
+void RegisterConsumers(CLI::App* log) {
+  struct Options {
+    LogDirOption where;
+    OutputFormat format = OutputFormat::Text;
+  };
+  auto options = std::make_shared<Options>();
+  auto* cmd = log->add_subcommand(
+      "consumers", "list the registered consumers of a log: offset, lag, bytes retained, running, lost");
+  options->where.Add(cmd);
+  AddFormatOption(cmd, options->format);
+  cmd->callback([options] {
+    const std::string dir = options->where.Resolve();
+    auto device = OpenDevice();
+    RequireDirectory(*device, dir);
+    auto status = Unwrap(lg::DescribeRetention(*device, dir));
+    if (options->format == OutputFormat::Json) {
+      std::cout << json::parse(lg::RetentionStatusJson(status)).dump(2) << "\n";
+      return;
+    }
+    std::printf("log %s: %llu segments, %llu bytes, offsets %llu..%llu\n", dir.c_str(),
+                static_cast<unsigned long long>(status.segments), static_cast<unsigned long long>(status.log_bytes),
+                static_cast<unsigned long long>(status.first_offset), static_cast<unsigned long long>(status.end_offset));
+    if (status.consumers.empty()) {
+      std::printf("no consumer registered: nothing is deleted until one registers (trellara apply registers "
+                  "consumer \"applier\" on its first start)\n");
+      return;
+    }
+    std::printf("%-24s %14s %12s %16s %-8s %s\n", "consumer", "next_offset", "lag_records", "retained_bytes", "running",
+                "state");
+    for (const auto& c : status.consumers) {
+      std::printf("%-24s %14llu %12llu %16llu %-8s %s\n", c.name.c_str(),
+                  static_cast<unsigned long long>(c.state.next_offset), static_cast<unsigned long long>(c.lag_records),
+                  static_cast<unsigned long long>(c.retained_bytes), c.active ? "yes" : "no",
+                  c.state.lost ? "LOST (reseed, then unregister-consumer)" : "ok");
+    }
+    if (!status.held_by.empty())
+      std::printf("retention held by: %s (%llu bytes)\n", status.held_by.c_str(),
+                  static_cast<unsigned long long>(status.held_bytes));
+  });
+}
+
+void RegisterUnregisterConsumer(CLI::App* log) {
+  struct Options {
+    LogDirOption where;
+    std::string name;
+  };
+  auto options = std::make_shared<Options>();
+  auto* cmd = log->add_subcommand(
+      "unregister-consumer",
+      "remove a consumer so it no longer retains the log (refused while its applier runs)");
+  cmd->add_option("name", options->name, "the consumer's name (trellara apply registers \"applier\")")->required();
+  options->where.Add(cmd);
+  cmd->callback([options] {
+    const std::string dir = options->where.Resolve();
+    auto device = OpenDevice();
+    RequireDirectory(*device, dir);
+    const bool existed = Unwrap(lg::UnregisterConsumer(*device, dir, options->name));
+    if (!existed)
+      throw CommandFailed("log " + dir + " has no consumer named " + options->name +
+                              "; list them with trellara log consumers --dir " + dir,
+                          1);
+    std::printf("unregistered consumer %s of %s; the relay deletes what it retained within seconds\n",
+                options->name.c_str(), dir.c_str());
+  });
+}
+
+void RegisterRegisterConsumer(CLI::App* log) {
+  struct Options {
+    LogDirOption where;
+    std::string name;
+  };
+  auto options = std::make_shared<Options>();
+  auto* cmd = log->add_subcommand(
+      "register-consumer",
+      "register a reader of the log (other than trellara apply, which registers itself) so the relay retains "
+      "what it has not read; it starts at the log's first offset");
+  cmd->add_option("name", options->name, "the consumer's name: 1-64 of [A-Za-z0-9_.-]")->required();
+  options->where.Add(cmd);
+  cmd->callback([options] {
+    const std::string dir = options->where.Resolve();
+    auto device = OpenDevice();
+    RequireDirectory(*device, dir);
+    Check(lg::RegisterConsumer(*device, dir, options->name));
+    const auto offsets = Unwrap(lg::ReadConsumerOffsets(*device, dir));
+    std::printf("consumer %s of %s is registered at offset %llu\n", options->name.c_str(), dir.c_str(),
+                static_cast<unsigned long long>(offsets.at(options->name)));
+  });
+}
+
 }  // namespace
 
 void RegisterLogCommands(CLI::App& app) {
@@ -376,6 +484,9 @@ void RegisterLogCommands(CLI::App& app) {
   RegisterWriteTest(log);
   RegisterVerifyTest(log);
   RegisterBench(log);
+  RegisterConsumers(log);
+  RegisterRegisterConsumer(log);
+  RegisterUnregisterConsumer(log);
 }
 
 }  // namespace trellara::cli

@@ -250,6 +250,15 @@ AS 'MODULE_PATHNAME', 'trellara_log_bytes'
 LANGUAGE C STRICT VOLATILE;
 REVOKE ALL ON FUNCTION trellara._log_bytes(text) FROM PUBLIC;
 
+-- Log retention as core reports it (log/retention.h): segments, bytes, consumers with offset, lag,
+-- retained bytes, running, lost; held_by/held_bytes name the slowest live consumer. NULL when the
+-- directory does not exist yet; {"error": ...} when it cannot be read.
+CREATE FUNCTION trellara._log_retention(dir text)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'trellara_log_retention'
+LANGUAGE C STRICT VOLATILE;
+REVOKE ALL ON FUNCTION trellara._log_retention(text) FROM PUBLIC;
+
 CREATE FUNCTION trellara._remove_log_directory(dir text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'trellara_remove_log_directory'
@@ -266,7 +275,8 @@ RETURNS TABLE (
   slot_active boolean, confirmed_flush_lsn pg_lsn, restart_lsn pg_lsn, wal_retained_bytes numeric,
   wal_status text, log_directory text, log_durable_offset bigint, log_durable_lsn pg_lsn,
   log_bytes bigint, worker_pid int, records_written bigint, consecutive_failures int,
-  last_error text, last_error_at timestamptz)
+  last_error text, last_error_at timestamptz,
+  log_retained_bytes bigint, log_retained_by text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -296,10 +306,13 @@ BEGIN
          (b->>'log_durable_offset')::bigint, (b->>'log_durable_lsn')::pg_lsn,
          trellara._log_bytes(f.log_directory),
          (b->>'worker_pid')::int, (b->>'records_written')::bigint, (b->>'consecutive_failures')::int,
-         b->>'last_error', (b->>'last_error_at')::timestamptz
+         b->>'last_error', (b->>'last_error_at')::timestamptz,
+         -- log retention: bytes the slowest live consumer keeps, and its name (NULL: none registered)
+         (rt->>'held_bytes')::bigint, rt->>'held_by'
     FROM trellara.flows f
     LEFT JOIN LATERAL (SELECT slots->(f.slot_name::text) AS sl) s ON true
     LEFT JOIN LATERAL (SELECT board->f.name AS b) r ON true
+    LEFT JOIN LATERAL (SELECT trellara._log_retention(f.log_directory) AS rt) q ON true
    ORDER BY f.name;
 END
 $$;
@@ -441,6 +454,8 @@ BEGIN
       format('ALTER PUBLICATION %I ADD TABLE ...', f.publication);
   END IF;
 
+  RETURN QUERY SELECT * FROM trellara._check_log_retention(f);
+
   RETURN QUERY SELECT 'warning', 'failover', f.slot_name::text,
     'PostgreSQL 15 has no failover slots: the slot exists only on this server; after a failover to a '
     'standby the flow stops and the new primary has no slot, so changes committed there are not captured',
@@ -465,3 +480,113 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$ SELECT trellara._log_inspect((trellara._flow(flow)).log_directory) $$;
 REVOKE ALL ON FUNCTION trellara.log_inspect(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION trellara.log_inspect(text) TO pg_monitor, trellara_admin;
+
+-- Log retention (docs/log.md "Consumers and retention"): the registered consumers of a flow's log
+-- and the removal of one that is gone for good. Only the relay deletes segments.
+CREATE FUNCTION trellara._unregister_consumer(dir text, consumer text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'trellara_unregister_consumer'
+LANGUAGE C STRICT VOLATILE;
+REVOKE ALL ON FUNCTION trellara._unregister_consumer(text, text) FROM PUBLIC;
+
+-- One row per registered consumer: the next offset it needs, how far behind the log's end it is,
+-- the bytes of log kept for it, whether its applier is running, whether the ceiling marked it lost.
+CREATE FUNCTION trellara.consumers(flow text)
+RETURNS TABLE (consumer text, next_offset bigint, lag_records bigint, retained_bytes bigint, running boolean,
+               lost boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  rt jsonb := trellara._log_retention((trellara._flow($1)).log_directory);
+BEGIN
+  IF rt ? 'error' THEN
+    RAISE EXCEPTION 'cannot read the consumers of flow %: %', $1, rt->>'error'
+      USING HINT = 'Check that the log directory is readable by the postgres OS user.';
+  END IF;
+  RETURN QUERY
+  SELECT c->>'name', (c->>'next_offset')::bigint, (c->>'lag_records')::bigint, (c->>'retained_bytes')::bigint,
+         (c->>'active')::boolean, (c->>'lost')::boolean
+    FROM jsonb_array_elements(coalesce(rt->'consumers', '[]')) c
+   ORDER BY 1;
+END
+$$;
+REVOKE ALL ON FUNCTION trellara.consumers(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION trellara.consumers(text) TO pg_monitor, trellara_admin;
+
+-- Removes a consumer so that it no longer retains the log (its applier must be stopped). The relay
+-- deletes what only it retained within seconds. A lost consumer is unregistered after its reseed.
+CREATE FUNCTION trellara.unregister_consumer(flow text, consumer text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF NOT trellara._unregister_consumer((trellara._flow($1)).log_directory, $2) THEN
+    RAISE EXCEPTION 'flow % has no consumer named %', $1, $2
+      USING HINT = format('SELECT * FROM trellara.consumers(%L) lists them.', $1);
+  END IF;
+  RETURN true;
+END
+$$;
+REVOKE ALL ON FUNCTION trellara.unregister_consumer(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION trellara.unregister_consumer(text, text) TO trellara_admin;
+
+-- check() rows about log retention: lost consumers (critical), a log over
+-- trellara.log_retention_warn_size (warning, naming the consumer holding it), otherwise ok.
+CREATE FUNCTION trellara._check_log_retention(f trellara.flows)
+RETURNS TABLE (severity text, "check" text, subject text, detail text, remedy text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  rt jsonb := trellara._log_retention(f.log_directory);
+  warn_bytes bigint := pg_size_bytes(coalesce(current_setting('trellara.log_retention_warn_size', true), '1GB'));
+  max_bytes bigint := pg_size_bytes(coalesce(current_setting('trellara.log_retention_max_size', true), '-1'));
+  c jsonb;
+  holder jsonb;
+BEGIN
+  IF rt IS NULL THEN
+    RETURN QUERY SELECT 'ok', 'log_retention', f.log_directory, 'the log directory does not exist yet', NULL::text;
+    RETURN;
+  END IF;
+  IF rt ? 'error' THEN
+    RETURN QUERY SELECT 'critical', 'log_retention', f.log_directory,
+      'cannot read the log''s consumers, so the relay deletes nothing: ' || (rt->>'error'),
+      'repair or remove the named consumer file (trellara log consumers --dir ' || f.log_directory || ')';
+    RETURN;
+  END IF;
+  FOR c IN SELECT * FROM jsonb_array_elements(rt->'consumers') LOOP
+    IF (c->>'lost')::boolean THEN
+      RETURN QUERY SELECT 'critical', 'log_consumer_lost', c->>'name',
+        format('consumer %s was marked lost by trellara.log_retention_max_size: it needed offset %s, the log now '
+               'starts at %s; its applier refuses to continue', c->>'name', c->>'next_offset', c->>'log_starts_at'),
+        format('reseed the target (trellara reseed), then SELECT trellara.unregister_consumer(%L, %L) and start '
+               'the applier again', f.name, c->>'name');
+    END IF;
+    IF c->>'name' = rt->>'held_by' THEN holder := c; END IF;
+  END LOOP;
+  IF jsonb_array_length(rt->'consumers') = 0 THEN
+    RETURN QUERY SELECT CASE WHEN (rt->>'log_bytes')::bigint > warn_bytes THEN 'warning' ELSE 'ok' END,
+      'log_retention', f.log_directory,
+      format('no consumer is registered, so nothing is deleted; the log holds %s in %s segment(s)',
+             pg_size_pretty((rt->>'log_bytes')::bigint), rt->>'segments'),
+      CASE WHEN (rt->>'log_bytes')::bigint > warn_bytes
+           THEN 'start the applier (trellara apply --config F registers consumer "applier" on its first start), '
+                'or drop the flow if nothing will read it' END;
+  ELSIF holder IS NOT NULL AND (rt->>'held_bytes')::bigint > warn_bytes THEN
+    RETURN QUERY SELECT 'warning', 'log_retention', holder->>'name',
+      format('consumer %s retains %s of log (next offset %s, %s records behind, running: %s), over '
+             'trellara.log_retention_warn_size (%s)%s', holder->>'name', pg_size_pretty((rt->>'held_bytes')::bigint),
+             holder->>'next_offset', holder->>'lag_records', holder->>'active', pg_size_pretty(warn_bytes),
+             CASE WHEN max_bytes > 0 THEN format('; at %s it will be marked lost', pg_size_pretty(max_bytes))
+                  ELSE '; no ceiling is set (trellara.log_retention_max_size)' END),
+      format('find why %s is behind or stopped (trellara status --config F); if it is gone for good: '
+             'SELECT trellara.unregister_consumer(%L, %L)', holder->>'name', f.name, holder->>'name');
+  ELSE
+    RETURN QUERY SELECT 'ok', 'log_retention', coalesce(holder->>'name', f.log_directory),
+      format('the log holds %s in %s segment(s)%s', pg_size_pretty((rt->>'log_bytes')::bigint), rt->>'segments',
+             CASE WHEN holder IS NOT NULL THEN format('; the slowest consumer, %s, retains %s', holder->>'name',
+                                                      pg_size_pretty((rt->>'held_bytes')::bigint)) ELSE '' END),
+      NULL::text;
+  END IF;
+END
+$$;
+REVOKE ALL ON FUNCTION trellara._check_log_retention(trellara.flows) FROM PUBLIC;

@@ -151,7 +151,8 @@ namespace {
 bool IsLogEntry(const char* name) {
   return std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0 || std::strncmp(name, "segment-", 8) == 0 ||
          std::strncmp(name, "index-", 6) == 0 || std::strcmp(name, "consumers") == 0 ||
-         std::strcmp(name, "LOCK") == 0 || std::strncmp(name, ".tmp", 4) == 0;
+         std::strcmp(name, "LOCK") == 0 || std::strncmp(name, ".tmp", 4) == 0 ||
+         std::strncmp(name, "WRITER_FAILED", 13) == 0;  // fsync failure record (writer_failure.h)
 }
 
 }  // namespace

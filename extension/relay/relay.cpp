@@ -19,7 +19,15 @@ namespace trellara::relay {
 namespace {
 char* flow_database = nullptr;
 int max_flows = 8;
+int log_segment_size_mb = 64;
+int log_retention_max_size_mb = -1;
+int log_retention_warn_size_mb = 1024;
 }  // namespace
+
+uint64_t LogSegmentBytes() { return static_cast<uint64_t>(log_segment_size_mb) << 20; }
+uint64_t LogRetentionMaxBytes() {
+  return log_retention_max_size_mb < 0 ? 0 : static_cast<uint64_t>(log_retention_max_size_mb) << 20;
+}
 
 int MaxFlows() { return max_flows; }
 const char* FlowDatabase() { return flow_database != nullptr ? flow_database : "postgres"; }
@@ -32,6 +40,21 @@ void DefineRelayGucs() {
   DefineCustomIntVariable("trellara.max_flows", "Maximum number of flows with a relay worker.",
                           "Each running flow also needs a background worker slot (max_worker_processes).",
                           &max_flows, 8, 1, 1024, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+  // Log retention (docs/log.md "Consumers and retention").
+  DefineCustomIntVariable("trellara.log_segment_size", "Size of each segment file of a flow's local log.",
+                          "Read when a relay opens its log (start_flow, restart). Retention deletes whole segments, "
+                          "so smaller segments free space sooner; a record must fit in one segment.",
+                          &log_segment_size_mb, 64, 1, 1024, PGC_SIGHUP, GUC_UNIT_MB, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable("trellara.log_retention_max_size",
+                          "Ceiling on a flow's local log size; -1 (default) means none.",
+                          "Like max_slot_wal_keep_size: above it, the relay deletes the oldest segments even if a "
+                          "consumer still needs them, after marking that consumer lost (it must then be reseeded).",
+                          &log_retention_max_size_mb, -1, -1, INT_MAX, PGC_SIGHUP, GUC_UNIT_MB, nullptr, nullptr,
+                          nullptr);
+  DefineCustomIntVariable("trellara.log_retention_warn_size",
+                          "trellara.check() warns when a flow's local log retains more than this.", nullptr,
+                          &log_retention_warn_size_mb, 1024, 1, INT_MAX, PGC_SIGHUP, GUC_UNIT_MB, nullptr, nullptr,
+                          nullptr);
 }
 
 void RegisterRelay() {

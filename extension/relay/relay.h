@@ -5,6 +5,8 @@
 // shared_preload_libraries there is no launcher and create_flow refuses with a hint.
 #pragma once
 
+#include <cstdint>
+
 namespace trellara::relay {
 
 // GUCs: trellara.database (where the flow catalog lives), trellara.max_flows, restart backoff.
@@ -13,6 +15,10 @@ void DefineRelayGucs();
 void RegisterRelay();
 
 int MaxFlows();
+// trellara.log_segment_size (read when a relay opens its log) and trellara.log_retention_max_size
+// (0: no ceiling), in bytes. trellara.log_retention_warn_size is read by trellara.check().
+uint64_t LogSegmentBytes();
+uint64_t LogRetentionMaxBytes();
 const char* FlowDatabase();
 
 }  // namespace trellara::relay

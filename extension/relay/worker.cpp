@@ -68,6 +68,7 @@ PGDLLEXPORT void trellara_relay_main(Datum main_arg);
 #include "relay/shared_state.h"
 #include "trellara/fault.h"
 #include "trellara/log/reader.h"
+#include "trellara/log/retention.h"
 #include "trellara/log/uring_device.h"
 #include "trellara/log/writer.h"
 #include "trellara/relay_progress.h"
@@ -233,7 +234,9 @@ void OpenLog() {
   auto device = log::OpenUringDevice();
   if (!device.ok()) Fail("cannot set up io_uring", device.error());
   g_relay->device = std::move(*device);
-  auto writer = log::LogWriter::Open(*g_relay->device, log_directory, log::WriterOptions{});
+  log::WriterOptions writer_options;
+  writer_options.segment_bytes_max = LogSegmentBytes();  // trellara.log_segment_size, read at start
+  auto writer = log::LogWriter::Open(*g_relay->device, log_directory, writer_options);
   if (!writer.ok())
     Fail("cannot open its log directory " + std::string(log_directory), writer.error(),
          "Check that the directory is writable by the postgres OS user and not used by another flow.");
@@ -275,6 +278,41 @@ void Confirm(uint64_t lsn) {
   g_relay->confirmed_lsn = lsn;
 }
 
+// Log retention (docs/log.md): at most once per interval, after a pass, when everything appended
+// is durable — never on the append path, never between an append and its fdatasync. Deletes
+// segments every live consumer is past; with trellara.log_retention_max_size set, marks the
+// consumers it overtakes lost first. A failure is logged and retried; capture goes on.
+constexpr uint64_t kRetentionIntervalUs = 1'000'000;
+uint64_t last_retention_us = 0;
+
+void ApplyRetentionWhenDue() {
+  const uint64_t now = NowUs();
+  if (now - last_retention_us < kRetentionIntervalUs) return;
+  last_retention_us = now;
+  auto report = log::ApplyRetention(*g_relay->device, log_directory, LogRetentionMaxBytes());
+  std::string message;
+  int level = LOG;
+  if (!report.ok()) {
+    level = WARNING;
+    message = "log retention failed: " + report.error().message + "; retrying in a second";
+  } else if (!report->marked_lost.empty()) {
+    level = WARNING;
+    for (const auto& name : report->marked_lost) message += (message.empty() ? "" : ", ") + name;
+    message = "log reached trellara.log_retention_max_size: consumer(s) " + message +
+              " marked lost (they must be reseeded); deleted " + std::to_string(report->segments_deleted) +
+              " segment(s), the log now starts at offset " + std::to_string(report->retained_from_offset);
+  } else if (report->segments_deleted > 0) {
+    level = LOG;
+    message = "deleted " + std::to_string(report->segments_deleted) + " log segment(s) (" +
+              std::to_string(report->bytes_deleted) + " bytes) every consumer is past; the log starts at offset " +
+              std::to_string(report->retained_from_offset);
+  }
+  if (message.empty()) return;
+  pg::CallPostgres([&] {
+    ereport(level, (errmsg("trellara relay of flow \"%s\": %s", flow_name, message.c_str())));
+  });
+}
+
 // After a pass: make everything durable, maybe mark progress, confirm what is safe.
 void FinishPass(uint64_t decoded_end) {
   WaitDurable(g_relay->writer->next_offset());
@@ -297,6 +335,7 @@ void FinishPass(uint64_t decoded_end) {
   if (confirmable > g_relay->confirmed_lsn) Publish(FlowState::kRunning);
   Confirm(confirmable);
   Publish(FlowState::kRunning);
+  ApplyRetentionWhenDue();
 }
 
 // --- decoding context callbacks -----------------------------------------------------------------

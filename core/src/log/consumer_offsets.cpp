@@ -10,6 +10,7 @@
 
 #include "trellara/crc32c.h"
 #include "trellara/log/format.h"
+#include "trellara/log/retention.h"
 #include "trellara/log/scan.h"
 
 namespace trellara::log {
@@ -93,34 +94,10 @@ Result<std::map<std::string, uint64_t>> ReadConsumerOffsets(LogDevice& device, c
 }
 
 Result<ReclaimReport> ReclaimSegments(LogDevice& device, const std::string& dir) {
-  ReclaimReport report;
-  auto consumers = ReadConsumerOffsets(device, dir);
-  if (!consumers.ok()) return consumers.error();
-  auto segments = ListSegments(device, dir);
-  if (!segments.ok()) return segments.error();
-  if (segments->empty()) return report;
-  report.retained_from_offset = segments->front();
-  if (consumers->empty()) return report;
-  uint64_t minimum = UINT64_MAX;
-  for (const auto& [name, offset] : *consumers) minimum = std::min(minimum, offset);
-  // Segment i holds offsets [first_i, first_{i+1}); the last segment is never deleted.
-  for (size_t i = 0; i + 1 < segments->size(); ++i) {
-    if ((*segments)[i + 1] > minimum) break;
-    const std::string segment_path = JoinPath(dir, SegmentFileName((*segments)[i]));
-    auto file = device.OpenFileReadOnly(segment_path);
-    if (file.ok()) {
-      auto size = device.FileSize(*file);
-      if (size.ok()) report.bytes_deleted += *size;
-      device.CloseFile(*file);
-    }
-    // Segment first, then its index: an index without a segment is an orphan recovery removes.
-    TRELLARA_TRY(device.Remove(segment_path));
-    TRELLARA_TRY(device.Remove(JoinPath(dir, IndexFileName((*segments)[i]))));
-    report.segments_deleted += 1;
-    report.retained_from_offset = (*segments)[i + 1];
-  }
-  if (report.segments_deleted > 0) TRELLARA_TRY(device.SyncDirectory(dir));
-  return report;
+  // One rule for deletion (retention.h); without a ceiling nobody is marked lost.
+  auto applied = ApplyRetention(device, dir, 0);
+  if (!applied.ok()) return applied.error();
+  return ReclaimReport{applied->segments_deleted, applied->bytes_deleted, applied->retained_from_offset};
 }
 
 }  // namespace trellara::log

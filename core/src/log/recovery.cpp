@@ -5,6 +5,9 @@
 
 #include <vector>
 
+#include "trellara/fault.h"
+#include "trellara/log/writer_failure.h"
+
 namespace trellara::log {
 
 Status RebuildIndexFile(LogDevice& device, const std::string& dir, const SegmentScan& segment) {
@@ -55,9 +58,78 @@ Status CreateEmptySegment(LogDevice& device, const std::string& dir, uint64_t fi
   return RebuildIndexFile(device, dir, empty);  // also fsyncs the directory
 }
 
+// Brings the log back to the point recorded by the writer after an fdatasync failure: segments
+// created after the recorded one are removed, the recorded one is truncated to the end of its last
+// acknowledged frame and the truncation is fdatasync'ed. Returns the bytes dropped.
+Result<uint64_t> DropUntrustedTail(LogDevice& device, const std::string& dir, const WriterFailureState& state) {
+  auto segments = ListSegments(device, dir);
+  if (!segments.ok()) return segments.error();
+  uint64_t dropped = 0;
+  bool found = false;
+  bool removed = false;
+  for (uint64_t first : *segments) {
+    const std::string path = JoinPath(dir, SegmentFileName(first));
+    if (first < state.segment_first_offset) continue;
+    auto file = device.OpenFile(path, false);
+    if (!file.ok()) return file.error();
+    auto size = device.FileSize(*file);
+    Status status = size.ok() ? Status::Ok() : Status(size.error());
+    if (first > state.segment_first_offset) {
+      device.CloseFile(*file);
+      TRELLARA_TRY(status);
+      dropped += *size;
+      TRELLARA_TRY(device.Remove(path));
+      TRELLARA_TRY(device.Remove(JoinPath(dir, IndexFileName(first))));
+      removed = true;
+      continue;
+    }
+    found = true;
+    if (status.ok() && *size > state.durable_position) {
+      dropped += *size - state.durable_position;
+      status = device.Truncate(*file, state.durable_position);
+      if (status.ok()) status = device.SyncData(*file);
+    }
+    device.CloseFile(*file);
+    if (!status.ok()) {
+      return MakeError("truncating " + path + " to its last acknowledged frame (position " +
+                       std::to_string(state.durable_position) + ", after an earlier fdatasync failure) failed: " +
+                       status.error().message + "; " + kWriterFailedFileName +
+                       " stays, open the log again after fixing the disk");
+    }
+  }
+  if (!found && state.durable_end > 0) {
+    return MakeError(JoinPath(dir, SegmentFileName(state.segment_first_offset)) + ", which " +
+                     kWriterFailedFileName + " names as holding acknowledged offsets below " +
+                     std::to_string(state.durable_end) +
+                     ", is missing; restore the log from a backup or re-seed the flow");
+  }
+  if (removed) TRELLARA_TRY(device.SyncDirectory(dir));
+  return dropped;
+}
+
 }  // namespace
 
 Result<RecoveryReport> RecoverLog(LogDevice& device, const std::string& dir, const RecoveryOptions& options) {
+  // An earlier fdatasync failed: never trust bytes after the recorded durable point, even though
+  // the page cache may still show them as valid frames (writer_failure.h).
+  auto failure = ReadWriterFailure(device, dir);
+  if (!failure.ok()) return failure.error();
+  uint64_t untrusted_bytes = 0;
+  if (failure->has_value()) {
+    if (!options.truncate_torn_tail) {
+      return MakeError("the writer of " + dir + " stopped after an fdatasync failure (" + kWriterFailedFileName +
+                       "); only the writer's recovery may repair this log: start the relay (or open the log for "
+                       "writing) once the disk is healthy");
+    }
+    // Negative control (tests only, defect.log_trust_rescan_after_fsync_failure): recover by
+    // re-scanning whatever the page cache shows, which is the bug this record prevents.
+    if (fault::Hit("defect.log_trust_rescan_after_fsync_failure") != fault::Action::Defect) {
+      auto dropped = DropUntrustedTail(device, dir, **failure);
+      if (!dropped.ok()) return dropped.error();
+      untrusted_bytes = *dropped;
+    }
+  }
+
   ScanOptions scan_options;
   scan_options.trust_index = options.trust_index;
   auto scan = ScanLog(device, dir, scan_options);
@@ -77,6 +149,11 @@ Result<RecoveryReport> RecoverLog(LogDevice& device, const std::string& dir, con
     if (options.truncate_torn_tail) {
       TRELLARA_TRY(CreateEmptySegment(device, dir, 0));
       report.segments = 1;
+      if (failure->has_value()) {
+        TRELLARA_TRY(ClearWriterFailure(device, dir));
+        report.writer_failure_recovered = true;
+        report.untrusted_bytes_dropped = untrusted_bytes;
+      }
     }
     return report;
   }
@@ -114,6 +191,17 @@ Result<RecoveryReport> RecoverLog(LogDevice& device, const std::string& dir, con
       report.last_commit_lsn = it->frames.back().commit_lsn;
       break;
     }
+  }
+  if (failure->has_value()) {
+    if (report.next_offset < (*failure)->durable_end) {
+      return MakeError("after an fdatasync failure of " + dir + ", offsets below " +
+                       std::to_string((*failure)->durable_end) + " were acknowledged but the log ends before offset " +
+                       std::to_string(report.next_offset) + "; acknowledged records are missing: restore the log "
+                       "from a backup or re-seed the flow");
+    }
+    TRELLARA_TRY(ClearWriterFailure(device, dir));
+    report.writer_failure_recovered = true;
+    report.untrusted_bytes_dropped = untrusted_bytes;
   }
   return report;
 }

@@ -42,7 +42,19 @@ void SimulatedDevice::ApplyMutation(Inode& inode, const Mutation& mutation) {
 void SimulatedDevice::SyncInode(Inode& inode) {
   syncs_completed_ += 1;
   if (options_.fsync_is_noop) return;
-  inode.durable = inode.data;
+  if (inode.writeback_failed) {
+    for (const Mutation& mutation : inode.unsynced) {
+      if (mutation.is_truncate) {
+        inode.durable.resize(mutation.position);
+        continue;
+      }
+      const uint64_t end = mutation.position + mutation.bytes.size();
+      if (inode.durable.size() < end) inode.durable.resize(end);
+      std::memcpy(inode.durable.data() + mutation.position, mutation.bytes.data(), mutation.bytes.size());
+    }
+  } else {
+    inode.durable = inode.data;
+  }
   inode.unsynced.clear();
 }
 
@@ -228,6 +240,21 @@ void SimulatedDevice::ExecuteOne(size_t index) {
   QueuedOp op = std::move(submitted_[index]);
   submitted_.erase(submitted_.begin() + static_cast<std::ptrdiff_t>(index));
   if (op.is_sync) {
+    if (fail_next_queued_sync_) {
+      fail_next_queued_sync_ = false;
+      syncs_failed_ += 1;
+      const uint64_t end = op.length == 0 ? UINT64_MAX : op.position + op.length;
+      std::vector<Mutation> kept;
+      for (Mutation& mutation : op.inode->unsynced) {
+        const bool overlaps = !mutation.is_truncate && mutation.position < end &&
+                              mutation.position + mutation.bytes.size() > op.position;
+        if (!overlaps) kept.push_back(std::move(mutation));  // overlapping writes: marked clean, never durable
+      }
+      op.inode->unsynced = std::move(kept);
+      op.inode->writeback_failed = true;
+      completed_.push_back(Completion{op.tag, -EIO});
+      return;
+    }
     if (op.length == 0) {
       SyncInode(*op.inode);
     } else {
@@ -306,6 +333,7 @@ void SimulatedDevice::PowerLoss() {
     inode.data = data;
     inode.durable = std::move(data);
     inode.unsynced.clear();
+    inode.writeback_failed = false;
   };
   for (auto& [name, inode] : names_) rebuild(*inode);
   for (auto& [name, inode] : durable_names_) rebuild(*inode);

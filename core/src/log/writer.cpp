@@ -8,6 +8,7 @@
 
 #include "trellara/fault.h"
 #include "trellara/log/consumer_offsets.h"
+#include "trellara/log/writer_failure.h"
 
 namespace trellara::log {
 namespace {
@@ -102,12 +103,16 @@ Status LogWriter::RollSegment() {
   if (!flushed.ok()) return flushed.error();
   Status synced = device_.SyncData(*index_file_);
   if (!synced.ok()) return Fail(synced.error());
+  const WriterFailureState sealed{durable_end_, segment_first_offset_, segment_end_position_};
   device_.CloseFile(*segment_file_);
   device_.CloseFile(*index_file_);
   segment_file_.reset();
   index_file_.reset();
   Status started = StartSegment(next_offset_, true);
   if (!started.ok()) {
+    // The new segment's fsyncs may have failed: recovery must not trust it, only the sealed one.
+    Status recorded = RecordWriterFailure(device_, dir_, sealed);
+    if (!recorded.ok()) started = MakeError(started.error().message + "; " + recorded.error().message);
     return Fail(MakeError("creating segment " + JoinPath(dir_, SegmentFileName(next_offset_)) +
                           " failed: " + started.error().message + "; reopen the log after fixing the disk"));
   }
@@ -120,6 +125,21 @@ Error LogWriter::Fail(Error error) {
                          " are acknowledged, nothing later will be; reopen the log to recover from disk]");
   }
   return *failure_;
+}
+
+Error LogWriter::FailAfterFsyncError(Error error) {
+  // The frames after the last acknowledged one may now exist only in the page cache, marked
+  // clean: record the last point known durable so that recovery truncates to it instead of
+  // trusting a re-scan (writer_failure.h). Batches are contiguous and all in the current segment
+  // (rollover flushes first), so the oldest unacknowledged batch starts where durability ends.
+  const uint64_t durable_position = batches_.empty() ? segment_end_position_ : batches_.front().position;
+  Status recorded = RecordWriterFailure(device_, dir_, WriterFailureState{durable_end_, segment_first_offset_, durable_position});
+  if (!recorded.ok()) {
+    return Fail(MakeError(error.message + "; " + recorded.error().message +
+                          " — do not reopen this log before the disk is healthy: recovery could trust bytes that "
+                          "never reached the disk"));
+  }
+  return Fail(std::move(error));
 }
 
 Status LogWriter::CheckUsable() const {
@@ -244,10 +264,12 @@ Status LogWriter::HandleCompletion(const Completion& completion) {
     sync_in_flight_ = false;
     const std::string segment = JoinPath(dir_, SegmentFileName(segment_first_offset_));
     if (completion.result < 0) {
-      return Fail(MakeError("fdatasync of " + segment + " failed: " + std::strerror(static_cast<int>(-completion.result))));
+      return FailAfterFsyncError(
+          MakeError("fdatasync of " + segment + " failed: " + std::strerror(static_cast<int>(-completion.result))));
     }
     if (fault::Hit("log.fsync_fails") == fault::Action::Error) {
-      return Fail(MakeError("fdatasync of " + segment + " failed: Input/output error (fault point log.fsync_fails)"));
+      return FailAfterFsyncError(
+          MakeError("fdatasync of " + segment + " failed: Input/output error (fault point log.fsync_fails)"));
     }
     fsyncs_completed_ += 1;
     return PublishSyncedBatches(sync_covers_batches_);

@@ -26,6 +26,10 @@ struct RecoveryReport {
   IndexStatus index_status = IndexStatus::kOk;  // after: ok or rebuilt
   uint64_t indexes_rebuilt = 0;
   uint64_t next_offset = 0;          // where appending resumes
+  // The log had a WRITER_FAILED record (writer_failure.h): recovery truncated to the recorded
+  // durable point, dropping this many bytes the page cache may have shown as valid frames.
+  bool writer_failure_recovered = false;
+  uint64_t untrusted_bytes_dropped = 0;
 };
 
 struct RecoveryOptions {

@@ -45,6 +45,12 @@ class SimulatedDevice final : public LogDevice {
   // The bytes of `path` that would survive a power loss now (nullopt: the name would not).
   std::optional<std::vector<uint8_t>> DurableFileBytes(const std::string& path) const;
 
+  // The next queued (io_uring) fdatasync to execute fails with EIO the way Linux fails one: the
+  // dirty writes it covered are marked clean without reaching the durable bytes — still visible
+  // to readers, never written by a later sync, gone at the next power loss.
+  void FailNextQueuedSync() { fail_next_queued_sync_ = true; }
+  uint64_t syncs_failed() const { return syncs_failed_; }
+
   uint64_t syncs_completed() const { return syncs_completed_; }
   uint64_t writes_torn() const { return writes_torn_; }
   uint64_t writes_lost() const { return writes_lost_; }
@@ -83,6 +89,9 @@ class SimulatedDevice final : public LogDevice {
     std::vector<uint8_t> data;     // what a reader sees now
     std::vector<uint8_t> durable;  // what survives power loss
     std::vector<Mutation> unsynced;
+    // A failed sync marked some writes clean without making them durable: a later whole-file
+    // sync must replay only the remaining unsynced writes, not copy what readers see.
+    bool writeback_failed = false;
   };
   struct QueuedOp {
     bool is_sync = false;
@@ -113,6 +122,8 @@ class SimulatedDevice final : public LogDevice {
   std::vector<Completion> completed_;
   FileId next_file_id_ = 100;
   uint64_t syncs_completed_ = 0;
+  bool fail_next_queued_sync_ = false;
+  uint64_t syncs_failed_ = 0;
   uint64_t writes_torn_ = 0;
   uint64_t writes_lost_ = 0;
 };

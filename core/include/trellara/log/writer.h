@@ -108,6 +108,7 @@ class LogWriter {
   Status HandleCompletion(const Completion& completion);
   Status PublishSyncedBatches(size_t count);
   Error Fail(Error error);
+  Error FailAfterFsyncError(Error error);
   Status CheckUsable() const;
 
   LogDevice& device_;

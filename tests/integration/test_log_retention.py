@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""Integration: log retention with a real source (real relay worker) and a real `trellara apply`.
+
+Source with `trellara.log_segment_size = 1MB`, a table of ~1 KiB rows and a flow on it; target
+without the extension. Every wait is a condition with a generous ceiling; nothing depends on how
+fast the machine is, only on what the relay and applier do.
+
+1. A following applier (daemon) registers consumer "applier" on its first start. A workload of
+   about 10 segments, in steps of ~1 segment each followed by "the applier applied it": after each
+   step the directory comes back to at most MAX_SEGMENTS_FOLLOWING segments, the log's first
+   offset moves, and the applier's consumer offset never lies below the log's first offset.
+2. A stopped consumer retains: consumer "audit" is registered (`trellara log register-consumer`)
+   and never reads; 5 more segments of workload: nothing at or after audit's offset is deleted,
+   status() says the log is retained by audit with its bytes, check() warns naming it
+   (trellara.log_retention_warn_size = 2MB), consumers() lists both. Unregistering the running
+   applier is refused.
+3. Unregister releases: `SELECT trellara.unregister_consumer('app', 'audit')` -> the directory
+   comes back to at most MAX_SEGMENTS_FOLLOWING segments.
+4. Ceiling: the applier is stopped, trellara.log_retention_max_size = 3MB, 6 segments of
+   workload: the relay marks consumer "applier" lost, keeps the log within the ceiling,
+   consumers()/check() report it (critical, with the remedy) and `trellara apply` refuses to
+   continue, saying to reseed. Negative side: before the ceiling, the stopped applier alone kept
+   everything (nothing below its offset was deleted).
+It prints what it measured. It never leaves a cluster running (the harness stops it by PID).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from capture_support import (CaptureFailure, TRELLARA_BIN, assert_no_backend_crashes, lsn_to_int,  # noqa: E402
+                             setup_flow, wait_for)
+from harness import Cluster  # noqa: E402
+
+SEGMENT_BYTES = 1 << 20
+# Per transaction: 200 rows of ~1 KiB of random hex -> ~220 KiB of envelope, 5 per segment.
+ROWS_PER_TRANSACTION = 200
+TRANSACTIONS_PER_SEGMENT = 5
+MAX_SEGMENTS_FOLLOWING = 3   # active segment + the one the applier reads + one rolled meanwhile
+WAIT_S = 90
+
+
+def segments(log_dir):
+    return sorted(int(name[len("segment-"):-len(".log")]) for name in os.listdir(log_dir)
+                  if name.startswith("segment-") and name.endswith(".log"))
+
+
+def log_bytes(log_dir):
+    return sum(os.path.getsize(os.path.join(log_dir, f"segment-{first:020d}.log")) for first in segments(log_dir))
+
+
+def consumers(log_dir):
+    result = subprocess.run([TRELLARA_BIN, "log", "consumers", "--dir", log_dir, "--format", "json"],
+                            capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        raise CaptureFailure(f"trellara log consumers failed: {result.stderr}")
+    return json.loads(result.stdout)
+
+
+def consumer(log_dir, name):
+    return next((c for c in consumers(log_dir)["consumers"] if c["name"] == name), None)
+
+
+def write_segments(source, count):
+    for _ in range(count * TRANSACTIONS_PER_SEGMENT):
+        source.query(f"INSERT INTO public.blob (payload) SELECT (SELECT string_agg(md5(random()::text || i), '') "
+                     f"FROM generate_series(1, 32)) FROM generate_series(1, {ROWS_PER_TRANSACTION}) i")
+
+
+def wait_log_covers_source(source, flow="app"):
+    target_lsn = lsn_to_int(source.query("SELECT pg_current_wal_lsn()"))
+
+    def covered():
+        text = source.query(f"SELECT log_durable_lsn FROM trellara.status() WHERE flow = '{flow}'")
+        return text and lsn_to_int(text) >= target_lsn
+    wait_for("the log to cover the source's WAL", covered, WAIT_S)
+
+
+def wait_applied(source, target, log_dir):
+    """The applier applied everything in the log: same row count, consumer offset at the log's end."""
+    wait_log_covers_source(source)
+    want = source.query("SELECT count(*) FROM public.blob")
+    wait_for(f"the applier to apply {want} rows", lambda: target.query("SELECT count(*) FROM public.blob") == want,
+             WAIT_S)
+    end = consumers(log_dir)["end_offset"]
+    wait_for("the applier's consumer offset to reach the log's end",
+             lambda: (consumer(log_dir, "applier") or {}).get("next_offset", -1) >= end, WAIT_S)
+
+
+def start_applier(config_path):
+    return subprocess.Popen([TRELLARA_BIN, "apply", "--config", config_path], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def stop_applier(applier):
+    applier.send_signal(signal.SIGTERM)   # our own child, by its Popen handle
+    try:
+        out, err = applier.communicate(timeout=60)
+    finally:
+        if applier.poll() is None:
+            applier.kill()
+            applier.wait()
+    if applier.returncode != 0:
+        raise CaptureFailure(f"the applier did not stop cleanly (exit {applier.returncode}): {err[-1000:]}")
+
+
+def check_rows(source, flow="app"):
+    return source.query(f"SELECT severity || '|' || \"check\" || '|' || subject || '|' || detail || '|' || "
+                        f"coalesce(remedy, '') FROM trellara.check('{flow}') WHERE \"check\" LIKE 'log_%'")
+
+
+def log_retention_follows_consumers():
+    settings = {"trellara.log_segment_size": "'1MB'", "trellara.log_retention_warn_size": "'2MB'"}
+    with Cluster("retention-source", settings=settings) as source, \
+            Cluster("retention-target", preload=False) as target, \
+            tempfile.TemporaryDirectory(prefix="trellara-retention-") as work:
+        table = "CREATE TABLE public.blob (id bigserial PRIMARY KEY, payload text NOT NULL)"
+        source.query(table)
+        target.query(table)
+        log_dir = setup_flow(source, "CREATE PUBLICATION pub FOR TABLE public.blob", truth=False)
+        config_path = os.path.join(work, "flow.toml")
+        with open(config_path, "w") as config:
+            config.write(f'[flow]\nname = "app"\nlog_directory = "{log_dir}"\n\n'
+                         f'[source]\nconninfo = "{source.conninfo()}"\n\n'
+                         f'[target]\nconninfo = "{target.conninfo()}"\n')
+        # Zero consumers: nothing is deleted (the log waits for its first consumer).
+        write_segments(source, 3)
+        wait_log_covers_source(source)
+        before = segments(log_dir)
+        if len(before) < 3 or before[0] != 0:
+            raise CaptureFailure(f"without a consumer the log should hold every segment from offset 0: {before}")
+        print(f"no consumer registered: {len(before)} segments kept, first offset {before[0]}")
+
+        # 1. A following applier keeps the directory within a few segments.
+        applier = start_applier(config_path)
+        try:
+            wait_for("the applier to register consumer 'applier'", lambda: consumer(log_dir, "applier"), WAIT_S)
+            steps = 10
+            for step in range(steps):
+                write_segments(source, 1)
+                wait_applied(source, target, log_dir)
+                wait_for(f"step {step}: the log to shrink to {MAX_SEGMENTS_FOLLOWING} segments",
+                         lambda: len(segments(log_dir)) <= MAX_SEGMENTS_FOLLOWING, WAIT_S)
+                state = consumers(log_dir)
+                applier_offset = consumer(log_dir, "applier")["next_offset"]
+                if applier_offset < state["first_offset"]:
+                    raise CaptureFailure(f"the log starts at {state['first_offset']}, past the applier's offset "
+                                         f"{applier_offset}")
+            state = consumers(log_dir)
+            written = SEGMENT_BYTES * (steps + 3)
+            print(f"following applier: ~{written >> 20} MiB written, directory now {len(segments(log_dir))} "
+                  f"segments / {log_bytes(log_dir)} bytes, log starts at offset {state['first_offset']} of "
+                  f"{state['end_offset']}")
+            if state["first_offset"] == 0 or log_bytes(log_dir) > MAX_SEGMENTS_FOLLOWING * SEGMENT_BYTES:
+                raise CaptureFailure(f"retention did not delete segments behind the applier: {state}")
+
+            # 2. A stopped consumer retains.
+            registered = subprocess.run([TRELLARA_BIN, "log", "register-consumer", "audit", "--dir", log_dir],
+                                        capture_output=True, text=True, timeout=60)
+            if registered.returncode != 0:
+                raise CaptureFailure(f"register-consumer failed: {registered.stderr}")
+            audit_offset = consumer(log_dir, "audit")["next_offset"]
+            first_segment_for_audit = max(s for s in segments(log_dir) if s <= audit_offset)
+            write_segments(source, 5)
+            wait_applied(source, target, log_dir)
+            kept = segments(log_dir)
+            if kept[0] > first_segment_for_audit or len(kept) < 5:
+                raise CaptureFailure(f"the stopped consumer audit (offset {audit_offset}) did not retain the log: "
+                                     f"segments {kept}")
+            retained = source.query("SELECT log_retained_by || '|' || log_retained_bytes FROM trellara.status() "
+                                    "WHERE flow = 'app'")
+            by, held = retained.split("|")
+            if by != "audit" or int(held) < 4 * SEGMENT_BYTES:
+                raise CaptureFailure(f"status() does not show the log retained by audit: {retained}")
+            rows = check_rows(source)
+            if "warning|log_retention|audit|consumer audit retains" not in rows or \
+                    "trellara.unregister_consumer('app', 'audit')" not in rows:
+                raise CaptureFailure(f"check() does not warn about audit holding the log: {rows}")
+            listed = source.query("SELECT consumer || ':' || running || ':' || lost FROM trellara.consumers('app')")
+            if listed.splitlines() != ["applier:true:false", "audit:false:false"]:
+                raise CaptureFailure(f"trellara.consumers('app') is {listed!r}")
+            busy = source.psql("SELECT trellara.unregister_consumer('app', 'applier')", check=False)
+            if busy.returncode == 0 or "stop that applier first" not in busy.stderr:
+                raise CaptureFailure(f"unregistering the running applier was not refused: {busy.stderr}")
+            print(f"stopped consumer audit retains {len(kept)} segments; status(): {retained}; check(): "
+                  f"{rows.splitlines()[0]}")
+
+            # 3. Unregistering it releases the log.
+            if source.query("SELECT trellara.unregister_consumer('app', 'audit')") != "t":
+                raise CaptureFailure("unregister_consumer did not return true")
+            wait_for("the log to shrink after unregistering audit",
+                     lambda: len(segments(log_dir)) <= MAX_SEGMENTS_FOLLOWING, WAIT_S)
+            print(f"unregistered audit: directory back to {len(segments(log_dir))} segments")
+            missing = source.psql("SELECT trellara.unregister_consumer('app', 'audit')", check=False)
+            if missing.returncode == 0 or "has no consumer named audit" not in missing.stderr:
+                raise CaptureFailure(f"unregistering an unknown consumer did not fail clearly: {missing.stderr}")
+        finally:
+            if applier.poll() is None:
+                stop_applier(applier)
+
+        # 4. The ceiling marks the stopped applier lost and its applier refuses.
+        stopped_offset = consumer(log_dir, "applier")["next_offset"]
+        write_segments(source, 4)
+        wait_log_covers_source(source)
+        if segments(log_dir)[0] > stopped_offset:
+            raise CaptureFailure("without a ceiling the stopped applier's segments were deleted")
+        source.query("ALTER SYSTEM SET trellara.log_retention_max_size = '3MB'")
+        source.query("SELECT pg_reload_conf()")
+        write_segments(source, 2)
+        wait_log_covers_source(source)
+        wait_for("the ceiling to mark the applier lost", lambda: consumer(log_dir, "applier")["lost"], WAIT_S)
+        wait_for("the log to fit under the ceiling", lambda: log_bytes(log_dir) <= 3 * SEGMENT_BYTES, WAIT_S)
+        if segments(log_dir)[0] <= stopped_offset:
+            raise CaptureFailure("the applier was marked lost but the segment it needs is still there")
+        rows = check_rows(source)
+        if "critical|log_consumer_lost|applier|" not in rows or "reseed" not in rows:
+            raise CaptureFailure(f"check() does not report the lost consumer: {rows}")
+        refused = subprocess.run([TRELLARA_BIN, "apply", "--config", config_path, "--until-caught-up"],
+                                 capture_output=True, text=True, timeout=120)
+        if refused.returncode == 0 or "marked lost" not in refused.stderr or "reseed" not in refused.stderr:
+            raise CaptureFailure(f"the lost applier did not refuse (exit {refused.returncode}): {refused.stderr}")
+        print(f"ceiling 3MB: applier marked lost, log {log_bytes(log_dir)} bytes in {len(segments(log_dir))} "
+              f"segments; apply refused: {refused.stderr.strip()[:300]}")
+        relay = source.query("SELECT state, consecutive_failures FROM trellara.status() WHERE flow = 'app'")
+        if not relay.startswith("running|0"):
+            raise CaptureFailure(f"the source flow is not running cleanly: {relay}")
+        assert_no_backend_crashes(source, target)
+        print("ok: log_retention_follows_consumers")
+
+
+if __name__ == "__main__":
+    log_retention_follows_consumers()

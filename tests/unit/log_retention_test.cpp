@@ -1,0 +1,155 @@
+// log_retention_test.cpp — the retention decision (PlanRetention) and its execution: which
+// segments go, never the active one, never past the slowest live consumer, nothing without a
+// consumer, and the ceiling deletes what a consumer needs only after marking it lost durably; a
+// lost consumer is refused at registration with the reseed remedy; unregistering releases.
+#include <catch2/catch.hpp>
+
+#include "log_support/log_test_support.h"
+#include "trellara/log/consumer_lock.h"
+#include "trellara/log/consumer_offsets.h"
+#include "trellara/log/reader.h"
+#include "trellara/log/retention.h"
+#include "trellara/log/simulated_device.h"
+
+using namespace trellara::log;
+using namespace trellara::log::testing;
+
+namespace {
+
+// Five segments of 100 bytes holding offsets [0,10) [10,20) [20,30) [30,40) [40,...) (active).
+std::vector<SegmentSize> FiveSegments() { return {{0, 100}, {10, 100}, {20, 100}, {30, 100}, {40, 100}}; }
+
+}  // namespace
+
+TEST_CASE("retention_deletes_nothing_without_a_registered_consumer", "[log][retention]") {
+  RetentionPlan plan = PlanRetention(FiveSegments(), {}, 0);
+  CHECK(plan.delete_segments.empty());
+  CHECK(plan.retained_from_offset == 0);
+}
+
+TEST_CASE("retention_deletes_only_segments_wholly_below_the_slowest_consumer", "[log][retention]") {
+  std::map<std::string, ConsumerState> consumers{{"fast", {45}}, {"slow", {25}}};
+  RetentionPlan plan = PlanRetention(FiveSegments(), consumers, 0);
+  // Segment [20,30) holds offset 25, which "slow" still needs: kept.
+  CHECK(plan.delete_segments == std::vector<uint64_t>{0, 10});
+  CHECK(plan.retained_from_offset == 20);
+  CHECK(plan.bytes_deleted == 200);
+  CHECK(plan.mark_lost.empty());
+  // Exactly at a segment boundary: the segment ending there is no longer needed.
+  consumers["slow"].next_offset = 30;
+  CHECK(PlanRetention(FiveSegments(), consumers, 0).delete_segments == std::vector<uint64_t>{0, 10, 20});
+}
+
+TEST_CASE("retention_never_deletes_the_active_segment", "[log][retention]") {
+  std::map<std::string, ConsumerState> consumers{{"applier", {1000}}};
+  RetentionPlan plan = PlanRetention(FiveSegments(), consumers, 0);
+  CHECK(plan.delete_segments == std::vector<uint64_t>{0, 10, 20, 30});
+  CHECK(plan.retained_from_offset == 40);
+  CHECK(PlanRetention({{0, 100}}, consumers, 1).delete_segments.empty());  // even over a ceiling
+}
+
+TEST_CASE("retention_ceiling_marks_the_consumer_it_overtakes_lost", "[log][retention]") {
+  std::map<std::string, ConsumerState> consumers{{"fast", {45}}, {"slow", {5}}};
+  // Without a ceiling the slow consumer holds everything.
+  CHECK(PlanRetention(FiveSegments(), consumers, 0).delete_segments.empty());
+  // Ceiling 250 bytes: three segments must go; "slow" needs them, "fast" does not.
+  RetentionPlan plan = PlanRetention(FiveSegments(), consumers, 250);
+  CHECK(plan.delete_segments == std::vector<uint64_t>{0, 10, 20});
+  CHECK(plan.mark_lost == std::vector<std::string>{"slow"});
+  CHECK(plan.retained_from_offset == 30);
+  // Under the ceiling nobody is marked lost.
+  CHECK(PlanRetention(FiveSegments(), consumers, 500).mark_lost.empty());
+  // A lost consumer holds nothing: the live one decides.
+  consumers["slow"].lost = true;
+  CHECK(PlanRetention(FiveSegments(), consumers, 0).delete_segments == std::vector<uint64_t>{0, 10, 20, 30});
+  // Only lost consumers: nothing is deleted except by the ceiling.
+  std::map<std::string, ConsumerState> only_lost{{"slow", {5, true}}};
+  CHECK(PlanRetention(FiveSegments(), only_lost, 0).delete_segments.empty());
+  CHECK(PlanRetention(FiveSegments(), only_lost, 250).mark_lost.empty());
+}
+
+TEST_CASE("retention_ceiling_applies_without_consumers_marking_nobody", "[log][retention]") {
+  RetentionPlan plan = PlanRetention(FiveSegments(), {}, 300);
+  CHECK(plan.delete_segments == std::vector<uint64_t>{0, 10});
+  CHECK(plan.mark_lost.empty());
+}
+
+TEST_CASE("apply_retention_marks_lost_before_deleting_and_applier_registration_refuses", "[log][retention]") {
+  TempDir dir;
+  auto device = RealDevice();
+  WriterOptions options;
+  options.segment_bytes_max = 2048;  // 8 frames of 240 bytes per segment
+  auto writer = LogWriter::Open(*device, dir.flow(), options);
+  REQUIRE(writer.ok());
+  AppendTestRecords(**writer, 8, 50, 200, 10);  // 50 records: segments 0, 8, 16, 24, 32, 40, 48
+  auto segments = ListSegmentSizes(*device, dir.flow());
+  REQUIRE(segments.ok());
+  REQUIRE(segments->size() == 7);
+
+  // Registration of a new consumer: at the log's first offset; nothing is deleted before it.
+  auto report = ApplyRetention(*device, dir.flow(), 0);
+  REQUIRE(report.ok());
+  CHECK(report->segments_deleted == 0);
+  REQUIRE(RegisterConsumer(*device, dir.flow(), "applier").ok());
+  CHECK(ReadConsumerOffsets(*device, dir.flow())->at("applier") == 0);
+  REQUIRE(WriteConsumerOffset(*device, dir.flow(), "applier", 20).ok());
+  REQUIRE(RegisterConsumer(*device, dir.flow(), "applier").ok());  // existing: unchanged
+  CHECK(ReadConsumerOffsets(*device, dir.flow())->at("applier") == 20);
+
+  report = ApplyRetention(*device, dir.flow(), 0);
+  REQUIRE(report.ok());
+  CHECK(report->segments_deleted == 2);  // [0,8) [8,16); [16,24) holds offset 20
+  CHECK(report->retained_from_offset == 16);
+  CHECK(report->marked_lost.empty());
+
+  // A second consumer far behind would have kept them; add one at 16 and a ceiling of 3 segments.
+  REQUIRE(WriteConsumerOffset(*device, dir.flow(), "audit", 16).ok());
+  auto status = DescribeRetention(*device, dir.flow());
+  REQUIRE(status.ok());
+  CHECK(status->held_by == "audit");
+  CHECK(status->segments == 5);
+  const uint64_t ceiling = 3 * 1920 + 100;  // three full segments of 8 x 240 bytes
+  report = ApplyRetention(*device, dir.flow(), ceiling);
+  REQUIRE(report.ok());
+  CHECK(report->segments_deleted == 2);  // [16,24) and [24,32)
+  CHECK(report->marked_lost == std::vector<std::string>{"applier", "audit"});
+  auto states = ReadConsumerStates(*device, dir.flow());
+  REQUIRE(states.ok());
+  CHECK(states->at("audit").lost);
+  CHECK(states->at("audit").lost_at_offset == 32);
+  // The lost consumer's applier refuses to continue and says to reseed.
+  trellara::Status refused = RegisterConsumer(*device, dir.flow(), "audit");
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.error().message, Catch::Contains("marked lost") && Catch::Contains("reseed") &&
+                                          Catch::Contains("unregister-consumer audit"));
+  // The applier's offset writes never erase the mark.
+  REQUIRE(WriteConsumerOffset(*device, dir.flow(), "audit", 40).ok());
+  CHECK(ReadConsumerStates(*device, dir.flow())->at("audit").lost);
+
+  // Unregister refuses while the consumer runs, then releases.
+  {
+    auto lock = ConsumerLock::Acquire(dir.flow(), "audit");
+    REQUIRE(lock.ok());
+    auto busy = UnregisterConsumer(*device, dir.flow(), "audit");
+    REQUIRE_FALSE(busy.ok());
+    CHECK_THAT(busy.error().message, Catch::Contains("stop that applier first") &&
+                                         Catch::Contains("pid " + std::to_string(::getpid())));
+    CHECK(DescribeRetention(*device, dir.flow())->consumers.front().active == false);  // "applier" sorts first
+    CHECK(DescribeRetention(*device, dir.flow())->consumers.back().active == true);
+  }
+  auto removed = UnregisterConsumer(*device, dir.flow(), "audit");
+  REQUIRE(removed.ok());
+  CHECK(*removed);
+  CHECK(ReadConsumerStates(*device, dir.flow())->count("audit") == 0);
+  REQUIRE(UnregisterConsumer(*device, dir.flow(), "applier").ok());
+  auto again = UnregisterConsumer(*device, dir.flow(), "nobody");
+  REQUIRE(again.ok());
+  CHECK_FALSE(*again);
+  // Unregistered, a new consumer registers at the log's first offset and reads from there.
+  REQUIRE(RegisterConsumer(*device, dir.flow(), "applier").ok());
+  CHECK(ReadConsumerOffsets(*device, dir.flow())->at("applier") == 32);
+  auto reader = LogReader::Open(*device, dir.flow());
+  REQUIRE(reader.ok());
+  REQUIRE((*reader)->Seek(32).ok());
+  CHECK_FALSE((*reader)->Seek(31).ok());  // reclaimed, refused by name
+}
