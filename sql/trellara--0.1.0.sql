@@ -544,11 +544,11 @@ DECLARE
   holder jsonb;
 BEGIN
   IF rt IS NULL THEN
-    RETURN QUERY SELECT 'ok', 'log_retention', f.log_directory, 'the log directory does not exist yet', NULL::text;
+    RETURN QUERY SELECT 'ok', 'log_retention', f.name, 'the log directory does not exist yet', NULL::text;
     RETURN;
   END IF;
   IF rt ? 'error' THEN
-    RETURN QUERY SELECT 'critical', 'log_retention', f.log_directory,
+    RETURN QUERY SELECT 'critical', 'log_retention', f.name,
       'cannot read the log''s consumers, so the relay deletes nothing: ' || (rt->>'error'),
       'repair or remove the named consumer file (trellara log consumers --dir ' || f.log_directory || ')';
     RETURN;
@@ -565,7 +565,7 @@ BEGIN
   END LOOP;
   IF jsonb_array_length(rt->'consumers') = 0 THEN
     RETURN QUERY SELECT CASE WHEN (rt->>'log_bytes')::bigint > warn_bytes THEN 'warning' ELSE 'ok' END,
-      'log_retention', f.log_directory,
+      'log_retention', f.name,
       format('no consumer is registered, so nothing is deleted; the log holds %s in %s segment(s)',
              pg_size_pretty((rt->>'log_bytes')::bigint), rt->>'segments'),
       CASE WHEN (rt->>'log_bytes')::bigint > warn_bytes
@@ -581,7 +581,7 @@ BEGIN
       format('find why %s is behind or stopped (trellara status --config F); if it is gone for good: '
              'SELECT trellara.unregister_consumer(%L, %L)', holder->>'name', f.name, holder->>'name');
   ELSE
-    RETURN QUERY SELECT 'ok', 'log_retention', coalesce(holder->>'name', f.log_directory),
+    RETURN QUERY SELECT 'ok', 'log_retention', coalesce(holder->>'name', f.name),
       format('the log holds %s in %s segment(s)%s', pg_size_pretty((rt->>'log_bytes')::bigint), rt->>'segments',
              CASE WHEN holder IS NOT NULL THEN format('; the slowest consumer, %s, retains %s', holder->>'name',
                                                       pg_size_pretty((rt->>'held_bytes')::bigint)) ELSE '' END),

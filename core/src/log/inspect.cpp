@@ -6,6 +6,7 @@
 
 #include "trellara/log/consumer_offsets.h"
 #include "trellara/log/recovery.h"
+#include "trellara/log/writer_failure.h"
 #include "trellara/log/scan.h"
 
 namespace trellara::log {
@@ -128,6 +129,18 @@ Result<InspectReport> InspectLog(LogDevice& device, const std::string& dir, cons
     report["consumers_error"] = consumers.error().message;
   }
   report["consumers"] = consumers_json;
+  // An fdatasync failed and no writer has recovered yet: frames past this point may exist only in
+  // the page cache; the writer's recovery drops them (writer_failure.h).
+  auto failure = ReadWriterFailure(device, dir);
+  if (!failure.ok()) {
+    report["writer_failed"] = failure.error().message;
+  } else if (failure->has_value()) {
+    report["writer_failed"] = json{{"durable_end", (*failure)->durable_end},
+                                   {"segment_first_offset", (*failure)->segment_first_offset},
+                                   {"durable_position", (*failure)->durable_position}};
+  } else {
+    report["writer_failed"] = nullptr;
+  }
   json segments = json::array();
   for (const auto& s : scan->segments) segments.push_back(SegmentJson(s));
   report["segment_list"] = segments;
