@@ -255,6 +255,7 @@ Result<RetentionStatus> DescribeRetention(LogDevice& device, const std::string& 
   for (const auto& segment : *segments) status.log_bytes += segment.bytes;
   status.held_bytes = status.log_bytes;
   bool any_live = false;
+  uint64_t held_offset = 0;
   for (const auto& [name, state] : *consumers) {
     ConsumerRetention c;
     c.name = name;
@@ -267,9 +268,10 @@ Result<RetentionStatus> DescribeRetention(LogDevice& device, const std::string& 
     c.active = ConsumerLockHeld(dir, name);
     if (state.lost) {
       status.lost_consumers += 1;
-    } else if (!any_live || c.retained_bytes > status.held_bytes) {
+    } else if (!any_live || state.next_offset < held_offset) {  // the slowest live consumer
       status.held_by = name;
       status.held_bytes = c.retained_bytes;
+      held_offset = state.next_offset;
       any_live = true;
     }
     status.consumers.push_back(std::move(c));
