@@ -24,6 +24,15 @@ Result<std::unique_ptr<ConsumerLock>> ConsumerLock::Acquire(const std::string& d
   if (fd < 0)
     return MakeError("cannot open the consumer lock " + path + ": " + std::strerror(errno) +
                      "; the consumer needs write access to the flow's log directory");
+  // Run as root, the lock file belongs to the log directory's owner (postgres) like every other
+  // file there, so trellara.unregister_consumer() in the server can take it.
+  struct stat dir_stat;
+  if (::geteuid() == 0 && ::stat(consumers.c_str(), &dir_stat) == 0 &&
+      ::fchown(fd, dir_stat.st_uid, dir_stat.st_gid) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return MakeError("cannot give the consumer lock " + path + " to the log directory's owner: " + std::strerror(err));
+  }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     char holder[32] = {};

@@ -65,13 +65,36 @@ class UringDevice final : public LogDevice {
   }
 
   Status MakeDirectory(const std::string& path) override {
-    if (::mkdir(path.c_str(), 0700) == 0) return SyncDirectory(ParentOf(path));
+    if (::mkdir(path.c_str(), 0700) == 0) {
+      if (::geteuid() == 0) {
+        const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        Status owned = fd >= 0 ? GiveToDirectoryOwner(fd, path) : SysError("open", path, errno);
+        if (fd >= 0) ::close(fd);
+        TRELLARA_TRY(owned);
+      }
+      return SyncDirectory(ParentOf(path));
+    }
     if (errno == EEXIST) {
       struct stat st;
       if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return Status::Ok();
       return MakeError(path + " exists and is not a directory; choose another log directory");
     }
     return SysError("mkdir", path, errno);
+  }
+
+  // A file or directory that root creates in a log directory (the applier's consumer offset, an
+  // index rebuilt by `trellara log inspect --repair-index`, run as root) belongs to the owner of the
+  // directory it is in — the postgres OS user — so that the relay can still read and replace it.
+  // Files created by the owner itself are unaffected.
+  static Status GiveToDirectoryOwner(int fd, const std::string& path) {
+    if (::geteuid() != 0) return Status::Ok();
+    struct stat parent;
+    if (::stat(ParentOf(path).c_str(), &parent) != 0) return SysError("stat", ParentOf(path), errno);
+    struct stat self;
+    if (::fstat(fd, &self) != 0) return SysError("fstat", path, errno);
+    if (self.st_uid == parent.st_uid && self.st_gid == parent.st_gid) return Status::Ok();
+    if (::fchown(fd, parent.st_uid, parent.st_gid) != 0) return SysError("chown", path, errno);
+    return Status::Ok();
   }
 
   Result<std::vector<std::string>> ListDirectory(const std::string& path) override {
@@ -96,6 +119,13 @@ class UringDevice final : public LogDevice {
   Result<FileId> OpenFile(const std::string& path, bool create) override {
     int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0600);
     if (fd < 0) return SysError("open", path, errno);
+    if (create) {
+      Status owned = GiveToDirectoryOwner(fd, path);
+      if (!owned.ok()) {
+        ::close(fd);
+        return owned.error();
+      }
+    }
     return fd;
   }
 
