@@ -21,6 +21,7 @@ PG_FUNCTION_INFO_V1(trellara_unregister_consumer);
 #include <string>
 
 #include "pg/guard.h"
+#include "trellara/log/consumer_offsets.h"
 #include "trellara/log/retention.h"
 #include "trellara/log/uring_device.h"
 
@@ -63,11 +64,12 @@ Datum RetentionAsJsonb(const char* dir, bool& is_null) {
 }
 
 bool Unregister(const char* dir, const char* name) {
+  trellara::Status valid = trellara::log::ValidateConsumerName(name);
+  if (!valid.ok()) throw trellara::pg::SqlError(ERRCODE_INVALID_PARAMETER_VALUE, valid.error().message);
   auto device = OpenDevice(dir);
   auto removed = trellara::log::UnregisterConsumer(*device, dir, name);
-  if (!removed.ok())
-    throw trellara::pg::SqlError(ERRCODE_OBJECT_IN_USE, removed.error().message, {},
-                                 "Stop the consumer's applier, then call trellara.unregister_consumer() again.");
+  // The message says what to do (stop the running applier, or what failed on which file).
+  if (!removed.ok()) throw trellara::pg::SqlError(ERRCODE_OBJECT_IN_USE, removed.error().message);
   return *removed;
 }
 

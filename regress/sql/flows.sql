@@ -58,6 +58,20 @@ SELECT count(*) FILTER (WHERE severity <> 'ok' AND remedy IS NULL) AS findings_w
   FROM trellara.check('app');
 SELECT * FROM trellara.check('nope');
 
+-- Log retention: no consumer registered yet (nothing is deleted, status() names nobody);
+-- unregistering is trellara_admin's, refused for an unknown name; listing is pg_monitor's too.
+SELECT log_retained_by IS NULL AS no_consumer, log_retained_bytes > 0 AS log_retained FROM trellara.status();
+SELECT * FROM trellara.consumers('app');
+SELECT trellara.unregister_consumer('app', 'nobody');
+SELECT trellara.unregister_consumer('app', '../x');
+SELECT p.proname, has_function_privilege('public', p.oid, 'execute') AS public_can,
+       has_function_privilege('pg_monitor', p.oid, 'execute') AS monitor_can,
+       has_function_privilege('trellara_admin', p.oid, 'execute') AS admin_can
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+ WHERE n.nspname = 'trellara' AND p.proname IN ('consumers', 'unregister_consumer', '_log_retention',
+                                                 '_unregister_consumer', '_check_log_retention')
+ ORDER BY 1;
+
 SELECT trellara.stop_flow('app');
 SELECT flow, state, enabled, slot_active FROM trellara.status();
 SELECT trellara.start_flow('app');
