@@ -11,6 +11,8 @@ CREATE TABLE priv_orders (id bigint PRIMARY KEY, note text);
 CREATE PUBLICATION priv_pub FOR TABLE priv_orders;
 CREATE ROLE regress_flow_operator LOGIN IN ROLE trellara_admin;
 GRANT USAGE ON SCHEMA trellara TO regress_flow_operator;
+-- Only so the test can name $PGDATA paths (and mask them in messages) as this role.
+GRANT pg_read_all_settings TO regress_flow_operator;
 
 -- Runs `sql`; returns 'ok' or the SQLSTATE and message (with $PGDATA for the data directory).
 CREATE FUNCTION attempt(sql text) RETURNS text LANGUAGE plpgsql AS $$
@@ -39,10 +41,13 @@ SELECT attempt($$SELECT trellara.create_flow('priv_elsewhere', 'priv_pub', '/tmp
 SELECT attempt($$SELECT trellara.create_flow('priv_escape', 'priv_pub',
                  current_setting('data_directory') || '/pg_trellara/../../escape')$$);
 SELECT attempt($$SELECT trellara.create_flow('priv_default', 'priv_pub')$$);
+SELECT attempt(format($$SELECT trellara.create_flow('priv_inside', 'priv_pub', %L)$$,
+                      current_setting('data_directory') || '/pg_trellara/custom_inside'));
 RESET ROLE;
 SELECT name, replace(log_directory, current_setting('data_directory'), '$PGDATA') AS log_directory
   FROM trellara.flows ORDER BY name;
 SELECT trellara.drop_flow('priv_default');
+SELECT trellara.drop_flow('priv_inside', true);
 SELECT attempt($$SELECT trellara.create_flow('priv_super', 'priv_pub', '/tmp/regress_trellara_super')$$);
 SELECT trellara.drop_flow('priv_super', true);
 
@@ -108,4 +113,5 @@ DROP PUBLICATION priv_pub, priv_own_table, priv_own_schema, priv_all;
 DROP TABLE priv_orders;
 DROP FUNCTION attempt(text), wait_for_state(text, text);
 DROP EXTENSION trellara;
+DROP OWNED BY regress_flow_operator;
 DROP ROLE regress_flow_operator;
