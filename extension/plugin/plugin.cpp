@@ -72,6 +72,7 @@ PGDLLEXPORT void _PG_output_plugin_init(OutputPluginCallbacks* cb);
 
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <type_traits>
 #include <string>
@@ -390,6 +391,8 @@ CachedRelation& Lookup(State* s, Relation relation) {
                                                       " of \"" + RelationGetRelationName(relation) + "\"");
     // The map and its descriptors are the entry's own copies (CreateTupleDescCopyConstr, in the
     // entry's context): the root's relcache entry is closed below and may be rebuilt any time.
+    // The root is closed on every path, outside any catch block (no Postgres call in a handler).
+    std::exception_ptr failure;
     try {
       Describe(root, entry);
       MemoryContext cxt = entry.context;
@@ -402,10 +405,10 @@ CachedRelation& Lookup(State* s, Relation relation) {
         return map;
       });
     } catch (...) {
-      pg::CallPostgres([root] { RelationClose(root); });
-      throw;
+      failure = std::current_exception();
     }
     pg::CallPostgres([root] { RelationClose(root); });
+    if (failure) std::rethrow_exception(failure);
   }
   // An invalidation processed while this entry was being built may have been missed by it.
   entry.valid = entry.invalidations == invalidations_seen;
