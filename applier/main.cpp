@@ -45,10 +45,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   // Hidden, test-only: permits `defect.*` fault points (deliberately wrong code paths for the
   // negative-control tests). Without it a TRELLARA_FAULTS naming a defect stops the command
-  // before it does anything (docs/decisions.md). Accepted before or after the subcommand.
+  // before it does anything (docs/decisions.md). A global option: it goes before the subcommand.
   bool enable_test_defects = false;
   app.add_flag("--enable-test-defects", enable_test_defects)->group("");
-  app.fallthrough();
   app.parse_complete_callback([&enable_test_defects] {
     trellara::fault::AllowDefects(enable_test_defects, "the command-line flag --enable-test-defects");
     trellara::Status faults = trellara::fault::LoadFromEnvironment();
