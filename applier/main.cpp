@@ -6,6 +6,7 @@
 #include <map>
 
 #include "commands.h"
+#include "trellara/fault.h"
 
 namespace trellara::cli {
 
@@ -42,6 +43,16 @@ int main(int argc, char** argv) {
   app.name("trellara");
   app.set_version_flag("--version", std::string("trellara ") + TRELLARA_VERSION);
   app.require_subcommand(1);
+  // Hidden, test-only: permits `defect.*` fault points (deliberately wrong code paths for the
+  // negative-control tests). Without it a TRELLARA_FAULTS naming a defect stops the command
+  // before it does anything (docs/decisions.md). A global option: it goes before the subcommand.
+  bool enable_test_defects = false;
+  app.add_flag("--enable-test-defects", enable_test_defects)->group("");
+  app.parse_complete_callback([&enable_test_defects] {
+    trellara::fault::AllowDefects(enable_test_defects, "the command-line flag --enable-test-defects");
+    trellara::Status faults = trellara::fault::LoadFromEnvironment();
+    if (!faults.ok()) throw trellara::cli::CommandFailed(faults.error().message, 2);
+  });
 
   trellara::cli::RegisterApply(app);
   trellara::cli::RegisterStatus(app);

@@ -56,7 +56,8 @@ std::vector<PublishedTable> PublishedTables(PgConnection& source, const FlowConf
                        source.ExecParams("SELECT schemaname || '.' || tablename, format('%I.%I', schemaname, tablename), "
                                          "array_to_string(ARRAY(SELECT quote_ident(a) FROM unnest(attnames) AS a), ', '), "
                                          "rowfilter FROM pg_catalog.pg_publication_tables WHERE pubname = $1 "
-                                         "ORDER BY schemaname, tablename",
+                                         // Trellara's own relations are never captured (docs/capture.md).
+                                         "AND schemaname <> 'trellara' ORDER BY schemaname, tablename",
                                          {publication}),
                        "listing the tables of publication " + publication + " on the source");
   std::vector<PublishedTable> tables;

@@ -131,6 +131,45 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION trellara._caller_is_superuser()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'trellara_caller_is_superuser'
+LANGUAGE C STRICT STABLE;
+REVOKE ALL ON FUNCTION trellara._caller_is_superuser() FROM PUBLIC;
+
+-- Trellara's own relations (schema trellara) that a publication names explicitly: FOR TABLE
+-- trellara.x or FOR TABLES IN SCHEMA trellara. They are never captured (the output plugin skips
+-- every relation of schema trellara, which FOR ALL TABLES also covers); naming them is refused
+-- by create_flow() and reported by check() (docs/capture.md).
+CREATE FUNCTION trellara._own_relations_named(pubname name)
+RETURNS TABLE (relation text)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT format('%I.%I', n.nspname, c.relname)
+    FROM pg_publication p
+    JOIN pg_publication_rel pr ON pr.prpubid = p.oid
+    JOIN pg_class c ON c.oid = pr.prrelid
+    JOIN pg_namespace n ON n.oid = c.relnamespace
+   WHERE p.pubname = _own_relations_named.pubname AND n.nspname = 'trellara'
+  UNION ALL
+  SELECT 'TABLES IN SCHEMA trellara'
+    FROM pg_publication p
+    JOIN pg_publication_namespace pn ON pn.pnpubid = p.oid
+    JOIN pg_namespace n ON n.oid = pn.pnnspid
+   WHERE p.pubname = _own_relations_named.pubname AND n.nspname = 'trellara'
+  ORDER BY 1
+$$;
+REVOKE ALL ON FUNCTION trellara._own_relations_named(name) FROM PUBLIC;
+
+-- create_flow privileges and preconditions (docs/decisions.md):
+-- - log_directory: the default $PGDATA/pg_trellara/<flow> (or any directory under
+--   $PGDATA/pg_trellara) for anyone allowed to call create_flow; elsewhere only a superuser, or a
+--   directory strictly under trellara.log_directory_root (postgresql.conf, superuser-only).
+--   Paths with . or .. components are refused so a prefix check cannot be escaped.
+-- - the slot is created first and is not transactional: create_flow refuses to run in a
+--   transaction that already wrote (Postgres could not create the slot), and a transaction that
+--   rolls back after it leaves the slot behind: check() reports such orphan trellara_ slots with
+--   the command that drops them.
 CREATE FUNCTION trellara.create_flow(name text, publication text, log_directory text DEFAULT NULL)
 RETURNS trellara.flows
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -138,11 +177,21 @@ AS $$
 DECLARE
   flow_name text := create_flow.name;
   slot text := 'trellara_' || create_flow.name;
-  dir text := coalesce(create_flow.log_directory,
-                       current_setting('data_directory') || '/pg_trellara/' || create_flow.name);
+  own_root text := current_setting('data_directory') || '/pg_trellara';
+  dir text := coalesce(create_flow.log_directory, own_root || '/' || create_flow.name);
+  configured_root text := rtrim(coalesce(current_setting('trellara.log_directory_root', true), ''), '/');
+  own_named text;
   f trellara.flows;
 BEGIN
   PERFORM trellara._require_relay();
+  IF pg_current_xact_id_if_assigned() IS NOT NULL THEN
+    RAISE EXCEPTION 'trellara.create_flow(%) cannot run in a transaction that has already written', flow_name
+      USING ERRCODE = 'active_sql_transaction',
+            DETAIL = 'A flow''s replication slot must be created before its transaction writes anything, '
+                     'and slot creation is not transactional.',
+            HINT = 'Call create_flow in its own transaction: as a single statement, or as the first statement '
+                   'after BEGIN, and commit right after it.';
+  END IF;
   IF flow_name IS NULL OR flow_name !~ '^[a-z_][a-z0-9_]*$' OR length(flow_name) > 54 THEN
     RAISE EXCEPTION 'invalid flow name "%"', flow_name
       USING ERRCODE = 'invalid_parameter_value',
@@ -155,6 +204,41 @@ BEGIN
   IF dir !~ '^/' THEN
     RAISE EXCEPTION 'log directory "%" of flow "%" is not an absolute path', dir, flow_name
       USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF dir ~ '(^|/)\.\.?(/|$)' OR dir ~ '//' THEN
+    RAISE EXCEPTION 'log directory "%" of flow "%" has a ".", ".." or empty path component', dir, flow_name
+      USING ERRCODE = 'invalid_parameter_value', HINT = 'Give the directory as a normalized absolute path.';
+  END IF;
+  dir := rtrim(dir, '/');
+  IF NOT starts_with(dir, own_root || '/')
+     AND NOT (configured_root <> '' AND starts_with(dir, configured_root || '/'))
+     AND NOT trellara._caller_is_superuser() THEN
+    RAISE EXCEPTION 'log directory "%" of flow "%" is outside % and only a superuser may choose it', dir, flow_name, own_root
+      USING ERRCODE = 'insufficient_privilege',
+            DETAIL = 'The relay writes the log as the server''s operating-system user; an arbitrary path would let '
+                     'a non-superuser write files anywhere that user can.',
+            HINT = 'Omit log_directory to use ' || own_root || '/' || flow_name || ', ask a superuser to create the '
+                   'flow, or have a superuser set trellara.log_directory_root in postgresql.conf to a directory '
+                   'flows may use and reload the configuration.';
+  END IF;
+  SELECT string_agg(relation, ', ') INTO own_named FROM trellara._own_relations_named(create_flow.publication);
+  IF own_named IS NOT NULL THEN
+    RAISE EXCEPTION 'publication "%" names trellara''s own relations (%), which are never captured',
+      create_flow.publication, own_named
+      USING ERRCODE = 'invalid_parameter_value',
+            DETAIL = 'Schema trellara holds the flow catalog and the applier''s state; replaying it on a target '
+                     'would overwrite the target''s own state.',
+            HINT = 'Remove them: ALTER PUBLICATION ' || quote_ident(create_flow.publication) || ' DROP TABLE ... '
+                   '(or DROP TABLES IN SCHEMA trellara). FOR ALL TABLES is fine: it skips them.';
+  END IF;
+  IF EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = slot)
+     AND NOT EXISTS (SELECT FROM trellara.flows WHERE flows.name = flow_name) THEN
+    RAISE EXCEPTION 'replication slot "%" already exists but belongs to no flow', slot
+      USING ERRCODE = 'duplicate_object',
+            DETAIL = 'It is probably left by a create_flow whose transaction rolled back (slot creation is not '
+                     'transactional).',
+            HINT = format('If nothing else uses it: SELECT pg_drop_replication_slot(%L); then create the flow again.',
+                          slot);
   END IF;
   IF EXISTS (SELECT FROM trellara.flows WHERE flows.name = flow_name) THEN
     RAISE EXCEPTION 'flow "%" already exists', flow_name USING ERRCODE = 'duplicate_object';
@@ -207,12 +291,16 @@ END
 $$;
 
 -- Drops the flow and its slot; the log directory is kept (it may still hold records a target
--- has not applied) unless remove_log_directory is true.
+-- has not applied) unless remove_log_directory is true, and even then only the files Trellara
+-- creates are removed (segments, indexes, LOCK, consumers/ offsets and their lock/temporary
+-- files): anything else is left in place and named in a WARNING, with the directory.
 CREATE FUNCTION trellara.drop_flow(name text, remove_log_directory boolean DEFAULT false)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE f trellara.flows;
+DECLARE
+  f trellara.flows;
+  kept text[];
 BEGIN
   PERFORM trellara._require_relay();
   f := trellara._flow(drop_flow.name);
@@ -224,8 +312,14 @@ BEGIN
   END IF;
   DELETE FROM trellara.flows WHERE flows.name = f.name;
   IF remove_log_directory THEN
-    RAISE NOTICE 'removing log directory "%" of flow "%"', f.log_directory, f.name;
-    PERFORM trellara._remove_log_directory(f.log_directory);
+    kept := trellara._remove_log_directory(f.log_directory);
+    IF kept IS NULL OR cardinality(kept) = 0 THEN
+      RAISE NOTICE 'removed log directory "%" of flow "%"', f.log_directory, f.name;
+    ELSE
+      RAISE WARNING 'log directory "%" of flow "%" is kept: it holds entries trellara did not create or could not remove: %',
+        f.log_directory, f.name, array_to_string(kept, ', ')
+        USING HINT = 'Its trellara files are removed; check the rest and remove the directory by hand.';
+    END IF;
   ELSE
     RAISE NOTICE 'log directory "%" of flow "%" is kept', f.log_directory, f.name;
   END IF;
@@ -260,7 +354,7 @@ LANGUAGE C STRICT VOLATILE;
 REVOKE ALL ON FUNCTION trellara._log_retention(text) FROM PUBLIC;
 
 CREATE FUNCTION trellara._remove_log_directory(dir text)
-RETURNS void
+RETURNS text[]
 AS 'MODULE_PATHNAME', 'trellara_remove_log_directory'
 LANGUAGE C STRICT VOLATILE;
 REVOKE ALL ON FUNCTION trellara._remove_log_directory(text) FROM PUBLIC;
@@ -424,7 +518,7 @@ BEGIN
       FROM pg_publication_tables pt
       JOIN pg_namespace n ON n.nspname = pt.schemaname
       JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
-     WHERE pt.pubname = f.publication
+     WHERE pt.pubname = f.publication AND pt.schemaname <> 'trellara'
      ORDER BY 2, 3
   LOOP
     has_pk := EXISTS (SELECT FROM pg_index i WHERE i.indrelid = t.oid AND i.indisprimary);
@@ -455,6 +549,24 @@ BEGIN
   END IF;
 
   RETURN QUERY SELECT * FROM trellara._check_log_retention(f);
+
+  RETURN QUERY SELECT 'warning', 'own_relations', o.relation,
+      'the publication names this trellara relation; trellara never captures its own relations (schema trellara)',
+      format('ALTER PUBLICATION %I DROP %s', f.publication,
+             CASE WHEN o.relation LIKE 'TABLES IN SCHEMA %' THEN o.relation ELSE 'TABLE ' || o.relation END)
+    FROM trellara._own_relations_named(f.publication) o;
+
+  -- Slots named like a flow's, decoding with trellara, that no flow owns: left by a create_flow
+  -- whose transaction rolled back, or by a flow dropped by hand. They retain WAL forever.
+  RETURN QUERY SELECT 'warning', 'orphan_slot', rs.slot_name::text,
+      format('replication slot %s (plugin trellara) belongs to no flow and retains WAL from %s%s',
+             rs.slot_name, rs.restart_lsn, CASE WHEN rs.active THEN format(' (in use by pid %s)', rs.active_pid) ELSE '' END),
+      format('if nothing uses it: SELECT pg_drop_replication_slot(%L)', rs.slot_name)
+    FROM pg_replication_slots rs
+   WHERE rs.plugin = 'trellara' AND rs.slot_name LIKE 'trellara\_%'
+     AND rs.database = current_database()
+     AND NOT EXISTS (SELECT FROM trellara.flows fl WHERE fl.slot_name = rs.slot_name)
+   ORDER BY rs.slot_name;
 
   RETURN QUERY SELECT 'warning', 'failover', f.slot_name::text,
     'PostgreSQL 15 has no failover slots: the slot exists only on this server; after a failover to a '

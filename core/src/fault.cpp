@@ -26,9 +26,13 @@ struct Rule {
   int fired = 0;
 };
 
+constexpr char kDefaultDefectSwitch[] = "the program's explicit test-only switch";
+
 struct Registry {
   std::mutex mutex;
   bool loaded = false;
+  bool defects_allowed = false;
+  std::string defect_switch = kDefaultDefectSwitch;
   std::vector<Rule> rules;
 };
 
@@ -37,7 +41,12 @@ Registry& GetRegistry() {
   return *registry;
 }
 
-Result<std::vector<Rule>> ParseSpec(std::string_view spec) {
+bool IsDefectRule(const Rule& rule) {
+  return rule.action == Action::Defect || rule.point.rfind("defect.", 0) == 0;
+}
+
+// Parses `spec` and applies the defect rule: a defect is refused unless this process allowed it.
+Result<std::vector<Rule>> ParseSpec(std::string_view spec, bool defects_allowed, const std::string& defect_switch) {
   std::vector<Rule> rules;
   size_t start = 0;
   while (start <= spec.size()) {
@@ -74,6 +83,13 @@ Result<std::vector<Rule>> ParseSpec(std::string_view spec) {
         return MakeError("TRELLARA_FAULTS entry '" + std::string(entry) +
                          "': action must be crash, stall, error or defect");
       }
+      if (IsDefectRule(rule) && !defects_allowed) {
+        return MakeError("TRELLARA_FAULTS entry '" + std::string(entry) + "' names the defect point '" +
+                         rule.point +
+                         "' (a deliberately wrong code path for negative-control tests), which this process "
+                         "refuses: defects are enabled only with " + defect_switch +
+                         ". Unset TRELLARA_FAULTS in a production deployment.");
+      }
       rules.push_back(std::move(rule));
     }
     if (comma == std::string_view::npos) break;
@@ -82,18 +98,27 @@ Result<std::vector<Rule>> ParseSpec(std::string_view spec) {
   return rules;
 }
 
+Status ReadEnvironmentLocked(Registry& registry) {
+  registry.loaded = true;
+  registry.rules.clear();
+  const char* spec = std::getenv("TRELLARA_FAULTS");
+  if (spec == nullptr) return Status::Ok();
+  auto rules = ParseSpec(spec, registry.defects_allowed, registry.defect_switch);
+  if (!rules.ok()) return rules.error();
+  registry.rules = std::move(rules).value();
+  return Status::Ok();
+}
+
+// The lazy path, for a process whose adapter did not call LoadFromEnvironment at start.
 void LoadFromEnvironmentLocked(Registry& registry) {
   if (registry.loaded) return;
-  registry.loaded = true;
-  const char* spec = std::getenv("TRELLARA_FAULTS");
-  if (spec == nullptr) return;
-  auto rules = ParseSpec(spec);
-  if (!rules.ok()) {
-    // A misconfigured fault run must not silently run without its fault.
-    std::fprintf(stderr, "trellara: %s\n", rules.error().message.c_str());
+  Status status = ReadEnvironmentLocked(registry);
+  if (!status.ok()) {
+    // A misconfigured fault run must not silently run without its fault, and a refused defect
+    // must not silently run without the refusal being seen.
+    std::fprintf(stderr, "trellara: %s\n", status.error().message.c_str());
     std::_Exit(2);
   }
-  registry.rules = std::move(rules).value();
 }
 
 }  // namespace
@@ -135,13 +160,26 @@ Action Hit(std::string_view point) {
 }
 
 Status Configure(std::string_view spec) {
-  auto rules = ParseSpec(spec);
-  if (!rules.ok()) return rules.error();
   Registry& registry = GetRegistry();
   std::lock_guard<std::mutex> lock(registry.mutex);
+  auto rules = ParseSpec(spec, registry.defects_allowed, registry.defect_switch);
+  if (!rules.ok()) return rules.error();
   registry.loaded = true;
   registry.rules = std::move(rules).value();
   return Status::Ok();
+}
+
+void AllowDefects(bool allowed, std::string_view switch_name) {
+  Registry& registry = GetRegistry();
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  registry.defects_allowed = allowed;
+  registry.defect_switch = switch_name.empty() ? std::string(kDefaultDefectSwitch) : std::string(switch_name);
+}
+
+Status LoadFromEnvironment() {
+  Registry& registry = GetRegistry();
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  return ReadEnvironmentLocked(registry);
 }
 
 void Clear() {

@@ -2,7 +2,8 @@
 // trellara.status(), waking the launcher, and stopping a flow's worker.
 //
 // The flow catalog (trellara.flows) and the SQL-level checks live in sql/; this file only reads
-// shared memory and signals processes. It never changes a flow, a slot or a log.
+// shared memory and signals processes. It never changes a flow or a slot; the only files it
+// removes are the ones Trellara created in a dropped flow's log directory.
 extern "C" {
 #include "postgres.h"
 
@@ -136,8 +137,11 @@ extern "C" {
 #include <dirent.h>
 #include <sys/stat.h>
 
+#include "catalog/pg_type.h"
+#include "nodes/pg_list.h"
 #include "port.h"
 #include "storage/fd.h"
+#include "utils/array.h"
 
 PGDLLEXPORT Datum trellara_log_bytes(PG_FUNCTION_ARGS);
 PGDLLEXPORT Datum trellara_remove_log_directory(PG_FUNCTION_ARGS);
@@ -147,15 +151,83 @@ PG_FUNCTION_INFO_V1(trellara_remove_log_directory);
 
 namespace {
 
-// Entries a flow log directory may hold (see docs/log.md): anything else means it is not one.
-bool IsLogEntry(const char* name) {
-  return std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0 || std::strncmp(name, "segment-", 8) == 0 ||
-         std::strncmp(name, "index-", 6) == 0 || std::strcmp(name, "consumers") == 0 ||
-         std::strcmp(name, "LOCK") == 0 || std::strncmp(name, ".tmp", 4) == 0 ||
-         std::strncmp(name, "WRITER_FAILED", 13) == 0;  // fsync failure record (writer_failure.h)
+// Whether `name` is exactly `prefix` + 20 digits + `suffix` (a segment or index file, format.cpp),
+// optionally followed by ".tmp" (an index being rewritten).
+bool IsNumberedName(const char* name, const char* prefix, const char* suffix) {
+  size_t plen = std::strlen(prefix), slen = std::strlen(suffix), len = std::strlen(name);
+  constexpr size_t kDigits = 20;
+  if (len >= 4 && std::strcmp(name + len - 4, ".tmp") == 0) len -= 4;
+  if (len != plen + kDigits + slen || std::strncmp(name, prefix, plen) != 0 ||
+      std::strncmp(name + plen + kDigits, suffix, slen) != 0)
+    return false;
+  for (size_t i = 0; i < kDigits; i++)
+    if (name[plen + i] < '0' || name[plen + i] > '9') return false;
+  return true;
+}
+
+// Files Trellara creates at the top of a flow log directory (docs/log.md).
+bool IsOwnLogFile(const char* name) {
+  return IsNumberedName(name, "segment-", ".log") || IsNumberedName(name, "index-", ".idx") ||
+         std::strcmp(name, "LOCK") == 0 || std::strcmp(name, "WRITER_FAILED") == 0 ||  // writer_failure.h
+         std::strcmp(name, "WRITER_FAILED.tmp") == 0;
+}
+
+bool IsDotEntry(const char* name) { return std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0; }
+
+// Files Trellara creates in consumers/: <name> (offset), .<name>.lock, .<name>.tmp. Consumer names
+// never contain '/', and these are regular files; anything else is not ours.
+bool IsOwnConsumerFile(const char* name) { return !IsDotEntry(name) && std::strchr(name, '/') == nullptr; }
+
+// Appends `entry` to the list of what was kept (a palloc'd text array is built from it later).
+void Keep(List** kept, const char* dir, const char* entry, const char* why) {
+  *kept = lappend(*kept, psprintf("%s/%s (%s)", dir, entry, why));
+}
+
+// Removes the regular files of `dir` that `is_own` accepts; never follows a symlink, never
+// removes a directory other than the ones Trellara made, records everything else in `kept`.
+void RemoveOwnFiles(const char* dir, bool (*is_own)(const char*), List** kept) {
+  DIR* d = AllocateDir(dir);
+  if (d == nullptr) {
+    if (errno != ENOENT) Keep(kept, dir, ".", strerror(errno));
+    return;
+  }
+  struct dirent* de;
+  while ((de = ReadDirExtended(d, dir, WARNING)) != nullptr) {
+    if (IsDotEntry(de->d_name)) continue;
+    char path[MAXPGPATH];
+    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+      Keep(kept, dir, de->d_name, strerror(errno));
+      continue;
+    }
+    if (S_ISDIR(st.st_mode) && std::strcmp(de->d_name, "consumers") == 0 && is_own == IsOwnLogFile) {
+      RemoveOwnFiles(path, IsOwnConsumerFile, kept);
+      if (rmdir(path) != 0 && errno != ENOTEMPTY && errno != EEXIST) Keep(kept, dir, de->d_name, strerror(errno));
+      continue;
+    }
+    if (!S_ISREG(st.st_mode) || !is_own(de->d_name)) {
+      Keep(kept, dir, de->d_name, "not created by trellara");
+      continue;
+    }
+    if (unlink(path) != 0) Keep(kept, dir, de->d_name, strerror(errno));
+  }
+  FreeDir(d);
 }
 
 }  // namespace
+
+// trellara._caller_is_superuser(): whether the role calling a SECURITY DEFINER function (the
+// session's current role outside it, after SET ROLE) is a superuser; the definer's own rights
+// do not count.
+extern "C" {
+PGDLLEXPORT Datum trellara_caller_is_superuser(PG_FUNCTION_ARGS);
+PG_FUNCTION_INFO_V1(trellara_caller_is_superuser);
+}
+Datum trellara_caller_is_superuser(PG_FUNCTION_ARGS) {
+  (void)fcinfo;
+  PG_RETURN_BOOL(superuser_arg(GetOuterUserId()));
+}
 
 // trellara._log_bytes(dir): bytes of the segment and index files of a log directory; NULL when
 // the directory cannot be read (not created yet, or permissions broken): status() must keep
@@ -177,22 +249,27 @@ Datum trellara_log_bytes(PG_FUNCTION_ARGS) {
   PG_RETURN_INT64(total);
 }
 
-// trellara._remove_log_directory(dir): removes a dropped flow's log directory, refusing any
-// directory holding something a Trellara log never contains.
+// trellara._remove_log_directory(dir): removes what Trellara created in a dropped flow's log
+// directory (segments, indexes, LOCK, consumers/ and its files), then the directory if that left
+// it empty. Returns what it kept, with the reason: entries Trellara did not create (never
+// touched, symlinks not followed) and removals that failed. Never raises for those: the flow and
+// its slot are already gone when drop_flow calls it, so the caller reports them as a WARNING.
 Datum trellara_remove_log_directory(PG_FUNCTION_ARGS) {
   char* dir = text_to_cstring(PG_GETARG_TEXT_PP(0));
-  DIR* d = AllocateDir(dir);
-  if (d == nullptr && errno == ENOENT) PG_RETURN_VOID();
-  struct dirent* de;
-  while ((de = ReadDir(d, dir)) != nullptr) {
-    if (!IsLogEntry(de->d_name))
-      ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                      errmsg("refusing to remove \"%s\": it holds \"%s\", which is not part of a trellara log", dir,
-                             de->d_name),
-                      errhint("Remove the directory by hand after checking its contents.")));
+  List* kept = NIL;
+  struct stat st;
+  if (lstat(dir, &st) != 0) {
+    if (errno != ENOENT) Keep(&kept, dir, ".", strerror(errno));
+  } else if (!S_ISDIR(st.st_mode)) {
+    Keep(&kept, dir, ".", "not a directory");
+  } else {
+    RemoveOwnFiles(dir, IsOwnLogFile, &kept);
+    if (kept == NIL && rmdir(dir) != 0 && errno != ENOENT) Keep(&kept, dir, ".", strerror(errno));
   }
-  FreeDir(d);
-  if (!rmtree(dir, true))
-    ereport(ERROR, (errcode_for_file_access(), errmsg("could not remove log directory \"%s\"", dir)));
-  PG_RETURN_VOID();
+  int n = list_length(kept);
+  Datum* items = static_cast<Datum*>(palloc(sizeof(Datum) * (n > 0 ? n : 1)));
+  int i = 0;
+  ListCell* lc;
+  foreach (lc, kept) items[i++] = CStringGetTextDatum(static_cast<char*>(lfirst(lc)));
+  PG_RETURN_ARRAYTYPE_P(construct_array(items, n, TEXTOID, -1, false, TYPALIGN_INT));
 }

@@ -15,6 +15,18 @@
 //   FOR TABLE, partitions per publish_via_partition_root, and the publication's actions. Row
 //   filters and column lists are refused (ERROR naming the publication and table): applying a
 //   filtered stream as if complete would silently diverge.
+// - Trellara's own relations are never captured, however they are published (FOR ALL TABLES,
+//   TABLES IN SCHEMA trellara, or FOR TABLE trellara.x): every relation in schema `trellara`, the
+//   extension's fixed schema, which holds the source catalog (trellara.flows) and, on a server
+//   that is also a target, the applier's state tables. Replaying them on a target would at best
+//   quarantine ("trellara.flows does not exist") and at worst overwrite the target's own dedup
+//   and checkpoint state. create_flow() refuses a publication that names them explicitly and
+//   check() warns when one is added later (docs/capture.md).
+// - Cache discipline (as pgoutput): invalidation callbacks only mark entries invalid; memory is
+//   freed and entries are rebuilt on the next lookup, never inside a callback, which can run in
+//   the middle of a lookup that is using that memory. Partition conversion maps are built on
+//   copies of the tuple descriptors owned by the entry, never on a relcache entry that is closed
+//   right after.
 // - Values are text from the type output functions, with DateStyle/IntervalStyle/
 //   extra_float_digits/bytea_output/TimeZone (UTC)/search_path (empty) pinned while a transaction
 //   is decoded, so the text reads back the same on any target and the same WAL always yields the
@@ -58,7 +70,9 @@ extern "C" {
 PGDLLEXPORT void _PG_output_plugin_init(OutputPluginCallbacks* cb);
 }
 
+#include <cstring>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <type_traits>
 #include <string>
@@ -86,6 +100,8 @@ WrittenRecord last_written{};
 // --- per-decoding-context state ----------------------------------------------------------------
 struct CachedRelation {
   bool valid = false;
+  uint64_t invalidations = 0;          // bumped by every invalidation: a rebuild that saw one is not valid
+  bool own = false;                    // a Trellara relation (schema trellara): never captured
   bool publish_insert = false, publish_update = false, publish_delete = false, publish_truncate = false;
   Oid publish_as_relid = InvalidOid;
   RelationInfo info;                   // of publish_as_relid
@@ -93,7 +109,12 @@ struct CachedRelation {
   std::vector<Oid> output_functions;   // type output function of each column
   std::vector<bool> varlena;           // whether each column's type is varlena (may be TOASTed)
   TupleConversionMap* to_root = nullptr;  // partition -> root rowtype (publish_via_partition_root)
+  MemoryContext context = nullptr;        // owns to_root and its copied descriptors; freed on rebuild
 };
+
+// Schema holding every Trellara relation (trellara.control: schema = trellara, not relocatable;
+// the applier creates its target state tables there too).
+constexpr char kOwnSchema[] = "trellara";
 
 struct Options {
   std::vector<std::string> publication_names;
@@ -109,8 +130,9 @@ struct State {
   TransactionAssembler assembler;
   std::unordered_map<Oid, CachedRelation> relations;
   bool publications_valid = false;
-  List* publications = nullptr;  // of Publication*, in cache_context
-  MemoryContext cache_context = nullptr;   // publications, conversion maps; reset on invalidation
+  List* publications = nullptr;  // of Publication*, in publications_context
+  MemoryContext cache_context = nullptr;         // parent of the per-relation contexts
+  MemoryContext publications_context = nullptr;  // publications; reset by the next LoadPublications
   MemoryContext change_context = nullptr;  // reset after every change
   bool skipping = false;                   // current transaction is already in the log
   int guc_nest_level = 0;
@@ -122,14 +144,17 @@ struct State {
 State* active_state = nullptr;
 bool callbacks_registered = false;
 
+// Callbacks only mark: they may run inside Lookup (any catalog access processes invalidations)
+// while it iterates s->publications or uses an entry's conversion map, so they free nothing and
+// never insert into or erase from s->relations (references into it stay valid).
+void MarkInvalid(CachedRelation& rel) {
+  rel.valid = false;
+  rel.invalidations += 1;
+}
+
 void InvalidateAllRelations(State* s) {
-  for (auto& [oid, rel] : s->relations) {
-    rel.valid = false;
-    rel.to_root = nullptr;  // lives in cache_context, reset below
-  }
+  for (auto& [oid, rel] : s->relations) MarkInvalid(rel);
   s->publications_valid = false;
-  s->publications = nullptr;
-  if (s->cache_context != nullptr) MemoryContextReset(s->cache_context);
 }
 
 extern "C" void RelcacheCallback(Datum, Oid relid) {
@@ -140,10 +165,10 @@ extern "C" void RelcacheCallback(Datum, Oid relid) {
     return;
   }
   auto it = s->relations.find(relid);
-  if (it != s->relations.end()) it->second.valid = false;
+  if (it != s->relations.end()) MarkInvalid(it->second);
   // A partition's root may be published in its place: its change invalidates the partitions.
   for (auto& [oid, rel] : s->relations)
-    if (rel.publish_as_relid == relid) rel.valid = false;
+    if (rel.publish_as_relid == relid) MarkInvalid(rel);
 }
 
 extern "C" void PublicationCallback(Datum, int, uint32) {
@@ -215,9 +240,14 @@ Options ParseOptions(List* option_list) {
 }
 
 // --- publications and relations ----------------------------------------------------------------
+// Rebuilds the publication list when invalid, freeing the previous one here (at lookup time,
+// never in a callback). Called only at the start of Lookup, before anything iterates the list.
 void LoadPublications(State* s) {
   if (s->publications_valid) return;
-  MemoryContext old = MemoryContextSwitchTo(s->cache_context);
+  s->publications = nullptr;
+  MemoryContextReset(s->publications_context);
+  s->publications_valid = true;  // an invalidation while loading below clears it again
+  MemoryContext old = MemoryContextSwitchTo(s->publications_context);
   List* pubs = nullptr;
   for (const auto& name : s->options.publication_names) {
     const char* cname = name.c_str();
@@ -226,7 +256,6 @@ void LoadPublications(State* s) {
   }
   MemoryContextSwitchTo(old);
   s->publications = pubs;
-  s->publications_valid = true;
 }
 
 // Refuses row filters and column lists: a filtered stream applied as complete would diverge.
@@ -292,12 +321,33 @@ void Describe(Relation relation, CachedRelation& out) {
   out.info.fingerprint = ComputeFingerprint(out.info);
 }
 
+// Whether `relation` is one of Trellara's own (see NOTES): never captured.
+bool IsOwnRelation(Relation relation) {
+  Oid nsp = RelationGetNamespace(relation);
+  char* name = PGCALL(get_namespace_name(nsp));
+  return name != nullptr && std::strcmp(name, kOwnSchema) == 0;
+}
+
+// Returns the valid cache entry of `relation`, rebuilding it (and freeing what the previous
+// version owned) when an invalidation marked it.
 CachedRelation& Lookup(State* s, Relation relation) {
   Oid relid = RelationGetRelid(relation);
   CachedRelation& entry = s->relations[relid];
   if (entry.valid) return entry;
   LoadPublications(s);
+  const uint64_t invalidations_seen = entry.invalidations;
+  MemoryContext old_context = entry.context;
   entry = CachedRelation{};
+  entry.invalidations = invalidations_seen;
+  if (old_context != nullptr) MemoryContextDelete(old_context);
+  MemoryContext parent = s->cache_context;
+  entry.context = PGCALL(AllocSetContextCreate(parent, "trellara relation", ALLOCSET_SMALL_SIZES));
+  if (IsOwnRelation(relation)) {
+    entry.own = true;
+    entry.publish_as_relid = relid;
+    entry.valid = entry.invalidations == invalidations_seen;
+    return entry;
+  }
   List* pubids = PGCALL(GetRelationPublications(relid));
   List* schema_pubids = PGCALL(GetSchemaPublications(RelationGetNamespace(relation)));
   bool am_partition = relation->rd_rel->relispartition;
@@ -339,13 +389,29 @@ CachedRelation& Lookup(State* s, Relation relation) {
     if (!RelationIsValid(root))
       throw pg::SqlError(ERRCODE_UNDEFINED_TABLE, "could not open partition root " + std::to_string(publish_as) +
                                                       " of \"" + RelationGetRelationName(relation) + "\"");
-    Describe(root, entry);
-    MemoryContext old = MemoryContextSwitchTo(s->cache_context);
-    entry.to_root = PGCALL(convert_tuples_by_name(RelationGetDescr(relation), RelationGetDescr(root)));
-    MemoryContextSwitchTo(old);
+    // The map and its descriptors are the entry's own copies (CreateTupleDescCopyConstr, in the
+    // entry's context): the root's relcache entry is closed below and may be rebuilt any time.
+    // The root is closed on every path, outside any catch block (no Postgres call in a handler).
+    std::exception_ptr failure;
+    try {
+      Describe(root, entry);
+      MemoryContext cxt = entry.context;
+      entry.to_root = pg::CallPostgres([&] {
+        MemoryContext old = MemoryContextSwitchTo(cxt);
+        TupleDesc indesc = CreateTupleDescCopyConstr(RelationGetDescr(relation));
+        TupleDesc outdesc = CreateTupleDescCopyConstr(RelationGetDescr(root));
+        TupleConversionMap* map = convert_tuples_by_name(indesc, outdesc);
+        MemoryContextSwitchTo(old);
+        return map;
+      });
+    } catch (...) {
+      failure = std::current_exception();
+    }
     pg::CallPostgres([root] { RelationClose(root); });
+    if (failure) std::rethrow_exception(failure);
   }
-  entry.valid = true;
+  // An invalidation processed while this entry was being built may have been missed by it.
+  entry.valid = entry.invalidations == invalidations_seen;
   return entry;
 }
 
@@ -465,6 +531,7 @@ extern "C" void StartupCallback(LogicalDecodingContext* ctx, OutputPluginOptions
       cb->arg = s;
       MemoryContextRegisterResetCallback(ctx->context, cb);
       s->cache_context = AllocSetContextCreate(ctx->context, "trellara relation cache", ALLOCSET_SMALL_SIZES);
+      s->publications_context = AllocSetContextCreate(ctx->context, "trellara publications", ALLOCSET_SMALL_SIZES);
       s->change_context = AllocSetContextCreate(ctx->context, "trellara change", ALLOCSET_DEFAULT_SIZES);
       if (!callbacks_registered) {
         CacheRegisterRelcacheCallback(RelcacheCallback, (Datum)0);

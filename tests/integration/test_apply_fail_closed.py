@@ -285,8 +285,8 @@ def rereading_the_log_skips_duplicates_and_its_negative_control(pair):
 
     def reread(env=None):
         os.remove(offset_file)
-        result = subprocess.run(apply_command(pair.config), capture_output=True, text=True, env=env,
-                                timeout=APPLY_TIMEOUT_S)
+        result = subprocess.run(apply_command(pair.config, enable_test_defects=env is not None), capture_output=True,
+                                text=True, env=env, timeout=APPLY_TIMEOUT_S)
         lines = [x for x in result.stdout.splitlines() if x.startswith("apply flow=")]
         fields = dict(kv.split("=", 1) for kv in lines[-1].split()[1:]) if lines else {}
         return result, fields
@@ -324,8 +324,8 @@ def negative_control_moving_past_a_quarantine_is_caught(pair):
     xid, commit_lsn, offset = source_tx(pair, "UPDATE items SET qty = qty + 1 WHERE id = 4")
     source_tx(pair, "INSERT INTO items VALUES (400, 'after', 1)")
     env = dict(os.environ, TRELLARA_FAULTS="defect.apply_skip_quarantined:1:defect")
-    result = subprocess.run(apply_command(pair.config), capture_output=True, text=True, env=env,
-                            timeout=APPLY_TIMEOUT_S)
+    result = subprocess.run(apply_command(pair.config, enable_test_defects=True), capture_output=True, text=True,
+                            env=env, timeout=APPLY_TIMEOUT_S)
     try:
         assert_blocked_without_trace(pair, xid, commit_lsn, offset, "zero_rows_matched", lambda: pair.target.query(
             "SELECT count(*) FROM public.items WHERE id = 400") == "0")

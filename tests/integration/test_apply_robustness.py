@@ -122,8 +122,14 @@ def wait_log_covers_source(source, timeout_s=90):
     wait_for("the log of flow app to cover the source's WAL position", covered, timeout_s)
 
 
-def apply_command(config_path):
-    return [TRELLARA_BIN, "apply", "--config", config_path, "--until-caught-up"]
+def apply_command(config_path, enable_test_defects=False):
+    # --enable-test-defects: the applier refuses a defect named in TRELLARA_FAULTS without it.
+    return ([TRELLARA_BIN] + (["--enable-test-defects"] if enable_test_defects else []) +
+            ["apply", "--config", config_path, "--until-caught-up"])
+
+
+def names_defect(env):
+    return env is not None and "defect." in env.get("TRELLARA_FAULTS", "")
 
 
 def run_apply(config_path, expect_code):
@@ -236,8 +242,8 @@ def kill9_rounds(pair, rng, kills_wanted, env=None):
     kills, landed, refused_busy, batches = 0, 0, 0, 1
     while True:
         before = pair.target.psql("SELECT count(*) FROM trellara.applied_transactions", check=False).stdout.strip()
-        proc = subprocess.Popen(apply_command(pair.config), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=env)
+        proc = subprocess.Popen(apply_command(pair.config, names_defect(env)), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
         delay = rng.uniform(0.1, 0.6) if kills < kills_wanted else None
         try:
             out, err = proc.communicate(timeout=delay if delay is not None else APPLY_TIMEOUT_S)
@@ -339,8 +345,8 @@ def crash_target_while_applying(pair, records, env=None):
     for attempt in range(1, 4):
         start_count = applied()
         start_offset = consumer_offset(pair.log_dir)
-        proc = subprocess.Popen(apply_command(pair.config), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=env)
+        proc = subprocess.Popen(apply_command(pair.config, names_defect(env)), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
         try:
             wait_for("the applier to commit 500 more transactions and record an offset",
                      lambda: applied() >= start_count + 500 and consumer_offset(pair.log_dir) > start_offset,

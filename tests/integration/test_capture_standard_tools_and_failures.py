@@ -7,9 +7,17 @@ recovers without losing a transaction.
    byte; pg_recvlogical ends each message with a newline), and an unknown option is an error naming it.
 2. The flow's log directory is made unreadable to the postgres OS user and the relay is restarted:
    every start fails; status() shows the error (naming the directory) and consecutive_failures grows
-   while the launcher backs off; transactions committed meanwhile wait in the slot (it is not
-   advanced). Once the directory is readable again the relay runs, and the log holds every
-   transaction exactly once (compared with a test_decoding truth slot).
+   while the launcher backs off. Once the directory is readable again the relay runs, and the log
+   holds every transaction exactly once (compared with a test_decoding truth slot). (This relay
+   fails before it acquires the slot, so "the slot did not move" would prove nothing here: scenario
+   3 checks it where it can fail.)
+3. relay_failing_after_decoding_does_not_advance_the_slot: the server runs with
+   TRELLARA_FAULTS=relay.before_log_append:1:error, so every relay start acquires the slot, decodes
+   the first published transaction and fails before appending it (each start logs "started: slot"
+   after acquiring the slot; last_error names the fault point). Transactions committed meanwhile
+   must stay in the slot: confirmed_flush_lsn never passes the position before the first of them.
+   A relay that confirmed what it decoded rather than what it made durable fails this check. After a
+   restart without the fault the log holds every transaction exactly once.
 It must never leave a cluster running (the harness stops it by PID) nor the directory unreadable.
 """
 
@@ -17,12 +25,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (CaptureFailure, assert_no_backend_crashes, compare, log_records, log_transactions, setup_flow,  # noqa: E402
-                             truth_transactions, wait_caught_up, wait_for, worker_pid)
+from capture_support import (CaptureFailure, assert_no_backend_crashes, compare, log_records, log_transactions,  # noqa: E402
+                             lsn_to_int, setup_flow, truth_transactions, wait_caught_up, wait_for, worker_pid)
 from harness import PG_BIN, Cluster  # noqa: E402
 
 
@@ -75,11 +82,6 @@ def failing_relay_reports_backs_off_and_recovers_without_loss(cluster):
         print(f"while failing: consecutive_failures {failures}; status {status}")
         if log_dir not in status:
             raise CaptureFailure(f"last_error does not name the log directory {log_dir}: {status}")
-        confirmed = cluster.query("SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'trellara_app'")
-        time.sleep(1.5)
-        if cluster.query("SELECT confirmed_flush_lsn FROM pg_replication_slots "
-                         "WHERE slot_name = 'trellara_app'") != confirmed:
-            raise CaptureFailure("the slot moved while the relay could not write its log")
         check = cluster.query("SELECT severity, detail FROM trellara.check('app') WHERE \"check\" = 'slot'")
         print(f"check(): {check}")
         if not check.startswith("critical|"):
@@ -94,11 +96,68 @@ def failing_relay_reports_backs_off_and_recovers_without_loss(cluster):
     print("ok: failing_relay_reports_backs_off_and_recovers_without_loss")
 
 
+FAULT_BEFORE_APPEND = "relay.before_log_append:1:error"
+
+
+def relay_failing_after_decoding_does_not_advance_the_slot():
+    # The server starts with the fault in its environment: every relay process (forked from the
+    # postmaster, fault counters from zero) fails at its first append.
+    os.environ["TRELLARA_FAULTS"] = FAULT_BEFORE_APPEND
+    try:
+        with Cluster("capture-write-fails") as cluster:
+            os.environ.pop("TRELLARA_FAULTS", None)  # only the server has it; the restart below does not
+            _relay_failing_after_decoding(cluster)
+    finally:
+        os.environ.pop("TRELLARA_FAULTS", None)
+    print("ok: relay_failing_after_decoding_does_not_advance_the_slot")
+
+
+def _relay_failing_after_decoding(cluster):
+    log_dir = setup_flow(cluster, "CREATE TABLE acct(id int PRIMARY KEY, n int); "
+                                  "CREATE PUBLICATION pub FOR TABLE acct")
+    starts_before = cluster.server_log().count('trellara relay of flow "app" started: slot')
+    before_first = cluster.query("SELECT pg_current_wal_lsn()")
+    cluster.query("INSERT INTO acct SELECT g, 0 FROM generate_series(1, 10) g")
+    for i in range(20):
+        cluster.query(f"UPDATE acct SET n = n + 1 WHERE id = {i % 10 + 1}")
+
+    def attempts():
+        started = cluster.server_log().count('trellara relay of flow "app" started: slot') - starts_before
+        failures = int(cluster.query("SELECT coalesce(consecutive_failures, 0) FROM trellara.status()") or 0)
+        return started >= 3 and failures >= 3
+    wait_for("3 relay starts that acquired the slot and then failed to append", attempts, 90)
+    status = cluster.query("SELECT state, consecutive_failures, last_error FROM trellara.status()")
+    print(f"while appends fail: {status}")
+    if "relay.before_log_append" not in status:
+        raise CaptureFailure(f"the relay did not fail at the append it was made to fail at: {status}")
+    # Progress markers (idle-flow WAL release) do not go through the failing append; records of
+    # transactions must not be there.
+    written = [r for r in log_records(log_dir) if r["type"] in ("envelope", "chunk", "manifest", "commit_marker")]
+    if written:
+        raise CaptureFailure(f"the log holds transaction records although every append failed: {written[:3]}")
+    confirmed = cluster.query("SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'trellara_app'")
+    print(f"slot confirmed_flush_lsn {confirmed}; WAL before the first failing transaction {before_first}")
+    if lsn_to_int(confirmed) > lsn_to_int(before_first):
+        raise CaptureFailure(f"the slot moved to {confirmed}, past {before_first}, while the relay could not "
+                             f"append the transactions after it")
+    # Restarted without the fault, the relay catches up, and nothing was lost.
+    cluster.restart_immediate()
+    wait_for("the relay to run again", lambda: cluster.query("SELECT state FROM trellara.status()") == "running", 90)
+    truth = truth_transactions(cluster, "public.acct")
+    if len(truth) != 21:
+        raise CaptureFailure(f"the truth slot holds {len(truth)} transactions on public.acct, expected 21")
+    wait_caught_up(cluster, truth[-1][1])
+    logged, chunks = log_transactions(log_records(log_dir))
+    compare(truth, logged, "relay failing after decoding")
+    assert_no_backend_crashes(cluster)
+
+
 def main():
     with Cluster("capture-tools") as cluster:
         pg_recvlogical_receives_the_same_records_as_the_sql_interface(cluster)
         failing_relay_reports_backs_off_and_recovers_without_loss(cluster)
         assert_no_backend_crashes(cluster)
+    relay_failing_after_decoding_does_not_advance_the_slot()
 
 
 if __name__ == "__main__":

@@ -5,16 +5,25 @@ Checks that the library works both when loaded through shared_preload_libraries 
 CREATE EXTENSION loads it, and that trellara.envelope_json() answers every mutated record with
 either a rendering or ERROR 22P03 -- never another SQLSTATE, never a crashed backend, never a
 restarted postmaster. The mutations are seeded: the seed is printed and TRELLARA_SEED=<n>
-reproduces a run. This test must never leave a cluster running (the harness stops it by PID).
+reproduces a run. Defect faults (negative controls) need an explicit switch in both adapters: a
+server whose environment names a `defect.*` point in TRELLARA_FAULTS does not start unless
+trellara.enable_test_defects = on (superuser-only, postmaster-level), and the `trellara` command
+exits 2 unless given --enable-test-defects; each refusal names the variable, the point and the
+switch. This test must never leave a cluster running (the harness stops it by PID).
 """
 
+import contextlib
+import io
 import os
 import random
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import Cluster  # noqa: E402
+from capture_support import TRELLARA_BIN  # noqa: E402
+from harness import Cluster, ClusterError  # noqa: E402
 
 SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURES = ["envelope", "chunk", "manifest", "commit-marker"]
@@ -98,11 +107,75 @@ def check_mutated_records_never_crash_the_backend(seed):
         print(f"ok: {len(FIXTURES) * MUTATIONS_PER_FIXTURE} mutated records, no crash (seed {seed})")
 
 
+DEFECT_SPEC = "defect.t_switch_check:1:defect"
+
+
+@contextlib.contextmanager
+def server_environment(**variables):
+    """Environment variables for the servers started inside (pg_ctl inherits ours); restored after."""
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def check_server_refuses_a_defect_without_its_switch():
+    captured = io.StringIO()
+    with server_environment(TRELLARA_FAULTS=DEFECT_SPEC):
+        try:
+            with contextlib.redirect_stderr(captured):  # the harness prints the server log tail there
+                with Cluster("defect-refused"):
+                    pass
+        except ClusterError:
+            pass
+        else:
+            raise AssertionError("a server with a defect in TRELLARA_FAULTS started without trellara.enable_test_defects")
+    log = captured.getvalue()
+    for needle in ("TRELLARA_FAULTS", "defect.t_switch_check", "trellara.enable_test_defects"):
+        assert needle in log, f"the refusal does not name {needle!r}; server log tail:\n{log[-2000:]}"
+    print("ok: a server whose TRELLARA_FAULTS names a defect does not start without trellara.enable_test_defects")
+
+    with server_environment(TRELLARA_FAULTS=DEFECT_SPEC):
+        with Cluster("defect-allowed", settings={"trellara.enable_test_defects": "on"}) as cluster:
+            assert cluster.query("SHOW trellara.enable_test_defects") == "on"
+            cluster.query("CREATE ROLE regress_not_super LOGIN")
+            shown = cluster.psql("SET ROLE regress_not_super; SHOW trellara.enable_test_defects", check=False)
+            assert shown.returncode != 0 and "trellara.enable_test_defects" in shown.stderr, \
+                f"a non-superuser can read the switch: {shown.stdout} {shown.stderr}"
+            changed = cluster.psql("SET trellara.enable_test_defects = off", check=False)
+            assert changed.returncode != 0 and "without restarting" in changed.stderr, \
+                f"the switch changed in a session: {changed.stderr}"
+    with Cluster("defect-default") as cluster:
+        assert cluster.query("SHOW trellara.enable_test_defects") == "off", "the switch is not off by default"
+    print("ok: trellara.enable_test_defects is off by default, superuser-only and fixed at server start")
+
+
+def check_command_refuses_a_defect_without_its_flag():
+    env = dict(os.environ, TRELLARA_FAULTS=DEFECT_SPEC)
+    refused = subprocess.run([TRELLARA_BIN, "log", "inspect", "--dir", "/nonexistent-trellara-log"],
+                             capture_output=True, text=True, env=env, timeout=60)
+    assert refused.returncode == 2, f"exit {refused.returncode}, expected 2: {refused.stderr}"
+    for needle in ("TRELLARA_FAULTS", "defect.t_switch_check", "--enable-test-defects"):
+        assert needle in refused.stderr, f"the refusal does not name {needle!r}: {refused.stderr}"
+    allowed = subprocess.run([TRELLARA_BIN, "--enable-test-defects", "log", "inspect", "--dir",
+                              "/nonexistent-trellara-log"], capture_output=True, text=True, env=env, timeout=60)
+    assert "defect.t_switch_check" not in allowed.stderr, f"refused despite the flag: {allowed.stderr}"
+    print("ok: the trellara command refuses a defect in TRELLARA_FAULTS without --enable-test-defects (exit 2)")
+
+
 def main():
     seed = int(os.environ.get("TRELLARA_SEED", random.SystemRandom().randrange(2**32)))
     print(f"test_extension_backend: seed {seed} (reproduce with TRELLARA_SEED={seed})")
     check_extension_works_without_preload()
     check_mutated_records_never_crash_the_backend(seed)
+    check_server_refuses_a_defect_without_its_switch()
+    check_command_refuses_a_defect_without_its_flag()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Integration: a flow on a publication FOR ALL TABLES, end to end through `trellara apply`, never
+captures Trellara's own relations (schema trellara).
+
+Before issue 9 the first transaction of such a flow (create_flow's own INSERT into trellara.flows)
+was captured, and the applier quarantined it: "table trellara.flows does not exist on the target".
+Source: the extension, user tables in two schemas, `CREATE PUBLICATION pub FOR ALL TABLES`, a flow.
+The workload mixes user writes with writes to Trellara's own relations as an operator makes them:
+a second flow created and dropped (trellara.flows rows), stop_flow/start_flow (trellara.flows
+updates), one transaction writing a user table and trellara.flows together, and a table in schema
+trellara standing in for the applier's state on a server that is also a target. Then:
+  - no record of the log names a relation of schema trellara, and the user transactions are all
+    there (the mixed transaction included);
+  - `trellara apply --until-caught-up` on a target without the extension exits 0, quarantines
+    nothing, and every user table matches the source (count + order-independent md5);
+  - `trellara verify` passes and does not list a relation of schema trellara.
+It must never leave a cluster running (the harness stops them by PID).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from capture_support import (TRELLARA_BIN, CaptureFailure, assert_no_backend_crashes, log_records,  # noqa: E402
+                             lsn_to_int, wait_for)
+from harness import Cluster  # noqa: E402
+
+USER_DDL = """
+CREATE SCHEMA shop;
+CREATE TABLE shop.items (id int PRIMARY KEY, name text NOT NULL, qty int NOT NULL);
+CREATE TABLE public.notes (id bigint PRIMARY KEY, body text);
+"""
+USER_TABLES = ("shop.items", "public.notes")
+
+
+def digest(cluster, table):
+    return cluster.query(f"SELECT count(*) || ' ' || coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '-') "
+                         f"FROM {table} t")
+
+
+def names_own_relation(node):
+    """Whether a rendered record names a relation of schema trellara anywhere (relation metadata,
+    a change's relation, a TRUNCATE's relations, per-table counts)."""
+    if isinstance(node, dict):
+        if node.get("schema") == "trellara":
+            return True
+        for key, value in node.items():
+            if key in ("relation", "relations") and isinstance(value, str) and value.startswith("trellara."):
+                return True
+            if key == "relations" and isinstance(value, list) and any(
+                    isinstance(v, str) and v.startswith("trellara.") for v in value):
+                return True
+            if names_own_relation(value):
+                return True
+    elif isinstance(node, list):
+        return any(names_own_relation(v) for v in node)
+    return False
+
+
+def render(log_dir, offset):
+    """One log record in full (relations, changes), as `trellara inspect-transaction` renders it."""
+    result = subprocess.run([TRELLARA_BIN, "inspect-transaction", "--dir", log_dir, "--offset", str(offset),
+                             "--format", "json"], capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        raise CaptureFailure(f"inspect-transaction of offset {offset} failed: {result.stderr.strip()}")
+    return json.loads(result.stdout)
+
+
+def wait_log_covers(source, lsn_text, flow="app", timeout_s=60):
+    want = lsn_to_int(lsn_text)
+
+    def covered():
+        text = source.query(f"SELECT log_durable_lsn FROM trellara.status() WHERE flow = '{flow}'")
+        return text and lsn_to_int(text) >= want
+    wait_for(f"the log of flow {flow} to cover {lsn_text}", covered, timeout_s)
+
+
+def wait_running(source, flow="app"):
+    wait_for(f"flow {flow} to run", lambda: source.query(
+        f"SELECT state FROM trellara.status() WHERE flow = '{flow}'") == "running", 60)
+
+
+def all_tables_flow_never_captures_trellara_relations():
+    with Cluster("all-tables-src") as source, Cluster("all-tables-tgt", preload=False) as target, \
+            tempfile.TemporaryDirectory(prefix="trellara-all-tables-") as work:
+        os.chmod(work, 0o755)
+        target.psql(USER_DDL)
+        source.psql("CREATE EXTENSION trellara")
+        source.psql(USER_DDL)
+        # Stands in for the applier's target state on a server that is also a target.
+        source.psql("CREATE TABLE trellara.applied_transactions (flow text, commit_lsn pg_lsn, "
+                    "PRIMARY KEY (flow, commit_lsn))")
+        source.psql("CREATE PUBLICATION pub FOR ALL TABLES")
+        source.query("SELECT trellara.create_flow('app', 'pub')")
+        wait_running(source)
+        log_dir = source.query("SELECT log_directory FROM trellara.flows WHERE name = 'app'")
+
+        source.psql("INSERT INTO shop.items SELECT g, 'item ' || g, g FROM generate_series(1, 50) g")
+        source.query("SELECT trellara.create_flow('other', 'pub')")
+        source.psql("INSERT INTO public.notes SELECT g, 'note ' || g FROM generate_series(1, 20) g")
+        source.psql("BEGIN; UPDATE shop.items SET qty = qty + 1 WHERE id <= 10; "
+                    "UPDATE trellara.flows SET enabled = true WHERE name = 'app'; "
+                    "INSERT INTO trellara.applied_transactions VALUES ('x', '0/1'); COMMIT")
+        source.query("SELECT trellara.drop_flow('other', true)")
+        source.query("SELECT trellara.stop_flow('app')")
+        source.psql("DELETE FROM shop.items WHERE id > 45")
+        source.query("SELECT trellara.start_flow('app')")
+        wait_running(source)
+        source.psql("UPDATE public.notes SET body = body || ' (edited)' WHERE id % 2 = 0")
+        wait_log_covers(source, source.query("SELECT pg_current_wal_lsn()"))
+
+        records = [render(log_dir, r["offset"]) for r in log_records(log_dir)
+                   if r["type"] in ("envelope", "chunk", "manifest")]
+        own = [r for r in records if names_own_relation(r)]
+        if own:
+            raise CaptureFailure(f"the log holds {len(own)} records naming a relation of schema trellara: "
+                                 f"{json.dumps(own[:2])[:1500]}")
+        touched = sorted({c.get("relation") for r in records for c in r.get("changes", []) if c.get("relation")})
+        print(f"log: {len(records)} records; relations changed: {touched}")
+        if touched != ["public.notes", "shop.items"]:
+            raise CaptureFailure(f"the log's changes touch {touched}, expected exactly public.notes and shop.items")
+
+        config = os.path.join(work, "flow.toml")
+        with open(config, "w") as f:
+            f.write(f'[flow]\nname = "app"\nlog_directory = "{log_dir}"\n\n'
+                    f'[source]\nconninfo = "{source.conninfo()}"\n\n'
+                    f'[target]\nconninfo = "{target.conninfo()}"\n')
+        os.chmod(config, 0o644)
+        result = subprocess.run([TRELLARA_BIN, "apply", "--config", config, "--until-caught-up"],
+                                capture_output=True, text=True, timeout=180)
+        print(f"apply: exit {result.returncode}: {result.stdout.strip().splitlines()[-1:]} {result.stderr.strip()[-300:]}")
+        if result.returncode != 0:
+            raise CaptureFailure(f"trellara apply exited {result.returncode} on a FOR ALL TABLES flow: "
+                                 f"{result.stdout[-1500:]}\n{result.stderr[-1500:]}")
+        quarantined = target.query("SELECT count(*) FROM trellara.quarantine")
+        applied = int(target.query("SELECT count(*) FROM trellara.applied_transactions"))
+        if quarantined != "0":
+            raise CaptureFailure(f"{quarantined} transactions quarantined: "
+                                 f"{target.query('SELECT reason FROM trellara.quarantine')}")
+        if applied < 5:
+            raise CaptureFailure(f"only {applied} transactions applied; the user workload has at least 5")
+        for table in USER_TABLES:
+            want, have = digest(source, table), digest(target, table)
+            print(f"{table}: source {want}, target {have}")
+            if want != have:
+                raise CaptureFailure(f"{table} differs after apply: source {want}, target {have}")
+        if target.query("SELECT count(*) FROM pg_tables WHERE schemaname = 'trellara' AND tablename = 'flows'") != "0":
+            raise CaptureFailure("the target has a trellara.flows table: the source catalog was replicated")
+
+        verify = subprocess.run([TRELLARA_BIN, "verify", "--config", config], capture_output=True, text=True,
+                                timeout=120)
+        print(f"verify: exit {verify.returncode}: {verify.stdout.strip()[-600:]}")
+        if verify.returncode != 0 or "trellara." in verify.stdout:
+            raise CaptureFailure(f"verify exited {verify.returncode} or listed a trellara relation: "
+                                 f"{verify.stdout[-1500:]}\n{verify.stderr[-1500:]}")
+        assert_no_backend_crashes(source, target)
+    print("ok: all_tables_flow_never_captures_trellara_relations")
+
+
+def main():
+    all_tables_flow_never_captures_trellara_relations()
+
+
+if __name__ == "__main__":
+    main()
