@@ -58,9 +58,10 @@ RestartDecision DecideRestart(const std::vector<TailFrame>& newest_first, uint64
   RestartDecision d;
   const std::string remedy =
       " The log no longer holds every transaction the source was told is safe, so the flow cannot "
-      "continue without a hole. Remedy: restore the log directory that holds them, or recreate the flow "
-      "(SELECT trellara.drop_flow('" + flow + "', true); SELECT trellara.create_flow('" + flow +
-      "', ...)) and reseed the target (trellara reseed).";
+      "continue without a hole.";
+  d.remedy = "restore the log directory that holds the missing transactions, or recreate the flow (SELECT "
+             "trellara.drop_flow('" + flow + "', true); SELECT trellara.create_flow('" + flow +
+             "', ...)) and reseed the target (trellara reseed)";
   if (newest_first.empty()) {
     if (start.started_lsn.has_value()) {
       d.kind = RestartDecision::Kind::kRefuse;

@@ -155,7 +155,9 @@ void RecordFailure(const char* message, FlowState state = FlowState::kFailed) {
   if (b == nullptr || board_slot == nullptr) return;
   LWLockAcquire(b->lock, LW_EXCLUSIVE);
   board_slot->state = state;
-  if (state == FlowState::kFailed) board_slot->consecutive_failures++;
+  // Counted for kError too: should anything ever restart a flow in the error state, the backoff
+  // still spaces the attempts.
+  board_slot->consecutive_failures++;
   board_slot->last_error_at = GetCurrentTimestamp();
   strlcpy(board_slot->last_error, message, kLastErrorBytes);
   LWLockRelease(b->lock);
@@ -187,7 +189,8 @@ void ReleaseBoardSlot(int, Datum) {
   LWLockAcquire(b->lock, LW_EXCLUSIVE);
   if (board_slot->pid == MyProcPid) {
     board_slot->pid = 0;
-    if (board_slot->state != FlowState::kFailed) board_slot->state = FlowState::kStopped;
+    if (board_slot->state != FlowState::kFailed && board_slot->state != FlowState::kError)
+      board_slot->state = FlowState::kStopped;
   }
   LWLockRelease(b->lock);
 }
@@ -372,7 +375,7 @@ uint64_t ApplyRestartRule(uint64_t slot_confirmed, std::string* refusal, bool* l
   *log_started_now = false;
   switch (d.kind) {
     case RestartDecision::Kind::kRefuse:
-      *refusal = d.reason;
+      *refusal = d.reason + " HINT: " + d.remedy;
       return 0;
     case RestartDecision::Kind::kFreshLog:
       // The first frame of a new log: a start marker at the slot's position, so the log covers

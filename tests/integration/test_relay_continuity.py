@@ -51,9 +51,12 @@ def replace_log(log_dir, with_copy):
     copy_log(with_copy, log_dir)
 
 
-def expect_refusal(cluster, log_dir, label, needed):
+def expect_refusal(cluster, log_dir, label, needed, cut_from=None):
+    """`cut_from`: the records the log held before frames were cut off (its index is gone, so it
+    cannot be read until the relay's recovery rebuilds it): afterwards the log must be a strict
+    prefix of them."""
     before_confirmed = confirmed(cluster)
-    before_records = len(log_records(log_dir)) if os.path.isdir(log_dir) else 0
+    before_records = None if cut_from is not None else len(log_records(log_dir)) if os.path.isdir(log_dir) else 0
     cluster.query("SELECT trellara.start_flow('app')")
     wait_for(f"{label}: the flow to enter the error state",
              lambda: cluster.query("SELECT state FROM trellara.status() WHERE flow = 'app'") == "error", 60)
@@ -69,7 +72,14 @@ def expect_refusal(cluster, log_dir, label, needed):
     # A write after the refusal must not move the slot: nothing is confirmed past the hole.
     cluster.query("INSERT INTO t VALUES (100000, 'after refusal'); DELETE FROM t WHERE id = 100000")
     after_confirmed = confirmed(cluster)
-    after_records = len(log_records(log_dir)) if os.path.isdir(log_dir) else 0
+    if cut_from is not None:
+        after = log_records(log_dir)
+        if len(after) >= len(cut_from) or after != cut_from[:len(after)]:
+            raise CaptureFailure(f"{label}: the log is not a strict prefix of what it held: {len(after)} records now, "
+                                 f"{len(cut_from)} before the cut")
+        before_records = after_records = len(after)
+    else:
+        after_records = len(log_records(log_dir)) if os.path.isdir(log_dir) else 0
     pid = cluster.query("SELECT coalesce(worker_pid::text, 'none') FROM trellara.status() WHERE flow = 'app'")
     print(f"{label}: slot confirmed {before_confirmed} -> {after_confirmed}; log records {before_records} -> "
           f"{after_records}; worker {pid}")
@@ -125,7 +135,8 @@ def relay_refuses_a_log_behind_its_slot():
             os.unlink(index)
         print(f"acknowledged frames lost: {segment} cut from {size} to {cut} bytes ({len(records)} records before), "
               f"index removed")
-        expect_refusal(cluster, log_dir, "lost frames", ["covers the source only through", "confirmed to"])
+        expect_refusal(cluster, log_dir, "lost frames", ["covers the source only through", "confirmed to"],
+                       cut_from=records)
         assert_no_backend_crashes(cluster)
     print("OK relay_refuses_a_log_behind_its_slot")
 

@@ -107,7 +107,8 @@ TEST_CASE("continuity_refuses_an_emptied_log_directory", "[relay][restart][conti
   CHECK(d.reason.find("holds no records") != std::string::npos);
   CHECK(d.reason.find("0/1000") != std::string::npos);
   CHECK(d.reason.find("0/3000") != std::string::npos);
-  CHECK(d.reason.find("reseed") != std::string::npos);
+  CHECK(d.remedy.find("reseed") != std::string::npos);
+  CHECK(d.remedy.find("drop_flow('app', true)") != std::string::npos);
 }
 
 TEST_CASE("continuity_refuses_a_log_behind_the_slot", "[relay][restart][continuity]") {

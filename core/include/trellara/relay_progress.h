@@ -105,7 +105,8 @@ struct RestartDecision {
   // and written again in full; its durable chunks stay as identical duplicates.
   std::optional<uint64_t> torn_commit_lsn;
   uint64_t torn_frames = 0;
-  std::string reason;  // kRefuse: the gap and the remedy, for a person
+  std::string reason;  // kRefuse: the gap, for a person
+  std::string remedy;  // kRefuse: what to do next
 };
 
 // `newest_first`: the durable frames read backwards from the tail, ending with the first
