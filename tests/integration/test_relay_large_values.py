@@ -50,15 +50,20 @@ def digest(cluster, table):
 def wait_log_covers(source, what, timeout_s):
     target_lsn = lsn_to_int(source.query("SELECT pg_current_wal_lsn()"))
 
+    failed = []
+
     def covered():
         row = source.query("SELECT coalesce(log_durable_lsn::text, '0/0') || ' ' || state || ' ' || "
                            "coalesce(last_error, '') FROM trellara.status() WHERE flow = 'app'")
         lsn, state, *error = row.split(" ", 2)
         if state == "error":
-            raise CaptureFailure(f"the flow went to the error state while capturing {what}: {error}")
+            failed.append(error)
+            return True
         return lsn_to_int(lsn) >= target_lsn
     started = time.monotonic()
     wait_for(f"the log to cover {what}", covered, timeout_s, interval_s=0.5)
+    if failed:
+        raise CaptureFailure(f"the flow went to the error state while capturing {what}: {failed[0]}")
     return time.monotonic() - started
 
 
