@@ -60,7 +60,10 @@ CREATE TABLE trellara.flows (
   slot_name     name NOT NULL UNIQUE,
   log_directory text NOT NULL UNIQUE CHECK (log_directory LIKE '/%'),
   enabled       boolean NOT NULL DEFAULT true,
-  created_at    timestamptz NOT NULL DEFAULT now()
+  created_at    timestamptz NOT NULL DEFAULT now(),
+  -- Set by the relay when it starts the flow's log (its first frame covers the source from this
+  -- LSN). A flow with it set whose log holds nothing lost its log directory (continuity).
+  log_started_lsn pg_lsn
 );
 COMMENT ON TABLE trellara.flows IS 'Trellara flows: publication, slot and log directory of each capture flow';
 SELECT pg_catalog.pg_extension_config_dump('trellara.flows', '');
@@ -480,6 +483,13 @@ BEGIN
       RETURN QUERY SELECT 'warning', 'slot', f.slot_name::text,
         format('flow is stopped; the slot is inactive and retains WAL from %s', slot.restart_lsn),
         format('SELECT trellara.start_flow(%L), or drop the flow if it is no longer needed', f.name);
+    ELSIF st.state = 'error' THEN
+      -- The relay stopped for good (continuity hole, uncapturable transaction): not restarted.
+      RETURN QUERY SELECT 'critical', 'relay_error', f.name,
+        format('relay is in the error state since %s and is not restarted; the slot is inactive and retains '
+               'WAL from %s: %s', st.last_error_at, slot.restart_lsn, split_part(st.last_error, ' HINT: ', 1)),
+        coalesce(nullif(split_part(st.last_error, ' HINT: ', 2), ''),
+                 format('fix the cause, then SELECT trellara.start_flow(%L)', f.name));
     ELSE
       RETURN QUERY SELECT 'critical', 'slot', f.slot_name::text,
         format('slot is inactive although the flow is enabled (relay state %s%s)', coalesce(st.state, 'unknown'),

@@ -3,6 +3,7 @@
 #include "trellara/assembler.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "trellara/codec.h"
 
@@ -14,10 +15,23 @@ RelationInfo* FindRelation(std::vector<RelationInfo>& rels, uint32_t oid) {
     if (r.oid == oid) return &r;
   return nullptr;
 }
+
+uint64_t ValuesBytes(const std::vector<Value>& values) {
+  uint64_t n = 0;
+  for (const auto& v : values) n += v.data.size() + 8;
+  return n;
+}
 }  // namespace
+
+uint64_t ChangeBytes(const Change& change) {
+  return 32 + ValuesBytes(change.new_tuple) + ValuesBytes(change.old_tuple) + change.message.prefix.size() +
+         change.message.content.size() + 8 * change.truncate.relation_oids.size();
+}
 
 TransactionAssembler::TransactionAssembler(Options options) : options_(std::move(options)) {
   options_.chunk_changes = std::clamp<uint32_t>(options_.chunk_changes, 1, kMaxChunkChanges);
+  options_.chunk_bytes = std::clamp<uint64_t>(options_.chunk_bytes, kMinChunkBytes, kMaxChunkBytes);
+  options_.record_bytes_max = std::clamp<uint64_t>(options_.record_bytes_max, 1, kMaxChunkBytes);
 }
 
 void TransactionAssembler::Reset() {
@@ -29,10 +43,12 @@ void TransactionAssembler::Reset() {
   chunk_refs_.clear();
   total_hasher_.reset();
   total_changes_ = 0;
+  pending_bytes_ = 0;
 }
 
 void TransactionAssembler::Begin(uint32_t xid, uint64_t begin_lsn, uint64_t commit_lsn, int64_t commit_time_us) {
   Reset();
+  uncapturable_failure_ = false;
   open_ = true;
   tx_ = TxIdentity{options_.flow, options_.origin_sysid, xid, commit_lsn};
   begin_lsn_ = begin_lsn;
@@ -43,7 +59,29 @@ void TransactionAssembler::Begin(uint32_t xid, uint64_t begin_lsn, uint64_t comm
 Status TransactionAssembler::Emit(const Record& record, bool completes, const RecordSink& sink,
                                   std::string* bytes_out) {
   auto bytes = EncodeRecord(record);
-  if (!bytes.ok()) return bytes.error();
+  if (!bytes.ok()) {
+    // Encoding is a pure function of the decoded changes: the same WAL fails the same way again.
+    uncapturable_failure_ = true;
+    return bytes.error();
+  }
+  if (bytes->size() > options_.record_bytes_max) {
+    // Name the transaction and the relations of this record: with chunk_bytes below the limit,
+    // a record this large holds one change, so this is the relation of that change.
+    const std::vector<RelationInfo>* relations = nullptr;
+    if (const auto* c = std::get_if<Chunk>(&record)) relations = &c->relations;
+    if (const auto* e = std::get_if<Envelope>(&record)) relations = &e->relations;
+    std::string names;
+    if (relations != nullptr)
+      for (const auto& r : *relations) names += (names.empty() ? "" : ", ") + r.schema + "." + r.name;
+    char lsn[32];
+    std::snprintf(lsn, sizeof lsn, "%X/%X", static_cast<unsigned>(tx_.commit_lsn >> 32),
+                  static_cast<unsigned>(tx_.commit_lsn));
+    uncapturable_failure_ = true;
+    return MakeError("transaction " + std::to_string(tx_.xid) + " (commit LSN " + lsn + ") cannot be captured: " +
+                     RecordTypeName(TypeOf(record)) + " " + std::to_string(bytes->size()) + " bytes" +
+                     (names.empty() ? "" : " (relation " + names + ")") + " is above the record limit of " +
+                     std::to_string(options_.record_bytes_max) + " bytes");
+  }
   TRELLARA_TRY(sink(EmittedRecord{TypeOf(record), tx_, completes, *bytes}));
   if (bytes_out != nullptr) *bytes_out = std::move(*bytes);
   return Status::Ok();
@@ -76,13 +114,16 @@ Status TransactionAssembler::AddChange(Change change, const RelationInfo* relati
   };
   if (relation != nullptr) check(*relation);
   for (const RelationInfo* t : truncated) check(*t);
-  if (schema_changed || pending_.size() >= options_.chunk_changes) TRELLARA_TRY(FlushChunk(sink));
+  const uint64_t change_bytes = ChangeBytes(change);
+  const bool bytes_full = !pending_.empty() && pending_bytes_ + change_bytes > options_.chunk_bytes;
+  if (schema_changed || pending_.size() >= options_.chunk_changes || bytes_full) TRELLARA_TRY(FlushChunk(sink));
   if (relation != nullptr) RememberRelation(*relation);
   for (const RelationInfo* t : truncated) RememberRelation(*t);
   const RelationInfo* rel = relation != nullptr ? FindRelation(pending_relations_, relation->oid) : nullptr;
   total_hasher_->Add(change, rel, pending_relations_);
   CountChange(change, counts_);
   total_changes_++;
+  pending_bytes_ += change_bytes;
   pending_.push_back(std::move(change));
   return Status::Ok();
 }
@@ -101,6 +142,7 @@ Status TransactionAssembler::FlushChunk(const RecordSink& sink) {
   chunk.changes = std::move(pending_);
   pending_ = {};
   pending_relations_ = {};
+  pending_bytes_ = 0;
   TRELLARA_TRY(SealChunk(chunk));
   TRELLARA_TRY(Emit(Record(chunk), false, sink));
   chunk_refs_.push_back(ChunkRef{chunk.seq, chunk.partition_id, chunk.event_count, chunk.checksum});

@@ -574,7 +574,7 @@ Result<std::string> EncodeRecord(const Record& record) {
   if (out.size() > kMaxRecordBytes)
     return MakeError(std::string(RecordTypeName(TypeOf(record))) + " of xid " + std::to_string(TxOf(record).xid) +
                      " encodes to " + std::to_string(out.size()) + " bytes, above the " +
-                     std::to_string(kMaxRecordBytes) + "-byte record limit; lower trellara.chunk_changes");
+                     std::to_string(kMaxRecordBytes) + "-byte record limit");
   return out;
 }
 

@@ -2,6 +2,8 @@
 #include "trellara/relay_progress.h"
 
 #include <cassert>
+#include <cstdio>
+#include <cstring>
 
 namespace trellara {
 
@@ -40,4 +42,90 @@ uint64_t RestartBackoffMs(int consecutive_failures) {
   uint64_t ms = 1000ull << shift;
   return ms > 60'000 ? 60'000 : ms;
 }
+}  // namespace trellara
+
+namespace trellara {
+namespace {
+std::string Lsn(uint64_t lsn) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%X/%X", static_cast<unsigned>(lsn >> 32), static_cast<unsigned>(lsn));
+  return buf;
+}
+}  // namespace
+
+RestartDecision DecideRestart(const std::vector<TailFrame>& newest_first, uint64_t slot_confirmed_lsn,
+                              const LogStartRecord& start, const std::string& flow) {
+  RestartDecision d;
+  const std::string remedy =
+      " The log no longer holds every transaction the source was told is safe, so the flow cannot "
+      "continue without a hole.";
+  d.remedy = "restore the log directory that holds the missing transactions, or recreate the flow (SELECT "
+             "trellara.drop_flow('" + flow + "', true); SELECT trellara.create_flow('" + flow +
+             "', ...)) and reseed the target (trellara reseed)";
+  if (newest_first.empty()) {
+    if (start.started_lsn.has_value()) {
+      d.kind = RestartDecision::Kind::kRefuse;
+      d.reason = "the log of flow \"" + flow + "\" holds no records, but it was started at " +
+                 Lsn(*start.started_lsn) + " and the slot is confirmed to " + Lsn(slot_confirmed_lsn) +
+                 ": the log directory was deleted or emptied." + remedy;
+      return d;
+    }
+    d.kind = RestartDecision::Kind::kFreshLog;
+    d.covered_lsn = 0;
+    d.skip_through_lsn = 0;
+    return d;
+  }
+  size_t completing = newest_first.size();
+  for (size_t i = 0; i < newest_first.size(); i++) {
+    if (CompletesTransaction(newest_first[i].type)) {
+      completing = i;
+      break;
+    }
+  }
+  if (completing > 0) {
+    // Frames after the last completing one: an incomplete (torn) chunked transaction.
+    d.torn_commit_lsn = newest_first[0].commit_lsn;
+    d.torn_frames = completing;
+  }
+  if (completing == newest_first.size()) {
+    // No completing frame reachable (the log starts inside a chunked transaction, e.g. after
+    // retention): nothing the slot confirmed can be at or after these frames' transaction, because
+    // confirming needs its commit marker durable. The slot's position is what the log covers.
+    if (d.torn_commit_lsn.has_value() && *d.torn_commit_lsn <= slot_confirmed_lsn) {
+      d.kind = RestartDecision::Kind::kRefuse;
+      d.reason = "the log of flow \"" + flow + "\" ends inside the transaction committed at " +
+                 Lsn(*d.torn_commit_lsn) + " (no commit marker), but the slot is confirmed to " +
+                 Lsn(slot_confirmed_lsn) + ": acknowledged frames were lost." + remedy;
+      return d;
+    }
+    d.kind = RestartDecision::Kind::kResume;
+    d.covered_lsn = slot_confirmed_lsn;
+    d.skip_through_lsn = slot_confirmed_lsn;
+    return d;
+  }
+  d.covered_lsn = newest_first[completing].commit_lsn;
+  if (d.covered_lsn < slot_confirmed_lsn) {
+    d.kind = RestartDecision::Kind::kRefuse;
+    d.reason = "the log of flow \"" + flow + "\" covers the source only through " + Lsn(d.covered_lsn) +
+               " (offset " + std::to_string(newest_first[completing].offset) + "), but the slot is confirmed to " +
+               Lsn(slot_confirmed_lsn) + ": the transactions committed after " + Lsn(d.covered_lsn) +
+               " up to " + Lsn(slot_confirmed_lsn) +
+               " are missing (log restored from an older copy, or acknowledged frames lost)." + remedy;
+    return d;
+  }
+  d.kind = RestartDecision::Kind::kResume;
+  d.skip_through_lsn = d.covered_lsn;
+  return d;
+}
+
+RelayFailureKind ClassifyRelayFailure(const char* sqlstate, bool in_transaction,
+                                      int earlier_failures_same_transaction) {
+  if (!in_transaction || sqlstate == nullptr || std::strlen(sqlstate) != 5) return RelayFailureKind::kRetry;
+  auto cls = [&](const char* c) { return std::strncmp(sqlstate, c, 2) == 0; };
+  if (cls("54") || cls("22") || std::strcmp(sqlstate, "XX001") == 0) return RelayFailureKind::kUncapturable;
+  if (cls("53") || cls("57") || cls("58") || cls("08")) return RelayFailureKind::kRetry;
+  return earlier_failures_same_transaction + 1 >= kPoisonTransactionFailures ? RelayFailureKind::kUncapturable
+                                                                             : RelayFailureKind::kRetry;
+}
+
 }  // namespace trellara

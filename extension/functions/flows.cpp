@@ -95,6 +95,9 @@ Datum trellara_clear_stop_request(PG_FUNCTION_ARGS) {
   if (s != nullptr) {
     s->stop_requested_at = 0;
     s->consecutive_failures = 0;
+    // start_flow is the operator's answer to the error state: run the relay again (it re-checks).
+    if (s->state == FlowState::kError && s->pid == 0) s->state = FlowState::kStopped;
+    s->failing_count = 0;
   }
   LWLockRelease(b->lock);
   PG_RETURN_VOID();

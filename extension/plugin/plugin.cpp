@@ -83,6 +83,7 @@ PGDLLEXPORT void _PG_output_plugin_init(OutputPluginCallbacks* cb);
 #include "plugin/plugin.h"
 #include "trellara/assembler.h"
 #include "trellara/checksum.h"
+#include "trellara/codec.h"
 
 // Every ERROR-capable Postgres call made from a frame that holds C++ objects goes through here.
 #define PGCALL(expr) ::trellara::pg::CallPostgres([&]() -> decltype(auto) { return (expr); })
@@ -93,6 +94,9 @@ namespace {
 
 // --- GUC ---------------------------------------------------------------------------------------
 int chunk_changes_guc = static_cast<int>(kDefaultChunkChanges);
+int chunk_kb_guc = static_cast<int>(kDefaultChunkBytes >> 10);
+int record_kb_max_guc = static_cast<int>(kMaxRecordBytes >> 10);
+DecodingTransaction current_tx{};
 
 // --- facts for the relay's write callback ------------------------------------------------------
 WrittenRecord last_written{};
@@ -119,6 +123,7 @@ constexpr char kOwnSchema[] = "trellara";
 struct Options {
   std::vector<std::string> publication_names;
   uint32_t chunk_changes = kDefaultChunkChanges;
+  uint64_t chunk_bytes = kDefaultChunkBytes;
   std::string flow;
   uint64_t skip_through_lsn = 0;
   bool messages = true;
@@ -182,11 +187,13 @@ extern "C" void PublicationCallback(Datum, int, uint32) {
 
 constexpr char kOptionsHint[] =
     "The trellara output plugin accepts: publication (required, comma-separated names), "
-    "chunk_changes (1..1048576), flow (name), messages (true|false), skip_through_lsn (pg_lsn).";
+    "chunk_changes (1..1048576), chunk_bytes (65536..1073741824), flow (name), messages (true|false), "
+    "skip_through_lsn (pg_lsn).";
 
 Options ParseOptions(List* option_list) {
   Options opt;
   opt.chunk_changes = static_cast<uint32_t>(chunk_changes_guc);
+  opt.chunk_bytes = static_cast<uint64_t>(chunk_kb_guc) << 10;
   bool have_publication = false;
   ListCell* lc;
   foreach (lc, option_list) {
@@ -213,6 +220,15 @@ Options ParseOptions(List* option_list) {
         OptionError("trellara output plugin option \"chunk_changes\" has an invalid value \"" + value + "\"",
                     "chunk_changes is the number of changes per chunk, 1..1048576.");
       opt.chunk_changes = static_cast<uint32_t>(v);
+    } else if (name == "chunk_bytes") {
+      char* end = nullptr;
+      errno = 0;
+      long long v = std::strtoll(value.c_str(), &end, 10);
+      if (errno != 0 || end == value.c_str() || *end != '\0' || v < static_cast<long long>(kMinChunkBytes) ||
+          v > static_cast<long long>(kMaxChunkBytes))
+        OptionError("trellara output plugin option \"chunk_bytes\" has an invalid value \"" + value + "\"",
+                    "chunk_bytes is the byte bound of a chunk's values, 65536..1073741824.");
+      opt.chunk_bytes = static_cast<uint64_t>(v);
     } else if (name == "flow") {
       opt.flow = value;
     } else if (name == "messages") {
@@ -496,6 +512,17 @@ void CheckStatus(const Status& s, const char* during) {
   if (!s.ok()) RaiseCoreError(s.error(), during);
 }
 
+// A record the assembler refused for good (above trellara.record_bytes_max, or not encodable):
+// program_limit_exceeded, which the relay turns into a flow error instead of a restart loop.
+void CheckAssemblerStatus(const Status& s, const TransactionAssembler& assembler, const char* during) {
+  if (s.ok()) return;
+  if (assembler.uncapturable_failure())
+    throw pg::SqlError(ERRCODE_PROGRAM_LIMIT_EXCEEDED, "trellara output plugin failed during " + std::string(during) +
+                                                           ": " + s.error().message,
+                       {}, "Raise trellara.record_bytes_max (at most 1048576 kB) if the record fits under 1 GiB.");
+  RaiseCoreError(s.error(), during);
+}
+
 State* StateOf(LogicalDecodingContext* ctx) { return static_cast<State*>(ctx->output_plugin_private); }
 
 RecordSink SinkFor(LogicalDecodingContext* ctx) {
@@ -521,7 +548,10 @@ extern "C" void StartupCallback(LogicalDecodingContext* ctx, OutputPluginOptions
     opt->receive_rewrites = false;
     if (is_init) return;  // slot creation: options are not given then
     Options options = ParseOptions(ctx->output_plugin_options);
-    auto* s = new State(TransactionAssembler::Options{options.flow, GetSystemIdentifier(), options.chunk_changes});
+    TransactionAssembler::Options assembler_options{options.flow, GetSystemIdentifier(), options.chunk_changes};
+    assembler_options.chunk_bytes = options.chunk_bytes;
+    assembler_options.record_bytes_max = static_cast<uint64_t>(record_kb_max_guc) << 10;
+    auto* s = new State(assembler_options);
     s->options = std::move(options);
     s->ctx = ctx;
     pg::CallPostgres([&] {
@@ -584,6 +614,7 @@ extern "C" void BeginCallback(LogicalDecodingContext* ctx, ReorderBufferTXN* txn
     State* s = StateOf(ctx);
     s->skipping = txn->end_lsn <= s->options.skip_through_lsn;
     if (s->skipping) return;
+    current_tx = DecodingTransaction{true, txn->xid, txn->end_lsn, ""};
     s->assembler.Begin(txn->xid, txn->first_lsn, txn->end_lsn, UnixMicros(txn->xact_time.commit_time));
     PinOutputSettings(s);
   });
@@ -597,7 +628,8 @@ extern "C" void CommitCallback(LogicalDecodingContext* ctx, ReorderBufferTXN*, X
       return;
     }
     UnpinOutputSettings(s);
-    CheckStatus(s->assembler.Commit(SinkFor(ctx)), "commit");
+    CheckAssemblerStatus(s->assembler.Commit(SinkFor(ctx)), s->assembler, "commit");
+    current_tx.open = false;
   });
 }
 
@@ -623,6 +655,8 @@ void AddRowChange(State* s, LogicalDecodingContext* ctx, Relation relation, Reor
       return;
   }
   c.relation_oid = entry.info.oid;
+  snprintf(current_tx.relation, sizeof current_tx.relation, "%s.%s", entry.info.schema.c_str(),
+           entry.info.name.c_str());
   TupleDesc desc = RelationGetDescr(relation);
   HeapTuple old_tuple = change->data.tp.oldtuple ? &change->data.tp.oldtuple->tuple : nullptr;
   HeapTuple new_tuple = change->data.tp.newtuple ? &change->data.tp.newtuple->tuple : nullptr;
@@ -646,11 +680,18 @@ void AddRowChange(State* s, LogicalDecodingContext* ctx, Relation relation, Reor
   if (c.op == Op::Insert && new_tuple == nullptr)
     throw pg::SqlError(ERRCODE_DATA_CORRUPTED, "INSERT into \"" + entry.info.schema + "." + entry.info.name +
                                                    "\" decoded without a new tuple");
-  CheckStatus(s->assembler.AddChange(std::move(c), &entry.info, {}, SinkFor(ctx)), "change");
+  CheckAssemblerStatus(s->assembler.AddChange(std::move(c), &entry.info, {}, SinkFor(ctx)), s->assembler, "change");
 }
 
 extern "C" void ChangeCallback(LogicalDecodingContext* ctx, ReorderBufferTXN*, Relation relation,
                                ReorderBufferChange* change) {
+  // As pgoutput does in PostgreSQL 15: report progress every 100 changes, so the process driving
+  // decoding (the relay worker) can notice SIGTERM and postmaster death inside a long transaction.
+  static int changes_since_progress = 0;
+  if (++changes_since_progress >= 100) {
+    changes_since_progress = 0;
+    OutputPluginUpdateProgress(ctx, false);
+  }
   State* s = StateOf(ctx);
   if (s->skipping) return;
   MemoryContext old = MemoryContextSwitchTo(s->change_context);
@@ -725,6 +766,7 @@ extern "C" bool FilterByOriginCallback(LogicalDecodingContext*, RepOriginId) {
 }  // namespace
 
 const WrittenRecord& LastWrittenRecord() { return last_written; }
+const DecodingTransaction& CurrentTransaction() { return current_tx; }
 
 void PinOutputSettingsForProcess() {
   static const char* const kSettings[][2] = {{"datestyle", "ISO, YMD"}, {"intervalstyle", "postgres"},
@@ -741,6 +783,21 @@ void DefineGucs() {
                           "The output plugin option chunk_changes overrides it per decoding session.",
                           &chunk_changes_guc, static_cast<int>(kDefaultChunkChanges), 1,
                           static_cast<int>(kMaxChunkChanges), PGC_USERSET, 0, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable("trellara.chunk_bytes",
+                          "Bytes of values per chunk: a chunk closes before a change that would take it past "
+                          "this bound (a larger single change travels alone in its own record).",
+                          "Bounds the memory the plugin and the relay hold per chunk. The output plugin option "
+                          "chunk_bytes overrides it per decoding session.",
+                          &chunk_kb_guc, static_cast<int>(kDefaultChunkBytes >> 10),
+                          static_cast<int>(kMinChunkBytes >> 10), static_cast<int>(kMaxChunkBytes >> 10),
+                          PGC_USERSET, GUC_UNIT_KB, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable("trellara.record_bytes_max",
+                          "Largest record the plugin emits; a transaction with a larger record cannot be captured.",
+                          "The default and maximum, 1 GB, is the most one decoding write can carry. A relay "
+                          "flow whose transaction exceeds it stops in an error state naming the transaction.",
+                          &record_kb_max_guc, static_cast<int>(kMaxRecordBytes >> 10), 1024,
+                          static_cast<int>(kMaxRecordBytes >> 10), PGC_SIGHUP, GUC_UNIT_KB, nullptr, nullptr,
+                          nullptr);
 }
 
 }  // namespace trellara::plugin

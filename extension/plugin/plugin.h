@@ -19,12 +19,23 @@ struct WrittenRecord {
 // Facts about the record whose bytes are in the current OutputPluginWrite call.
 const WrittenRecord& LastWrittenRecord();
 
+// The source transaction being decoded in this process, for the relay's error handling: when an
+// ERROR ends decoding, it names the transaction (and the relation of the change in progress).
+struct DecodingTransaction {
+  bool open;            // between begin and the end of commit of a transaction being emitted
+  uint32_t xid;
+  uint64_t commit_lsn;
+  char relation[130];   // "schema.name" of the last row change seen, or ""
+};
+const DecodingTransaction& CurrentTransaction();
+
 // For a process that only decodes (the relay worker): pins the settings that shape type output
 // (DateStyle, IntervalStyle, extra_float_digits, bytea_output, TimeZone, search_path) once, at
 // PGC_S_OVERRIDE, instead of around every transaction. Plain C calls: may raise ERROR.
 void PinOutputSettingsForProcess();
 
-// Registers the plugin's GUCs (trellara.chunk_changes); called once from _PG_init.
+// Registers the plugin's GUCs (trellara.chunk_changes, trellara.chunk_bytes,
+// trellara.record_bytes_max); called once from _PG_init.
 void DefineGucs();
 
 }  // namespace trellara::plugin

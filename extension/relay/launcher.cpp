@@ -140,6 +140,16 @@ pid_t BoardOwner(const char* name, int32* failures, TimestampTz* last_error_at, 
   return pid;
 }
 
+FlowState BoardState(const char* name) {
+  Board* b = SharedBoard();
+  FlowState state = FlowState::kStopped;
+  LWLockAcquire(b->lock, LW_SHARED);
+  FlowSlot* s = FindFlowSlot(b, name, false);
+  if (s != nullptr) state = s->state;
+  LWLockRelease(b->lock);
+  return state;
+}
+
 void StartWorker(const char* name) {
   BackgroundWorker worker;
   std::memset(&worker, 0, sizeof worker);
@@ -187,6 +197,9 @@ void Reconcile() {
     TimestampTz stop_requested_at;
     pid_t owner = BoardOwner(name, &failures, &last_error_at, &stop_requested_at);
     if (HandleAlive(l) || owner != 0) continue;
+    // A flow in the error state stays stopped until start_flow clears it: restarting could only
+    // fail the same way again (DESIGN §2 continuity; an uncapturable transaction).
+    if (BoardState(name) == FlowState::kError) continue;
     // A stop_flow/drop_flow is stopping this flow and has not committed yet: hold off. After
     // kStopHoldMs the stopping transaction must have rolled back, and the flow runs again.
     if (stop_requested_at != 0 && !TimestampDifferenceExceeds(stop_requested_at, now, kStopHoldMs)) continue;

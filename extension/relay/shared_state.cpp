@@ -50,6 +50,7 @@ const char* FlowStateName(FlowState state) {
     case FlowState::kRunning: return "running";
     case FlowState::kBackoff: return "backoff";
     case FlowState::kFailed: return "failed";
+    case FlowState::kError: return "error";
   }
   return "unknown";
 }

@@ -18,10 +18,13 @@ extern "C" {
 
 namespace trellara::relay {
 
-enum class FlowState : int32_t { kStopped = 0, kStarting = 1, kRunning = 2, kBackoff = 3, kFailed = 4 };
+// kFailed: the worker ended on an error a restart may cure; the launcher restarts it with backoff.
+// kError: the flow cannot continue as it is (a transaction that cannot be captured, a log that
+// does not cover the slot): the launcher leaves it alone until start_flow clears it.
+enum class FlowState : int32_t { kStopped = 0, kStarting = 1, kRunning = 2, kBackoff = 3, kFailed = 4, kError = 5 };
 const char* FlowStateName(FlowState state);
 
-constexpr int kLastErrorBytes = 1024;
+constexpr int kLastErrorBytes = 2048;
 
 struct FlowSlot {
   bool in_use;
@@ -40,6 +43,12 @@ struct FlowSlot {
   TimestampTz stop_requested_at;  // stop_flow/drop_flow in progress: the launcher holds off
   TimestampTz last_error_at;
   char last_error[kLastErrorBytes];
+  // The transaction the last failures happened on (for the poison-transaction rule): failures in
+  // a row on the same (xid, commit LSN).
+  uint32_t failing_xid;
+  uint64_t failing_commit_lsn;
+  int32_t failing_count;
+  int64_t starts;                // relay worker starts since the server started (restart count)
 };
 
 struct Board {

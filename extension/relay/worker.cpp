@@ -6,11 +6,23 @@
 // - Acknowledgement (DESIGN §2, source -> log): LogicalConfirmReceivedLocation is called only
 //   with AckTracker's answer: the commit LSN of the last transaction whose every frame is durable
 //   (fdatasync'ed, indexed), or the LSN of a durable progress marker. Never before the fsync.
-// - Restart: on start the worker finds the LSN the log already covers (last durable Envelope,
-//   CommitMarker or progress marker) and passes it to the plugin as skip_through_lsn, so a crash
-//   between fsync and confirm does not duplicate transactions in the log. A transaction whose
-//   chunks were durable but whose commit marker was not is decoded again in full; its earlier
-//   chunks stay in the log as identical duplicates that the applier's barrier recognises.
+// - Restart and continuity: on start the worker reads its log backwards from the durable tail to
+//   the last completing frame and hands those frames, the slot's confirmed position and the
+//   catalog's log_started_lsn to core DecideRestart (relay_progress.h), which says what the log
+//   covers (passed to the plugin as skip_through_lsn, so a crash between fsync and confirm does
+//   not duplicate transactions; a torn chunked transaction at the tail is decoded again in full)
+//   or refuses: a log that covers less than the slot's confirmed position has a hole, and the
+//   flow goes to the error state without confirming anything. A new flow's first start writes a
+//   start marker at the slot's position and records it in trellara.flows.log_started_lsn.
+// - Errors that a restart cannot cure (core ClassifyRelayFailure: an uncapturable transaction)
+//   put the flow in the error state, naming the transaction and relation; the launcher does not
+//   restart it until start_flow. Other errors end the worker and the launcher restarts it.
+// - Stopping: SIGTERM and postmaster death are noticed within a second wherever the worker is:
+//   WAL is read with read_local_xlog_page_no_wait (never sleeping inside the page reader), every
+//   wait is a latch wait with WL_EXIT_ON_PM_DEATH, the plugin reports progress every 100 changes
+//   (update_progress) and every written record passes a check, and a segment roll happens only
+//   after a latch-aware wait for durability. Mid-transaction, the worker leaves without
+//   confirming it (it is decoded again at the next start).
 // - Idle and filtered flows: after a pass over all flushed WAL with every record durable, the
 //   worker writes a progress marker when the decoder is well past what the log covers, then
 //   confirms it, so the slot's restart_lsn keeps moving and WAL is not retained without bound.
@@ -45,6 +57,7 @@ extern "C" {
 #include "replication/slot.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/pmsignal.h"
 #include "storage/proc.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
@@ -61,6 +74,7 @@ PGDLLEXPORT void trellara_relay_main(Datum main_arg);
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "pg/guard.h"
 #include "plugin/plugin.h"
@@ -105,6 +119,10 @@ struct Relay {
 Relay* g_relay = nullptr;
 
 // Plain data read from trellara.flows.
+bool has_log_started_lsn = false;
+XLogRecPtr log_started_lsn = InvalidXLogRecPtr;
+bool decoding_started = false;
+ReadLocalXLogPageNoWaitPrivate wal_reader_private;
 char flow_name[NAMEDATALEN];
 char publication[NAMEDATALEN * 4];
 char slot_name[NAMEDATALEN];
@@ -132,15 +150,38 @@ void Publish(FlowState state) {
   LWLockRelease(b->lock);
 }
 
-void RecordFailure(const char* message) {
+// kFailed (the launcher restarts with backoff) or kError (it does not: see shared_state.h).
+void RecordFailure(const char* message, FlowState state = FlowState::kFailed) {
   Board* b = SharedBoard();
   if (b == nullptr || board_slot == nullptr) return;
   LWLockAcquire(b->lock, LW_EXCLUSIVE);
-  board_slot->state = FlowState::kFailed;
+  board_slot->state = state;
+  // Counted for kError too: should anything ever restart a flow in the error state, the backoff
+  // still spaces the attempts.
   board_slot->consecutive_failures++;
   board_slot->last_error_at = GetCurrentTimestamp();
   strlcpy(board_slot->last_error, message, kLastErrorBytes);
   LWLockRelease(b->lock);
+}
+
+// Failures in a row on the same source transaction before this one (and remembers this one).
+int CountTransactionFailure(bool in_transaction, uint32_t xid, uint64_t commit_lsn) {
+  Board* b = SharedBoard();
+  if (b == nullptr || board_slot == nullptr) return 0;
+  int earlier = 0;
+  LWLockAcquire(b->lock, LW_EXCLUSIVE);
+  if (!in_transaction) {
+    board_slot->failing_count = 0;
+  } else if (board_slot->failing_count > 0 && board_slot->failing_xid == xid &&
+             board_slot->failing_commit_lsn == commit_lsn) {
+    earlier = board_slot->failing_count++;
+  } else {
+    board_slot->failing_xid = xid;
+    board_slot->failing_commit_lsn = commit_lsn;
+    board_slot->failing_count = 1;
+  }
+  LWLockRelease(b->lock);
+  return earlier;
 }
 
 void ReleaseBoardSlot(int, Datum) {
@@ -149,7 +190,8 @@ void ReleaseBoardSlot(int, Datum) {
   LWLockAcquire(b->lock, LW_EXCLUSIVE);
   if (board_slot->pid == MyProcPid) {
     board_slot->pid = 0;
-    if (board_slot->state != FlowState::kFailed) board_slot->state = FlowState::kStopped;
+    if (board_slot->state != FlowState::kFailed && board_slot->state != FlowState::kError)
+      board_slot->state = FlowState::kStopped;
   }
   LWLockRelease(b->lock);
 }
@@ -172,6 +214,7 @@ bool ClaimBoardSlot() {
   s->database = MyDatabaseId;
   s->state = FlowState::kStarting;
   s->started_at = GetCurrentTimestamp();
+  s->starts++;
   LWLockRelease(b->lock);
   board_slot = s;
   return true;
@@ -187,7 +230,8 @@ bool ReadFlow() {
   Oid argtypes[1] = {TEXTOID};
   Datum args[1] = {CStringGetTextDatum(flow_name)};
   int rc = SPI_execute_with_args(
-      "SELECT publication, slot_name, log_directory, enabled FROM trellara.flows WHERE name = $1", 1, argtypes,
+      "SELECT publication, slot_name, log_directory, enabled, log_started_lsn FROM trellara.flows WHERE name = $1",
+      1, argtypes,
       args, nullptr, true, 1);
   if (rc == SPI_OK_SELECT && SPI_processed == 1) {
     bool isnull = false;
@@ -196,6 +240,9 @@ bool ReadFlow() {
       strlcpy(publication, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), sizeof publication);
       strlcpy(slot_name, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2), sizeof slot_name);
       strlcpy(log_directory, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3), sizeof log_directory);
+      Datum started = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5, &isnull);
+      has_log_started_lsn = !isnull;
+      log_started_lsn = isnull ? InvalidXLogRecPtr : DatumGetLSN(started);
       found = true;
     }
   }
@@ -205,28 +252,60 @@ bool ReadFlow() {
   return found;
 }
 
+// Records in the catalog that this flow's log was started (covering the source from `lsn`), so a
+// later start can tell a deleted log directory from a new flow. Plain C frame.
+void RecordLogStart(XLogRecPtr lsn) {
+  SetCurrentStatementStartTimestamp();
+  StartTransactionCommand();
+  SPI_connect();
+  PushActiveSnapshot(GetTransactionSnapshot());
+  Oid argtypes[2] = {TEXTOID, PG_LSNOID};
+  Datum args[2] = {CStringGetTextDatum(flow_name), LSNGetDatum(lsn)};
+  (void)SPI_execute_with_args(
+      "UPDATE trellara.flows SET log_started_lsn = $2 WHERE name = $1 AND log_started_lsn IS NULL", 2, argtypes, args,
+      nullptr, false, 0);
+  SPI_finish();
+  PopActiveSnapshot();
+  CommitTransactionCommand();
+  has_log_started_lsn = true;
+  log_started_lsn = lsn;
+}
+
 [[noreturn]] void Fail(const std::string& what, const Error& error, const char* hint = nullptr) {
   throw pg::SqlError(ERRCODE_IO_ERROR,
                      "trellara relay of flow \"" + std::string(flow_name) + "\": " + what + ": " + error.message, {},
                      hint ? hint : "");
 }
 
-// The LSN the log already covers: commit LSN of its last durable completing frame (0 if none).
-uint64_t CoveredLsnOfLog() {
+// SIGTERM while the worker is busy (mid-transaction, reading its log at start): leave now. The
+// ERROR carries ERRCODE_ADMIN_SHUTDOWN, which RecordErrorAndExit treats as a clean stop.
+void StopIfRequested() {
+  if (!PostmasterIsAlive()) proc_exit(1);
+  if (got_sigterm)
+    throw pg::SqlError(ERRCODE_ADMIN_SHUTDOWN, "trellara relay of flow \"" + std::string(flow_name) +
+                                                   "\" stops on SIGTERM; what it had not confirmed is decoded again "
+                                                   "at its next start");
+}
+
+// The durable frames from the tail backwards to the last completing one (the restart rule's input).
+std::vector<TailFrame> ReadTailFrames() {
+  std::vector<TailFrame> frames;
   log::DurableTail tail = g_relay->writer->durable_tail();
-  if (!tail.offset) return 0;
+  if (!tail.offset) return frames;
   auto reader = log::LogReader::Open(*g_relay->device, log_directory);
   if (!reader.ok()) Fail("cannot read its log " + std::string(log_directory), reader.error());
   for (uint64_t o = *tail.offset + 1; o-- > 0;) {
+    StopIfRequested();
     Status s = (*reader)->Seek(o);
-    if (!s.ok()) Fail("cannot seek to offset " + std::to_string(o) + " of its log", s.error());
+    if (!s.ok()) break;  // reclaimed: the log starts after this offset
     auto rec = (*reader)->Next();
     if (!rec.ok()) Fail("cannot read offset " + std::to_string(o) + " of its log", rec.error());
     if (!rec->has_value()) break;
-    if (CompletesTransaction((*rec)->type)) return (*rec)->commit_lsn;
+    frames.push_back(TailFrame{o, (*rec)->type, (*rec)->commit_lsn});
+    if (CompletesTransaction((*rec)->type)) break;
     if (o == 0) break;
   }
-  return 0;
+  return frames;
 }
 
 void OpenLog() {
@@ -241,13 +320,11 @@ void OpenLog() {
     Fail("cannot open its log directory " + std::string(log_directory), writer.error(),
          "Check that the directory is writable by the postgres OS user and not used by another flow.");
   g_relay->writer = std::move(*writer);
-  g_relay->ack = std::make_unique<AckTracker>(CoveredLsnOfLog());
-  g_relay->confirmed_lsn = g_relay->ack->confirmable_lsn();
 }
 
 // Submits what is appended and waits on the latch (and the ring's eventfd) until every offset
 // below `target_end` is durable. Returns early only by ERROR or process exit.
-void WaitDurable(uint64_t target_end) {
+void WaitDurable(uint64_t target_end, bool interruptible = false) {
   if (fault::Hit("relay.after_append_before_fsync") == fault::Action::Error)
     Fail("injected fault", MakeError("relay.after_append_before_fsync"));
   Status s = g_relay->writer->Submit();
@@ -257,6 +334,7 @@ void WaitDurable(uint64_t target_end) {
     auto durable = g_relay->writer->Poll();
     if (!durable.ok()) Fail("cannot make its log durable", durable.error());
     if (*durable >= target_end) return;
+    if (interruptible) StopIfRequested();
     s = g_relay->writer->Submit();
     if (!s.ok()) Fail("cannot write to its log", s.error());
     int events = WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH;
@@ -313,6 +391,51 @@ void ApplyRetentionWhenDue() {
   });
 }
 
+// Appends a progress marker covering the source through `lsn`, waits until it is durable and
+// returns the confirmable LSN.
+uint64_t AppendProgressMarker(uint64_t lsn) {
+  uint8_t payload[8];
+  for (int i = 0; i < 8; i++) payload[i] = static_cast<uint8_t>(lsn >> (8 * i));
+  auto offset = g_relay->writer->Append(kProgressRecordType, lsn, std::span<const uint8_t>(payload, 8));
+  if (!offset.ok()) Fail("cannot append a progress marker", offset.error());
+  g_relay->ack->Appended(*offset, kProgressRecordType, lsn);
+  g_relay->records_written++;
+  WaitDurable(*offset + 1);
+  return g_relay->ack->Durable(g_relay->writer->durable_end());
+}
+
+// The restart rule (core DecideRestart) applied at start. Returns the LSN to skip through, or an
+// empty string in `refusal` set to the reason when the flow must not run.
+uint64_t ApplyRestartRule(uint64_t slot_confirmed, std::string* refusal, bool* log_started_now) {
+  LogStartRecord start;
+  if (has_log_started_lsn) start.started_lsn = log_started_lsn;
+  RestartDecision d = DecideRestart(ReadTailFrames(), slot_confirmed, start, flow_name);
+  *log_started_now = false;
+  switch (d.kind) {
+    case RestartDecision::Kind::kRefuse:
+      *refusal = d.reason + " HINT: " + d.remedy;
+      return 0;
+    case RestartDecision::Kind::kFreshLog:
+      // The first frame of a new log: a start marker at the slot's position, so the log covers
+      // what the slot has confirmed from its very first moment.
+      g_relay->ack = std::make_unique<AckTracker>(0);
+      (void)AppendProgressMarker(slot_confirmed);
+      *log_started_now = true;
+      return slot_confirmed;
+    case RestartDecision::Kind::kResume:
+      g_relay->ack = std::make_unique<AckTracker>(d.covered_lsn);
+      if (d.torn_commit_lsn.has_value())
+        pg::CallPostgres([&] {
+          ereport(LOG, (errmsg("trellara relay of flow \"%s\": the log ends with %llu frame(s) of the transaction "
+                               "committed at %X/%X without its commit marker; it is decoded and written again in full",
+                               flow_name, static_cast<unsigned long long>(d.torn_frames),
+                               LSN_ARGS(*d.torn_commit_lsn))));
+        });
+      return d.skip_through_lsn;
+  }
+  return 0;
+}
+
 // After a pass: make everything durable, maybe mark progress, confirm what is safe.
 void FinishPass(uint64_t decoded_end) {
   WaitDurable(g_relay->writer->next_offset());
@@ -320,14 +443,7 @@ void FinishPass(uint64_t decoded_end) {
   uint64_t now = NowUs();
   if (ShouldWriteProgress(g_relay->progress, g_relay->ack->all_durable(), confirmable, decoded_end, now,
                           g_relay->last_progress_us)) {
-    uint8_t payload[8];
-    for (int i = 0; i < 8; i++) payload[i] = static_cast<uint8_t>(decoded_end >> (8 * i));
-    auto offset = g_relay->writer->Append(kProgressRecordType, decoded_end, std::span<const uint8_t>(payload, 8));
-    if (!offset.ok()) Fail("cannot append a progress marker", offset.error());
-    g_relay->ack->Appended(*offset, kProgressRecordType, decoded_end);
-    g_relay->records_written++;
-    WaitDurable(*offset + 1);
-    confirmable = g_relay->ack->Durable(g_relay->writer->durable_end());
+    confirmable = AppendProgressMarker(decoded_end);
     g_relay->last_progress_us = now;
   }
   // status() must never show the slot confirmed past log_durable_lsn: publish the durable LSN
@@ -347,11 +463,16 @@ extern "C" void DoWrite(LogicalDecodingContext* ctx, XLogRecPtr, TransactionId, 
   const char* data = ctx->out->data;
   int len = ctx->out->len;
   pg::GuardEntry("trellara relay write", [data, len] {
+    StopIfRequested();
     const plugin::WrittenRecord& info = plugin::LastWrittenRecord();
     if (info.record_type == 3 && fault::Hit("relay.after_chunks_before_manifest") == fault::Action::Error)
       Fail("injected fault", MakeError("relay.after_chunks_before_manifest"));
     if (fault::Hit("relay.before_log_append") == fault::Action::Error)
       Fail("injected fault", MakeError("relay.before_log_append"));
+    // A segment roll blocks inside the writer until the old segment is durable: get there first
+    // with a wait that sees SIGTERM and postmaster death, so the roll itself only creates files.
+    if (g_relay->writer->WouldRollSegment(static_cast<size_t>(len)))
+      WaitDurable(g_relay->writer->next_offset(), true);
     auto offset = g_relay->writer->Append(info.record_type, info.commit_lsn,
                                         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(data),
                                                                  static_cast<size_t>(len)));
@@ -361,10 +482,30 @@ extern "C" void DoWrite(LogicalDecodingContext* ctx, XLogRecPtr, TransactionId, 
     g_relay->records_written++;
     // Bound memory while decoding a large transaction: drain to disk before appending more.
     if (g_relay->writer->unacknowledged_bytes() > kMaxUnackedBytes) {
-      WaitDurable(g_relay->writer->next_offset());
+      WaitDurable(g_relay->writer->next_offset(), true);
       g_relay->ack->Durable(g_relay->writer->durable_end());
     }
   });
+}
+
+// Called by the plugin every 100 changes (OutputPluginUpdateProgress), so a long transaction, or
+// a long run of unpublished changes, still notices SIGTERM and postmaster death. Plain C frame.
+extern "C" void UpdateProgress(LogicalDecodingContext*, XLogRecPtr, TransactionId, bool) {
+  if (!PostmasterIsAlive()) proc_exit(1);
+  if (got_sigterm)
+    ereport(ERROR, (errcode(ERRCODE_ADMIN_SHUTDOWN),
+                    errmsg("trellara relay of flow \"%s\" stops on SIGTERM in the middle of a transaction; it is "
+                           "decoded again at its next start",
+                           flow_name)));
+  CHECK_FOR_INTERRUPTS();
+}
+
+// The flow cannot continue as it is: error state (the launcher leaves it alone), then exit.
+[[noreturn]] void EnterErrorState(const char* message) {
+  RecordFailure(message, FlowState::kError);
+  ereport(LOG, (errmsg("trellara relay of flow \"%s\" is in the error state and will not be restarted: %s",
+                       flow_name, message)));
+  proc_exit(0);
 }
 
 void RecordErrorAndExit() {
@@ -372,10 +513,34 @@ void RecordErrorAndExit() {
   HOLD_INTERRUPTS();
   MemoryContextSwitchTo(TopMemoryContext);
   ErrorData* edata = CopyErrorData();
+  if (got_sigterm && edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN) {
+    ereport(LOG, (errmsg("%s", edata->message)));
+    FlushErrorState();
+    proc_exit(0);
+  }
+  const plugin::DecodingTransaction& tx = plugin::CurrentTransaction();
+  bool in_transaction = decoding_started && tx.open;
+  int earlier = CountTransactionFailure(in_transaction, tx.xid, tx.commit_lsn);
+  RelayFailureKind kind = ClassifyRelayFailure(unpack_sql_state(edata->sqlerrcode), in_transaction, earlier);
+  const char* message = edata->message != nullptr ? edata->message : "unknown error";
   // The board keeps what an operator needs: the message and, when there is one, the remedy.
   char text[kLastErrorBytes];
-  snprintf(text, sizeof text, "%s%s%s", edata->message != nullptr ? edata->message : "unknown error",
-           edata->hint != nullptr ? " HINT: " : "", edata->hint != nullptr ? edata->hint : "");
+  if (kind == RelayFailureKind::kUncapturable) {
+    char remedy[512];
+    snprintf(remedy, sizeof remedy,
+             "the relay stopped instead of retrying a transaction that fails the same way every time. Fix the "
+             "cause (%s), then SELECT trellara.start_flow('%s'); if it cannot be captured at all, recreate the flow "
+             "(trellara.drop_flow, trellara.create_flow: the new slot starts after it) and reseed the target",
+             edata->hint != nullptr ? edata->hint : "see the message", flow_name);
+    snprintf(text, sizeof text, "transaction %u (commit LSN %X/%X%s%s) of flow \"%s\" cannot be captured: %s HINT: %s",
+             tx.xid, LSN_ARGS(tx.commit_lsn), tx.relation[0] != '\0' ? ", relation " : "", tx.relation, flow_name,
+             message, remedy);
+    EmitErrorReport();
+    FlushErrorState();
+    EnterErrorState(text);
+  }
+  snprintf(text, sizeof text, "%s%s%s", message, edata->hint != nullptr ? " HINT: " : "",
+           edata->hint != nullptr ? edata->hint : "");
   RecordFailure(text);
   EmitErrorReport();
   FlushErrorState();
@@ -419,22 +584,43 @@ void trellara_relay_main(Datum) {
   plugin::PinOutputSettingsForProcess();
   CheckLogicalDecodingRequirements();
   ReplicationSlotAcquire(slot_name, true);
+  // Continuity (DESIGN §2): the log must cover at least what the slot has confirmed.
+  static char refusal[kLastErrorBytes];
+  refusal[0] = '\0';
+  uint64 covered = 0;
+  bool log_started_now = false;
+  XLogRecPtr slot_confirmed = MyReplicationSlot->data.confirmed_flush;
+  pg::GuardEntry("trellara relay restart rule", [&] {
+    std::string why;
+    covered = ApplyRestartRule(slot_confirmed, &why, &log_started_now);
+    strlcpy(refusal, why.c_str(), sizeof refusal);
+    if (refusal[0] == '\0') g_relay->confirmed_lsn = slot_confirmed;
+  });
+  if (refusal[0] != '\0') {
+    ReplicationSlotRelease();
+    EnterErrorState(refusal);
+  }
+  if (log_started_now || !has_log_started_lsn) RecordLogStart(log_started_now ? slot_confirmed : covered);
   char skip_lsn[32];
-  uint64 covered = g_relay->ack->confirmable_lsn();
   snprintf(skip_lsn, sizeof skip_lsn, "%X/%X", LSN_ARGS(covered));
   List* options = NIL;
   options = lappend(options, makeDefElem(pstrdup("publication"), (Node*)makeString(pstrdup(publication)), -1));
   options = lappend(options, makeDefElem(pstrdup("flow"), (Node*)makeString(pstrdup(flow_name)), -1));
   options = lappend(options, makeDefElem(pstrdup("skip_through_lsn"), (Node*)makeString(pstrdup(skip_lsn)), -1));
   static XLogReaderRoutine routine;
-  routine.page_read = read_local_xlog_page;
+  // The no-wait reader returns at the end of flushed WAL instead of sleeping inside the page
+  // callback (where neither SIGTERM nor postmaster death is seen); it reports that through the
+  // reader's private_data, which logical decoding does not use otherwise.
+  routine.page_read = read_local_xlog_page_no_wait;
   routine.segment_open = wal_segment_open;
   routine.segment_close = wal_segment_close;
   MemoryContext decoding_memory =
       AllocSetContextCreate(TopMemoryContext, "trellara relay decoding", ALLOCSET_DEFAULT_SIZES);
   LogicalDecodingContext* ctx =
-      CreateDecodingContext(InvalidXLogRecPtr, options, false, &routine, PrepareWrite, DoWrite, nullptr);
+      CreateDecodingContext(InvalidXLogRecPtr, options, false, &routine, PrepareWrite, DoWrite, UpdateProgress);
+  ctx->reader->private_data = &wal_reader_private;
   XLogBeginRead(ctx->reader, MyReplicationSlot->data.restart_lsn);
+  decoding_started = true;
   ereport(LOG, (errmsg("trellara relay of flow \"%s\" started: slot \"%s\", publication \"%s\", log \"%s\", log "
                        "covers the source through %s",
                        flow_name, slot_name, publication, log_directory, skip_lsn)));
@@ -457,9 +643,11 @@ void trellara_relay_main(Datum) {
       // passes: it must not be the transaction's context, which the commit below frees.
       MemoryContextSwitchTo(decoding_memory);
     }
+    wal_reader_private.end_of_wal = false;
     while (ctx->reader->EndRecPtr < end_of_wal && !got_sigterm) {
       char* errm = nullptr;
       XLogRecord* record = XLogReadRecord(ctx->reader, &errm);
+      if (record == nullptr && wal_reader_private.end_of_wal) break;  // the rest is not flushed yet
       if (errm != nullptr)
         ereport(ERROR, (errmsg("trellara relay of flow \"%s\" could not read WAL at %X/%X: %s", flow_name,
                                LSN_ARGS(ctx->reader->EndRecPtr), errm)));

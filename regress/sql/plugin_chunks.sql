@@ -68,6 +68,23 @@ SELECT n, j->>'type' AS type, j->'seq' AS seq,
        (SELECT jsonb_agg(c->>'name') FROM jsonb_array_elements(j->'relations'->0->'columns') c) AS columns
   FROM pg_temp.records('regress_chunks', 'publication', 'regress_chunks_pub', 'chunk_changes', '3') ORDER BY n;
 
+-- Chunks are bounded by bytes too (chunk_bytes): with 64 KiB and rows of 40 000 bytes, each chunk
+-- holds one row; a row above the bound travels alone (100 000 bytes); a transaction of small rows
+-- within both bounds stays one envelope.
+BEGIN;
+INSERT INTO chunked SELECT i, repeat('x', 40000) FROM generate_series(20, 22) i;
+INSERT INTO chunked VALUES (23, repeat('y', 100000)), (24, 'small');
+COMMIT;
+INSERT INTO chunked VALUES (25, 'a'), (26, 'b');
+SELECT n, j->>'type' AS type, j->'seq' AS seq, jsonb_array_length(j->'changes') AS changes,
+       (SELECT jsonb_agg(length(c->'new'->>'v')) FROM jsonb_array_elements(j->'changes') c) AS value_lengths
+  FROM pg_temp.records('regress_chunks', 'publication', 'regress_chunks_pub', 'chunk_changes', '1000',
+                       'chunk_bytes', '65536') ORDER BY n;
+SELECT count(*) FROM pg_logical_slot_peek_binary_changes('regress_chunks', NULL, NULL, 'publication', 'regress_chunks_pub', 'chunk_bytes', '65535');
+SET trellara.chunk_bytes = '32kB';
+SET trellara.chunk_bytes = '64kB';
+RESET trellara.chunk_bytes;
+
 SELECT pg_drop_replication_slot('regress_chunks');
 DROP PUBLICATION regress_chunks_pub;
 DROP TABLE chunked, chunked_other;

@@ -161,3 +161,76 @@ TEST_CASE("sink_failure_stops_the_transaction_with_its_error", "[assembler]") {
   REQUIRE_FALSE(s.ok());
   CHECK(s.error().message == "disk full");
 }
+
+namespace {
+Change WideInsert(int64_t id, size_t value_bytes) {
+  Change c = Insert(id);
+  c.new_tuple[1] = Value::Text(std::string(value_bytes, 'x'));
+  return c;
+}
+}  // namespace
+
+TEST_CASE("chunks_are_bounded_by_bytes_as_well_as_changes", "[assembler][chunk_bytes]") {
+  TransactionAssembler::Options o{"app", 42, 1024};
+  o.chunk_bytes = 256 << 10;  // 256 KiB; rows of 100 KiB: two per chunk
+  TransactionAssembler a(o);
+  RelationInfo orders = testing::SampleOrders();
+  Captured out;
+  a.Begin(100, 0x1000, 0x2000, 5);
+  for (int i = 0; i < 7; i++) REQUIRE(a.AddChange(WideInsert(i, 100 << 10), &orders, {}, Capture(out)).ok());
+  REQUIRE(a.Commit(Capture(out)).ok());
+  // 7 rows -> chunks of 2, 2, 2, 1, then manifest and marker.
+  REQUIRE(out.records.size() == 6);
+  for (int i = 0; i < 4; i++) {
+    const auto& c = std::get<Chunk>(out.records[i]);
+    CHECK(c.changes.size() == (i < 3 ? 2u : 1u));
+    CHECK(out.bytes[i].size() < (256u << 10) + 4096);
+  }
+  CHECK(std::get<Manifest>(out.records[4]).total_changes == 7);
+  CHECK(std::get<CommitMarker>(out.records[5]).total_chunks == 4);
+}
+
+TEST_CASE("change_larger_than_chunk_bytes_travels_alone_in_its_chunk", "[assembler][chunk_bytes]") {
+  TransactionAssembler::Options o{"app", 42, 1024};
+  o.chunk_bytes = kMinChunkBytes;
+  TransactionAssembler a(o);
+  RelationInfo orders = testing::SampleOrders();
+  Captured out;
+  a.Begin(100, 0x1000, 0x2000, 5);
+  REQUIRE(a.AddChange(Insert(1), &orders, {}, Capture(out)).ok());
+  REQUIRE(a.AddChange(WideInsert(2, 1 << 20), &orders, {}, Capture(out)).ok());  // 1 MiB > 64 KiB
+  REQUIRE(a.AddChange(Insert(3), &orders, {}, Capture(out)).ok());
+  REQUIRE(a.Commit(Capture(out)).ok());
+  REQUIRE(out.records.size() == 5);
+  CHECK(std::get<Chunk>(out.records[0]).changes.size() == 1);
+  CHECK(std::get<Chunk>(out.records[1]).changes.size() == 1);
+  CHECK(std::get<Chunk>(out.records[1]).changes[0].new_tuple[1].data.size() == (1u << 20));
+  CHECK(std::get<Chunk>(out.records[2]).changes.size() == 1);
+
+  // A one-change transaction with a value above chunk_bytes is one whole envelope.
+  Captured single;
+  a.Begin(101, 0x3000, 0x4000, 6);
+  REQUIRE(a.AddChange(WideInsert(4, 1 << 20), &orders, {}, Capture(single)).ok());
+  REQUIRE(a.Commit(Capture(single)).ok());
+  REQUIRE(single.records.size() == 1);
+  CHECK(std::holds_alternative<Envelope>(single.records[0]));
+}
+
+TEST_CASE("record_above_the_limit_is_uncapturable_and_names_transaction_and_relation", "[assembler][chunk_bytes]") {
+  TransactionAssembler::Options o{"app", 42, 1024};
+  o.chunk_bytes = kMinChunkBytes;
+  o.record_bytes_max = 512 << 10;
+  TransactionAssembler a(o);
+  RelationInfo orders = testing::SampleOrders();
+  Captured out;
+  a.Begin(777, 0x1000, 0x2A000, 5);
+  REQUIRE(a.AddChange(WideInsert(1, 1 << 20), &orders, {}, Capture(out)).ok());
+  Status s = a.Commit(Capture(out));
+  REQUIRE_FALSE(s.ok());
+  CHECK(a.uncapturable_failure());
+  CHECK(s.error().message.find("transaction 777 (commit LSN 0/2A000) cannot be captured") != std::string::npos);
+  CHECK(s.error().message.find("relation " + orders.schema + "." + orders.name) != std::string::npos);
+  CHECK(out.records.empty());
+  a.Begin(778, 0x3000, 0x4000, 6);
+  CHECK_FALSE(a.uncapturable_failure());
+}

@@ -54,3 +54,95 @@ TEST_CASE("restart_backoff_doubles_and_is_capped", "[relay]") {
   CHECK(RestartBackoffMs(7) == 60000);
   CHECK(RestartBackoffMs(100) == 60000);
 }
+
+// --- the restart rule ---------------------------------------------------------------------------
+namespace {
+constexpr uint8_t kEnvelope = 1, kChunk = 2, kManifest = 3, kMarker = 4;
+}
+
+TEST_CASE("restart_resumes_after_last_completing_frame", "[relay][restart]") {
+  std::vector<TailFrame> tail = {{41, kEnvelope, 0x5000}};
+  RestartDecision d = DecideRestart(tail, 0x4000, LogStartRecord{0x100}, "app");
+  CHECK(d.kind == RestartDecision::Kind::kResume);
+  CHECK(d.covered_lsn == 0x5000);  // crash between fsync and confirm: the log is ahead of the slot
+  CHECK(d.skip_through_lsn == 0x5000);
+  CHECK_FALSE(d.torn_commit_lsn.has_value());
+}
+
+TEST_CASE("torn_chunked_tail_is_redecoded_not_skipped", "[relay][restart]") {
+  // Tail: chunks and the manifest of the transaction committed at 0x9000, no commit marker; before
+  // them the commit marker of 0x7000. DurableTail.commit_lsn would say 0x9000: skipping through it
+  // would lose that transaction. The rule skips only through 0x7000.
+  std::vector<TailFrame> tail = {{20, kManifest, 0x9000}, {19, kChunk, 0x9000}, {18, kChunk, 0x9000},
+                                 {17, kMarker, 0x7000}};
+  RestartDecision d = DecideRestart(tail, 0x7000, LogStartRecord{0x100}, "app");
+  CHECK(d.kind == RestartDecision::Kind::kResume);
+  CHECK(d.covered_lsn == 0x7000);
+  CHECK(d.skip_through_lsn == 0x7000);
+  REQUIRE(d.torn_commit_lsn.has_value());
+  CHECK(*d.torn_commit_lsn == 0x9000);
+  CHECK(d.torn_frames == 3);
+}
+
+TEST_CASE("torn_tail_without_any_completing_frame_skips_only_what_the_slot_confirmed", "[relay][restart]") {
+  std::vector<TailFrame> tail = {{3, kChunk, 0x9000}, {2, kChunk, 0x9000}};
+  RestartDecision d = DecideRestart(tail, 0x8000, LogStartRecord{}, "app");
+  CHECK(d.kind == RestartDecision::Kind::kResume);
+  CHECK(d.skip_through_lsn == 0x8000);
+  // The same tail when the slot was confirmed to the torn transaction: its marker was lost.
+  RestartDecision lost = DecideRestart(tail, 0x9000, LogStartRecord{}, "app");
+  CHECK(lost.kind == RestartDecision::Kind::kRefuse);
+  CHECK(lost.reason.find("acknowledged frames were lost") != std::string::npos);
+}
+
+TEST_CASE("fresh_log_of_a_new_flow_starts", "[relay][restart]") {
+  RestartDecision d = DecideRestart({}, 0x3000, LogStartRecord{}, "app");
+  CHECK(d.kind == RestartDecision::Kind::kFreshLog);
+  CHECK(d.skip_through_lsn == 0);
+}
+
+TEST_CASE("continuity_refuses_an_emptied_log_directory", "[relay][restart][continuity]") {
+  RestartDecision d = DecideRestart({}, 0x3000, LogStartRecord{0x1000}, "app");
+  CHECK(d.kind == RestartDecision::Kind::kRefuse);
+  CHECK(d.reason.find("holds no records") != std::string::npos);
+  CHECK(d.reason.find("0/1000") != std::string::npos);
+  CHECK(d.reason.find("0/3000") != std::string::npos);
+  CHECK(d.remedy.find("reseed") != std::string::npos);
+  CHECK(d.remedy.find("drop_flow('app', true)") != std::string::npos);
+}
+
+TEST_CASE("continuity_refuses_a_log_behind_the_slot", "[relay][restart][continuity]") {
+  // An older copy restored, or acknowledged frames truncated: the log ends at 0x5000 while the
+  // slot was confirmed to 0x6000 because the log once held more.
+  std::vector<TailFrame> tail = {{9, kEnvelope, 0x5000}};
+  RestartDecision d = DecideRestart(tail, 0x6000, LogStartRecord{0x1000}, "app");
+  CHECK(d.kind == RestartDecision::Kind::kRefuse);
+  CHECK(d.reason.find("covers the source only through 0/5000 (offset 9)") != std::string::npos);
+  CHECK(d.reason.find("confirmed to 0/6000") != std::string::npos);
+  // Equal is fine: the log covers exactly what was confirmed.
+  CHECK(DecideRestart(tail, 0x5000, LogStartRecord{0x1000}, "app").kind == RestartDecision::Kind::kResume);
+  // A torn tail does not count as coverage: chunks of 0x6000 without their marker.
+  std::vector<TailFrame> torn = {{10, kChunk, 0x6000}, {9, kEnvelope, 0x5000}};
+  CHECK(DecideRestart(torn, 0x6000, LogStartRecord{0x1000}, "app").kind == RestartDecision::Kind::kRefuse);
+}
+
+TEST_CASE("progress_marker_counts_as_coverage", "[relay][restart]") {
+  std::vector<TailFrame> tail = {{0, kProgressRecordType, 0x2000}};
+  RestartDecision d = DecideRestart(tail, 0x2000, LogStartRecord{0x2000}, "app");
+  CHECK(d.kind == RestartDecision::Kind::kResume);
+  CHECK(d.skip_through_lsn == 0x2000);
+}
+
+TEST_CASE("relay_failures_are_classified_retry_or_uncapturable", "[relay][restart]") {
+  using K = RelayFailureKind;
+  CHECK(ClassifyRelayFailure("54000", true, 0) == K::kUncapturable);  // record or buffer too large
+  CHECK(ClassifyRelayFailure("22021", true, 0) == K::kUncapturable);
+  CHECK(ClassifyRelayFailure("XX001", true, 0) == K::kUncapturable);
+  CHECK(ClassifyRelayFailure("54000", false, 0) == K::kRetry);  // not about a transaction
+  CHECK(ClassifyRelayFailure("58030", true, 10) == K::kRetry);   // I/O (disk full): retried forever
+  CHECK(ClassifyRelayFailure("53200", true, 10) == K::kRetry);
+  // An unknown error on the same transaction: retried, then uncapturable (never a restart loop).
+  CHECK(ClassifyRelayFailure("XX000", true, 0) == K::kRetry);
+  CHECK(ClassifyRelayFailure("XX000", true, kPoisonTransactionFailures - 2) == K::kRetry);
+  CHECK(ClassifyRelayFailure("XX000", true, kPoisonTransactionFailures - 1) == K::kUncapturable);
+}

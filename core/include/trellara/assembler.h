@@ -1,9 +1,14 @@
 // assembler.h — turns the changes of one decoded source transaction into log records.
 //
 // The output plugin feeds a transaction's changes in commit order; the assembler decides the
-// record shape: one Envelope when the transaction has at most `chunk_changes` changes, otherwise
-// Chunks emitted as they fill, then a Manifest and a CommitMarker. At most `chunk_changes`
-// changes are held in memory, whatever the transaction size. A relation whose schema changes in
+// record shape: one Envelope when the transaction fits one record (at most `chunk_changes`
+// changes and `chunk_bytes` bytes of values), otherwise Chunks emitted as they fill, then a
+// Manifest and a CommitMarker. A chunk closes before a change that would take it past either
+// bound, so at most `chunk_changes` changes and about `chunk_bytes` bytes are held in memory,
+// whatever the transaction size. A single change larger than `chunk_bytes` is carried alone in its
+// own record (chunk, or the Envelope of a one-change transaction): values are never split. A
+// record that would encode to more than `record_bytes_max` is refused with an error that names
+// the transaction and the relation (uncapturable_failure() is then true). A relation whose schema changes in
 // the middle of a transaction forces a chunk boundary, so every record describes each relation
 // it refers to exactly once. The assembler never writes anywhere: records go to the Sink.
 #pragma once
@@ -22,6 +27,13 @@ namespace trellara {
 
 inline constexpr uint32_t kDefaultChunkChanges = 1024;
 inline constexpr uint32_t kMaxChunkChanges = 1u << 20;
+inline constexpr uint64_t kDefaultChunkBytes = 16ull << 20;
+inline constexpr uint64_t kMinChunkBytes = 64ull << 10;
+inline constexpr uint64_t kMaxChunkBytes = 1ull << 30;
+
+// The bytes a change adds to a record, as counted against chunk_bytes: its values' data plus a
+// small fixed cost per value and per change.
+uint64_t ChangeBytes(const Change& change);
 
 // One encoded record ready to be written, with what a writer needs to frame and acknowledge it.
 struct EmittedRecord {
@@ -38,6 +50,8 @@ class TransactionAssembler {
     std::string flow;
     uint64_t origin_sysid = 0;
     uint32_t chunk_changes = kDefaultChunkChanges;
+    uint64_t chunk_bytes = kDefaultChunkBytes;
+    uint64_t record_bytes_max = 1ull << 30;  // the log's frame limit (kMaxRecordBytes)
   };
   explicit TransactionAssembler(Options options);
 
@@ -56,6 +70,8 @@ class TransactionAssembler {
   bool in_transaction() const { return open_; }
   uint64_t change_count() const { return total_changes_; }
   uint32_t chunks_emitted() const { return static_cast<uint32_t>(chunk_refs_.size()); }
+  // The last error came from a record above record_bytes_max: the transaction cannot be captured.
+  bool uncapturable_failure() const { return uncapturable_failure_; }
 
  private:
   void RememberRelation(const RelationInfo& relation);
@@ -75,6 +91,8 @@ class TransactionAssembler {
   std::vector<ChunkRef> chunk_refs_;
   std::unique_ptr<ChangeHasher> total_hasher_;
   uint64_t total_changes_ = 0;
+  uint64_t pending_bytes_ = 0;
+  bool uncapturable_failure_ = false;
 };
 
 }  // namespace trellara

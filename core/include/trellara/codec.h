@@ -16,8 +16,9 @@
 
 namespace trellara {
 
-// Largest record payload accepted or produced (the log frame limit is the same).
-inline constexpr size_t kMaxRecordBytes = 256u * 1024u * 1024u;
+// Largest record payload accepted or produced (the log frame limit is the same: 1 GiB, the most a
+// PostgreSQL decoding session can hand over in one write).
+inline constexpr size_t kMaxRecordBytes = size_t{1} << 30;
 
 Result<std::string> EncodeRecord(const Record& record);
 Result<Record> DecodeRecord(std::span<const uint8_t> bytes);

@@ -29,7 +29,10 @@ namespace trellara::log {
 inline constexpr uint32_t kFrameMagic = 0x464C5254;  // "TRLF" little-endian
 inline constexpr uint8_t kFrameFormatVersion = 1;
 inline constexpr size_t kFrameHeaderBytes = 40;
-inline constexpr uint32_t kPayloadBytesMax = 64u << 20;
+// 1 GiB: the largest record a decoding session can hand over (PostgreSQL's MaxAllocSize bounds
+// the output buffer of a logical decoding plugin). A frame larger than segment_bytes_max sits
+// alone in its own, oversized segment (writer.cpp), so one large value never needs splitting.
+inline constexpr uint32_t kPayloadBytesMax = 1u << 30;
 
 inline constexpr uint64_t kIndexMagic = 0x31305844494C5254ull;  // "TRLIDX01"
 inline constexpr size_t kIndexHeaderBytes = 32;

@@ -79,6 +79,11 @@ class LogWriter {
   uint64_t durable_end() const { return durable_end_; }
   uint64_t next_offset() const { return next_offset_; }
   DurableTail durable_tail() const { return durable_tail_; }
+  // Whether appending `payload_bytes` would start a new segment (the blocking step): a caller that
+  // must stay responsive first waits for every appended record to be durable, its own way.
+  bool WouldRollSegment(size_t payload_bytes) const {
+    return segment_end_position_ > 0 && segment_end_position_ + kFrameHeaderBytes + payload_bytes > options_.segment_bytes_max;
+  }
   // Bytes appended but not yet acknowledged (the caller throttles on this).
   uint64_t unacknowledged_bytes() const { return unacknowledged_bytes_; }
   uint64_t fsyncs_completed() const { return fsyncs_completed_; }
