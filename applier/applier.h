@@ -18,7 +18,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,6 +28,7 @@
 #include "config.h"
 #include "pg_connection.h"
 #include "trellara/apply_decision.h"
+#include "trellara/apply_pipeline.h"
 #include "trellara/apply_plan.h"
 #include "trellara/barrier.h"
 #include "trellara/log/consumer_lock.h"
@@ -52,18 +52,10 @@ bool StopRequested();
 
 enum class Outcome { Applied, SkippedDuplicate, Stopped };
 
-// A whole (unchunked) transaction read from the log and waiting for its batch.
-struct PendingTx {
-  ReadyTransaction ready;
-  uint64_t offset_after = 0;  // the consumer offset that is safe once it is applied
-  std::vector<ChangePlan> plans;  // filled while the batch is built
-  bool skip = false;              // the batch found it already applied (a duplicate)
-};
-
 // What each message queued in a batch answers, in order.
 enum class What { Begin, Record, Prepare, Statement, Commit };
 struct Expect {
-  size_t index;  // the transaction, in pending_
+  size_t index;  // the transaction, in the batch (ApplyPipeline::at)
   What what;
   std::string statement_key;  // Prepare: forgotten again if the Parse failed or was skipped
 };
@@ -95,9 +87,10 @@ class Applier {
   Outcome Process(const ReadyTransaction& ready);
 
   // ---- apply_pipeline.cpp: batches of whole transactions --------------------------------
+  Admission Classify(PipelineTx& tx, const Evidence& evidence);
   void SendBatch();
   void CollectBatch();
-  void Retire();
+  void Counted(const PipelineTx& tx);
   Outcome Pump(bool drain);
 
   FlowConfig config_;
@@ -111,12 +104,9 @@ class Applier {
   TransactionBarrier barrier_;
   Counters counters_;
   uint64_t batches_ = 0;  // pipeline segments sent (shown as batches=)
-  std::deque<PendingTx> pending_;  // whole transactions read, not yet applied, in log order
-  size_t inflight_ = 0;             // leading entries of pending_ queued to the target
+  // Whole transactions read and not yet retired, the batch rules and the consumer offset (core).
+  ApplyPipeline pipeline_{0, PipelineLimits{kBatchMaxTransactions, kBatchMaxStatements}};
   std::vector<Expect> expects_;     // the answers the in-flight batch owes
-  bool one_at_a_time_ = false;      // pending_.front() needs the one-at-a-time path
-  std::optional<uint64_t> offset_after_pending_;  // records read after the last pending transaction
-  ApplyOffsetTracker offsets_{0};
   uint64_t start_offset_ = 0;
   uint64_t stop_offset_ = UINT64_MAX;  // --until-caught-up: the log's published end at start
   uint64_t written_offset_ = 0;  // what consumers/applier holds

@@ -3,8 +3,8 @@
 // transaction per source transaction, exactly once (DESIGN §2, §6).
 //
 // The loop reads log frames in order and feeds core's TransactionBarrier, which decides when a
-// transaction is whole and verified. Whole transactions wait in pending_ for the next batch
-// (apply_pipeline.cpp); a chunked transaction drains the pipeline and is applied alone
+// transaction is whole and verified. Whole transactions wait in pipeline_ (core ApplyPipeline) for the next
+// batch (apply_pipeline.cpp); a chunked transaction drains the pipeline and is applied alone
 // (apply_transaction.cpp), streaming its chunks back from the log.
 //
 // Durability of the consumer offset: the offset only passes transactions that the target reports
@@ -87,7 +87,7 @@ ProgressFigures Applier::Figures(bool with_log_end) const {
   f.start_offset = start_offset_;
   f.consumer_offset = written_offset_;
   f.next_log_offset = reader_->next_offset();
-  f.waiting = pending_.size();
+  f.waiting = pipeline_.size();
   f.log_end = f.next_log_offset;
   if (with_log_end) {
     auto end = log::PublishedEndOffset(*device_, config_.log_directory);
@@ -114,7 +114,7 @@ void Applier::OpenLog() {
   }
   written_offset_ = reader_->next_offset();
   start_offset_ = written_offset_;
-  offsets_ = ApplyOffsetTracker(start_offset_);
+  pipeline_ = ApplyPipeline(start_offset_, PipelineLimits{kBatchMaxTransactions, kBatchMaxStatements});
   if (until_caught_up_) {
     // --until-caught-up applies what is durable now, not what the source writes meanwhile: a
     // source faster than the applier must not keep the command from ending.
@@ -136,14 +136,14 @@ void Applier::WriteOffset(bool force) {
       Clock::now() - last_offset_write_ < kOffsetWriteInterval)
     return;
   CollectBatch();  // the session must be out of pipeline mode to ask for the flushed progress
-  if (offsets_.waiting() == 0 && offsets_.safe() == written_offset_) return;
+  if (pipeline_.offsets_waiting() == 0 && pipeline_.safe_offset() == written_offset_) return;
   // Negative control (tests only, TRELLARA_FAULTS=defect.apply_offset_ignores_flush:1:defect): the
   // offset follows what committed instead of what the target flushed, which the target-crash
   // scenario must catch.
   const bool defect = fault::Hit("defect.apply_offset_ignores_flush") == fault::Action::Defect;
-  const uint64_t safe = offsets_.waiting() == 0 ? offsets_.safe()
-                        : defect               ? offsets_.Durable(UINT64_MAX)
-                                               : offsets_.Durable(session_.FlushedProgress());
+  const uint64_t safe = pipeline_.offsets_waiting() == 0 ? pipeline_.safe_offset()
+                        : defect                          ? pipeline_.DurableOffset(UINT64_MAX)
+                                                          : pipeline_.DurableOffset(session_.FlushedProgress());
   unwritten_transactions_ = 0;
   last_offset_write_ = Clock::now();
   if (safe == written_offset_) return;
@@ -216,19 +216,17 @@ void Applier::Loop() {
     // Everything below `retain` is finished with once what it holds is applied.
     const uint64_t retain = barrier_.RetainFromOffset().value_or(record.offset + 1);
     if (*fed && (*fed)->envelope) {
-      pending_.push_back(PendingTx{std::move(**fed), retain, {}, false});
-      offset_after_pending_.reset();  // the new transaction's offset covers those records
-      if (pending_.size() - inflight_ >= kBatchMaxTransactions && Pump(false) == Outcome::Stopped) break;
+      pipeline_.ReadWhole(std::move(**fed), retain);
+      if (pipeline_.full() && Pump(false) == Outcome::Stopped) break;
     } else if (*fed) {
       // A chunked transaction: applied alone, streaming its chunks back from the log.
       if (Pump(true) == Outcome::Stopped) break;
       if (Process(**fed) == Outcome::Stopped) break;
-      offsets_.Done(retain, (*fed)->tx.commit_lsn);
+      Status done = pipeline_.AppliedAlone(retain, (*fed)->tx.commit_lsn);
+      if (!done.ok()) Fail("flow " + config_.flow_name + ": " + done.error().message);
       unwritten_transactions_++;
-    } else if (pending_.empty()) {
-      offsets_.Done(retain, 0);
     } else {
-      offset_after_pending_ = retain;
+      pipeline_.ReadNothing(retain);
     }
     WriteOffset(false);
     progress_.Show(counters_, [&] { return Figures(progress_.tty()); });

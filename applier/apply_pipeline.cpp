@@ -6,10 +6,10 @@
 // failed transaction is ever committed; the applier then retries transaction k alone, on the
 // one-at-a-time path (apply_transaction.cpp), which quarantines it with the exact cause if it
 // fails again.
-#include <algorithm>
 #include <iostream>
 
 #include "applier.h"
+#include "trellara/apply_pipeline.h"
 #include "trellara/fault.h"
 #include "trellara/log/consumer_offsets.h"
 
@@ -17,73 +17,48 @@ namespace trellara::cli::apply {
 
 // ---- batches of whole transactions ----------------------------------------------------
 
-// The batch pipeline. pending_ holds whole transactions in log order; its first inflight_
-// entries have been queued to the target (one pipeline segment, each its own BEGIN .. COMMIT,
-// ended by a Sync) and their results are read later by CollectBatch, so the target executes a
-// batch while the applier reads and decodes the next one from the log. At most one batch is in
-// flight: the next batch's evidence is read only after the previous batch's results.
+// The batch pipeline: pipeline_ (core ApplyPipeline) holds whole transactions in log order and
+// decides which of them join a batch, how they retire and how far the consumer offset may move;
+// this file reads the evidence, plans, queues one libpq pipeline segment per batch (each
+// transaction its own BEGIN .. COMMIT, ended by one Sync) and reads the answers back, so the
+// target executes a batch while the applier reads and decodes the next one from the log. At most
+// one batch is in flight: the next batch's evidence is read only after the previous batch's
+// results.
 
-// Queues the leading transactions of pending_ that can go through the pipeline: duplicates are
-// marked to skip, plain Apply decisions are queued. Sets one_at_a_time_ when the transaction
-// after them needs the one-at-a-time path rather than the next batch.
-void Applier::SendBatch() {
-  std::vector<const TxIdentity*> ids;
-  for (size_t i = 0; i < pending_.size() && i < kBatchMaxTransactions; i++) ids.push_back(&pending_[i].ready.tx);
-  const std::vector<Evidence> evidence = session_.ReadEvidence(ids);
-
-  size_t statements = 0;
-  size_t count = 0;
-  for (size_t i = 0; i < ids.size(); i++) {
-    PendingTx& p = pending_[i];
-    const Evidence& e = evidence[i];
-    const ApplyDecision decision = Decide(p.ready, e.target);
-    if (decision.action == ApplyAction::SkipDuplicate) {
-      p.skip = true;
-      count++;
-      continue;
-    }
-    // Anything but a plain first apply (a conflict, a quarantined or replay-ready boundary)
-    // takes the one-at-a-time path, which re-reads the evidence and acts on it.
-    if (decision.action != ApplyAction::Apply || e.target.quarantine) {
-      one_at_a_time_ = true;
-      break;
-    }
-    p.skip = false;
-    p.plans.clear();
-    bool planned = true;
-    for (const auto& change : p.ready.envelope->changes) {
-      auto plan = PlanChange(change, p.ready.envelope->relations);
-      if (!plan) {
-        planned = false;  // the one-at-a-time path quarantines it as plan_error
-        break;
-      }
-      if (plan->kind == PlanKind::NotApplied) continue;
-      if (session_.CheckRelationsOf(change, p.ready.envelope->relations)) {
-        planned = false;  // the one-at-a-time path quarantines it with the cause
-        break;
-      }
-      p.plans.push_back(std::move(plan.value()));
-    }
-    if (!planned) {
-      one_at_a_time_ = true;
-      break;
-    }
-    // A transaction larger than a whole batch (trellara.chunk_changes raised above the bound,
-    // up to 1M changes per envelope) goes alone through the one-at-a-time path, which reads
-    // each answer as it comes instead of buffering them all.
-    if (p.plans.size() + 3 > kBatchMaxStatements) {
-      if (count == 0) one_at_a_time_ = true;
-      break;
-    }
-    if (statements + p.plans.size() + 3 > kBatchMaxStatements) break;
-    statements += p.plans.size() + 3;
-    count++;
+// The adapter's verdict on one candidate of a batch: core's DecideApply, then the planner and the
+// target's schema (CheckRelationsOf). Fills tx.plans for an Apply.
+Admission Applier::Classify(PipelineTx& tx, const Evidence& evidence) {
+  const ApplyDecision decision = Decide(tx.ready, evidence.target);
+  if (decision.action == ApplyAction::SkipDuplicate) return Admission::Duplicate;
+  // Anything but a plain first apply (a conflict, a quarantined or replay-ready boundary) takes the
+  // one-at-a-time path, which re-reads the evidence and acts on it.
+  if (decision.action != ApplyAction::Apply || evidence.target.quarantine) return Admission::Alone;
+  tx.plans.clear();
+  for (const auto& change : tx.ready.envelope->changes) {
+    auto plan = PlanChange(change, tx.ready.envelope->relations);
+    if (!plan) return Admission::Alone;  // the one-at-a-time path quarantines it as plan_error
+    if (plan->kind == PlanKind::NotApplied) continue;
+    // The one-at-a-time path quarantines it with the cause.
+    if (session_.CheckRelationsOf(change, tx.ready.envelope->relations)) return Admission::Alone;
+    tx.plans.push_back(std::move(plan.value()));
   }
-  inflight_ = count;
+  return Admission::Apply;
+}
+
+// Forms the next batch (core decides who joins) and queues it to the target.
+void Applier::SendBatch() {
+  const size_t candidates = pipeline_.Candidates();
+  std::vector<const TxIdentity*> ids;
+  for (size_t i = 0; i < candidates; i++) ids.push_back(&pipeline_.at(i).ready.tx);
+  const std::vector<Evidence> evidence = session_.ReadEvidence(ids);
+  for (size_t i = 0; i < candidates; i++) {
+    PipelineTx& tx = pipeline_.at(i);
+    const Admission admission = Classify(tx, evidence[i]);
+    if (!pipeline_.Admit(i, admission, admission == Admission::Apply ? tx.plans.size() : 0)) break;
+  }
+  const size_t count = pipeline_.Seal();
   expects_.clear();
-  if (std::none_of(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(count),
-                   [](const PendingTx& p) { return !p.skip; }))
-    return;  // only duplicates: nothing to send
+  if (!pipeline_.BatchSendsStatements()) return;  // only duplicates, or the front goes alone
 
   auto queued = [&](Status st) {
     if (!st.ok())
@@ -92,13 +67,13 @@ void Applier::SendBatch() {
   };
   queued(conn_->EnterPipeline());
   for (size_t k = 0; k < count; k++) {
-    const PendingTx& p = pending_[k];
-    if (p.skip) continue;
+    const PipelineTx& tx = pipeline_.at(k);
+    if (tx.duplicate) continue;
     queued(conn_->SendPrepared("trellara_begin", {}));
     expects_.push_back({k, What::Begin, {}});
-    queued(conn_->SendPrepared("trellara_commit_record", session_.CommitRecordParams(p.ready)));
+    queued(conn_->SendPrepared("trellara_commit_record", session_.CommitRecordParams(tx.ready)));
     expects_.push_back({k, What::Record, {}});
-    for (const ChangePlan& plan : p.plans) {
+    for (const ChangePlan& plan : tx.plans) {
       const auto [name, must_prepare] = session_.StatementFor(plan);
       if (must_prepare) {
         queued(conn_->SendPrepare(name, RowCheckedSql(plan), static_cast<int>(plan.params.size())));
@@ -122,37 +97,38 @@ void Applier::SendBatch() {
   // kill -9 scenario must catch. (Only past the sent batch would hardly ever lose anything: the
   // target still commits what was sent before the applier died.)
   if (fault::Hit("defect.apply_ack_before_commit") == fault::Action::Defect) {
-    for (const PendingTx& p : pending_) offsets_.Done(p.offset_after, 0);
-    const uint64_t early = offsets_.Durable(UINT64_MAX);
+    pipeline_.DefectTreatEverythingReadAsDone();
+    const uint64_t early = pipeline_.DurableOffset(UINT64_MAX);
     if (early != written_offset_ &&
         log::WriteConsumerOffset(*device_, config_.log_directory, kConsumerName, early).ok())
       written_offset_ = early;
   }
 }
 
-// Reads the in-flight batch's results and retires, in order, every transaction that committed
-// (or was a duplicate). After a failure the failed transaction and everything after it stay in
-// pending_ (the target skipped them) and one_at_a_time_ is set for the failed one.
+// Reads the in-flight batch's answers; core retires, in order, every transaction that committed
+// (or was a duplicate). After a failure the failed transaction goes alone and everything after it
+// stays queued (the target skipped it).
 void Applier::CollectBatch() {
-  if (inflight_ == 0) return;
-  std::vector<bool> committed(inflight_, false);
+  if (pipeline_.Next() != PipelineStep::Collect) return;
+  std::vector<bool> committed(pipeline_.in_flight(), false);
   if (!expects_.empty()) {
+    const TxIdentity& first = pipeline_.front().ready.tx;
     std::optional<std::string> failed;
     for (const Expect& expect : expects_) {
       auto next = conn_->NextResult();
       if (!next.result.ok() && !next.aborted && conn_->connection_lost())
         Fail("lost the connection to the target " + conn_->Describe() + " while applying a batch starting at " +
-             DescribeTransaction(pending_.front().ready.tx) + " (" + next.result.Describe() +
+             DescribeTransaction(first) + " (" + next.result.Describe() +
              "); transactions of it may or may not have committed: rerun trellara apply, the dedup rows "
              "make it resume exactly once");
       if (next.sync || next.missing)
-        Fail("the target's answers to the batch starting at " + DescribeTransaction(pending_.front().ready.tx) +
+        Fail("the target's answers to the batch starting at " + DescribeTransaction(first) +
              " ended before every queued statement was answered (flow " + config_.flow_name + ", " +
              next.result.Describe() + "); rerun trellara apply, the dedup rows make it resume exactly once");
       const bool ok = next.result.ok() && !next.aborted;
       if (expect.what == What::Prepare && !ok) session_.ForgetStatement(expect.statement_key);  // not prepared
       if (!ok && !next.aborted && !failed)
-        failed = DescribeTransaction(pending_[expect.index].ready.tx) + ": " + next.result.Describe();
+        failed = DescribeTransaction(pipeline_.at(expect.index).ready.tx) + ": " + next.result.Describe();
       if (expect.what == What::Commit && ok) committed[expect.index] = true;
     }
     auto sync = conn_->NextResult();
@@ -168,55 +144,42 @@ void Applier::CollectBatch() {
     }
     expects_.clear();
   }
-  const size_t count = inflight_;
-  inflight_ = 0;
-  for (size_t k = 0; k < count; k++) {
-    PendingTx& p = pending_.front();
-    if (!p.skip && !committed[k]) {
-      one_at_a_time_ = true;  // the failed transaction: retried alone
-      return;
-    }
-    if (p.skip) {
-      counters_.skipped_duplicates++;
-    } else {
-      counters_.applied++;
-      counters_.not_applied_changes += p.ready.envelope->changes.size() - p.plans.size();
-    }
-    Retire();
-  }
+  auto outcome = pipeline_.Collect(committed);
+  if (!outcome) Fail("flow " + config_.flow_name + ", target " + conn_->Describe() + ": " + outcome.error().message);
+  for (const PipelineTx& tx : outcome->retired) Counted(tx);
 }
 
-// pending_.front() is done (committed, skipped or handled alone): the consumer offset may pass
-// it once the target has flushed it.
-void Applier::Retire() {
-  const PendingTx& p = pending_.front();
-  offsets_.Done(p.offset_after, p.ready.tx.commit_lsn);
+// A retired transaction of a batch, counted.
+void Applier::Counted(const PipelineTx& tx) {
   unwritten_transactions_++;
-  pending_.pop_front();
-  if (pending_.empty() && offset_after_pending_) {
-    offsets_.Done(*offset_after_pending_, 0);
-    offset_after_pending_.reset();
+  if (tx.duplicate) {
+    counters_.skipped_duplicates++;
+  } else {
+    counters_.applied++;
+    counters_.not_applied_changes += tx.ready.envelope->changes.size() - tx.plans.size();
   }
 }
 
-// Moves the batch pipeline forward. With `drain`, returns only once pending_ is empty (every
+// Moves the batch pipeline forward. With `drain`, returns only once nothing is queued (every
 // transaction applied, skipped, or the applier stopped); otherwise it sends the next batch and
 // returns while the target executes it.
 Outcome Applier::Pump(bool drain) {
   for (;;) {
     CollectBatch();
-    if (pending_.empty()) return Outcome::Applied;
+    const PipelineStep step = pipeline_.Next();
+    if (step == PipelineStep::Idle) return Outcome::Applied;
     if (StopRequested()) return Outcome::Stopped;
-    if (one_at_a_time_) {
-      one_at_a_time_ = false;
+    if (step == PipelineStep::Alone) {
       // A failure in the batch, a duplicate conflict, a quarantine, a plan error: it decides,
       // retries or halts there (Process counts it).
-      if (Process(pending_.front().ready) == Outcome::Stopped) return Outcome::Stopped;
-      Retire();
+      if (Process(pipeline_.front().ready) == Outcome::Stopped) return Outcome::Stopped;
+      pipeline_.RetireAlone();
+      unwritten_transactions_++;
       continue;
     }
     SendBatch();
-    if (!drain && !one_at_a_time_) return Outcome::Applied;
+    if (!drain && !pipeline_.alone()) return Outcome::Applied;
   }
 }
+
 }  // namespace trellara::cli::apply
