@@ -137,11 +137,11 @@ void Applier::CollectBatch() {
            sync.result.Describe() + "); rerun trellara apply, the dedup rows make it resume exactly once");
     Status left = conn_->ExitPipeline();
     if (!left.ok()) Fail(left.error().message + "; rerun trellara apply");
-    if (conn_->InTransaction()) Must(conn_->Exec("ROLLBACK"), "ROLLBACK after a failed transaction of the batch");
-    if (failed) {
-      session_.ForgetOriginProgress();
-      if (!until_caught_up_) std::cerr << "trellara: retrying alone after a failure in a batch: " << *failed << "\n";
-    }
+    if (failed || conn_->InTransaction())
+      session_.EndFailedTransaction("the batch of flow " + config_.flow_name + " starting at " +
+                                    DescribeTransaction(first));
+    if (failed && !until_caught_up_)
+      std::cerr << "trellara: retrying alone after a failure in a batch: " << *failed << "\n";
     expects_.clear();
   }
   auto outcome = pipeline_.Collect(committed);

@@ -208,9 +208,22 @@ std::vector<Evidence> ApplySession::ReadEvidence(const std::vector<const TxIdent
   return out;
 }
 
-void ApplySession::ForgetOriginProgress() {
+void ApplySession::EndFailedTransaction(const std::string& what) {
+  // After a failed COMMIT the server has already ended (rolled back) the transaction; after a
+  // failed statement it is still open, in the aborted state.
+  if (conn_->InTransaction()) {
+    auto rollback = conn_->Exec("ROLLBACK");
+    if (!rollback.ok())
+      Fail("ROLLBACK of " + what + " failed on the target " + conn_->Describe() + ": " + rollback.Describe() +
+           "; nothing of it was committed: rerun trellara apply");
+  }
+  // Negative control (tests only, TRELLARA_FAULTS=defect.apply_skip_origin_reset:1:defect): the
+  // origin state of the failed transaction stays set, so the quarantine record commits with it and
+  // moves origin progress past a transaction that was never applied, which the commit-failure
+  // tests must catch.
+  if (fault::Hit("defect.apply_skip_origin_reset") == fault::Action::Defect) return;
   Must(conn_->Exec("SELECT pg_replication_origin_xact_reset()"),
-       "resetting the origin progress of the session after a rollback");
+       "resetting the replication-origin state of the session after the failure of " + what);
 }
 
 // The commit LSN up to which the target has flushed this flow's transactions: origin progress

@@ -74,11 +74,15 @@ class ApplySession {
   std::vector<Evidence> ReadEvidence(const std::vector<const TxIdentity*>& txs);
   Evidence ReadEvidence(const TxIdentity& tx) { return ReadEvidence(std::vector<const TxIdentity*>{&tx}).front(); }
 
-  // pg_replication_origin_xact_setup sets the origin LSN for the session until it is set again: a
-  // rolled-back transaction leaves it behind, and the next transaction of the session (the
-  // quarantine record) would otherwise commit with it and move origin progress past a transaction
-  // that was never applied. Called after every rollback.
-  void ForgetOriginProgress();
+  // The one way out of a failed target transaction, on every path (a statement failed, the COMMIT
+  // itself failed, a batch of the pipeline failed, a plan or a chunk re-read failed): ROLLBACK if
+  // the session is still inside the transaction block, then reset the session's replication-origin
+  // state, before anything else runs on this connection. pg_replication_origin_xact_setup sets the
+  // origin LSN for the session until it is reset: a failed transaction leaves it behind, and the
+  // next transaction of the session (the quarantine record) would otherwise commit with it and
+  // move origin progress past a transaction that was never applied. `what` names the transaction
+  // for errors. Ends the command if the session cannot be brought back to a clean state.
+  void EndFailedTransaction(const std::string& what);
 
   // The commit LSN up to which the target has flushed this flow's transactions: origin progress
   // read with flush = true (the server flushes WAL up to that progress first).

@@ -132,25 +132,19 @@ std::optional<QuarantineCause> Applier::ApplyInTransaction(const ReadyTransactio
       failure = cause;
     }
   }
+  if (!failure && resolves_quarantine)
+    step(conn_->ExecParams("UPDATE trellara.quarantine SET state = 'resolved', resolved_at = now() "
+                           "WHERE flow = $1 AND commit_lsn = $2::pg_lsn",
+                           {tx.flow, FormatLsn(tx.commit_lsn)}),
+         "marking the quarantine row resolved");
   if (!failure) {
-    if (resolves_quarantine)
-      step(conn_->ExecParams("UPDATE trellara.quarantine SET state = 'resolved', resolved_at = now() "
-                             "WHERE flow = $1 AND commit_lsn = $2::pg_lsn",
-                             {tx.flow, FormatLsn(tx.commit_lsn)}),
-           "marking the quarantine row resolved");
-    if (!failure) {
-      auto commit = conn_->Exec("COMMIT");
-      step(commit, "COMMIT");
-      // COMMIT of a failed transaction reports ROLLBACK without an error.
-      if (!failure) return std::nullopt;
-      return failure;
-    }
+    // A COMMIT can fail too (a deferred constraint trigger, a serialization failure at commit):
+    // the server has then rolled the transaction back, and it is a failure like any other.
+    step(conn_->Exec("COMMIT"), "COMMIT");
+    if (!failure) return std::nullopt;
   }
-  auto rollback = conn_->Exec("ROLLBACK");
-  if (!rollback.ok())
-    Fail("ROLLBACK of " + DescribeTransaction(tx) + " failed on the target " + conn_->Describe() + ": " +
-         rollback.Describe() + "; nothing of it was committed: rerun trellara apply");
-  session_.ForgetOriginProgress();
+  // Every failure, including the COMMIT's, leaves through here.
+  session_.EndFailedTransaction(DescribeTransaction(tx));
   return failure;
 }
 
