@@ -77,7 +77,7 @@ void RunInspectLog(const InspectOptions& opt) {
   log::LogRecord frame = ReadFrameAt(*device, opt.dir, *opt.offset);
   if (frame.type == kProgressRecordType) return PrintProgressMarker(opt.dir, frame, opt.format);
   const std::string source = "offset " + std::to_string(frame.offset) + " of " + opt.dir;
-  if (frame.type < 1 || frame.type > 4)
+  if (!IsTransactionRecordType(frame.type))
     throw CommandFailed(source + " is a frame of type " + FrameTypeName(frame.type) +
                             ", which is not a transaction record; list the log with `trellara log records --dir " +
                             opt.dir + "`",

@@ -7,16 +7,25 @@
 
 namespace trellara::cli {
 
+namespace {
+constexpr uint8_t TypeByte(log::RecordType type) { return static_cast<uint8_t>(type); }
+}  // namespace
+
 std::string FrameTypeName(uint8_t frame_type) {
   switch (frame_type) {
-    case 1: return "envelope";
-    case 2: return "chunk";
-    case 3: return "manifest";
-    case 4: return "commit_marker";
+    case TypeByte(log::RecordType::kEnvelope): return "envelope";
+    case TypeByte(log::RecordType::kChunk): return "chunk";
+    case TypeByte(log::RecordType::kManifest): return "manifest";
+    case TypeByte(log::RecordType::kCommitMarker): return "commit_marker";
     case kProgressRecordType: return "progress";
     case static_cast<uint8_t>(log::RecordType::kTest): return "test";
     default: return "unknown(" + std::to_string(frame_type) + ")";
   }
+}
+
+bool IsTransactionRecordType(uint8_t frame_type) {
+  return frame_type == TypeByte(log::RecordType::kEnvelope) || frame_type == TypeByte(log::RecordType::kChunk) ||
+         frame_type == TypeByte(log::RecordType::kManifest) || frame_type == TypeByte(log::RecordType::kCommitMarker);
 }
 
 std::optional<uint64_t> ProgressMarkerLsn(const log::LogRecord& record) {

@@ -20,6 +20,10 @@ namespace trellara::cli {
 // "envelope", "chunk", "manifest", "commit_marker", "progress", "test", or "unknown(<n>)".
 std::string FrameTypeName(uint8_t frame_type);
 
+// Whether a frame holds a transaction record (Envelope, Chunk, Manifest, CommitMarker), the record
+// types core's codec decodes.
+bool IsTransactionRecordType(uint8_t frame_type);
+
 // The LSN stored in a progress marker's 8-byte little-endian payload; nullopt if malformed.
 std::optional<uint64_t> ProgressMarkerLsn(const log::LogRecord& record);
 

@@ -44,7 +44,7 @@ ordered_json DescribeRecord(const std::string& dir, const log::LogRecord& frame)
     j["checksum_status"] = "n/a";
     return j;
   }
-  if (frame.type < 1 || frame.type > 4) {
+  if (!IsTransactionRecordType(frame.type)) {
     j["xid"] = nullptr;
     j["payload_bytes"] = frame.payload.size();
     j["checksum_status"] = "n/a";

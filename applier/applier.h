@@ -1,0 +1,118 @@
+// applier.h — the applier of one flow: reads the flow's durable log and commits it to the
+// target, one target transaction per source transaction, exactly once (DESIGN §2, §6).
+//
+// Its parts live in one file per concern:
+//   apply_command.cpp      the CLI, the main loop over the log, the consumer offset
+//   apply_transaction.cpp  the one-at-a-time path: one transaction, decided by core, applied or
+//                          quarantined
+//   apply_pipeline.cpp     batches of whole transactions through one libpq pipeline segment
+//   apply_session.cpp      the target session and the trellara state tables
+//   apply_progress.cpp     the progress lines
+//
+// It never applies a transaction the barrier did not yield, never applies anything after a
+// quarantined transaction, never advances the consumer offset past a transaction that is not
+// durable on the target (nor past the first frame of an open chunked transaction), and never
+// decides on its own what is a duplicate or a conflict: core does.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "apply_progress.h"
+#include "apply_session.h"
+#include "config.h"
+#include "pg_connection.h"
+#include "trellara/apply_decision.h"
+#include "trellara/apply_pipeline.h"
+#include "trellara/apply_plan.h"
+#include "trellara/barrier.h"
+#include "trellara/log/consumer_lock.h"
+#include "trellara/log/reader.h"
+
+namespace trellara::cli::apply {
+
+// The applier's registered consumer in the log directory (consumers/applier).
+constexpr const char* kConsumerName = "applier";
+// A batch ends at this many transactions or queued statements, whichever comes first, or when the
+// log has nothing more to read. The bounds keep what a batch holds in memory small: the decoded
+// transactions and their plans, and the server's answers (about 100 bytes per statement) that
+// libpq buffers while the applier is still queueing (libpq reads input whenever a send would
+// block, so a full socket cannot deadlock the pipeline).
+constexpr size_t kBatchMaxTransactions = 256;
+constexpr size_t kBatchMaxStatements = 1024;
+
+// SIGINT/SIGTERM ask the applier to stop at the next transaction boundary (apply_command.cpp).
+void InstallStopHandlers();
+bool StopRequested();
+
+enum class Outcome { Applied, SkippedDuplicate, Stopped };
+
+// What each message queued in a batch answers, in order.
+enum class What { Begin, Record, Prepare, Statement, Commit };
+struct Expect {
+  size_t index;  // the transaction, in the batch (ApplyPipeline::at)
+  What what;
+  std::string statement_key;  // Prepare: forgotten again if the Parse failed or was skipped
+};
+
+class Applier {
+ public:
+  Applier(FlowConfig config, bool until_caught_up);
+  void Run();
+
+ private:
+  // ---- apply_command.cpp: the log and the loop -------------------------------------------
+  void OpenLog();
+  void WriteOffset(bool force);
+  [[noreturn]] void BarrierFailed(const BarrierFailure& failure);
+  void Loop();
+  void WriteStatus(const std::string& state, const std::string& last_error);
+  ProgressFigures Figures(bool with_log_end) const;
+
+  // ---- apply_transaction.cpp: one transaction -------------------------------------------
+  PgResult Must(PgResult result, const std::string& what) { return session_.Must(std::move(result), what); }
+  static QuarantineCause CauseOf(const PgResult& result, const ChangePlan& plan);
+  static ApplyDecision Decide(const ReadyTransaction& ready, const TargetEvidence& target);
+  std::optional<QuarantineCause> ExecuteChange(const Change& change, const std::vector<RelationInfo>& relations,
+                                               const TxIdentity& tx);
+  Result<std::vector<uint8_t>> ReadChunkFrame(uint64_t offset);
+  std::optional<QuarantineCause> ApplyInTransaction(const ReadyTransaction& ready, bool resolves_quarantine);
+  void Quarantine(const ReadyTransaction& ready, const QuarantineCause& cause, uint32_t previous_attempts);
+  bool WaitWhileBlocked(const std::string& message);
+  Outcome Process(const ReadyTransaction& ready);
+
+  // ---- apply_pipeline.cpp: batches of whole transactions --------------------------------
+  Admission Classify(PipelineTx& tx, const Evidence& evidence);
+  void SendBatch();
+  void CollectBatch();
+  void Counted(const PipelineTx& tx);
+  Outcome Pump(bool drain);
+
+  FlowConfig config_;
+  bool until_caught_up_;
+  std::unique_ptr<log::LogDevice> device_;
+  std::unique_ptr<log::ConsumerLock> log_lock_;
+  ApplySession session_;
+  PgConnection* conn_ = nullptr;  // session_'s connection, once connected
+  std::unique_ptr<log::LogReader> reader_;
+  std::unique_ptr<log::LogReader> chunk_reader_;
+  TransactionBarrier barrier_;
+  Counters counters_;
+  uint64_t batches_ = 0;  // pipeline segments sent (shown as batches=)
+  // Whole transactions read and not yet retired, the batch rules and the consumer offset (core).
+  ApplyPipeline pipeline_{0, PipelineLimits{kBatchMaxTransactions, kBatchMaxStatements}};
+  std::vector<Expect> expects_;     // the answers the in-flight batch owes
+  uint64_t start_offset_ = 0;
+  uint64_t stop_offset_ = UINT64_MAX;  // --until-caught-up: the log's published end at start
+  uint64_t written_offset_ = 0;  // what consumers/applier holds
+  uint64_t unwritten_transactions_ = 0;
+  Clock::time_point last_offset_write_;
+  ApplyProgress progress_;
+};
+
+}  // namespace trellara::cli::apply

@@ -1,0 +1,185 @@
+// apply_pipeline.cpp — the applier's throughput path (docs/performance.md): consecutive whole
+// transactions are applied as a batch — one round trip reads the evidence of the whole batch, then
+// every transaction of it, each still its own BEGIN .. COMMIT, is queued in one libpq pipeline
+// segment and the results are read back in order. An error in transaction k makes the server skip
+// everything queued after it up to the Sync (later transactions included), so nothing after a
+// failed transaction is ever committed; the applier then retries transaction k alone, on the
+// one-at-a-time path (apply_transaction.cpp), which quarantines it with the exact cause if it
+// fails again.
+#include <iostream>
+
+#include "applier.h"
+#include "trellara/apply_pipeline.h"
+#include "trellara/fault.h"
+#include "trellara/log/consumer_offsets.h"
+
+namespace trellara::cli::apply {
+
+// ---- batches of whole transactions ----------------------------------------------------
+
+// The batch pipeline: pipeline_ (core ApplyPipeline) holds whole transactions in log order and
+// decides which of them join a batch, how they retire and how far the consumer offset may move;
+// this file reads the evidence, plans, queues one libpq pipeline segment per batch (each
+// transaction its own BEGIN .. COMMIT, ended by one Sync) and reads the answers back, so the
+// target executes a batch while the applier reads and decodes the next one from the log. At most
+// one batch is in flight: the next batch's evidence is read only after the previous batch's
+// results.
+
+// The adapter's verdict on one candidate of a batch: core's DecideApply, then the planner and the
+// target's schema (CheckRelationsOf). Fills tx.plans for an Apply.
+Admission Applier::Classify(PipelineTx& tx, const Evidence& evidence) {
+  const ApplyDecision decision = Decide(tx.ready, evidence.target);
+  if (decision.action == ApplyAction::SkipDuplicate) return Admission::Duplicate;
+  // Anything but a plain first apply (a conflict, a quarantined or replay-ready boundary) takes the
+  // one-at-a-time path, which re-reads the evidence and acts on it.
+  if (decision.action != ApplyAction::Apply || evidence.target.quarantine) return Admission::Alone;
+  tx.plans.clear();
+  for (const auto& change : tx.ready.envelope->changes) {
+    auto plan = PlanChange(change, tx.ready.envelope->relations);
+    if (!plan) return Admission::Alone;  // the one-at-a-time path quarantines it as plan_error
+    if (plan->kind == PlanKind::NotApplied) continue;
+    // The one-at-a-time path quarantines it with the cause.
+    if (session_.CheckRelationsOf(change, tx.ready.envelope->relations)) return Admission::Alone;
+    tx.plans.push_back(std::move(plan.value()));
+  }
+  return Admission::Apply;
+}
+
+// Forms the next batch (core decides who joins) and queues it to the target.
+void Applier::SendBatch() {
+  const size_t candidates = pipeline_.Candidates();
+  std::vector<const TxIdentity*> ids;
+  for (size_t i = 0; i < candidates; i++) ids.push_back(&pipeline_.at(i).ready.tx);
+  const std::vector<Evidence> evidence = session_.ReadEvidence(ids);
+  for (size_t i = 0; i < candidates; i++) {
+    PipelineTx& tx = pipeline_.at(i);
+    const Admission admission = Classify(tx, evidence[i]);
+    if (!pipeline_.Admit(i, admission, admission == Admission::Apply ? tx.plans.size() : 0)) break;
+  }
+  const size_t count = pipeline_.Seal();
+  expects_.clear();
+  if (!pipeline_.BatchSendsStatements()) return;  // only duplicates, or the front goes alone
+
+  auto queued = [&](Status st) {
+    if (!st.ok())
+      Fail(st.error().message + " (flow " + config_.flow_name + ", target " + conn_->Describe() +
+           "); rerun trellara apply: the dedup rows make it resume exactly once");
+  };
+  queued(conn_->EnterPipeline());
+  for (size_t k = 0; k < count; k++) {
+    const PipelineTx& tx = pipeline_.at(k);
+    if (tx.duplicate) continue;
+    queued(conn_->SendPrepared("trellara_begin", {}));
+    expects_.push_back({k, What::Begin, {}});
+    queued(conn_->SendPrepared("trellara_commit_record", session_.CommitRecordParams(tx.ready)));
+    expects_.push_back({k, What::Record, {}});
+    for (const ChangePlan& plan : tx.plans) {
+      const auto [name, must_prepare] = session_.StatementFor(plan);
+      if (must_prepare) {
+        queued(conn_->SendPrepare(name, RowCheckedSql(plan), static_cast<int>(plan.params.size())));
+        expects_.push_back({k, What::Prepare, plan.statement_key});
+      }
+      queued(conn_->SendPrepared(name, plan.params));
+      expects_.push_back({k, What::Statement, {}});
+      counters_.statements++;
+    }
+    queued(conn_->SendPrepared("trellara_commit", {}));
+    expects_.push_back({k, What::Commit, {}});
+    // Let the target start on this transaction while the rest of the batch is queued.
+    queued(conn_->Flush());
+  }
+  queued(conn_->Sync());
+  batches_++;
+  // Negative control (tests only, TRELLARA_FAULTS=defect.apply_ack_before_commit:1:defect): the
+  // consumer offset is recorded past every transaction read so far — the batch just sent and
+  // those still waiting for the next one — before the target has committed any of them:
+  // acknowledging on read instead of after COMMIT. A kill then loses them for good, which the
+  // kill -9 scenario must catch. (Only past the sent batch would hardly ever lose anything: the
+  // target still commits what was sent before the applier died.)
+  if (fault::Hit("defect.apply_ack_before_commit") == fault::Action::Defect) {
+    pipeline_.DefectTreatEverythingReadAsDone();
+    const uint64_t early = pipeline_.DurableOffset(UINT64_MAX);
+    if (early != written_offset_ &&
+        log::WriteConsumerOffset(*device_, config_.log_directory, kConsumerName, early).ok())
+      written_offset_ = early;
+  }
+}
+
+// Reads the in-flight batch's answers; core retires, in order, every transaction that committed
+// (or was a duplicate). After a failure the failed transaction goes alone and everything after it
+// stays queued (the target skipped it).
+void Applier::CollectBatch() {
+  if (pipeline_.Next() != PipelineStep::Collect) return;
+  std::vector<bool> committed(pipeline_.in_flight(), false);
+  if (!expects_.empty()) {
+    const TxIdentity& first = pipeline_.front().ready.tx;
+    std::optional<std::string> failed;
+    for (const Expect& expect : expects_) {
+      auto next = conn_->NextResult();
+      if (!next.result.ok() && !next.aborted && conn_->connection_lost())
+        Fail("lost the connection to the target " + conn_->Describe() + " while applying a batch starting at " +
+             DescribeTransaction(first) + " (" + next.result.Describe() +
+             "); transactions of it may or may not have committed: rerun trellara apply, the dedup rows "
+             "make it resume exactly once");
+      if (next.sync || next.missing)
+        Fail("the target's answers to the batch starting at " + DescribeTransaction(first) +
+             " ended before every queued statement was answered (flow " + config_.flow_name + ", " +
+             next.result.Describe() + "); rerun trellara apply, the dedup rows make it resume exactly once");
+      const bool ok = next.result.ok() && !next.aborted;
+      if (expect.what == What::Prepare && !ok) session_.ForgetStatement(expect.statement_key);  // not prepared
+      if (!ok && !next.aborted && !failed)
+        failed = DescribeTransaction(pipeline_.at(expect.index).ready.tx) + ": " + next.result.Describe();
+      if (expect.what == What::Commit && ok) committed[expect.index] = true;
+    }
+    auto sync = conn_->NextResult();
+    if (!sync.sync)
+      Fail("the target did not answer the pipeline Sync of the batch (flow " + config_.flow_name + ", " +
+           sync.result.Describe() + "); rerun trellara apply, the dedup rows make it resume exactly once");
+    Status left = conn_->ExitPipeline();
+    if (!left.ok()) Fail(left.error().message + "; rerun trellara apply");
+    if (failed || conn_->InTransaction())
+      session_.EndFailedTransaction("the batch of flow " + config_.flow_name + " starting at " +
+                                    DescribeTransaction(first));
+    if (failed && !until_caught_up_)
+      std::cerr << "trellara: retrying alone after a failure in a batch: " << *failed << "\n";
+    expects_.clear();
+  }
+  auto outcome = pipeline_.Collect(committed);
+  if (!outcome) Fail("flow " + config_.flow_name + ", target " + conn_->Describe() + ": " + outcome.error().message);
+  for (const PipelineTx& tx : outcome->retired) Counted(tx);
+}
+
+// A retired transaction of a batch, counted.
+void Applier::Counted(const PipelineTx& tx) {
+  unwritten_transactions_++;
+  if (tx.duplicate) {
+    counters_.skipped_duplicates++;
+  } else {
+    counters_.applied++;
+    counters_.not_applied_changes += tx.ready.envelope->changes.size() - tx.plans.size();
+  }
+}
+
+// Moves the batch pipeline forward. With `drain`, returns only once nothing is queued (every
+// transaction applied, skipped, or the applier stopped); otherwise it sends the next batch and
+// returns while the target executes it.
+Outcome Applier::Pump(bool drain) {
+  for (;;) {
+    CollectBatch();
+    const PipelineStep step = pipeline_.Next();
+    if (step == PipelineStep::Idle) return Outcome::Applied;
+    if (StopRequested()) return Outcome::Stopped;
+    if (step == PipelineStep::Alone) {
+      // A failure in the batch, a duplicate conflict, a quarantine, a plan error: it decides,
+      // retries or halts there (Process counts it).
+      if (Process(pipeline_.front().ready) == Outcome::Stopped) return Outcome::Stopped;
+      pipeline_.RetireAlone();
+      unwritten_transactions_++;
+      continue;
+    }
+    SendBatch();
+    if (!drain && !pipeline_.alone()) return Outcome::Applied;
+  }
+}
+
+}  // namespace trellara::cli::apply

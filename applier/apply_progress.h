@@ -1,0 +1,54 @@
+// apply_progress.h — what `trellara apply` shows while it runs: on a terminal one line redrawn
+// every second (applied, rate, lag); otherwise a structured `apply flow=... state=...` line every
+// kProgressInterval while transactions flow, and one at the end.
+//
+// It only reports figures the applier hands it; it never reads the target and decides nothing.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace trellara::cli::apply {
+
+struct Counters {
+  uint64_t applied = 0;
+  uint64_t skipped_duplicates = 0;
+  uint64_t not_applied_changes = 0;  // messages and DDL: recorded in the log, not applied
+  uint64_t statements = 0;
+};
+
+// Where the applier stands in the log, for a progress line.
+struct ProgressFigures {
+  uint64_t batches = 0;          // pipeline segments sent (shown as batches=)
+  uint64_t start_offset = 0;     // the consumer offset the run started at
+  uint64_t consumer_offset = 0;  // what consumers/applier holds
+  uint64_t next_log_offset = 0;  // the next record the applier reads
+  uint64_t log_end = 0;          // the log's published end (terminal line only)
+  uint64_t waiting = 0;          // transactions read and waiting for their batch
+};
+
+class ApplyProgress {
+ public:
+  explicit ApplyProgress(std::string flow_name);  // notes whether stdout is a terminal
+
+  bool tty() const { return tty_; }
+  // The run starts now; on a terminal the first line is drawn at once.
+  void Start();
+  // The structured line (ends a terminal line first).
+  void Print(const char* state, const Counters& counters, const ProgressFigures& figures);
+  // The periodic line, when one is due; `figures` is called only then.
+  void Show(const Counters& counters, const std::function<ProgressFigures()>& figures);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  std::string flow_name_;
+  Clock::time_point started_;
+  Clock::time_point last_progress_;
+  uint64_t applied_at_last_progress_ = 0;
+  bool tty_ = false;
+  bool progress_line_open_ = false;
+};
+
+}  // namespace trellara::cli::apply

@@ -1,0 +1,310 @@
+// apply_session.cpp — the applier's target session (apply_session.h): setup, evidence, status,
+// quarantine records, origin progress, relation checks, prepared-statement names.
+#include "apply_session.h"
+
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+
+#include "trellara/fault.h"
+#include "trellara_target_sql.h"
+
+namespace trellara::cli::apply {
+namespace {
+
+std::string ChecksumParam(const Sha256& checksum) { return "\\x" + HexEncode(checksum); }
+
+// "2026-11-29 20:31:00.123456+00" from Unix microseconds (the plugin records commit times so).
+std::string TimestampParam(int64_t unix_us) {
+  int64_t seconds = unix_us / 1000000;
+  int64_t micros = unix_us % 1000000;
+  if (micros < 0) {
+    micros += 1000000;
+    seconds -= 1;
+  }
+  const std::time_t t = static_cast<std::time_t>(seconds);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%04d-%02d-%02d %02d:%02d:%02d.%06lld+00", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long long>(micros));
+  return buffer;
+}
+
+std::optional<Sha256> ParseChecksumHex(const std::string& hex) {
+  if (hex.size() != 64) return std::nullopt;
+  Sha256 out{};
+  for (size_t i = 0; i < out.size(); i++) {
+    unsigned value = 0;
+    if (std::sscanf(hex.c_str() + 2 * i, "%2x", &value) != 1) return std::nullopt;
+    out[i] = static_cast<uint8_t>(value);
+  }
+  return out;
+}
+
+std::optional<QuarantineState> ParseQuarantineState(const std::string& text) {
+  if (text == "quarantined") return QuarantineState::Quarantined;
+  if (text == "replay_ready") return QuarantineState::ReplayReady;
+  if (text == "resolved") return QuarantineState::Resolved;
+  return std::nullopt;
+}
+
+}  // namespace
+
+ApplySession::ApplySession(const FlowConfig& config)
+    : config_(config), origin_name_("trellara_" + config.flow_name) {}
+
+PgResult ApplySession::Must(PgResult result, const std::string& what) {
+  if (!result.ok())
+    Fail(what + " failed on the target " + conn_->Describe() + ": " + result.Describe() +
+         (conn_->connection_lost() ? "; the connection was lost: check the target and rerun trellara apply"
+                                   : ""));
+  return result;
+}
+
+void ApplySession::Connect() {
+  auto conn = PgConnection::Connect(config_.target_conninfo, "trellara/" + config_.flow_name);
+  if (!conn) Fail(conn.error().message + " (flow " + config_.flow_name + ", configuration " + config_.path + ")");
+  conn_ = std::move(conn.value());
+  // Text values round-trip exactly only with the settings the plugin pinned while decoding.
+  Must(conn_->Exec(kPinnedSessionSettingsSql),
+       "pinning the apply session settings");
+  Must(conn_->Exec("SET session_replication_role = " + config_.session_replication_role),
+       "SET session_replication_role = " + config_.session_replication_role +
+           " (apply.session_replication_role; 'replica' needs a superuser or a role granted SET on it)");
+  Must(conn_->Exec("SET synchronous_commit = " + config_.synchronous_commit),
+       "SET synchronous_commit = " + config_.synchronous_commit + " (apply.synchronous_commit)");
+
+  // One applier per flow: a session-level advisory lock, released when this session ends.
+  auto lock = Must(conn_->ExecParams("SELECT pg_try_advisory_lock(hashtextextended($1, 0))",
+                                     {"trellara apply " + config_.flow_name}),
+                   "taking the applier lock of flow " + config_.flow_name);
+  if (lock.Value(0, 0) != std::optional<std::string>("t")) {
+    auto holder = conn_->ExecParams(
+        "SELECT string_agg(pid::text, ', ') FROM pg_stat_activity WHERE application_name = $1 AND pid <> "
+        "pg_backend_pid()",
+        {"trellara/" + config_.flow_name});
+    const auto pids = holder.ok() ? holder.Value(0, 0) : std::nullopt;
+    Fail("another applier of flow " + config_.flow_name + " is running against the target " + conn_->Describe() +
+         " (it holds the flow's advisory lock" + (pids ? ", backend pid " + *pids : std::string()) +
+         "); stop it first, or leave it running: only one applier per flow may apply");
+  }
+
+  Must(conn_->Exec(kTargetSchemaSql), "creating the trellara state schema (sql/trellara_target.sql)");
+
+  auto origin = Must(conn_->ExecParams("SELECT pg_replication_origin_oid($1)", {origin_name_}),
+                     "looking up replication origin " + origin_name_);
+  if (!origin.Value(0, 0))
+    Must(conn_->ExecParams("SELECT pg_replication_origin_create($1)", {origin_name_}),
+         "creating replication origin " + origin_name_);
+  Must(conn_->ExecParams("SELECT pg_replication_origin_session_setup($1)", {origin_name_}),
+       "setting up replication origin " + origin_name_ + " for this session");
+
+  // The evidence of a set of commit LSNs in one round trip: a first row with the origin's
+  // progress (commit_lsn NULL), then one row per LSN that has a dedup or a quarantine row.
+  Must(conn_->Prepare("trellara_evidence",
+                      "SELECT NULL::text, NULL::text, NULL::bigint, NULL::text, NULL::text, NULL::integer, "
+                      "NULL::bigint, NULL::text, pg_replication_origin_progress($3, false)::text "
+                      "UNION ALL "
+                      "SELECT l.lsn::text, a.origin_sysid::text, a.xid, encode(a.checksum, 'hex'), q.state, "
+                      "q.attempts, q.xid, q.message, NULL "
+                      "FROM unnest($2::pg_lsn[]) AS l(lsn) "
+                      "LEFT JOIN trellara.applied_transactions a ON a.flow = $1 AND a.commit_lsn = l.lsn "
+                      "LEFT JOIN trellara.quarantine q ON q.flow = $1 AND q.commit_lsn = l.lsn "
+                      "WHERE a.flow IS NOT NULL OR q.flow IS NOT NULL",
+                      3),
+       "preparing the dedup lookup");
+  // The dedup row and the origin progress of the transaction, in one statement.
+  Must(conn_->Prepare("trellara_commit_record",
+                      "INSERT INTO trellara.applied_transactions (flow, commit_lsn, xid, origin_sysid, checksum) "
+                      "SELECT $1::text, $2::pg_lsn, $3::bigint, $4::numeric, $5::bytea "
+                      "FROM pg_replication_origin_xact_setup($2::pg_lsn, $6::timestamptz)",
+                      6),
+       "preparing the dedup insert");
+  Must(conn_->Prepare("trellara_flushed_progress", "SELECT pg_replication_origin_progress($1, true)", 1),
+       "preparing the flushed-progress lookup");
+  Must(conn_->Prepare("trellara_target_columns",
+                      "SELECT c.oid IS NOT NULL, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, "
+                      "a.atthasdef, a.attidentity <> '', a.attgenerated <> '' "
+                      "FROM (SELECT to_regclass($1) AS oid) AS c "
+                      "LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 "
+                      "AND NOT a.attisdropped",
+                      1),
+       "preparing the target schema lookup");
+  // Parsed once, not once per pipelined transaction.
+  Must(conn_->Prepare("trellara_begin", "BEGIN", 0), "preparing BEGIN");
+  Must(conn_->Prepare("trellara_commit", "COMMIT", 0), "preparing COMMIT");
+}
+
+SqlParams ApplySession::CommitRecordParams(const ReadyTransaction& ready) const {
+  const TxIdentity& tx = ready.tx;
+  const std::string lsn = FormatLsn(tx.commit_lsn);
+  return {tx.flow, lsn, std::to_string(tx.xid), std::to_string(tx.origin_sysid), ChecksumParam(ready.checksum),
+          TimestampParam(ready.commit_time_us)};
+}
+void ApplySession::WriteStatus(const std::string& state, const std::string& last_error,
+                               const StatusFigures& figures) {
+  // Best effort only where the target itself is the problem; a status write never hides the
+  // error that ended the run.
+  auto r = conn_->ExecParams(
+      "INSERT INTO trellara.apply_status AS s (flow, state, applied_commit_lsn, consumer_offset, "
+      "applied_transactions, skipped_duplicates, last_error, updated_at) "
+      "VALUES ($1, $2, pg_replication_origin_progress($3, false), $4, $5, $6, $7, now()) "
+      "ON CONFLICT (flow) DO UPDATE SET state = EXCLUDED.state, applied_commit_lsn = EXCLUDED.applied_commit_lsn, "
+      "consumer_offset = EXCLUDED.consumer_offset, applied_transactions = EXCLUDED.applied_transactions, "
+      "skipped_duplicates = EXCLUDED.skipped_duplicates, last_error = EXCLUDED.last_error, updated_at = now()",
+      {config_.flow_name, state, origin_name_, std::to_string(figures.consumer_offset), std::to_string(figures.applied),
+       std::to_string(figures.skipped_duplicates),
+       last_error.empty() ? std::nullopt : std::optional<std::string>(last_error)});
+  if (!r.ok())
+    std::cerr << "trellara: warning: could not record apply status '" << state << "' of flow " << config_.flow_name
+              << " in trellara.apply_status: " << r.Describe() << "\n";
+}
+// The target's evidence for each of `txs`, in one round trip.
+std::vector<Evidence> ApplySession::ReadEvidence(const std::vector<const TxIdentity*>& txs) {
+  std::string lsns = "{";
+  for (const TxIdentity* tx : txs) lsns += (lsns.size() > 1 ? "," : "") + FormatLsn(tx->commit_lsn);
+  lsns += "}";
+  const TxIdentity& first = *txs.front();
+  auto r = Must(conn_->ExecPrepared("trellara_evidence", {config_.flow_name, lsns, origin_name_}),
+                "reading the dedup evidence of " + DescribeTransaction(first) +
+                    (txs.size() > 1 ? " and " + std::to_string(txs.size() - 1) + " later transactions" : ""));
+  uint64_t checkpoint = 0;
+  std::unordered_map<uint64_t, int> rows;  // commit LSN -> row
+  for (int i = 0; i < r.rows(); i++) {
+    if (auto lsn = r.Value(i, 0)) {
+      if (auto parsed = ParseLsn(*lsn)) rows[*parsed] = i;
+    } else if (auto progress = r.Value(i, 8)) {
+      checkpoint = ParseLsn(*progress).value_or(0);
+    }
+  }
+  std::vector<Evidence> out(txs.size());
+  for (size_t k = 0; k < txs.size(); k++) {
+    const TxIdentity& tx = *txs[k];
+    Evidence& e = out[k];
+    e.target.checkpoint_lsn = checkpoint;
+    auto found = rows.find(tx.commit_lsn);
+    if (found == rows.end()) continue;
+    const int row_index = found->second;
+    if (auto sysid = r.Value(row_index, 1)) {
+      DedupRow row;
+      row.origin_sysid = std::stoull(*sysid);
+      row.xid = static_cast<uint32_t>(std::stoull(*r.Value(row_index, 2)));
+      auto checksum = ParseChecksumHex(r.Value(row_index, 3).value_or(""));
+      if (!checksum)
+        Fail("the dedup row of " + DescribeTransaction(tx) + " in trellara.applied_transactions has a malformed "
+             "checksum; the target's state was edited by hand: restore it or delete that row after checking the "
+             "data");
+      row.checksum = *checksum;
+      e.target.dedup = row;
+    }
+    if (auto state = r.Value(row_index, 4);
+        state && r.Value(row_index, 6) == std::optional<std::string>(std::to_string(tx.xid))) {
+      e.target.quarantine = ParseQuarantineState(*state);
+      e.previous_attempts = static_cast<uint32_t>(std::stoul(r.Value(row_index, 5).value_or("0")));
+      e.quarantine_message = r.Value(row_index, 7).value_or("");
+    }
+  }
+  return out;
+}
+
+void ApplySession::EndFailedTransaction(const std::string& what) {
+  // After a failed COMMIT the server has already ended (rolled back) the transaction; after a
+  // failed statement it is still open, in the aborted state.
+  if (conn_->InTransaction()) {
+    auto rollback = conn_->Exec("ROLLBACK");
+    if (!rollback.ok())
+      Fail("ROLLBACK of " + what + " failed on the target " + conn_->Describe() + ": " + rollback.Describe() +
+           "; nothing of it was committed: rerun trellara apply");
+  }
+  // Negative control (tests only, TRELLARA_FAULTS=defect.apply_skip_origin_reset:1:defect): the
+  // origin state of the failed transaction stays set, so the quarantine record commits with it and
+  // moves origin progress past a transaction that was never applied, which the commit-failure
+  // tests must catch.
+  if (fault::Hit("defect.apply_skip_origin_reset") == fault::Action::Defect) return;
+  Must(conn_->Exec("SELECT pg_replication_origin_xact_reset()"),
+       "resetting the replication-origin state of the session after the failure of " + what);
+}
+
+// The commit LSN up to which the target has flushed this flow's transactions: origin progress
+// read with flush = true (the server flushes WAL up to that progress first).
+uint64_t ApplySession::FlushedProgress() {
+  auto r = Must(conn_->ExecPrepared("trellara_flushed_progress", {origin_name_}),
+                "reading the flushed progress of replication origin " + origin_name_);
+  auto value = r.Value(0, 0);
+  return value ? ParseLsn(*value).value_or(0) : 0;
+}
+
+// Whether the target can take changes of `relation` (core CheckTargetRelation), read from its
+// catalog the first time this session meets the relation's fingerprint. Only an accepted
+std::optional<QuarantineCause> ApplySession::CheckRelation(const RelationInfo& relation) {
+  const std::string key = HexEncode(relation.fingerprint);
+  if (accepted_relations_.contains(key)) return std::nullopt;
+  auto qualified = QualifiedName(relation);
+  if (!qualified) return std::nullopt;  // the planner reports it as a plan error
+  auto r = Must(conn_->ExecPrepared("trellara_target_columns", {*qualified}),
+                "reading the target's definition of " + DisplayName(relation));
+  TargetRelation target;
+  target.exists = r.Value(0, 0) == std::optional<std::string>("t");
+  for (int i = 0; target.exists && i < r.rows(); i++) {
+    if (!r.Value(i, 1)) continue;  // a table without columns
+    TargetColumn column;
+    column.name = *r.Value(i, 1);
+    column.type_name = r.Value(i, 2).value_or("");
+    column.not_null = r.Value(i, 3) == std::optional<std::string>("t");
+    column.has_default = r.Value(i, 4) == std::optional<std::string>("t");
+    column.identity = r.Value(i, 5) == std::optional<std::string>("t");
+    column.generated = r.Value(i, 6) == std::optional<std::string>("t");
+    target.columns.push_back(std::move(column));
+  }
+  auto cause = CheckTargetRelation(relation, target);
+  if (!cause) accepted_relations_.insert(key);
+  return cause;
+}
+
+// Every relation a change writes to, checked (CheckRelation).
+std::optional<QuarantineCause> ApplySession::CheckRelationsOf(const Change& change, const std::vector<RelationInfo>& relations) {
+  std::vector<uint32_t> oids;
+  if (change.op == Op::Truncate)
+    oids = change.truncate.relation_oids;
+  else if (change.op == Op::Insert || change.op == Op::Update || change.op == Op::Delete)
+    oids = {change.relation_oid};
+  for (uint32_t oid : oids) {
+    for (const auto& relation : relations) {
+      if (relation.oid != oid) continue;
+      if (auto cause = CheckRelation(relation)) {
+        cause->operation = OpName(change.op);
+        return cause;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// The prepared statement of `plan`, queued or run: its name, and whether it must be prepared.
+std::pair<std::string, bool> ApplySession::StatementFor(const ChangePlan& plan) {
+  auto cached = statements_.find(plan.statement_key);
+  if (cached != statements_.end()) return {cached->second, false};
+  const std::string name = "trellara_s" + std::to_string(++statement_serial_);
+  statements_.emplace(plan.statement_key, name);
+  return {name, true};
+}
+
+void ApplySession::RecordQuarantine(const QuarantineRecord& q, const TxIdentity& tx) {
+  Must(conn_->ExecParams(
+           "INSERT INTO trellara.quarantine AS q (flow, commit_lsn, xid, origin_sysid, reason, sqlstate, detail, "
+           "checksum, attempts, state, message, next_step) "
+           "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) "
+           "ON CONFLICT (flow, commit_lsn) DO UPDATE SET xid = EXCLUDED.xid, origin_sysid = EXCLUDED.origin_sysid, "
+           "reason = EXCLUDED.reason, sqlstate = EXCLUDED.sqlstate, detail = EXCLUDED.detail, "
+           "checksum = EXCLUDED.checksum, attempts = EXCLUDED.attempts, state = EXCLUDED.state, "
+           "message = EXCLUDED.message, next_step = EXCLUDED.next_step, last_failed_at = now(), "
+           "replay_ready_at = NULL",
+           {q.flow, FormatLsn(q.commit_lsn), std::to_string(q.xid), std::to_string(q.origin_sysid),
+            QuarantineReasonName(q.reason), q.sqlstate.empty() ? std::nullopt : std::optional<std::string>(q.sqlstate),
+            q.detail, ChecksumParam(q.checksum), std::to_string(q.attempts), QuarantineStateName(q.state), q.message,
+            q.next_step}),
+       "recording the quarantine of " + DescribeTransaction(tx) + " (" + q.message + ")");
+}
+
+}  // namespace trellara::cli::apply

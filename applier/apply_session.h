@@ -1,0 +1,115 @@
+// apply_session.h — the applier's target session: one long-lived connection per flow
+// (DESIGN §6), set up once (pinned settings, session_replication_role, synchronous_commit, the
+// flow's advisory lock, the state schema, the replication origin, the prepared statements), and
+// every statement the applier runs against the trellara state tables: the evidence of a batch of
+// commit LSNs, the apply status, quarantine records, the origin's flushed progress, the target's
+// definition of a relation, and the prepared-statement cache of planned changes.
+//
+// It decides nothing: core's DecideApply, CheckTargetRelation and BuildQuarantine decide; this
+// file reads what they need and writes what they built. It never commits anything of a source
+// transaction itself (the one-at-a-time path and the pipeline do, apply_transaction.cpp and
+// apply_pipeline.cpp).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "commands.h"
+#include "config.h"
+#include "pg_connection.h"
+#include "trellara/apply_decision.h"
+#include "trellara/apply_plan.h"
+#include "trellara/apply_schema.h"
+#include "trellara/barrier.h"
+
+namespace trellara::cli::apply {
+
+using Clock = std::chrono::steady_clock;
+
+// Thrown out of the apply loop to end the command; main() prints it.
+[[noreturn]] inline void Fail(const std::string& message, int code = 1) { throw CommandFailed(message, code); }
+
+// What the target has recorded about one transaction boundary.
+struct Evidence {
+  TargetEvidence target;
+  uint32_t previous_attempts = 0;
+  std::string quarantine_message;  // the stored operator message, when quarantined
+};
+
+// The figures trellara.apply_status shows for the flow.
+struct StatusFigures {
+  uint64_t consumer_offset = 0;
+  uint64_t applied = 0;
+  uint64_t skipped_duplicates = 0;
+};
+
+class ApplySession {
+ public:
+  explicit ApplySession(const FlowConfig& config);
+
+  // Connects and sets the session up (see the file comment). Ends the command on failure.
+  void Connect();
+
+  PgConnection& conn() { return *conn_; }
+  const std::string& origin_name() const { return origin_name_; }
+
+  // `result`, or the end of the command naming `what`, the target and the error.
+  PgResult Must(PgResult result, const std::string& what);
+
+  // Parameters of the prepared trellara_commit_record: the dedup row and
+  // pg_replication_origin_xact_setup(commit_lsn, commit_time) of `ready`.
+  SqlParams CommitRecordParams(const ReadyTransaction& ready) const;
+
+  // Best effort: a status write never hides the error that ended the run.
+  void WriteStatus(const std::string& state, const std::string& last_error, const StatusFigures& figures);
+
+  // The target's evidence for each of `txs`, in one round trip.
+  std::vector<Evidence> ReadEvidence(const std::vector<const TxIdentity*>& txs);
+  Evidence ReadEvidence(const TxIdentity& tx) { return ReadEvidence(std::vector<const TxIdentity*>{&tx}).front(); }
+
+  // The one way out of a failed target transaction, on every path (a statement failed, the COMMIT
+  // itself failed, a batch of the pipeline failed, a plan or a chunk re-read failed): ROLLBACK if
+  // the session is still inside the transaction block, then reset the session's replication-origin
+  // state, before anything else runs on this connection. pg_replication_origin_xact_setup sets the
+  // origin LSN for the session until it is reset: a failed transaction leaves it behind, and the
+  // next transaction of the session (the quarantine record) would otherwise commit with it and
+  // move origin progress past a transaction that was never applied. `what` names the transaction
+  // for errors. Ends the command if the session cannot be brought back to a clean state.
+  void EndFailedTransaction(const std::string& what);
+
+  // The commit LSN up to which the target has flushed this flow's transactions: origin progress
+  // read with flush = true (the server flushes WAL up to that progress first).
+  uint64_t FlushedProgress();
+
+  // Whether the target can take changes of `relation` (core CheckTargetRelation), read from its
+  // catalog the first time this session meets the relation's fingerprint. Only an accepted
+  // definition is remembered, so a repaired target is re-read on the retry.
+  std::optional<QuarantineCause> CheckRelation(const RelationInfo& relation);
+  // Every relation a change writes to, checked (CheckRelation).
+  std::optional<QuarantineCause> CheckRelationsOf(const Change& change, const std::vector<RelationInfo>& relations);
+
+  // The prepared statement of `plan`, queued or run: its name, and whether it must be prepared.
+  std::pair<std::string, bool> StatementFor(const ChangePlan& plan);
+  // The statement of `statement_key` was not prepared after all (its Parse failed or was skipped).
+  void ForgetStatement(const std::string& statement_key) { statements_.erase(statement_key); }
+
+  // Writes the quarantine record built by core (BuildQuarantine) in its own transaction.
+  void RecordQuarantine(const QuarantineRecord& q, const TxIdentity& tx);
+
+ private:
+  const FlowConfig& config_;
+  std::string origin_name_;
+  std::unique_ptr<PgConnection> conn_;
+  std::unordered_map<std::string, std::string> statements_;  // statement_key -> prepared name
+  std::unordered_set<std::string> accepted_relations_;       // fingerprints the target can take
+  uint64_t statement_serial_ = 0;  // names prepared statements; never reused
+};
+
+}  // namespace trellara::cli::apply

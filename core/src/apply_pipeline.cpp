@@ -1,0 +1,162 @@
+// apply_pipeline.cpp — the applier's batch pipeline rules (apply_pipeline.h). A broken
+// precondition is a bug in the adapter that drives this state machine: it stops the process
+// loudly rather than risk retiring, reordering or acknowledging a transaction wrongly.
+#include "trellara/apply_pipeline.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+namespace trellara {
+namespace {
+
+void Require(bool condition, const char* rule) {
+  if (condition) return;
+  std::fprintf(stderr, "trellara: internal error: apply pipeline rule broken: %s\n", rule);
+  std::abort();
+}
+
+}  // namespace
+
+ApplyPipeline::ApplyPipeline(uint64_t start_offset, PipelineLimits limits)
+    : limits_(limits), offsets_(start_offset) {
+  Require(limits_.batch_transactions_max > 0, "a batch holds at least one transaction");
+  Require(limits_.batch_statements_max > kBatchStatementsPerTransaction, "a batch holds at least one statement");
+}
+
+void ApplyPipeline::ReadWhole(ReadyTransaction ready, uint64_t offset_after) {
+  // No order check on commit LSNs: after a relay crash the log may hold a transaction twice; the
+  // second copy is a duplicate (its dedup row decides), not an error here.
+  queue_.push_back(PipelineTx{std::move(ready), offset_after, {}, false});
+  retain_after_queue_.reset();  // the new transaction's offset covers those records
+}
+
+void ApplyPipeline::ReadNothing(uint64_t retain_offset) {
+  if (queue_.empty()) {
+    offsets_.Done(retain_offset, 0);
+    return;
+  }
+  retain_after_queue_ = retain_offset;
+}
+
+Status ApplyPipeline::AppliedAlone(uint64_t offset_after, uint64_t commit_lsn) {
+  if (!queue_.empty())
+    return MakeError("a chunked transaction (commit " + FormatLsn(commit_lsn) + ") was applied while " +
+                     std::to_string(queue_.size()) + " earlier whole transactions were still queued; drain them first");
+  offsets_.Done(offset_after, commit_lsn);
+  return Status::Ok();
+}
+
+PipelineStep ApplyPipeline::Next() const {
+  if (in_flight_ > 0) return PipelineStep::Collect;
+  if (queue_.empty()) return PipelineStep::Idle;
+  if (alone_) return PipelineStep::Alone;
+  return PipelineStep::Form;
+}
+
+size_t ApplyPipeline::Candidates() const {
+  Require(Next() == PipelineStep::Form, "candidates are asked for only while forming a batch");
+  return CandidateCount();
+}
+
+size_t ApplyPipeline::CandidateCount() const { return std::min(queue_.size(), limits_.batch_transactions_max); }
+
+bool ApplyPipeline::Admit(size_t index, Admission admission, size_t planned_statements) {
+  // Forming: nothing in flight and the batch not closed (an Alone verdict closes it).
+  Require(in_flight_ == 0 && !closed_, "admission only while a batch is open");
+  Require(index == admitted_ && index < CandidateCount(), "candidates are admitted in log order");
+  PipelineTx& tx = queue_[index];
+  switch (admission) {
+    case Admission::Duplicate:
+      tx.duplicate = true;
+      admitted_++;
+      break;
+    case Admission::Alone:
+      // It goes alone once everything admitted before it has retired.
+      closed_ = true;
+      alone_ = true;
+      return false;
+    case Admission::Apply: {
+      const size_t cost = planned_statements + kBatchStatementsPerTransaction;
+      if (cost > limits_.batch_statements_max) {
+        // Larger than a whole batch: alone, reading each answer as it comes.
+        closed_ = true;
+        if (admitted_ == 0) alone_ = true;
+        return false;
+      }
+      if (admitted_statements_ + cost > limits_.batch_statements_max) {
+        closed_ = true;  // the next batch starts with it
+        return false;
+      }
+      tx.duplicate = false;
+      admitted_statements_ += cost;
+      admitted_++;
+      break;
+    }
+  }
+  if (admitted_ >= CandidateCount()) closed_ = true;
+  return !closed_;
+}
+
+size_t ApplyPipeline::Seal() {
+  Require(in_flight_ == 0 && !queue_.empty(), "a batch is sealed only while it is being formed");
+  Require(admitted_ > 0 || alone_, "a sealed batch holds a transaction, or the front goes alone");
+  in_flight_ = admitted_;
+  admitted_ = 0;
+  admitted_statements_ = 0;
+  closed_ = false;
+  return in_flight_;
+}
+
+bool ApplyPipeline::BatchSendsStatements() const {
+  for (size_t k = 0; k < in_flight_; k++)
+    if (!queue_[k].duplicate) return true;
+  return false;
+}
+
+Result<CollectOutcome> ApplyPipeline::Collect(const std::vector<bool>& committed) {
+  Require(Next() == PipelineStep::Collect, "answers are collected only for a batch in flight");
+  Require(committed.size() == in_flight_, "one answer per transaction in flight");
+  std::optional<size_t> failed;
+  for (size_t k = 0; k < in_flight_; k++) {
+    if (queue_[k].duplicate) continue;
+    if (!committed[k] && !failed) failed = k;
+    if (committed[k] && failed)
+      return MakeError(DescribeTransaction(queue_[k].ready.tx) + " is reported committed although " +
+                       DescribeTransaction(queue_[*failed].ready.tx) +
+                       " before it failed in the same pipeline segment (the server skips everything after a "
+                       "failure up to the Sync); nothing of the batch is acknowledged: stop and inspect the target");
+  }
+  CollectOutcome outcome;
+  const size_t retire = failed.value_or(in_flight_);
+  for (size_t k = 0; k < retire; k++) outcome.retired.push_back(PopFront(queue_.front().ready.tx.commit_lsn));
+  in_flight_ = 0;
+  if (failed) {
+    outcome.failed = *failed;
+    alone_ = true;  // the failed transaction: retried alone; those after it stay queued
+  }
+  return outcome;
+}
+
+PipelineTx ApplyPipeline::RetireAlone() {
+  Require(Next() == PipelineStep::Alone, "only the front transaction, handled alone, retires alone");
+  alone_ = false;
+  return PopFront(queue_.front().ready.tx.commit_lsn);
+}
+
+PipelineTx ApplyPipeline::PopFront(uint64_t required_lsn) {
+  PipelineTx tx = std::move(queue_.front());
+  queue_.pop_front();
+  offsets_.Done(tx.offset_after, required_lsn);
+  if (queue_.empty() && retain_after_queue_) {
+    offsets_.Done(*retain_after_queue_, 0);
+    retain_after_queue_.reset();
+  }
+  return tx;
+}
+
+void ApplyPipeline::DefectTreatEverythingReadAsDone() {
+  for (const PipelineTx& tx : queue_) offsets_.Done(tx.offset_after, 0);
+}
+
+}  // namespace trellara
