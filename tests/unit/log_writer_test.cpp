@@ -9,6 +9,8 @@
 #include "trellara/fault.h"
 #include "trellara/log/reader.h"
 #include "trellara/log/scan.h"
+#include "trellara/log/writer_failure.h"
+#include "trellara/log/inspect.h"
 #include "trellara/log/simulated_device.h"
 
 using namespace trellara;
@@ -116,13 +118,34 @@ TEST_CASE("log_fsync_failure_stops_acknowledgements", "[log][writer][fault]") {
   auto index = ReadIndexFile(*device, dir.flow(), 0);
   REQUIRE(index.ok());
   CHECK(index->entries.size() == 10);
+  // The last point known durable is recorded durably, beside the log (writer_failure.h).
+  auto recorded = ReadWriterFailure(*device, dir.flow());
+  REQUIRE(recorded.ok());
+  REQUIRE(recorded->has_value());
+  CHECK((*recorded)->durable_end == 10);
+  CHECK((*recorded)->segment_first_offset == 0);
+  CHECK((*recorded)->durable_position == 10 * 140);
   writer->reset();
-  // Reopening recovers from what is really on disk and continues after it.
+  // Inspect shows it; an index repair (which would fdatasync and publish page-cache frames) refuses.
+  auto inspected = InspectLog(*device, dir.flow(), InspectOptions{});
+  REQUIRE(inspected.ok());
+  CHECK_THAT(inspected->json, Catch::Contains("\"writer_failed\":{\"durable_end\":10"));
+  InspectOptions repair;
+  repair.repair_index = true;
+  auto repaired = InspectLog(*device, dir.flow(), repair);
+  REQUIRE_FALSE(repaired.ok());
+  CHECK_THAT(repaired.error().message, Catch::Contains("WRITER_FAILED"));
+  // Reopening recovers to the recorded point, not to whatever the page cache shows: the five
+  // unacknowledged frames are dropped although they read back as valid here.
   RecoveryReport report;
   auto reopened = LogWriter::Open(*device, dir.flow(), WriterOptions{}, &report);
   REQUIRE(reopened.ok());
-  CHECK(report.next_offset >= 10);
+  CHECK(report.next_offset == 10);
+  CHECK(report.writer_failure_recovered);
+  CHECK(report.untrusted_bytes_dropped == 5 * 140);
+  CHECK_FALSE(ReadWriterFailure(*device, dir.flow())->has_value());
   AppendTestRecords(**reopened, 3, 2, 100, 2);
+  CHECK((*reopened)->durable_end() == 12);
 }
 
 TEST_CASE("log_no_space_fails_the_append_without_acknowledging", "[log][writer][fault]") {
