@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "log_support/log_test_support.h"
+#include "trellara/fault.h"
 #include "trellara/log/consumer_lock.h"
 #include "trellara/log/consumer_offsets.h"
 #include "trellara/log/reader.h"
@@ -152,4 +153,41 @@ TEST_CASE("apply_retention_marks_lost_before_deleting_and_applier_registration_r
   REQUIRE(reader.ok());
   REQUIRE((*reader)->Seek(32).ok());
   CHECK_FALSE((*reader)->Seek(31).ok());  // reclaimed, refused by name
+}
+
+// Reads every offset from `from` to the end; false when any is missing or unreadable.
+static bool EveryOffsetReadableFrom(LogDevice& device, const std::string& dir, uint64_t from, uint64_t end) {
+  auto reader = LogReader::Open(device, dir);
+  if (!reader.ok() || !(*reader)->Seek(from).ok()) return false;
+  for (uint64_t expected = from; expected < end; ++expected) {
+    auto record = (*reader)->Next();
+    if (!record.ok() || !record->has_value() || (**record).offset != expected) return false;
+  }
+  return true;
+}
+
+TEST_CASE("retention_keeps_every_offset_a_consumer_needs_and_the_defect_is_caught", "[log][retention]") {
+  for (bool defect : {false, true}) {
+    INFO("defect.log_reclaim_past_consumer " << (defect ? "on" : "off"));
+    TempDir dir;
+    auto device = RealDevice();
+    WriterOptions options;
+    options.segment_bytes_max = 2048;  // 8 frames of 240 bytes per segment
+    auto writer = LogWriter::Open(*device, dir.flow(), options);
+    REQUIRE(writer.ok());
+    AppendTestRecords(**writer, 8, 50, 200, 10);
+    REQUIRE(WriteConsumerOffset(*device, dir.flow(), "applier", 19).ok());
+    if (defect) REQUIRE(trellara::fault::Configure("defect.log_reclaim_past_consumer:1:defect").ok());
+    auto report = ApplyRetention(*device, dir.flow(), 0);
+    trellara::fault::Clear();
+    REQUIRE(report.ok());
+    const bool readable = EveryOffsetReadableFrom(*device, dir.flow(), 19, 50);
+    if (!defect) {
+      CHECK(report->segments_deleted == 2);
+      CHECK(readable);
+    } else {
+      CHECK(report->segments_deleted == 3);
+      CHECK_FALSE(readable);  // the negative control: the check above catches the defect
+    }
+  }
 }

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "trellara/crc32c.h"
+#include "trellara/fault.h"
 #include "trellara/log/consumer_offsets.h"
 #include "trellara/log/format.h"
 #include "trellara/log/scan.h"
@@ -160,6 +161,15 @@ Result<RetentionReport> ApplyRetention(LogDevice& device, const std::string& dir
   auto segments = ListSegmentSizes(device, dir);
   if (!segments.ok()) return segments.error();
   RetentionPlan plan = PlanRetention(*segments, *consumers, ceiling_bytes);
+  // Negative control (tests only, defect.log_reclaim_past_consumer): also delete the next
+  // segment, which a consumer still needs — the tests' readers must catch it.
+  if (fault::Hit("defect.log_reclaim_past_consumer") == fault::Action::Defect &&
+      plan.delete_segments.size() + 1 < segments->size()) {
+    const SegmentSize& extra = (*segments)[plan.delete_segments.size()];
+    plan.delete_segments.push_back(extra.first_offset);
+    plan.bytes_deleted += extra.bytes;
+    plan.retained_from_offset = (*segments)[plan.delete_segments.size()].first_offset;
+  }
   report.retained_from_offset = plan.retained_from_offset;
   // Lost marks are durable before any segment such a consumer needs disappears.
   const std::string consumers_dir = JoinPath(dir, kConsumersDirName);
