@@ -289,7 +289,7 @@ void ApplyRetentionWhenDue() {
   const uint64_t now = NowUs();
   if (now - last_retention_us < kRetentionIntervalUs) return;
   last_retention_us = now;
-  auto report = log::ApplyRetention(*g_relay->device, log_directory, LogRetentionMaxBytes());
+  auto report = log::ApplyRetention(*g_relay->device, log_directory, LogRetentionMaxBytes(), CompletesTransaction);
   std::string message;
   int level = LOG;
   if (!report.ok()) {

@@ -191,3 +191,32 @@ TEST_CASE("retention_keeps_every_offset_a_consumer_needs_and_the_defect_is_caugh
     }
   }
 }
+
+TEST_CASE("retention_keeps_the_segment_of_the_writers_restart_anchor", "[log][retention]") {
+  // Pure rule: nothing at or after keep_from_segment is deleted, not even by the ceiling.
+  std::map<std::string, ConsumerState> consumers{{"applier", {1000}}};
+  CHECK(PlanRetention(FiveSegments(), consumers, 0, 20).delete_segments == std::vector<uint64_t>{0, 10});
+  CHECK(PlanRetention(FiveSegments(), consumers, 1, 20).delete_segments == std::vector<uint64_t>{0, 10});
+
+  // On disk: the last transaction-completing record (type 1 here) is in segment 16; segments 24
+  // and 32 hold only chunks of a transaction that has not completed (type 2). Every consumer is
+  // past all of it, yet segment 16 stays: a restarting relay reads back to that record.
+  TempDir dir;
+  auto device = RealDevice();
+  WriterOptions options;
+  options.segment_bytes_max = 2048;  // 8 frames of 240 bytes per segment
+  auto writer = LogWriter::Open(*device, dir.flow(), options);
+  REQUIRE(writer.ok());
+  std::vector<uint8_t> payload(200, 7);
+  for (int i = 0; i < 40; ++i) REQUIRE((*writer)->Append(i < 20 ? 1 : 2, 100 + i, payload).ok());
+  REQUIRE((*writer)->Flush().ok());
+  REQUIRE(WriteConsumerOffset(*device, dir.flow(), "applier", 40).ok());
+  auto report = ApplyRetention(*device, dir.flow(), 0, [](uint8_t type) { return type == 1; });
+  REQUIRE(report.ok());
+  CHECK(report->segments_deleted == 2);
+  CHECK(report->retained_from_offset == 16);
+  // Without an anchor (the CLI's ReclaimSegments) the same log loses segments 16 and 24 too.
+  auto plain = ReclaimSegments(*device, dir.flow());
+  REQUIRE(plain.ok());
+  CHECK(plain->retained_from_offset == 32);
+}

@@ -63,7 +63,8 @@ bool ConsumerLockHeld(const std::string& dir, const std::string& name) {
 }  // namespace
 
 RetentionPlan PlanRetention(const std::vector<SegmentSize>& segments,
-                            const std::map<std::string, ConsumerState>& consumers, uint64_t ceiling_bytes) {
+                            const std::map<std::string, ConsumerState>& consumers, uint64_t ceiling_bytes,
+                            uint64_t keep_from_segment) {
   RetentionPlan plan;
   if (segments.empty()) return plan;
   plan.retained_from_offset = segments.front().first_offset;
@@ -79,8 +80,9 @@ RetentionPlan PlanRetention(const std::vector<SegmentSize>& segments,
   for (const auto& segment : segments) total += segment.bytes;
   size_t deleted = 0;
   // Segment i holds offsets [first_i, first_{i+1}); the last segment is never deleted.
+  auto deletable = [&](size_t i) { return i + 1 < segments.size() && segments[i].first_offset < keep_from_segment; };
   if (live_minimum) {
-    while (deleted + 1 < segments.size() && segments[deleted + 1].first_offset <= *live_minimum) {
+    while (deletable(deleted) && segments[deleted + 1].first_offset <= *live_minimum) {
       total -= segments[deleted].bytes;
       plan.bytes_deleted += segments[deleted].bytes;
       plan.delete_segments.push_back(segments[deleted].first_offset);
@@ -88,7 +90,7 @@ RetentionPlan PlanRetention(const std::vector<SegmentSize>& segments,
     }
   }
   if (ceiling_bytes > 0) {
-    while (total > ceiling_bytes && deleted + 1 < segments.size()) {
+    while (total > ceiling_bytes && deletable(deleted)) {
       const uint64_t segment_end = segments[deleted + 1].first_offset;
       for (const auto& [name, state] : consumers) {
         if (state.lost || state.next_offset >= segment_end) continue;
@@ -154,13 +156,30 @@ Result<std::vector<SegmentSize>> ListSegmentSizes(LogDevice& device, const std::
   return segments;
 }
 
-Result<RetentionReport> ApplyRetention(LogDevice& device, const std::string& dir, uint64_t ceiling_bytes) {
+Result<RetentionReport> ApplyRetention(LogDevice& device, const std::string& dir, uint64_t ceiling_bytes,
+                                       bool (*restart_anchor)(uint8_t type)) {
   RetentionReport report;
   auto consumers = ReadConsumerStates(device, dir);
   if (!consumers.ok()) return consumers.error();
   auto segments = ListSegmentSizes(device, dir);
   if (!segments.ok()) return segments.error();
   RetentionPlan plan = PlanRetention(*segments, *consumers, ceiling_bytes);
+  if (restart_anchor != nullptr && !plan.delete_segments.empty()) {
+    // Find the segment of the last published anchor record, newest segment first; usually the
+    // active one, so this reads one index file once per rolled segment.
+    uint64_t keep_from = segments->front().first_offset;  // none found: keep everything
+    for (auto it = segments->rbegin(); it != segments->rend(); ++it) {
+      auto index = ReadIndexFile(device, dir, it->first_offset);
+      if (!index.ok()) return index.error();
+      const bool found = std::any_of(index->entries.rbegin(), index->entries.rend(),
+                                     [&](const IndexEntry& e) { return restart_anchor(e.type); });
+      if (found) {
+        keep_from = it->first_offset;
+        break;
+      }
+    }
+    plan = PlanRetention(*segments, *consumers, ceiling_bytes, keep_from);
+  }
   // Negative control (tests only, defect.log_reclaim_past_consumer): also delete the next
   // segment, which a consumer still needs — the tests' readers must catch it.
   if (fault::Hit("defect.log_reclaim_past_consumer") == fault::Action::Defect &&
