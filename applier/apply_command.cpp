@@ -846,7 +846,9 @@ class Applier {
   // ---- the log -------------------------------------------------------------------------
 
   void OpenLog() {
-    if (Status registered = log::RegisterConsumer(*device_, config_.log_directory, kConsumerName); !registered.ok()) Fail(registered.error().message);
+    // Registers consumer "applier" (so the relay retains from here on); refuses one marked lost.
+    if (Status registered = log::RegisterConsumer(*device_, config_.log_directory, kConsumerName); !registered.ok())
+      Fail(registered.error().message);
     auto reader = log::LogReader::Open(*device_, config_.log_directory);
     if (!reader)
       Fail("cannot open the log of flow " + config_.flow_name + " at " + config_.log_directory + " (flow.log_directory): " +
