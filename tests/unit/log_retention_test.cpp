@@ -87,6 +87,10 @@ TEST_CASE("apply_retention_marks_lost_before_deleting_and_applier_registration_r
   REQUIRE(segments.ok());
   REQUIRE(segments->size() == 7);
 
+  // A missing directory is named, with where it comes from.
+  trellara::Status no_dir = RegisterConsumer(*device, dir.flow() + "-missing", "applier");
+  REQUIRE_FALSE(no_dir.ok());
+  CHECK_THAT(no_dir.error().message, Catch::Contains("does not exist") && Catch::Contains("create_flow"));
   // Registration of a new consumer: at the log's first offset; nothing is deleted before it.
   auto report = ApplyRetention(*device, dir.flow(), 0);
   REQUIRE(report.ok());

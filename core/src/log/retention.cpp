@@ -214,6 +214,13 @@ Result<RetentionReport> ApplyRetention(LogDevice& device, const std::string& dir
 
 Status RegisterConsumer(LogDevice& device, const std::string& dir, const std::string& name) {
   TRELLARA_TRY(ValidateConsumerName(name));
+  auto exists = device.Exists(dir);
+  if (!exists.ok()) return exists.error();
+  if (!*exists) {
+    return MakeError("cannot register consumer " + name + ": log directory " + dir +
+                     " does not exist; the relay creates it when the flow starts (trellara.create_flow), so check "
+                     "the configured log directory");
+  }
   auto states = ReadConsumerStates(device, dir);
   if (!states.ok()) return states.error();
   if (auto it = states->find(name); it != states->end()) {
@@ -229,7 +236,12 @@ Status RegisterConsumer(LogDevice& device, const std::string& dir, const std::st
   auto segments = ListSegments(device, dir);
   if (!segments.ok()) return segments.error();
   const uint64_t first = segments->empty() ? 0 : segments->front();
-  return WriteConsumerOffset(device, dir, name, first);
+  Status written = WriteConsumerOffset(device, dir, name, first);
+  if (!written.ok()) {
+    return MakeError("cannot register consumer " + name + " of log " + dir + ": " + written.error().message +
+                     "; the consumer needs write access to " + JoinPath(dir, kConsumersDirName));
+  }
+  return Status::Ok();
 }
 
 Result<bool> UnregisterConsumer(LogDevice& device, const std::string& dir, const std::string& name) {
