@@ -220,3 +220,38 @@ TEST_CASE("log_reader_follows_the_tail_across_segments", "[log][reader]") {
   REQUIRE(segments.ok());
   CHECK(segments->size() >= 7);
 }
+
+TEST_CASE("log_record_larger_than_a_segment_gets_a_segment_of_its_own", "[log][writer]") {
+  // A small segment size (trellara.log_segment_size) must never make a big record unwritable.
+  TempDir dir;
+  auto device = RealDevice();
+  WriterOptions options;
+  options.segment_bytes_max = 2048;
+  {
+    auto writer = LogWriter::Open(*device, dir.flow(), options);
+    REQUIRE(writer.ok());
+    for (size_t bytes : {100u, 5000u, 100u, 9000u}) {
+      const uint64_t offset = (*writer)->next_offset();
+      REQUIRE((*writer)->Append(static_cast<uint8_t>(RecordType::kTest), TestRecordCommitLsn(offset),
+                                MakeTestRecord(4, offset, bytes)).ok());
+    }
+    REQUIRE((*writer)->Flush().ok());
+  }
+  auto segments = ListSegments(*device, dir.flow());
+  REQUIRE(segments.ok());
+  CHECK(*segments == std::vector<uint64_t>{0, 1, 2, 3});
+  RecoveryReport report;
+  auto reopened = LogWriter::Open(*device, dir.flow(), options, &report);
+  REQUIRE(reopened.ok());
+  CHECK(report.next_offset == 4);
+  CHECK(report.torn_tail_bytes == 0);
+  auto reader = LogReader::Open(*device, dir.flow());
+  REQUIRE(reader.ok());
+  for (uint64_t offset = 0; offset < 4; ++offset) {
+    auto record = (*reader)->Next();
+    REQUIRE(record.ok());
+    REQUIRE(record->has_value());
+    CHECK((**record).offset == offset);
+    CHECK(TestRecordMatches(4, offset, (**record).payload));
+  }
+}

@@ -150,12 +150,13 @@ Status LogWriter::CheckUsable() const {
 Result<uint64_t> LogWriter::Append(uint8_t type, uint64_t commit_lsn, std::span<const uint8_t> payload) {
   TRELLARA_TRY(CheckUsable());
   const uint64_t frame_bytes = kFrameHeaderBytes + payload.size();
-  if (payload.size() > kPayloadBytesMax || frame_bytes > options_.segment_bytes_max) {
+  if (payload.size() > kPayloadBytesMax) {
     return MakeError("record of " + std::to_string(payload.size()) + " bytes for " + dir_ +
                      " is larger than a frame may be (payload max " + std::to_string(kPayloadBytesMax) +
-                     ", segment_bytes_max " + std::to_string(options_.segment_bytes_max) +
                      "); split it into chunks");
   }
+  // segment_bytes_max is where a segment is closed, not a bound on records: a frame larger than it
+  // (a small trellara.log_segment_size and a big row) gets a segment of its own.
   if (segment_end_position_ > 0 && segment_end_position_ + frame_bytes > options_.segment_bytes_max) {
     TRELLARA_TRY(RollSegment());
   }
