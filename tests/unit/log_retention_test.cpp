@@ -127,6 +127,10 @@ TEST_CASE("apply_retention_marks_lost_before_deleting_and_applier_registration_r
   REQUIRE_FALSE(refused.ok());
   CHECK_THAT(refused.error().message, Catch::Contains("marked lost") && Catch::Contains("reseed") &&
                                           Catch::Contains("unregister-consumer audit"));
+  // Removing its offset file by hand does not clear the mark either.
+  const std::string audit_offset_file = dir.flow() + "/consumers/audit";
+  REQUIRE(std::filesystem::remove(audit_offset_file));
+  CHECK_FALSE(RegisterConsumer(*device, dir.flow(), "audit").ok());
   // The applier's offset writes never erase the mark.
   REQUIRE(WriteConsumerOffset(*device, dir.flow(), "audit", 40).ok());
   CHECK(ReadConsumerStates(*device, dir.flow())->at("audit").lost);

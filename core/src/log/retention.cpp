@@ -223,13 +223,20 @@ Status RegisterConsumer(LogDevice& device, const std::string& dir, const std::st
   }
   auto states = ReadConsumerStates(device, dir);
   if (!states.ok()) return states.error();
+  // The lost mark counts even when the offset file was removed by hand: only unregistering (which
+  // removes both) clears it.
+  auto marked = device.Exists(JoinPath(JoinPath(dir, kConsumersDirName), LostFileName(name)));
+  if (!marked.ok()) return marked.error();
+  if (*marked && !states->count(name)) (*states)[name] = ConsumerState{0, true, 0};
   if (auto it = states->find(name); it != states->end()) {
     if (!it->second.lost) return Status::Ok();
+    const bool known = it->second.lost_at_offset > 0;  // 0: mark damaged or offset file removed
     return MakeError("consumer " + name + " of log " + dir + " was marked lost: the log's size ceiling " +
-                     "(trellara.log_retention_max_size) deleted records it had not applied (it needed offset " +
-                     std::to_string(it->second.next_offset) + ", the log now starts at offset " +
-                     std::to_string(it->second.lost_at_offset) +
-                     "). It cannot continue: reseed the target (trellara reseed), then unregister the lost consumer "
+                     "(trellara.log_retention_max_size) deleted records it had not applied" +
+                     (known ? " (it needed offset " + std::to_string(it->second.next_offset) +
+                                  ", the log now starts at offset " + std::to_string(it->second.lost_at_offset) + ")"
+                            : std::string()) +
+                     ". It cannot continue: reseed the target (trellara reseed), then unregister the lost consumer "
                      "(trellara log unregister-consumer " + name + " --dir " + dir +
                      ", or SELECT trellara.unregister_consumer(flow, '" + name + "')) and start it again");
   }
