@@ -100,6 +100,7 @@ ProgressFigures Applier::Figures(bool with_log_end) const {
 // ---- the log -------------------------------------------------------------------------
 
 void Applier::OpenLog() {
+  // Registers consumer "applier" (so the relay retains from here on); refuses one marked lost.
   if (Status registered = log::RegisterConsumer(*device_, config_.log_directory, kConsumerName); !registered.ok())
     Fail(registered.error().message);
   auto reader = log::LogReader::Open(*device_, config_.log_directory);

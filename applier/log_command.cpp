@@ -151,9 +151,13 @@ void RegisterWriteTest(CLI::App* log) {
     writer_options.segment_bytes_max = options->segment_bytes;
     lg::RecoveryReport recovery;
     auto writer = Unwrap(lg::LogWriter::Open(*device, options->dir, writer_options, &recovery));
-    std::fprintf(stderr, "trellara: opened %s: next offset %llu, torn tail truncated %llu bytes, index %s\n",
+    std::fprintf(stderr, "trellara: opened %s: next offset %llu, torn tail truncated %llu bytes, index %s%s\n",
                  options->dir.c_str(), static_cast<unsigned long long>(recovery.next_offset),
-                 static_cast<unsigned long long>(recovery.torn_tail_bytes), lg::IndexStatusName(recovery.index_status));
+                 static_cast<unsigned long long>(recovery.torn_tail_bytes), lg::IndexStatusName(recovery.index_status),
+                 recovery.writer_failure_recovered
+                     ? (", after an fdatasync failure: " + std::to_string(recovery.untrusted_bytes_dropped) +
+                        " unacknowledged bytes dropped").c_str()
+                     : "");
     uint64_t printed_end = writer->durable_end();
     uint64_t appended = 0;
     const size_t batch = std::max<size_t>(1, options->batch_records);

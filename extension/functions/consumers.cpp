@@ -41,14 +41,19 @@ std::unique_ptr<trellara::log::LogDevice> OpenDevice(const char* dir) {
 // NULL when the directory does not exist yet (a flow whose relay never ran); {"error": ...} when it
 // cannot be read, so that status() keeps working for a broken flow and check() can say why.
 Datum RetentionAsJsonb(const char* dir, bool& is_null) {
-  auto device = OpenDevice(dir);
-  auto exists = device->Exists(dir);
-  if (exists.ok() && !*exists) {
-    is_null = true;
-    return Datum(0);
+  trellara::Result<trellara::log::RetentionStatus> status = trellara::MakeError("");
+  auto device = trellara::log::OpenUringDevice(kQueueEntries);
+  if (!device.ok()) {
+    status = device.error();
+  } else {
+    auto exists = (*device)->Exists(dir);
+    if (exists.ok() && !*exists) {
+      is_null = true;
+      return Datum(0);
+    }
+    status = trellara::log::DescribeRetention(**device, dir);
   }
   std::string json;
-  auto status = trellara::log::DescribeRetention(*device, dir);
   if (status.ok()) {
     json = trellara::log::RetentionStatusJson(*status);
   } else {

@@ -361,18 +361,29 @@ void Confirm(uint64_t lsn) {
 // segments every live consumer is past; with trellara.log_retention_max_size set, marks the
 // consumers it overtakes lost first. A failure is logged and retried; capture goes on.
 constexpr uint64_t kRetentionIntervalUs = 1'000'000;
+constexpr uint64_t kRetentionWarnEveryUs = 60'000'000;
 uint64_t last_retention_us = 0;
+uint64_t last_retention_warning_us = 0;
+char last_retention_error[256];  // plain buffer: no static constructor or destructor in the .so
 
 void ApplyRetentionWhenDue() {
   const uint64_t now = NowUs();
   if (now - last_retention_us < kRetentionIntervalUs) return;
   last_retention_us = now;
-  auto report = log::ApplyRetention(*g_relay->device, log_directory, LogRetentionMaxBytes());
+  auto report = log::ApplyRetention(*g_relay->device, log_directory, LogRetentionMaxBytes(), CompletesTransaction);
   std::string message;
   int level = LOG;
+  if (report.ok()) last_retention_error[0] = '\0';
   if (!report.ok()) {
+    // Retried every second; warned about when the reason changes, else once a minute.
+    const std::string& reason = report.error().message;
+    if (reason.compare(0, sizeof last_retention_error - 1, last_retention_error) == 0 &&
+        now - last_retention_warning_us < kRetentionWarnEveryUs)
+      return;
+    strlcpy(last_retention_error, reason.c_str(), sizeof last_retention_error);
+    last_retention_warning_us = now;
     level = WARNING;
-    message = "log retention failed: " + report.error().message + "; retrying in a second";
+    message = "log retention failed: " + report.error().message + "; nothing is deleted until this is fixed";
   } else if (!report->marked_lost.empty()) {
     level = WARNING;
     for (const auto& name : report->marked_lost) message += (message.empty() ? "" : ", ") + name;
@@ -380,9 +391,8 @@ void ApplyRetentionWhenDue() {
               " marked lost (they must be reseeded); deleted " + std::to_string(report->segments_deleted) +
               " segment(s), the log now starts at offset " + std::to_string(report->retained_from_offset);
   } else if (report->segments_deleted > 0) {
-    level = LOG;
     message = "deleted " + std::to_string(report->segments_deleted) + " log segment(s) (" +
-              std::to_string(report->bytes_deleted) + " bytes) every consumer is past; the log starts at offset " +
+              std::to_string(report->bytes_deleted) + " bytes) no live consumer needs; the log starts at offset " +
               std::to_string(report->retained_from_offset);
   }
   if (message.empty()) return;

@@ -15,7 +15,8 @@ fast the machine is, only on what the relay and applier do.
    (trellara.log_retention_warn_size = 2MB), consumers() lists both. Unregistering the running
    applier is refused.
 3. Unregister releases: `SELECT trellara.unregister_consumer('app', 'audit')` -> the directory
-   comes back to at most MAX_SEGMENTS_FOLLOWING segments.
+   comes back to at most MAX_SEGMENTS_FOLLOWING segments. The relay then restarts (stop_flow,
+   start_flow) on a log that no longer starts at offset 0, and capture and apply go on.
 4. Ceiling: the applier is stopped, trellara.log_retention_max_size = 3MB, 6 segments of
    workload: the relay marks consumer "applier" lost, keeps the log within the ceiling,
    consumers()/check() report it (critical, with the remedy) and `trellara apply` refuses to
@@ -196,6 +197,15 @@ def log_retention_follows_consumers():
             wait_for("the log to shrink after unregistering audit",
                      lambda: len(segments(log_dir)) <= MAX_SEGMENTS_FOLLOWING, WAIT_S)
             print(f"unregistered audit: directory back to {len(segments(log_dir))} segments")
+            # The relay restarts on a log that no longer starts at offset 0 and goes on.
+            first_before_restart = consumers(log_dir)["first_offset"]
+            source.query("SELECT trellara.stop_flow('app')")
+            source.query("SELECT trellara.start_flow('app')")
+            wait_for("the relay to run again", lambda: source.query(
+                "SELECT state FROM trellara.status() WHERE flow = 'app'") == "running", WAIT_S)
+            write_segments(source, 1)
+            wait_applied(source, target, log_dir)
+            print(f"relay restarted on a log starting at offset {first_before_restart}; the applier followed")
             missing = source.psql("SELECT trellara.unregister_consumer('app', 'audit')", check=False)
             if missing.returncode == 0 or "has no consumer named audit" not in missing.stderr:
                 raise CaptureFailure(f"unregistering an unknown consumer did not fail clearly: {missing.stderr}")

@@ -13,6 +13,9 @@
 #include <catch2/catch.hpp>
 #include <iostream>
 #include <random>
+#include <sstream>
+
+#include "log_support/log_test_support.h"
 
 #include "trellara/fault.h"
 #include "trellara/log/reader.h"
@@ -237,4 +240,39 @@ TEST_CASE("log_writer_failure_record_round_trips_and_rejects_damage", "[log]") {
   CHECK_THAT(damaged.error().message, Catch::Contains("damaged"));
   REQUIRE(ClearWriterFailure(device, "/d").ok());
   CHECK_FALSE(ReadWriterFailure(device, "/d")->has_value());
+}
+
+TEST_CASE("log_fsync_failure_in_a_writer_process_recovers_to_its_last_acknowledged_record", "[log][fault]") {
+  // A real `trellara log write-test` process appends 50 records durably; a second one, whose
+  // first fdatasync fails (fault point log.fsync_fails), stops with nothing more acknowledged;
+  // `log inspect` shows WRITER_FAILED at exactly offset 50; the next writer process recovers to
+  // that point (dropping the failed process's frames, still readable in the page cache) and
+  // appends after it; every record reads back.
+  using namespace trellara::log::testing;
+  TempDir dir;
+  const std::vector<std::string> write = {"log", "write-test", "--dir", dir.flow(), "--record-bytes", "100",
+                                          "--seed", "5", "--records"};
+  auto with = [&](const char* records) {
+    std::vector<std::string> args = write;
+    args.push_back(records);
+    return args;
+  };
+  REQUIRE(RunTrellara(with("50")).exit_code == 0);
+  ::setenv("TRELLARA_FAULTS", "log.fsync_fails:1:error", 1);
+  CommandOutput failed = RunTrellara(with("400"));
+  ::unsetenv("TRELLARA_FAULTS");
+  CHECK(failed.exit_code != 0);
+  CHECK(failed.out.find("acked") == std::string::npos);  // nothing acknowledged after the failure
+  const uint64_t acked_end = 50;
+  auto inspected = RunTrellaraJson({"log", "inspect", "--dir", dir.flow(), "--format", "json"});
+  REQUIRE(inspected["writer_failed"].is_object());
+  CHECK(inspected["writer_failed"]["durable_end"] == acked_end);
+  CommandOutput resumed = RunTrellara(with("10"));
+  REQUIRE(resumed.exit_code == 0);
+  // Appending resumed exactly after the last acknowledged record: nothing after it was trusted.
+  CHECK_THAT(resumed.out, Catch::StartsWith("acked " + std::to_string(acked_end) + "\n"));
+  auto verified = RunTrellaraJson({"log", "verify-test", "--dir", dir.flow(), "--seed", "5", "--format", "json"});
+  CHECK(verified["records"] == acked_end + 10);
+  CHECK(verified["mismatches"] == 0);
+  CHECK(RunTrellaraJson({"log", "inspect", "--dir", dir.flow(), "--format", "json"})["writer_failed"].is_null());
 }

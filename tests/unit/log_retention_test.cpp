@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "log_support/log_test_support.h"
+#include "trellara/fault.h"
 #include "trellara/log/consumer_lock.h"
 #include "trellara/log/consumer_offsets.h"
 #include "trellara/log/reader.h"
@@ -86,6 +87,10 @@ TEST_CASE("apply_retention_marks_lost_before_deleting_and_applier_registration_r
   REQUIRE(segments.ok());
   REQUIRE(segments->size() == 7);
 
+  // A missing directory is named, with where it comes from.
+  trellara::Status no_dir = RegisterConsumer(*device, dir.flow() + "-missing", "applier");
+  REQUIRE_FALSE(no_dir.ok());
+  CHECK_THAT(no_dir.error().message, Catch::Contains("does not exist") && Catch::Contains("create_flow"));
   // Registration of a new consumer: at the log's first offset; nothing is deleted before it.
   auto report = ApplyRetention(*device, dir.flow(), 0);
   REQUIRE(report.ok());
@@ -122,6 +127,10 @@ TEST_CASE("apply_retention_marks_lost_before_deleting_and_applier_registration_r
   REQUIRE_FALSE(refused.ok());
   CHECK_THAT(refused.error().message, Catch::Contains("marked lost") && Catch::Contains("reseed") &&
                                           Catch::Contains("unregister-consumer audit"));
+  // Removing its offset file by hand does not clear the mark either.
+  const std::string audit_offset_file = dir.flow() + "/consumers/audit";
+  REQUIRE(std::filesystem::remove(audit_offset_file));
+  CHECK_FALSE(RegisterConsumer(*device, dir.flow(), "audit").ok());
   // The applier's offset writes never erase the mark.
   REQUIRE(WriteConsumerOffset(*device, dir.flow(), "audit", 40).ok());
   CHECK(ReadConsumerStates(*device, dir.flow())->at("audit").lost);
@@ -152,4 +161,70 @@ TEST_CASE("apply_retention_marks_lost_before_deleting_and_applier_registration_r
   REQUIRE(reader.ok());
   REQUIRE((*reader)->Seek(32).ok());
   CHECK_FALSE((*reader)->Seek(31).ok());  // reclaimed, refused by name
+}
+
+// Reads every offset from `from` to the end; false when any is missing or unreadable.
+static bool EveryOffsetReadableFrom(LogDevice& device, const std::string& dir, uint64_t from, uint64_t end) {
+  auto reader = LogReader::Open(device, dir);
+  if (!reader.ok() || !(*reader)->Seek(from).ok()) return false;
+  for (uint64_t expected = from; expected < end; ++expected) {
+    auto record = (*reader)->Next();
+    if (!record.ok() || !record->has_value() || (**record).offset != expected) return false;
+  }
+  return true;
+}
+
+TEST_CASE("retention_keeps_every_offset_a_consumer_needs_and_the_defect_is_caught", "[log][retention]") {
+  for (bool defect : {false, true}) {
+    INFO("defect.log_reclaim_past_consumer " << (defect ? "on" : "off"));
+    TempDir dir;
+    auto device = RealDevice();
+    WriterOptions options;
+    options.segment_bytes_max = 2048;  // 8 frames of 240 bytes per segment
+    auto writer = LogWriter::Open(*device, dir.flow(), options);
+    REQUIRE(writer.ok());
+    AppendTestRecords(**writer, 8, 50, 200, 10);
+    REQUIRE(WriteConsumerOffset(*device, dir.flow(), "applier", 19).ok());
+    if (defect) REQUIRE(trellara::fault::Configure("defect.log_reclaim_past_consumer:1:defect").ok());
+    auto report = ApplyRetention(*device, dir.flow(), 0);
+    trellara::fault::Clear();
+    REQUIRE(report.ok());
+    const bool readable = EveryOffsetReadableFrom(*device, dir.flow(), 19, 50);
+    if (!defect) {
+      CHECK(report->segments_deleted == 2);
+      CHECK(readable);
+    } else {
+      CHECK(report->segments_deleted == 3);
+      CHECK_FALSE(readable);  // the negative control: the check above catches the defect
+    }
+  }
+}
+
+TEST_CASE("retention_keeps_the_segment_of_the_writers_restart_anchor", "[log][retention]") {
+  // Pure rule: nothing at or after keep_from_segment is deleted, not even by the ceiling.
+  std::map<std::string, ConsumerState> consumers{{"applier", {1000}}};
+  CHECK(PlanRetention(FiveSegments(), consumers, 0, 20).delete_segments == std::vector<uint64_t>{0, 10});
+  CHECK(PlanRetention(FiveSegments(), consumers, 1, 20).delete_segments == std::vector<uint64_t>{0, 10});
+
+  // On disk: the last transaction-completing record (type 1 here) is in segment 16; segments 24
+  // and 32 hold only chunks of a transaction that has not completed (type 2). Every consumer is
+  // past all of it, yet segment 16 stays: a restarting relay reads back to that record.
+  TempDir dir;
+  auto device = RealDevice();
+  WriterOptions options;
+  options.segment_bytes_max = 2048;  // 8 frames of 240 bytes per segment
+  auto writer = LogWriter::Open(*device, dir.flow(), options);
+  REQUIRE(writer.ok());
+  std::vector<uint8_t> payload(200, 7);
+  for (int i = 0; i < 40; ++i) REQUIRE((*writer)->Append(i < 20 ? 1 : 2, 100 + i, payload).ok());
+  REQUIRE((*writer)->Flush().ok());
+  REQUIRE(WriteConsumerOffset(*device, dir.flow(), "applier", 40).ok());
+  auto report = ApplyRetention(*device, dir.flow(), 0, [](uint8_t type) { return type == 1; });
+  REQUIRE(report.ok());
+  CHECK(report->segments_deleted == 2);
+  CHECK(report->retained_from_offset == 16);
+  // Without an anchor (the CLI's ReclaimSegments) the same log loses segments 16 and 24 too.
+  auto plain = ReclaimSegments(*device, dir.flow());
+  REQUIRE(plain.ok());
+  CHECK(plain->retained_from_offset == 32);
 }

@@ -9,6 +9,8 @@
 #include "trellara/fault.h"
 #include "trellara/log/reader.h"
 #include "trellara/log/scan.h"
+#include "trellara/log/writer_failure.h"
+#include "trellara/log/inspect.h"
 #include "trellara/log/simulated_device.h"
 
 using namespace trellara;
@@ -116,13 +118,34 @@ TEST_CASE("log_fsync_failure_stops_acknowledgements", "[log][writer][fault]") {
   auto index = ReadIndexFile(*device, dir.flow(), 0);
   REQUIRE(index.ok());
   CHECK(index->entries.size() == 10);
+  // The last point known durable is recorded durably, beside the log (writer_failure.h).
+  auto recorded = ReadWriterFailure(*device, dir.flow());
+  REQUIRE(recorded.ok());
+  REQUIRE(recorded->has_value());
+  CHECK((*recorded)->durable_end == 10);
+  CHECK((*recorded)->segment_first_offset == 0);
+  CHECK((*recorded)->durable_position == 10 * 140);
   writer->reset();
-  // Reopening recovers from what is really on disk and continues after it.
+  // Inspect shows it; an index repair (which would fdatasync and publish page-cache frames) refuses.
+  auto inspected = InspectLog(*device, dir.flow(), InspectOptions{});
+  REQUIRE(inspected.ok());
+  CHECK_THAT(inspected->json, Catch::Contains("\"writer_failed\":{\"durable_end\":10"));
+  InspectOptions repair;
+  repair.repair_index = true;
+  auto repaired = InspectLog(*device, dir.flow(), repair);
+  REQUIRE_FALSE(repaired.ok());
+  CHECK_THAT(repaired.error().message, Catch::Contains("WRITER_FAILED"));
+  // Reopening recovers to the recorded point, not to whatever the page cache shows: the five
+  // unacknowledged frames are dropped although they read back as valid here.
   RecoveryReport report;
   auto reopened = LogWriter::Open(*device, dir.flow(), WriterOptions{}, &report);
   REQUIRE(reopened.ok());
-  CHECK(report.next_offset >= 10);
+  CHECK(report.next_offset == 10);
+  CHECK(report.writer_failure_recovered);
+  CHECK(report.untrusted_bytes_dropped == 5 * 140);
+  CHECK_FALSE(ReadWriterFailure(*device, dir.flow())->has_value());
   AppendTestRecords(**reopened, 3, 2, 100, 2);
+  CHECK((*reopened)->durable_end() == 12);
 }
 
 TEST_CASE("log_no_space_fails_the_append_without_acknowledging", "[log][writer][fault]") {
@@ -196,4 +219,39 @@ TEST_CASE("log_reader_follows_the_tail_across_segments", "[log][reader]") {
   auto segments = ListSegments(*device, dir.flow());
   REQUIRE(segments.ok());
   CHECK(segments->size() >= 7);
+}
+
+TEST_CASE("log_record_larger_than_a_segment_gets_a_segment_of_its_own", "[log][writer]") {
+  // A small segment size (trellara.log_segment_size) must never make a big record unwritable.
+  TempDir dir;
+  auto device = RealDevice();
+  WriterOptions options;
+  options.segment_bytes_max = 2048;
+  {
+    auto writer = LogWriter::Open(*device, dir.flow(), options);
+    REQUIRE(writer.ok());
+    for (size_t bytes : {100u, 5000u, 100u, 9000u}) {
+      const uint64_t offset = (*writer)->next_offset();
+      REQUIRE((*writer)->Append(static_cast<uint8_t>(RecordType::kTest), TestRecordCommitLsn(offset),
+                                MakeTestRecord(4, offset, bytes)).ok());
+    }
+    REQUIRE((*writer)->Flush().ok());
+  }
+  auto segments = ListSegments(*device, dir.flow());
+  REQUIRE(segments.ok());
+  CHECK(*segments == std::vector<uint64_t>{0, 1, 2, 3});
+  RecoveryReport report;
+  auto reopened = LogWriter::Open(*device, dir.flow(), options, &report);
+  REQUIRE(reopened.ok());
+  CHECK(report.next_offset == 4);
+  CHECK(report.torn_tail_bytes == 0);
+  auto reader = LogReader::Open(*device, dir.flow());
+  REQUIRE(reader.ok());
+  for (uint64_t offset = 0; offset < 4; ++offset) {
+    auto record = (*reader)->Next();
+    REQUIRE(record.ok());
+    REQUIRE(record->has_value());
+    CHECK((**record).offset == offset);
+    CHECK(TestRecordMatches(4, offset, (**record).payload));
+  }
 }

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "trellara/crc32c.h"
+#include "trellara/fault.h"
 #include "trellara/log/consumer_offsets.h"
 #include "trellara/log/format.h"
 #include "trellara/log/scan.h"
@@ -62,7 +63,8 @@ bool ConsumerLockHeld(const std::string& dir, const std::string& name) {
 }  // namespace
 
 RetentionPlan PlanRetention(const std::vector<SegmentSize>& segments,
-                            const std::map<std::string, ConsumerState>& consumers, uint64_t ceiling_bytes) {
+                            const std::map<std::string, ConsumerState>& consumers, uint64_t ceiling_bytes,
+                            uint64_t keep_from_segment) {
   RetentionPlan plan;
   if (segments.empty()) return plan;
   plan.retained_from_offset = segments.front().first_offset;
@@ -78,8 +80,9 @@ RetentionPlan PlanRetention(const std::vector<SegmentSize>& segments,
   for (const auto& segment : segments) total += segment.bytes;
   size_t deleted = 0;
   // Segment i holds offsets [first_i, first_{i+1}); the last segment is never deleted.
+  auto deletable = [&](size_t i) { return i + 1 < segments.size() && segments[i].first_offset < keep_from_segment; };
   if (live_minimum) {
-    while (deleted + 1 < segments.size() && segments[deleted + 1].first_offset <= *live_minimum) {
+    while (deletable(deleted) && segments[deleted + 1].first_offset <= *live_minimum) {
       total -= segments[deleted].bytes;
       plan.bytes_deleted += segments[deleted].bytes;
       plan.delete_segments.push_back(segments[deleted].first_offset);
@@ -87,7 +90,7 @@ RetentionPlan PlanRetention(const std::vector<SegmentSize>& segments,
     }
   }
   if (ceiling_bytes > 0) {
-    while (total > ceiling_bytes && deleted + 1 < segments.size()) {
+    while (total > ceiling_bytes && deletable(deleted)) {
       const uint64_t segment_end = segments[deleted + 1].first_offset;
       for (const auto& [name, state] : consumers) {
         if (state.lost || state.next_offset >= segment_end) continue;
@@ -153,13 +156,39 @@ Result<std::vector<SegmentSize>> ListSegmentSizes(LogDevice& device, const std::
   return segments;
 }
 
-Result<RetentionReport> ApplyRetention(LogDevice& device, const std::string& dir, uint64_t ceiling_bytes) {
+Result<RetentionReport> ApplyRetention(LogDevice& device, const std::string& dir, uint64_t ceiling_bytes,
+                                       bool (*restart_anchor)(uint8_t type)) {
   RetentionReport report;
   auto consumers = ReadConsumerStates(device, dir);
   if (!consumers.ok()) return consumers.error();
   auto segments = ListSegmentSizes(device, dir);
   if (!segments.ok()) return segments.error();
   RetentionPlan plan = PlanRetention(*segments, *consumers, ceiling_bytes);
+  if (restart_anchor != nullptr && !plan.delete_segments.empty()) {
+    // Find the segment of the last published anchor record, newest segment first; usually the
+    // active one, so this reads one index file once per rolled segment.
+    uint64_t keep_from = segments->front().first_offset;  // none found: keep everything
+    for (auto it = segments->rbegin(); it != segments->rend(); ++it) {
+      auto index = ReadIndexFile(device, dir, it->first_offset);
+      if (!index.ok()) return index.error();
+      const bool found = std::any_of(index->entries.rbegin(), index->entries.rend(),
+                                     [&](const IndexEntry& e) { return restart_anchor(e.type); });
+      if (found) {
+        keep_from = it->first_offset;
+        break;
+      }
+    }
+    plan = PlanRetention(*segments, *consumers, ceiling_bytes, keep_from);
+  }
+  // Negative control (tests only, defect.log_reclaim_past_consumer): also delete the next
+  // segment, which a consumer still needs — the tests' readers must catch it.
+  if (fault::Hit("defect.log_reclaim_past_consumer") == fault::Action::Defect &&
+      plan.delete_segments.size() + 1 < segments->size()) {
+    const SegmentSize& extra = (*segments)[plan.delete_segments.size()];
+    plan.delete_segments.push_back(extra.first_offset);
+    plan.bytes_deleted += extra.bytes;
+    plan.retained_from_offset = (*segments)[plan.delete_segments.size()].first_offset;
+  }
   report.retained_from_offset = plan.retained_from_offset;
   // Lost marks are durable before any segment such a consumer needs disappears.
   const std::string consumers_dir = JoinPath(dir, kConsumersDirName);
@@ -185,22 +214,41 @@ Result<RetentionReport> ApplyRetention(LogDevice& device, const std::string& dir
 
 Status RegisterConsumer(LogDevice& device, const std::string& dir, const std::string& name) {
   TRELLARA_TRY(ValidateConsumerName(name));
+  auto exists = device.Exists(dir);
+  if (!exists.ok()) return exists.error();
+  if (!*exists) {
+    return MakeError("cannot register consumer " + name + ": log directory " + dir +
+                     " does not exist; the relay creates it when the flow starts (trellara.create_flow), so check "
+                     "the configured log directory");
+  }
   auto states = ReadConsumerStates(device, dir);
   if (!states.ok()) return states.error();
+  // The lost mark counts even when the offset file was removed by hand: only unregistering (which
+  // removes both) clears it.
+  auto marked = device.Exists(JoinPath(JoinPath(dir, kConsumersDirName), LostFileName(name)));
+  if (!marked.ok()) return marked.error();
+  if (*marked && !states->count(name)) (*states)[name] = ConsumerState{0, true, 0};
   if (auto it = states->find(name); it != states->end()) {
     if (!it->second.lost) return Status::Ok();
+    const bool known = it->second.lost_at_offset > 0;  // 0: mark damaged or offset file removed
     return MakeError("consumer " + name + " of log " + dir + " was marked lost: the log's size ceiling " +
-                     "(trellara.log_retention_max_size) deleted records it had not applied (it needed offset " +
-                     std::to_string(it->second.next_offset) + ", the log now starts at offset " +
-                     std::to_string(it->second.lost_at_offset) +
-                     "). It cannot continue: reseed the target (trellara reseed), then unregister the lost consumer "
+                     "(trellara.log_retention_max_size) deleted records it had not applied" +
+                     (known ? " (it needed offset " + std::to_string(it->second.next_offset) +
+                                  ", the log now starts at offset " + std::to_string(it->second.lost_at_offset) + ")"
+                            : std::string()) +
+                     ". It cannot continue: reseed the target (trellara reseed), then unregister the lost consumer "
                      "(trellara log unregister-consumer " + name + " --dir " + dir +
                      ", or SELECT trellara.unregister_consumer(flow, '" + name + "')) and start it again");
   }
   auto segments = ListSegments(device, dir);
   if (!segments.ok()) return segments.error();
   const uint64_t first = segments->empty() ? 0 : segments->front();
-  return WriteConsumerOffset(device, dir, name, first);
+  Status written = WriteConsumerOffset(device, dir, name, first);
+  if (!written.ok()) {
+    return MakeError("cannot register consumer " + name + " of log " + dir + ": " + written.error().message +
+                     "; the consumer needs write access to " + JoinPath(dir, kConsumersDirName));
+  }
+  return Status::Ok();
 }
 
 Result<bool> UnregisterConsumer(LogDevice& device, const std::string& dir, const std::string& name) {

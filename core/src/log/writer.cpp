@@ -155,8 +155,8 @@ Result<uint64_t> LogWriter::Append(uint8_t type, uint64_t commit_lsn, std::span<
                      " is larger than a frame may be (payload max " + std::to_string(kPayloadBytesMax) +
                      "); split it into chunks");
   }
-  // A frame larger than a segment gets a segment of its own (the roll below starts one when the
-  // current segment holds anything; the next append rolls again).
+  // segment_bytes_max is where a segment is closed, not a bound on records: a frame larger than it
+  // (a small trellara.log_segment_size and a big row) gets a segment of its own.
   if (segment_end_position_ > 0 && segment_end_position_ + frame_bytes > options_.segment_bytes_max) {
     TRELLARA_TRY(RollSegment());
   }

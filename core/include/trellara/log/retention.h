@@ -48,9 +48,11 @@ struct RetentionPlan {
   uint64_t bytes_deleted = 0;
 };
 
-// ceiling_bytes == 0: no ceiling.
+// ceiling_bytes == 0: no ceiling. Segments whose first offset is >= keep_from_segment (the one
+// holding the writer's restart anchor, below) are never deleted, not even by the ceiling.
 RetentionPlan PlanRetention(const std::vector<SegmentSize>& segments,
-                            const std::map<std::string, ConsumerState>& consumers, uint64_t ceiling_bytes);
+                            const std::map<std::string, ConsumerState>& consumers, uint64_t ceiling_bytes,
+                            uint64_t keep_from_segment = UINT64_MAX);
 
 // Consumers with their lost marks (ReadConsumerOffsets plus the .lost files).
 Result<std::map<std::string, ConsumerState>> ReadConsumerStates(LogDevice& device, const std::string& dir);
@@ -69,7 +71,13 @@ struct RetentionReport {
 // files, then their index files, then a directory fsync. Only the log's writer (the relay) calls
 // this, off its append path. Safe while consumers read: they never need a deleted segment unless
 // the ceiling marked them lost first.
-Result<RetentionReport> ApplyRetention(LogDevice& device, const std::string& dir, uint64_t ceiling_bytes);
+// `restart_anchor` (optional): the record types the writer reads back on restart (the relay: the
+// last frame completing a transaction, whose commit LSN is what the log covers). The segment
+// holding the last published record of such a type is never deleted, so a restart can always
+// find it — even when every consumer is past it and the active segment holds only chunks of one
+// large transaction. When no such record is published, nothing is deleted.
+Result<RetentionReport> ApplyRetention(LogDevice& device, const std::string& dir, uint64_t ceiling_bytes,
+                                       bool (*restart_anchor)(uint8_t type) = nullptr);
 
 // The applier's start (one call): refuses a consumer marked lost, with the reseed remedy, and
 // registers a new consumer at the log's first offset so the relay retains from there on.

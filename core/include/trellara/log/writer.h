@@ -35,6 +35,8 @@
 namespace trellara::log {
 
 struct WriterOptions {
+  // A segment is closed before a frame that would take it past this size; a frame larger than it
+  // is written alone in a segment of its own.
   uint64_t segment_bytes_max = kSegmentBytesDefault;
   // An open batch of frames is submitted as one write when it reaches this size (Submit() submits
   // it earlier).
