@@ -113,7 +113,8 @@ struct CachedRelation {
   std::vector<Oid> output_functions;   // type output function of each column
   std::vector<bool> varlena;           // whether each column's type is varlena (may be TOASTed)
   TupleConversionMap* to_root = nullptr;  // partition -> root rowtype (publish_via_partition_root)
-  MemoryContext context = nullptr;        // owns to_root and its copied descriptors; freed on rebuild
+  MemoryContext context = nullptr;        // owns to_root and its copied descriptors (partitions
+                                          // published via the root only); freed on rebuild
 };
 
 // Schema holding every Trellara relation (trellara.control: schema = trellara, not relocatable;
@@ -356,8 +357,6 @@ CachedRelation& Lookup(State* s, Relation relation) {
   entry = CachedRelation{};
   entry.invalidations = invalidations_seen;
   if (old_context != nullptr) MemoryContextDelete(old_context);
-  MemoryContext parent = s->cache_context;
-  entry.context = PGCALL(AllocSetContextCreate(parent, "trellara relation", ALLOCSET_SMALL_SIZES));
   if (IsOwnRelation(relation)) {
     entry.own = true;
     entry.publish_as_relid = relid;
@@ -411,6 +410,8 @@ CachedRelation& Lookup(State* s, Relation relation) {
     std::exception_ptr failure;
     try {
       Describe(root, entry);
+      MemoryContext parent = s->cache_context;
+      entry.context = PGCALL(AllocSetContextCreate(parent, "trellara partition map", ALLOCSET_SMALL_SIZES));
       MemoryContext cxt = entry.context;
       entry.to_root = pg::CallPostgres([&] {
         MemoryContext old = MemoryContextSwitchTo(cxt);
