@@ -358,7 +358,13 @@ SOURCE_RATE_TPS = 400
 # The target keeps WAL for the applier's transactions in its WAL buffers only: autovacuum (whose
 # buffer ring flushes WAL) is off; the WAL writer, background writer and checkpointer are frozen.
 RESTART_TARGET_SETTINGS = {"autovacuum": "off"}
-FROZEN_BACKEND_TYPES = ("walwriter", "background writer", "checkpointer")
+# The server processes frozen, each only while it waits in its main loop (the wait event it shows
+# then): stopped anywhere else it might hold a lock (the WAL writer WALWriteLock, say) and every
+# backend that needs it would wait for it forever.
+FROZEN_SERVER_PROCESSES = {"walwriter": ("WalWriterMain",),
+                           "background writer": ("BgWriterMain", "BgWriterHibernate"),
+                           "checkpointer": ("CheckpointerMain",)}
+SERVER_FREEZE_TRIES = 500
 
 
 def start_source_load(pair, script_name="ledger-load.sql"):
@@ -394,6 +400,30 @@ def unwritten_commit_bytes(target):
                             "pg_replication_origin_status WHERE external_id = 'trellara_app'") or 0)
 
 
+def process_state(pid):
+    """The state letter of /proc/<pid>/stat ('T' once SIGSTOP took effect)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]
+
+
+def freeze_server_process_while_idle(target, backend_type, idle_wait_events):
+    """SIGSTOP the target's `backend_type` process (its PID read from that cluster's
+    pg_stat_activity) at a moment it waits in its main loop, so it holds no lock. Retries (SIGCONT,
+    then SIGSTOP again) while it is stopped anywhere else. Returns its PID."""
+    pid = int(target.query(f"SELECT pid FROM pg_stat_activity WHERE backend_type = '{backend_type}'"))
+    for _ in range(SERVER_FREEZE_TRIES):
+        os.kill(pid, signal.SIGSTOP)
+        wait_for(f"the target's {backend_type} (pid {pid}) to stop", lambda: process_state(pid) == "T",
+                 CONDITION_CEILING_S, 0.005)
+        event = target.query(f"SELECT wait_event FROM pg_stat_activity WHERE pid = {pid}")
+        if event in idle_wait_events:
+            return pid
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.01)  # let it reach its main loop again; only a retry interval
+    raise CaptureFailure(f"the target's {backend_type} (pid {pid}) was never found waiting in its main loop "
+                         f"({', '.join(idle_wait_events)}) in {SERVER_FREEZE_TRIES} tries")
+
+
 def applier_backend_waits_for_client(target):
     """The applier's backend is waiting on its (frozen) client: reading or writing the socket."""
     return target.query("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'trellara/app' AND "
@@ -405,7 +435,7 @@ def crash_target_while_applying(pair, env=None):
     RESTART_ATTEMPTS times, until a crash loses visibly committed transactions or leaves a
     violation. Each attempt: wait until the applier committed APPLIED_BEFORE_FREEZE transactions
     and recorded an offset; freeze the target's WAL writer, background writer and checkpointer
-    (SIGSTOP); wait until it committed APPLIED_WHILE_FROZEN more; freeze the applier (SIGSTOP, our
+    (SIGSTOP, each while it waits in its main loop, holding no lock); wait until it committed APPLIED_WHILE_FROZEN more; freeze the applier (SIGSTOP, our
     child) once its backend waits on it and the target holds unwritten WAL (else let it run on and
     try again: the commit record of its last transaction must lie past the WAL written); count the
     visible transactions and read the consumer offset; stop the target
@@ -425,16 +455,25 @@ def crash_target_while_applying(pair, env=None):
         frozen = []
         restarted = False
         try:
-            wait_for(f"the applier to commit {APPLIED_BEFORE_FREEZE} transactions and record an offset",
-                     lambda: applied() >= start_count + APPLIED_BEFORE_FREEZE and
-                     consumer_offset(pair.log_dir) > start_offset, CONDITION_CEILING_S, 0.05)
-            for backend_type in FROZEN_BACKEND_TYPES:
-                pid = int(pair.target.query(f"SELECT pid FROM pg_stat_activity WHERE backend_type = '{backend_type}'"))
-                os.kill(pid, signal.SIGSTOP)  # the target cluster's own server process, PID read from it
-                frozen.append(pid)
+            def wait_applier(what, condition):
+                """A condition on the running applier; names what the target waits on if it is never met."""
+                try:
+                    wait_for(what, lambda: proc.poll() is not None or condition(), CONDITION_CEILING_S, 0.05)
+                except CaptureFailure as failure:
+                    waits = pair.target.psql("SELECT backend_type, pid, state, wait_event_type, wait_event FROM "
+                                             "pg_stat_activity", check=False).stdout.strip()
+                    raise CaptureFailure(f"{failure}; target processes:\n{waits}") from None
+                if proc.poll() is not None:
+                    raise CaptureFailure(f"the daemon applier exited {proc.returncode} while waiting for {what}: "
+                                         f"{proc.communicate()[1][-2000:]}")
+            wait_applier(f"the applier to commit {APPLIED_BEFORE_FREEZE} transactions and record an offset",
+                         lambda: applied() >= start_count + APPLIED_BEFORE_FREEZE and
+                         consumer_offset(pair.log_dir) > start_offset)
+            for backend_type, idle_wait_events in FROZEN_SERVER_PROCESSES.items():
+                frozen.append(freeze_server_process_while_idle(pair.target, backend_type, idle_wait_events))
             frozen_at = applied()
-            wait_for(f"the applier to commit {APPLIED_WHILE_FROZEN} more transactions with the WAL writer frozen",
-                     lambda: applied() >= frozen_at + APPLIED_WHILE_FROZEN, CONDITION_CEILING_S, 0.05)
+            wait_applier(f"the applier to commit {APPLIED_WHILE_FROZEN} more transactions with the WAL writer frozen",
+                         lambda: applied() >= frozen_at + APPLIED_WHILE_FROZEN)
             for freeze in range(1, FREEZE_TRIES + 1):
                 os.kill(proc.pid, signal.SIGSTOP)  # our own child
                 wait_for("the frozen applier's backend to wait on its client",
@@ -446,8 +485,7 @@ def crash_target_while_applying(pair, env=None):
                 # offset): let it commit more, then freeze it again.
                 os.kill(proc.pid, signal.SIGCONT)
                 resumed_at = applied()
-                wait_for("the applier to commit more transactions", lambda: applied() > resumed_at,
-                         CONDITION_CEILING_S, 0.05)
+                wait_applier("the applier to commit more transactions", lambda: applied() > resumed_at)
             visible = applied()
             offset = consumer_offset(pair.log_dir)  # the applier is frozen: it cannot move
             old_pid = pair.target.restart_immediate(stopped_children=tuple(frozen))
