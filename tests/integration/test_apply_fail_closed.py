@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from capture_support import CaptureFailure, log_records, lsn_to_int, wait_for  # noqa: E402
 from test_apply_robustness import (FlowPair, APPLY_TIMEOUT_S, apply_command, assert_same_data,  # noqa: E402
                                    assert_each_transaction_applied_once, consumer_offset, run_apply,
-                                   wait_log_covers_source)
+                                   wait_log_covers_source, with_test_defects)
 
 EXIT_BLOCKED = 3
 PG_BIN = "/usr/lib/postgresql/15/bin"
@@ -297,8 +297,8 @@ def rereading_the_log_skips_duplicates_and_its_negative_control(pair):
 
     def reread(env=None):
         os.remove(offset_file)
-        result = subprocess.run(apply_command(pair.config), capture_output=True, text=True, env=env,
-                                timeout=APPLY_TIMEOUT_S)
+        result = subprocess.run(with_test_defects(apply_command(pair.config), env), capture_output=True, text=True,
+                                env=env, timeout=APPLY_TIMEOUT_S)
         lines = [x for x in result.stdout.splitlines() if x.startswith("apply flow=")]
         fields = dict(kv.split("=", 1) for kv in lines[-1].split()[1:]) if lines else {}
         return result, fields
@@ -336,8 +336,8 @@ def negative_control_moving_past_a_quarantine_is_caught(pair):
     xid, commit_lsn, offset = source_tx(pair, "UPDATE items SET qty = qty + 1 WHERE id = 4")
     source_tx(pair, "INSERT INTO items VALUES (400, 'after', 1)")
     env = dict(os.environ, TRELLARA_FAULTS="defect.apply_skip_quarantined:1:defect")
-    result = subprocess.run(apply_command(pair.config), capture_output=True, text=True, env=env,
-                            timeout=APPLY_TIMEOUT_S)
+    result = subprocess.run(with_test_defects(apply_command(pair.config), env), capture_output=True, text=True,
+                            env=env, timeout=APPLY_TIMEOUT_S)
     try:
         assert_blocked_without_trace(pair, xid, commit_lsn, offset, "zero_rows_matched", lambda: pair.target.query(
             "SELECT count(*) FROM public.items WHERE id = 400") == "0")

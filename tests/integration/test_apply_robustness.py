@@ -129,6 +129,21 @@ def apply_command(config_path):
     return [TRELLARA_BIN, "apply", "--config", config_path, "--until-caught-up"]
 
 
+_ACCEPTS_TEST_DEFECTS_FLAG = []
+
+
+def with_test_defects(command, env):
+    """`command` (a `trellara apply` argv), plus --enable-test-defects when `env` switches a
+    defect.* fault point on and this build of the applier has that explicit switch (defects are
+    then off without it, whatever TRELLARA_FAULTS says)."""
+    if not env or "defect." not in env.get("TRELLARA_FAULTS", ""):
+        return command
+    if not _ACCEPTS_TEST_DEFECTS_FLAG:
+        result = subprocess.run([TRELLARA_BIN, "apply", "--help"], capture_output=True, text=True, timeout=60)
+        _ACCEPTS_TEST_DEFECTS_FLAG.append("--enable-test-defects" in result.stdout + result.stderr)
+    return command + ["--enable-test-defects"] if _ACCEPTS_TEST_DEFECTS_FLAG[0] else command
+
+
 def run_apply(config_path, expect_code):
     started = time.monotonic()
     result = subprocess.run(apply_command(config_path), capture_output=True, text=True, timeout=APPLY_TIMEOUT_S)
@@ -244,8 +259,8 @@ def kill9_rounds(pair, rng, kills_wanted, env=None):
     kills, landed, refused_busy, batches = 0, 0, 0, 1
     while True:
         before = applied()
-        proc = subprocess.Popen(apply_command(pair.config), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=env)
+        proc = subprocess.Popen(with_test_defects(apply_command(pair.config), env), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
         delay = None
         if kills < kills_wanted:
             if kills % 4 == 3:
@@ -435,7 +450,8 @@ def crash_target_while_applying(pair, env=None):
     RESTART_ATTEMPTS times, until a crash loses visibly committed transactions or leaves a
     violation. Each attempt: wait until the applier committed APPLIED_BEFORE_FREEZE transactions
     and recorded an offset; freeze the target's WAL writer, background writer and checkpointer
-    (SIGSTOP, each while it waits in its main loop, holding no lock); wait until it committed APPLIED_WHILE_FROZEN more; freeze the applier (SIGSTOP, our
+    (SIGSTOP, each while it waits in its main loop, holding no lock); wait until it committed
+    APPLIED_WHILE_FROZEN more; freeze the applier (SIGSTOP, our
     child) once its backend waits on it and the target holds unwritten WAL (else let it run on and
     try again: the commit record of its last transaction must lie past the WAL written); count the
     visible transactions and read the consumer offset; stop the target
@@ -450,8 +466,8 @@ def crash_target_while_applying(pair, env=None):
         run_ledger_workload(pair, BACKLOG_PER_ATTEMPT)
         start_count = applied()
         start_offset = consumer_offset(pair.log_dir)
-        proc = subprocess.Popen(daemon_apply_command(pair.config), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=env)
+        proc = subprocess.Popen(with_test_defects(daemon_apply_command(pair.config), env), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
         frozen = []
         restarted = False
         try:
@@ -512,7 +528,8 @@ def crash_target_while_applying(pair, env=None):
         lost = max(0, visible - survived)
         lost_total += lost
         print(f"attempt {attempt}: target postmaster {old_pid} stopped immediately with {visible} transactions "
-              f"visible (applier frozen {freeze}x), its last commit {unwritten} bytes past the written WAL; {survived} survived the restart (lost {lost}); consumer "
+              f"visible (applier frozen {freeze}x), its last commit {unwritten} bytes past the written WAL; "
+              f"{survived} survived the restart (lost {lost}); consumer "
               f"offset {offset}; applier exit {proc.returncode}: {err.strip()[-300:]}")
         if proc.returncode == 1:
             if "connection" not in err:
