@@ -132,6 +132,10 @@ std::optional<QuarantineCause> Applier::ApplyInTransaction(const ReadyTransactio
       failure = cause;
     }
   }
+  // Fault point (tests, DESIGN §8 apply.after_staging_before_commit): every change of a chunked
+  // transaction is staged in the open target transaction, COMMIT not sent yet. `stall` holds it
+  // open there (a test can then kill the applier inside it); `crash` dies there.
+  if (!failure && ready.chunked()) fault::Hit("apply.after_staging_before_commit");
   if (!failure && resolves_quarantine)
     step(conn_->ExecParams("UPDATE trellara.quarantine SET state = 'resolved', resolved_at = now() "
                            "WHERE flow = $1 AND commit_lsn = $2::pg_lsn",

@@ -22,6 +22,11 @@ ApplyStatusVerdict DecideApplyStatus(const ApplyStatusFacts& s) {
       v.next_action = "nothing to do: the running applier is " + std::to_string(s.lag_records) +
                       " records behind the log and catching up";
     }
+  } else if (!s.target_state_present || s.recorded_state.empty()) {
+    // Never applied on this target: "caught up" would be a claim about nothing, even when the log
+    // is still empty (a new flow before its first record).
+    v.state = "stopped";
+    v.next_action = "trellara apply has not run for flow " + s.flow + " on this target: run " + apply_cmd;
   } else if (s.lag_records == 0 && !s.waiting) {
     v.state = "caught_up";
     v.next_action = "nothing to apply now; no applier is running, so new transactions wait in the log: run " +
@@ -31,8 +36,6 @@ ApplyStatusVerdict DecideApplyStatus(const ApplyStatusFacts& s) {
     if (s.waiting)
       v.next_action = "run " + apply_cmd + ": it retries transaction " + s.waiting->xid + " (commit " +
                       s.waiting->commit_lsn + "), marked replay-ready, and continues";
-    else if (!s.target_state_present || s.recorded_state.empty())
-      v.next_action = "trellara apply has not run for flow " + s.flow + " on this target: run " + apply_cmd;
     else
       v.next_action = "run " + apply_cmd + " (" + std::to_string(s.lag_records) + " records, " +
                       std::to_string(s.lag_bytes) + " bytes to apply; add --until-caught-up to stop at the end)";

@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from capture_support import CaptureFailure, TRELLARA_BIN, log_records, lsn_to_int, wait_for  # noqa: E402
 from test_apply_robustness import (FlowPair, APPLY_TIMEOUT_S, assert_same_data,  # noqa: E402
                                    assert_each_transaction_applied_once, consumer_offset, run_apply,
-                                   wait_log_covers_source)
+                                   wait_log_covers_source, with_test_defects)
 
 EXIT_BLOCKED = 3
 # Generous ceilings for conditions; none of them is a timing the test depends on.
@@ -112,19 +112,11 @@ def daemon_command(config):
     return [TRELLARA_BIN, "apply", "--config", config]
 
 
-def applier_accepts_test_defects_flag():
-    """Whether this build's `trellara apply` has the explicit test-defect switch."""
-    result = subprocess.run([TRELLARA_BIN, "apply", "--help"], capture_output=True, text=True, timeout=60)
-    return "--enable-test-defects" in result.stdout + result.stderr
-
-
 def defect_apply_command(config, defect):
     """`trellara apply --until-caught-up` with `defect` switched on: TRELLARA_FAULTS, plus
     --enable-test-defects where the applier requires that explicit switch. Returns (argv, env)."""
-    command = [TRELLARA_BIN, "apply", "--config", config, "--until-caught-up"]
-    if applier_accepts_test_defects_flag():
-        command.append("--enable-test-defects")
-    return command, dict(os.environ, TRELLARA_FAULTS=f"{defect}:1:defect")
+    env = dict(os.environ, TRELLARA_FAULTS=f"{defect}:1:defect")
+    return with_test_defects([TRELLARA_BIN, "apply", "--config", config, "--until-caught-up"], env), env
 
 
 def bootstrap(pair):

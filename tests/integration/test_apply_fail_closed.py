@@ -35,10 +35,10 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from capture_support import CaptureFailure, log_records, lsn_to_int  # noqa: E402
+from capture_support import CaptureFailure, log_records, lsn_to_int, wait_for  # noqa: E402
 from test_apply_robustness import (FlowPair, APPLY_TIMEOUT_S, apply_command, assert_same_data,  # noqa: E402
                                    assert_each_transaction_applied_once, consumer_offset, run_apply,
-                                   wait_log_covers_source)
+                                   wait_log_covers_source, with_test_defects)
 
 EXIT_BLOCKED = 3
 PG_BIN = "/usr/lib/postgresql/15/bin"
@@ -219,35 +219,47 @@ def log_end(pair):
 
 def until_caught_up_stops_at_the_end_present_at_start(pair):
     """A source that keeps writing must not keep `apply --until-caught-up` from ending: it applies
-    what was durable when it started and exits 0. The applier is held for 4 s right after it opened
+    what was durable when it started and exits 0. The applier is held for 6 s right after it opened
     the log (fault point apply.after_log_opened, stall) while the source writes on, so the log
-    grows well past the end it saw; the run must stop before the records written meanwhile."""
+    grows well past the end it saw. The log's end is read over and over while the applier runs:
+    an end read while it was still running and past its stop point proves it left records that
+    were durable before it finished (no sleep has to outlast its start-up)."""
     script = os.path.join(pair.work.name, "bump.sql")
     with open(script, "w") as f:
         f.write("UPDATE items SET qty = qty + 1 WHERE id = 10;\n")
-    writer = subprocess.Popen([os.path.join(PG_BIN, "pgbench"), "-n", "-c", "1", "-T", "30", "-f", script],
+    idle_end = log_end(pair)
+    writer = subprocess.Popen([os.path.join(PG_BIN, "pgbench"), "-n", "-c", "1", "-T", "120", "-f", script],
                               env=pair.source.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        time.sleep(1.0)  # the log is growing
+        wait_for("the source's writes to reach the log", lambda: log_end(pair) > idle_end, APPLY_TIMEOUT_S)
         before = log_end(pair)
-        env = dict(os.environ, TRELLARA_FAULTS="apply.after_log_opened:1:stall", TRELLARA_FAULT_STALL_MS="4000")
+        env = dict(os.environ, TRELLARA_FAULTS="apply.after_log_opened:1:stall", TRELLARA_FAULT_STALL_MS="6000")
         applier = subprocess.Popen(apply_command(pair.config), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True, env=env)
-        time.sleep(2.5)  # well after the applier opened the log (~0.1 s), well before its stall ends
-        during = log_end(pair)  # written while the applier is held
+        seen_while_running = []  # log ends read while the applier had not exited yet
+        while applier.poll() is None:
+            end = log_end(pair)
+            if applier.poll() is None:
+                seen_while_running.append(end)
+            time.sleep(0.2)  # a polling interval, not a timing the outcome depends on
         out, err = applier.communicate(timeout=APPLY_TIMEOUT_S)
     finally:
         writer.terminate()  # our own children, by their Popen handles
-        writer.wait(timeout=30)
+        writer.wait(timeout=60)
     if applier.returncode != 0:
         raise CaptureFailure(f"apply --until-caught-up under a writing source exited {applier.returncode}: {err}")
     line = [x for x in out.splitlines() if x.startswith("apply flow=")][-1]
     stopped_at = int(dict(kv.split("=", 1) for kv in line.split()[1:])["next_log_offset"])
-    print(f"until-caught-up under a writing source: log end {before} before the run, {during} while it was "
-          f"held, stopped at {stopped_at}")
-    if not before <= stopped_at < during:
-        raise CaptureFailure(f"--until-caught-up stopped at offset {stopped_at}: expected at or after {before} (the "
-                             f"end before it started) and before {during} (records written after it started)")
+    during = max(seen_while_running, default=0)
+    print(f"until-caught-up under a writing source: log end {before} before the run, up to {during} while it ran, "
+          f"stopped at {stopped_at}")
+    if not before <= stopped_at:
+        raise CaptureFailure(f"--until-caught-up stopped at offset {stopped_at}, before {before}: the end of the log "
+                             f"before it started")
+    if not stopped_at < during:
+        raise CaptureFailure(f"--until-caught-up stopped at offset {stopped_at}, but no log end read while it ran "
+                             f"(up to {during}) lies past it: either it applied records written after it started, or "
+                             f"the source wrote nothing during its 6 s hold")
     wait_log_covers_source(pair.source)
     run_apply(pair.config, 0)
     assert_same_data(pair.source, pair.target, TABLES, "after the writing source stopped")
@@ -285,8 +297,8 @@ def rereading_the_log_skips_duplicates_and_its_negative_control(pair):
 
     def reread(env=None):
         os.remove(offset_file)
-        result = subprocess.run(apply_command(pair.config, enable_test_defects=env is not None), capture_output=True,
-                                text=True, env=env, timeout=APPLY_TIMEOUT_S)
+        result = subprocess.run(with_test_defects(apply_command(pair.config), env), capture_output=True, text=True,
+                                env=env, timeout=APPLY_TIMEOUT_S)
         lines = [x for x in result.stdout.splitlines() if x.startswith("apply flow=")]
         fields = dict(kv.split("=", 1) for kv in lines[-1].split()[1:]) if lines else {}
         return result, fields
@@ -324,7 +336,7 @@ def negative_control_moving_past_a_quarantine_is_caught(pair):
     xid, commit_lsn, offset = source_tx(pair, "UPDATE items SET qty = qty + 1 WHERE id = 4")
     source_tx(pair, "INSERT INTO items VALUES (400, 'after', 1)")
     env = dict(os.environ, TRELLARA_FAULTS="defect.apply_skip_quarantined:1:defect")
-    result = subprocess.run(apply_command(pair.config, enable_test_defects=True), capture_output=True, text=True,
+    result = subprocess.run(with_test_defects(apply_command(pair.config), env), capture_output=True, text=True,
                             env=env, timeout=APPLY_TIMEOUT_S)
     try:
         assert_blocked_without_trace(pair, xid, commit_lsn, offset, "zero_rows_matched", lambda: pair.target.query(

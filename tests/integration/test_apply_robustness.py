@@ -10,14 +10,18 @@ and the dedup table against the log: one row per completed source transaction, s
   applier_kill9_at_random_moments_converges_exactly_once
       a ledger workload (an account row and an append-only ledger row carrying the account's
       running sequence number: a duplicate effect shows as a repeated (account, seq) or a count
-      that disagrees with the account's counter); `kill -9` of the applier after a seeded random
-      delay, restarted each time, >= TRELLARA_KILLS times (default 20; seed TRELLARA_KILL_SEED,
-      printed).
+      that disagrees with the account's counter); `kill -9` of the applier, restarted each time,
+      >= TRELLARA_KILLS times (default 20; seed TRELLARA_KILL_SEED, printed): every fourth kill at
+      a seeded random moment after the start, the others at a seeded random moment after the run
+      was seen committing (a condition), so most kills land while it commits on any machine.
   target_immediate_restart_while_applying_converges
-      the target is stopped immediately (SIGQUIT by PID, its WAL writer frozen first so that
-      asynchronously committed transactions are really lost) and started again while the applier
-      applies: the applier exits 1 without quarantining anything, no transaction below the recorded
-      consumer offset is missing on the target, a visible loss happened; a rerun converges.
+      the target is stopped immediately (SIGQUIT by PID) and started again while a daemon applier
+      commits under a continuous source load: its WAL writer, background writer and checkpointer
+      are frozen first and the applier is frozen once its last commit lies past the WAL the target
+      wrote, so asynchronously committed transactions are really lost. The applier exits 1 (or,
+      once it reconnects, keeps running and is stopped) without quarantining anything, no
+      transaction below the recorded consumer offset is missing on the target, a visible loss
+      happened; a rerun converges. Every wait is a condition with a generous ceiling.
   negative_control_ack_before_commit_is_caught
       the kill -9 scenario with the defect defect.apply_ack_before_commit (consumer offset written
       past every transaction read, when a batch is sent, before any COMMIT): the convergence
@@ -28,10 +32,9 @@ and the dedup table against the log: one row per completed source transaction, s
       above could not catch that defect.
   chunked_transaction_applies_atomically_and_once
       one source transaction of 5,000 rows (5 chunks + manifest + commit marker); the applier is
-      killed while that transaction is open on the target: nothing of it is visible; the rerun
-      commits it whole (observed counts are only 0 or 5,000) with one dedup row. A kill that lands
-      just after the COMMIT (the whole transaction and its dedup row visible) is retried with a new
-      big transaction, up to 4 times.
+      held inside that transaction on the target with every change staged (fault point
+      apply.after_staging_before_commit, stall) and killed there: nothing of it is visible; the
+      rerun commits it whole (observed counts are only 0 or 5,000) with one dedup row.
   conflicting_duplicate_is_quarantined
       a dedup row's checksum is altered (a different transaction at the same boundary) and the
       consumer offset removed: apply exits 3 naming xid and commit LSN, reason checksum_conflict,
@@ -42,9 +45,9 @@ and the dedup table against the log: one row per completed source transaction, s
       column unchanged keeps the target's value.
 
 It prints what it measured. It must never signal a process it did not start (the applier is our
-child, killed by its Popen handle; clusters are stopped by the harness by PID; the target's WAL
-writer is frozen and killed only after its PID was read from that cluster's pg_stat_activity) and
-never leave a cluster running.
+child, killed or frozen by its Popen handle; clusters are stopped by the harness by PID; the
+target's WAL writer, background writer and checkpointer are frozen and killed only after their PIDs
+were read from that cluster's pg_stat_activity) and never leave a cluster running.
 """
 
 import os
@@ -59,7 +62,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (CaptureFailure, assert_no_backend_crashes, TRELLARA_BIN, log_records, log_transactions, lsn_to_int,  # noqa: E402
                              run_pgbench, setup_flow, wait_for)
-from harness import Cluster  # noqa: E402
+from harness import Cluster, PG_BIN  # noqa: E402
 
 KILLS = int(os.environ.get("TRELLARA_KILLS", "20"))
 KILL_SEED = int(os.environ.get("TRELLARA_KILL_SEED", str(random.SystemRandom().randrange(1 << 31))))
@@ -122,14 +125,17 @@ def wait_log_covers_source(source, timeout_s=90):
     wait_for("the log of flow app to cover the source's WAL position", covered, timeout_s)
 
 
-def apply_command(config_path, enable_test_defects=False):
-    # --enable-test-defects: the applier refuses a defect named in TRELLARA_FAULTS without it.
-    return ([TRELLARA_BIN] + (["--enable-test-defects"] if enable_test_defects else []) +
-            ["apply", "--config", config_path, "--until-caught-up"])
+def apply_command(config_path):
+    return [TRELLARA_BIN, "apply", "--config", config_path, "--until-caught-up"]
 
 
-def names_defect(env):
-    return env is not None and "defect." in env.get("TRELLARA_FAULTS", "")
+def with_test_defects(command, env):
+    """`command` (a `trellara ...` argv) with the explicit switch --enable-test-defects (a global
+    option, before the subcommand) when `env` switches a defect.* fault point on: the command
+    refuses a defect in TRELLARA_FAULTS without it (docs/decisions.md)."""
+    if not env or "defect." not in env.get("TRELLARA_FAULTS", ""):
+        return command
+    return [command[0], "--enable-test-defects"] + command[1:]
 
 
 def run_apply(config_path, expect_code):
@@ -234,29 +240,39 @@ def assert_ledger_has_no_duplicate_effects(target, label):
 
 
 def kill9_rounds(pair, rng, kills_wanted, env=None):
-    """Starts the applier over and over, kill -9 after a random 0.1-0.6 s, until `kills_wanted`
-    kills, adding ledger backlog whenever a run caught up first; then one run to the end.
-    Returns (committed, kills, landed, refused_busy, batches)."""
+    """Starts the applier over and over and kills it with kill -9, until `kills_wanted` kills,
+    adding ledger backlog whenever a run caught up first; then one run to the end. Every fourth
+    kill lands at a random moment 0.05-0.6 s after the start (start-up included); the others wait
+    (a condition) until the run has committed something, then kill at a random moment up to 0.3 s
+    later, so at least three quarters of the kills land while the applier commits, whatever the
+    machine's speed. Returns (committed, kills, landed, refused_busy, batches)."""
+    def applied():
+        return pair.target.psql("SELECT count(*) FROM trellara.applied_transactions", check=False).stdout.strip()
     committed = run_ledger_workload(pair, 2400)
     print(f"backlog: {committed} ledger transactions")
     kills, landed, refused_busy, batches = 0, 0, 0, 1
     while True:
-        before = pair.target.psql("SELECT count(*) FROM trellara.applied_transactions", check=False).stdout.strip()
-        proc = subprocess.Popen(apply_command(pair.config, names_defect(env)), stdout=subprocess.PIPE,
+        before = applied()
+        proc = subprocess.Popen(with_test_defects(apply_command(pair.config), env), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=env)
-        delay = rng.uniform(0.1, 0.6) if kills < kills_wanted else None
+        delay = None
+        if kills < kills_wanted:
+            if kills % 4 == 3:
+                delay = rng.uniform(0.05, 0.6)
+            else:
+                wait_for("the applier to commit in this run (or to end)",
+                         lambda: proc.poll() is not None or applied() != before, APPLY_TIMEOUT_S, 0.01)
+                delay = rng.uniform(0.0, 0.3)
         try:
             out, err = proc.communicate(timeout=delay if delay is not None else APPLY_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             kill9(proc)
             kills += 1
-            after = pair.target.psql("SELECT count(*) FROM trellara.applied_transactions",
-                                     check=False).stdout.strip()
-            if before != after:
+            if before != applied():
                 landed += 1
             # The killed applier's backend ends when it sees the socket close; until then it
             # holds the flow's advisory lock.
-            wait_for("the killed applier's target session to end", lambda: applier_session_gone(pair.target), 30,
+            wait_for("the killed applier's target session to end", lambda: applier_session_gone(pair.target), 60,
                      0.02)
             continue
         if proc.returncode == 1 and "another applier of flow app is running" in err:
@@ -333,50 +349,188 @@ def consumer_offset(log_dir):
     return int(text.split("next_offset=")[1].split()[0])
 
 
-def crash_target_while_applying(pair, records, env=None):
-    """Up to three attempts: start the applier, let it commit, freeze the target's WAL writer, let
-    it commit 1 500 more, stop the target immediately. Returns (lost_total, violations): how many
-    visibly committed transactions the crashes lost, and the first attempt's transactions below
-    the recorded consumer offset that the restarted target does not hold (the rule's violation)."""
+# The target restart scenario's ceilings. Each is a limit on a condition, never a timing the
+# scenario relies on: on a slow or shared machine the conditions are met later, not missed.
+CONDITION_CEILING_S = 300
+APPLIED_BEFORE_FREEZE = 500      # transactions the applier commits before the WAL writer is frozen
+APPLIED_WHILE_FROZEN = 1500      # ... and after, so the frozen window holds committed transactions
+RESTART_ATTEMPTS = 6             # immediate restarts at most, until one loses a visible transaction
+FREEZE_TRIES = 20                # applier freezes per attempt until the target holds unwritten WAL
+APPLIER_EXIT_AFTER_LOSS_S = 60
+# A backlog written before each attempt keeps the applier busy in batches (it flushes the target's
+# WAL only every 512 transactions or second then, instead of at every visit of the log's tail), and
+# a continuous source load (pgbench -R, transactions per second) means it never runs out of
+# transactions to commit, however fast it is: a daemon applier never stops on its own, so the
+# conditions below are met sooner or later, never missed.
+BACKLOG_PER_ATTEMPT = 6000
+SOURCE_RATE_TPS = 400
+# The target keeps WAL for the applier's transactions in its WAL buffers only: autovacuum (whose
+# buffer ring flushes WAL) is off; the WAL writer, background writer and checkpointer are frozen.
+RESTART_TARGET_SETTINGS = {"autovacuum": "off"}
+# The server processes frozen, each only while it waits in its main loop (the wait event it shows
+# then): stopped anywhere else it might hold a lock (the WAL writer WALWriteLock, say) and every
+# backend that needs it would wait for it forever.
+FROZEN_SERVER_PROCESSES = {"walwriter": ("WalWriterMain",),
+                           "background writer": ("BgWriterMain", "BgWriterHibernate"),
+                           "checkpointer": ("CheckpointerMain",)}
+SERVER_FREEZE_TRIES = 500
+
+
+def start_source_load(pair, script_name="ledger-load.sql"):
+    """The ledger workload at SOURCE_RATE_TPS until stop_source_load; our own child process."""
+    script = os.path.join(pair.work.name, script_name)
+    with open(script, "w") as out:
+        out.write(LEDGER_SCRIPT)
+    return subprocess.Popen([os.path.join(PG_BIN, "pgbench"), "-h", pair.source.socket_dir, "-p",
+                             str(pair.source.port), "-U", "postgres", "-n", "-c", "2", "-j", "1", "-R",
+                             str(SOURCE_RATE_TPS), "-T", "3600", "-f", script, "postgres"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def stop_source_load(pair, load):
+    if load.poll() is None:
+        load.terminate()  # our own child, by its Popen handle
+    load.communicate(timeout=120)
+    wait_log_covers_source(pair.source)
+
+
+def daemon_apply_command(config_path):
+    """The applier without --until-caught-up: it follows the log and never ends on its own."""
+    return [TRELLARA_BIN, "apply", "--config", config_path]
+
+
+def unwritten_commit_bytes(target):
+    """How far the end of the commit record of the last transaction the applier committed
+    (local_lsn of its replication origin) lies beyond the WAL the target has written to the kernel
+    (pg_current_wal_lsn, the write position). Positive: an immediate stop loses that committed,
+    visible transaction (written WAL survives in the page cache; nothing else writes WAL while the
+    applier, WAL writer, background writer and checkpointer are frozen and autovacuum is off)."""
+    return int(target.query("SELECT pg_wal_lsn_diff(local_lsn, pg_current_wal_lsn()) FROM "
+                            "pg_replication_origin_status WHERE external_id = 'trellara_app'") or 0)
+
+
+def process_state(pid):
+    """The state letter of /proc/<pid>/stat ('T' once SIGSTOP took effect)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]
+
+
+def freeze_server_process_while_idle(target, backend_type, idle_wait_events):
+    """SIGSTOP the target's `backend_type` process (its PID read from that cluster's
+    pg_stat_activity) at a moment it waits in its main loop, so it holds no lock. Retries (SIGCONT,
+    then SIGSTOP again) while it is stopped anywhere else. Returns its PID."""
+    pid = int(target.query(f"SELECT pid FROM pg_stat_activity WHERE backend_type = '{backend_type}'"))
+    for _ in range(SERVER_FREEZE_TRIES):
+        os.kill(pid, signal.SIGSTOP)
+        wait_for(f"the target's {backend_type} (pid {pid}) to stop", lambda: process_state(pid) == "T",
+                 CONDITION_CEILING_S, 0.005)
+        event = target.query(f"SELECT wait_event FROM pg_stat_activity WHERE pid = {pid}")
+        if event in idle_wait_events:
+            return pid
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.01)  # let it reach its main loop again; only a retry interval
+    raise CaptureFailure(f"the target's {backend_type} (pid {pid}) was never found waiting in its main loop "
+                         f"({', '.join(idle_wait_events)}) in {SERVER_FREEZE_TRIES} tries")
+
+
+def applier_backend_waits_for_client(target):
+    """The applier's backend is waiting on its (frozen) client: reading or writing the socket."""
+    return target.query("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'trellara/app' AND "
+                        "wait_event IN ('ClientRead', 'ClientWrite')") == "1"
+
+
+def crash_target_while_applying(pair, env=None):
+    """Crashes the target while a daemon applier commits under a continuous source load, up to
+    RESTART_ATTEMPTS times, until a crash loses visibly committed transactions or leaves a
+    violation. Each attempt: wait until the applier committed APPLIED_BEFORE_FREEZE transactions
+    and recorded an offset; freeze the target's WAL writer, background writer and checkpointer
+    (SIGSTOP, each while it waits in its main loop, holding no lock); wait until it committed
+    APPLIED_WHILE_FROZEN more; freeze the applier (SIGSTOP, our
+    child) once its backend waits on it and the target holds unwritten WAL (else let it run on and
+    try again: the commit record of its last transaction must lie past the WAL written); count the
+    visible transactions and read the consumer offset; stop the target
+    immediately and start it. Returns (lost_total, violations): how many visibly committed
+    transactions the crashes lost, and the transactions below the consumer offset recorded at a
+    crash that the restarted target does not hold (the rule's violation)."""
     def applied():
         return int(pair.target.psql("SELECT count(*) FROM trellara.applied_transactions",
                                     check=False).stdout.strip() or 0)
     lost_total = 0
-    for attempt in range(1, 4):
+    for attempt in range(1, RESTART_ATTEMPTS + 1):
+        run_ledger_workload(pair, BACKLOG_PER_ATTEMPT)
         start_count = applied()
         start_offset = consumer_offset(pair.log_dir)
-        proc = subprocess.Popen(apply_command(pair.config, names_defect(env)), stdout=subprocess.PIPE,
+        proc = subprocess.Popen(with_test_defects(daemon_apply_command(pair.config), env), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=env)
+        frozen = []
+        restarted = False
         try:
-            wait_for("the applier to commit 500 more transactions and record an offset",
-                     lambda: applied() >= start_count + 500 and consumer_offset(pair.log_dir) > start_offset,
-                     60, 0.01)
-            walwriter = int(pair.target.query("SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'"))
-            os.kill(walwriter, signal.SIGSTOP)
+            def wait_applier(what, condition):
+                """A condition on the running applier; names what the target waits on if it is never met."""
+                try:
+                    wait_for(what, lambda: proc.poll() is not None or condition(), CONDITION_CEILING_S, 0.05)
+                except CaptureFailure as failure:
+                    waits = pair.target.psql("SELECT backend_type, pid, state, wait_event_type, wait_event FROM "
+                                             "pg_stat_activity", check=False).stdout.strip()
+                    raise CaptureFailure(f"{failure}; target processes:\n{waits}") from None
+                if proc.poll() is not None:
+                    raise CaptureFailure(f"the daemon applier exited {proc.returncode} while waiting for {what}: "
+                                         f"{proc.communicate()[1][-2000:]}")
+            wait_applier(f"the applier to commit {APPLIED_BEFORE_FREEZE} transactions and record an offset",
+                         lambda: applied() >= start_count + APPLIED_BEFORE_FREEZE and
+                         consumer_offset(pair.log_dir) > start_offset)
+            for backend_type, idle_wait_events in FROZEN_SERVER_PROCESSES.items():
+                frozen.append(freeze_server_process_while_idle(pair.target, backend_type, idle_wait_events))
             frozen_at = applied()
-            wait_for("the applier to commit 1500 more transactions with the WAL writer frozen",
-                     lambda: applied() >= frozen_at + 1500, 60, 0.01)
+            wait_applier(f"the applier to commit {APPLIED_WHILE_FROZEN} more transactions with the WAL writer frozen",
+                         lambda: applied() >= frozen_at + APPLIED_WHILE_FROZEN)
+            for freeze in range(1, FREEZE_TRIES + 1):
+                os.kill(proc.pid, signal.SIGSTOP)  # our own child
+                wait_for("the frozen applier's backend to wait on its client",
+                         lambda: applier_backend_waits_for_client(pair.target), CONDITION_CEILING_S, 0.05)
+                unwritten = unwritten_commit_bytes(pair.target)
+                if unwritten > 0 or freeze == FREEZE_TRIES:
+                    break  # frozen: crash now (the last try crashes anyway; the next attempt starts over)
+                # Its last commit is written (it had just flushed, at the log's tail or for its
+                # offset): let it commit more, then freeze it again.
+                os.kill(proc.pid, signal.SIGCONT)
+                resumed_at = applied()
+                wait_applier("the applier to commit more transactions", lambda: applied() > resumed_at)
             visible = applied()
-            old_pid = pair.target.restart_immediate(stopped_children=(walwriter,))
-            out, err = proc.communicate(timeout=60)
+            offset = consumer_offset(pair.log_dir)  # the applier is frozen: it cannot move
+            old_pid = pair.target.restart_immediate(stopped_children=tuple(frozen))
+            restarted = True
+            survived = applied()
+            records = [r for r in log_records(pair.log_dir) if r["type"] in ("envelope", "commit_marker")]
+            have = {lsn_to_int(t) for t in pair.target.query(
+                "SELECT commit_lsn FROM trellara.applied_transactions WHERE flow = 'app'").split()}
+            violations = [r for r in records if r["offset"] < offset and lsn_to_int(r["commit_lsn"]) not in have]
+            os.kill(proc.pid, signal.SIGCONT)
+            try:
+                out, err = proc.communicate(timeout=APPLIER_EXIT_AFTER_LOSS_S)
+            except subprocess.TimeoutExpired:
+                # An applier that reconnects after a target restart keeps running: stop it.
+                proc.terminate()
+                out, err = proc.communicate(timeout=APPLIER_EXIT_AFTER_LOSS_S)
         finally:
+            if not restarted:
+                for pid in frozen:
+                    os.kill(pid, signal.SIGCONT)
             if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGCONT)
                 kill9(proc)
-        survived = applied()
-        offset = consumer_offset(pair.log_dir)
         lost = max(0, visible - survived)
         lost_total += lost
         print(f"attempt {attempt}: target postmaster {old_pid} stopped immediately with {visible} transactions "
-              f"visible; {survived} survived the restart (lost {lost}); consumer offset {offset}; "
-              f"applier exit {proc.returncode}: {err.strip()[-300:]}")
-        if proc.returncode != 1:
-            raise CaptureFailure(f"the applier exited {proc.returncode} when the target went away, expected 1:\n"
-                                 f"{out[-1000:]}\n{err[-1000:]}")
-        if "connection" not in err:
-            raise CaptureFailure(f"the applier's message does not say the connection was lost: {err}")
-        have = {lsn_to_int(t) for t in pair.target.query(
-            "SELECT commit_lsn FROM trellara.applied_transactions WHERE flow = 'app'").split()}
-        violations = [r for r in records if r["offset"] < offset and lsn_to_int(r["commit_lsn"]) not in have]
+              f"visible (applier frozen {freeze}x), its last commit {unwritten} bytes past the written WAL; "
+              f"{survived} survived the restart (lost {lost}); consumer "
+              f"offset {offset}; applier exit {proc.returncode}: {err.strip()[-300:]}")
+        if proc.returncode == 1:
+            if "connection" not in err:
+                raise CaptureFailure(f"the applier's message does not say the connection was lost: {err}")
+        elif proc.returncode != 0:  # 0: a reconnecting applier, stopped by SIGTERM
+            raise CaptureFailure(f"the applier exited {proc.returncode} when the target went away, expected 1 "
+                                 f"(or 0 once stopped, if it reconnects):\n{out[-1000:]}\n{err[-1000:]}")
         if violations:
             return lost_total, violations
         quarantined = pair.target.query("SELECT count(*) FROM trellara.quarantine")
@@ -395,29 +549,32 @@ def target_immediate_restart_while_applying_converges():
     the recorded offset is on the target, and a rerun converges. The crash must really lose
     committed transactions (the test requires a loss it can see; otherwise it proved nothing). A
     stop of server processes alone loses little (WAL already written reaches the kernel's page cache
-    and survives), so the target's WAL writer is frozen with SIGSTOP first: asynchronously committed
-    transactions then stay in shared WAL buffers — until a backend flushes them, as the applier's
-    flushed-progress query does — and the immediate stop (with SIGKILL for the frozen WAL writer)
-    really loses them."""
-    with FlowPair("apply-restart", LEDGER_DDL, LEDGER_TABLES) as pair:
-        # Large enough that the pipelined applier (~8 000 tx/s here) is still applying when the
-        # target goes away, for up to three attempts.
-        committed = run_ledger_workload(pair, 16000)
-        records = [r for r in log_records(pair.log_dir) if r["type"] in ("envelope", "commit_marker")]
-        lost, violations = crash_target_while_applying(pair, records)
+    and survives), so the target's WAL writer, background writer and checkpointer are frozen with
+    SIGSTOP first and the applier is frozen while the target holds unwritten WAL: asynchronously
+    committed transactions then stay in shared WAL buffers — nothing flushes them, as the applier's
+    flushed-progress query would — and the immediate stop (with SIGKILL for the frozen processes)
+    really loses them. The source writes all along, so the applier never runs out of transactions,
+    and every wait is a condition: machine speed changes how long it takes, not the outcome."""
+    with FlowPair("apply-restart", LEDGER_DDL, LEDGER_TABLES, RESTART_TARGET_SETTINGS) as pair:
+        load = start_source_load(pair)
+        try:
+            lost, violations = crash_target_while_applying(pair)
+        finally:
+            stop_source_load(pair, load)
         if violations:
             raise CaptureFailure(f"the consumer offset passed {len(violations)} transactions the target lost in the "
                                  f"crash (first: offset {violations[0]['offset']}, commit "
                                  f"{violations[0]['commit_lsn']}): they would never be applied again")
         if lost == 0:
-            raise CaptureFailure("three immediate stops of the target lost no committed transaction: the scenario "
-                                 "did not exercise the asynchronous-commit window it tests")
+            raise CaptureFailure(f"{RESTART_ATTEMPTS} immediate stops of the target lost no committed transaction: the "
+                                 f"scenario did not exercise the asynchronous-commit window it tests")
         run_apply(pair.config, 0)
         assert_same_data(pair.source, pair.target, LEDGER_TABLES, "after the target restart")
         assert_each_transaction_applied_once(pair.target, pair.log_dir, "after the target restart")
         assert_ledger_has_no_duplicate_effects(pair.target, "after the target restart")
-        if int(pair.target.query("SELECT count(*) FROM public.ledger")) != committed:
-            raise CaptureFailure("the target ledger does not hold every source transaction")
+        committed = pair.source.query("SELECT count(*) FROM public.ledger")
+        if pair.target.query("SELECT count(*) FROM public.ledger") != committed:
+            raise CaptureFailure(f"the target ledger does not hold every source transaction ({committed})")
     print("ok: target_immediate_restart_while_applying_converges")
 
 
@@ -426,11 +583,13 @@ def negative_control_offset_past_flush_is_caught():
     defect.apply_offset_ignores_flush the applier records its consumer offset as far as the target
     *committed*, not as far as it flushed; the same crash must then show transactions below the
     offset that the target lost. If it does not, the scenario above could not catch the defect."""
-    with FlowPair("apply-negctl", LEDGER_DDL, LEDGER_TABLES) as pair:
-        run_ledger_workload(pair, 16000)
-        records = [r for r in log_records(pair.log_dir) if r["type"] in ("envelope", "commit_marker")]
-        env = dict(os.environ, TRELLARA_FAULTS="defect.apply_offset_ignores_flush:1:defect")
-        lost, violations = crash_target_while_applying(pair, records, env)
+    with FlowPair("apply-negctl", LEDGER_DDL, LEDGER_TABLES, RESTART_TARGET_SETTINGS) as pair:
+        load = start_source_load(pair)
+        try:
+            lost, violations = crash_target_while_applying(
+                pair, dict(os.environ, TRELLARA_FAULTS="defect.apply_offset_ignores_flush:1:defect"))
+        finally:
+            stop_source_load(pair, load)
         if not violations:
             raise CaptureFailure(f"negative control: with the offset following commits instead of flushes, "
                                  f"{lost} lost transactions left no gap below the consumer offset — the restart "
@@ -448,64 +607,63 @@ BIG_TABLES = ("public.small", "public.big")
 BIG_ROWS = 5000
 
 
-CHUNKED_KILL_ATTEMPTS = 4
+# How long the applier holds the staged chunked transaction open: far longer than the test needs
+# to see it and kill it (the kill ends the stall).
+CHUNKED_STALL_MS = 600000
 
 
 def chunked_transaction_applies_atomically_and_once():
     with FlowPair("apply-chunked", BIG_DDL, BIG_TABLES) as pair:
         source, target = pair.source, pair.target
-        for attempt in range(CHUNKED_KILL_ATTEMPTS):
-            # Target caught up first, so the only open transaction that writes `big` is the new one.
-            run_apply(pair.config, 0)
-            base = attempt * BIG_ROWS
-            source.query(f"INSERT INTO public.small VALUES ({2 * attempt + 1}, 'before')")
-            xid = int(source.query(f"BEGIN; INSERT INTO public.big SELECT g, repeat(md5(g::text), 4) FROM "
-                                   f"generate_series({base + 1}, {base + BIG_ROWS}) g; SELECT txid_current(); "
-                                   f"COMMIT").splitlines()[0])
-            source.query(f"INSERT INTO public.small VALUES ({2 * attempt + 2}, 'after')")
-            wait_log_covers_source(source)
-            records = [r for r in log_records(pair.log_dir) if r.get("xid") == xid]
-            shape = {kind: sum(1 for r in records if r["type"] == kind)
-                     for kind in ("chunk", "manifest", "commit_marker")}
-            print(f"xid {xid} ({BIG_ROWS} rows) in the log: {shape}")
-            if shape != {"chunk": 5, "manifest": 1, "commit_marker": 1}:
-                raise CaptureFailure(f"expected 5 chunks + manifest + commit marker, the log holds {shape}")
-            commit_lsn = next(r["commit_lsn"] for r in records if r["type"] == "commit_marker")
+        # Target caught up first, so the only open transaction that writes `big` is the new one.
+        run_apply(pair.config, 0)
+        base = 0
+        source.query("INSERT INTO public.small VALUES (1, 'before')")
+        xid = int(source.query(f"BEGIN; INSERT INTO public.big SELECT g, repeat(md5(g::text), 4) FROM "
+                               f"generate_series({base + 1}, {base + BIG_ROWS}) g; SELECT txid_current(); "
+                               f"COMMIT").splitlines()[0])
+        source.query("INSERT INTO public.small VALUES (2, 'after')")
+        wait_log_covers_source(source)
+        records = [r for r in log_records(pair.log_dir) if r.get("xid") == xid]
+        shape = {kind: sum(1 for r in records if r["type"] == kind) for kind in ("chunk", "manifest", "commit_marker")}
+        print(f"xid {xid} ({BIG_ROWS} rows) in the log: {shape}")
+        if shape != {"chunk": 5, "manifest": 1, "commit_marker": 1}:
+            raise CaptureFailure(f"expected 5 chunks + manifest + commit marker, the log holds {shape}")
+        commit_lsn = next(r["commit_lsn"] for r in records if r["type"] == "commit_marker")
 
-            # Kill the applier while the big transaction is open on the target: `small` holds the
-            # row committed before it, `big` nothing new, and the applier's session has an xid.
-            proc = start_applier(pair.config)
-            observed = set()
-            try:
-                def in_transaction():
-                    row = target.query(
-                        f"SELECT (SELECT count(*) FROM public.big), (SELECT count(*) FROM public.small) = "
-                        f"{2 * attempt + 1} AND EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = "
-                        f"'trellara/app' AND backend_xid IS NOT NULL)")
-                    count, inside = row.split("|")
-                    observed.add(int(count))
-                    return inside == "t"
-                wait_for("the applier to be inside the chunked transaction", in_transaction, 60, 0.005)
+        # Kill the applier while the big transaction is open on the target: it is held there, every
+        # change staged and COMMIT not sent (fault point apply.after_staging_before_commit, stall),
+        # so the kill lands inside the transaction however fast or slow the machine is. `small`
+        # holds the row committed before it, `big` nothing new, and the applier's session an xid.
+        env = dict(os.environ, TRELLARA_FAULTS="apply.after_staging_before_commit:1:stall",
+                   TRELLARA_FAULT_STALL_MS=str(CHUNKED_STALL_MS))
+        proc = subprocess.Popen(apply_command(pair.config), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=env)
+        observed = set()
+        try:
+            def in_transaction():
+                row = target.query(
+                    "SELECT (SELECT count(*) FROM public.big), (SELECT count(*) FROM public.small) = 1 AND EXISTS "
+                    "(SELECT 1 FROM pg_stat_activity WHERE application_name = 'trellara/app' AND backend_xid IS "
+                    "NOT NULL AND state = 'idle in transaction')")
+                count, inside = row.split("|")
+                observed.add(int(count))
+                return inside == "t"
+            wait_for("the applier to hold the chunked transaction open with every change staged", in_transaction,
+                     APPLY_TIMEOUT_S, 0.05)
+            kill9(proc)
+        finally:
+            if proc.poll() is None:
                 kill9(proc)
-            finally:
-                if proc.poll() is None:
-                    kill9(proc)
-            wait_for("the killed applier's target session to end", lambda: applier_session_gone(target), 30, 0.02)
-            visible = int(target.query("SELECT count(*) FROM public.big"))
-            dedup = target.query(f"SELECT count(*) FROM trellara.applied_transactions WHERE commit_lsn = "
-                                 f"'{commit_lsn}'")
-            print(f"attempt {attempt + 1}: killed the applier in xid {xid}: big rows visible {visible} (before it "
-                  f"{base}), dedup rows {dedup}, counts seen while applying {sorted(observed)}")
-            if observed - {base, base + BIG_ROWS}:
-                raise CaptureFailure("part of the chunked transaction became visible while it was applied")
-            if visible == base + BIG_ROWS and dedup == "1":
-                print("the kill landed just after the transaction committed (whole, once); trying again")
-                continue
-            if visible != base or dedup != "0":
-                raise CaptureFailure("part of the killed chunked transaction became visible")
-            break
-        else:
-            raise CaptureFailure(f"{CHUNKED_KILL_ATTEMPTS} kills all landed after the chunked transaction committed")
+        wait_for("the killed applier's target session to end", lambda: applier_session_gone(target), 60, 0.02)
+        visible = int(target.query("SELECT count(*) FROM public.big"))
+        dedup = target.query(f"SELECT count(*) FROM trellara.applied_transactions WHERE commit_lsn = '{commit_lsn}'")
+        print(f"killed the applier in xid {xid} with every change staged: big rows visible {visible}, dedup rows "
+              f"{dedup}, counts seen while applying {sorted(observed)}")
+        if observed - {base}:
+            raise CaptureFailure("part of the chunked transaction became visible while it was applied")
+        if visible != base or dedup != "0":
+            raise CaptureFailure("part of the killed chunked transaction became visible")
 
         # The rerun commits it whole; a concurrent observer sees only none or all of it.
         proc = start_applier(pair.config)

@@ -63,6 +63,11 @@ TEST_CASE("without_an_applier_the_action_names_the_command_to_run", "[status]") 
   never.recorded_state.clear();
   never.lag_records = 3;
   CHECK_THAT(DecideApplyStatus(never).next_action, Catch::Contains("trellara apply has not run for flow app"));
+  // A new flow whose log is still empty: not "caught_up" before the applier ever ran.
+  never.lag_records = 0;
+  auto fresh = DecideApplyStatus(never);
+  CHECK(fresh.state == "stopped");
+  CHECK_THAT(fresh.next_action, Catch::Contains("trellara apply has not run for flow app"));
 
   ApplyStatusFacts waiting = Facts();
   waiting.waiting = StatusBoundary{"9", "0/10", ""};
