@@ -118,6 +118,11 @@ def _relay_failing_after_decoding(cluster):
     starts_before = cluster.server_log().count('trellara relay of flow "app" started: slot')
     before_first = cluster.query("SELECT pg_current_wal_lsn()")
     cluster.query("INSERT INTO acct SELECT g, 0 FROM generate_series(1, 10) g")
+    # The end of the first failing transaction's commit record is at or below this position. The
+    # slot may move up to the commit (a progress marker can cover WAL the transaction had written
+    # before it committed), never to or past its end: that would confirm a transaction the log
+    # does not hold.
+    after_first = cluster.query("SELECT pg_current_wal_insert_lsn()")
     for i in range(20):
         cluster.query(f"UPDATE acct SET n = n + 1 WHERE id = {i % 10 + 1}")
 
@@ -136,10 +141,11 @@ def _relay_failing_after_decoding(cluster):
     if written:
         raise CaptureFailure(f"the log holds transaction records although every append failed: {written[:3]}")
     confirmed = cluster.query("SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'trellara_app'")
-    print(f"slot confirmed_flush_lsn {confirmed}; WAL before the first failing transaction {before_first}")
-    if lsn_to_int(confirmed) > lsn_to_int(before_first):
-        raise CaptureFailure(f"the slot moved to {confirmed}, past {before_first}, while the relay could not "
-                             f"append the transactions after it")
+    print(f"slot confirmed_flush_lsn {confirmed}; the first failing transaction wrote WAL from {before_first} "
+          f"and its commit ends at or below {after_first}")
+    if lsn_to_int(confirmed) >= lsn_to_int(after_first):
+        raise CaptureFailure(f"the slot moved to {confirmed}, to or past the end of the first failing transaction "
+                             f"({before_first}..{after_first}), while the relay could not append it")
     # Restarted without the fault, the relay catches up, and nothing was lost.
     cluster.restart_immediate()
     wait_for("the relay to run again", lambda: cluster.query("SELECT state FROM trellara.status()") == "running", 90)

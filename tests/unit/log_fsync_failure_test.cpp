@@ -201,6 +201,7 @@ TEST_CASE("log_fsync_failure_recovery_never_trusts_page_cache_bytes", "[log][sim
 }
 
 TEST_CASE("log_fsync_failure_recovery_trusting_rescan_loses_records_negative_control", "[log][sim]") {
+  fault::AllowDefects(true, "unit test");  // defects need the explicit test-only switch (fault.h)
   REQUIRE(fault::Configure("defect.log_trust_rescan_after_fsync_failure:1:defect").ok());
   uint64_t runs_losing = 0, runs_trusting = 0, lost = 0, refused = 0, runs = 0;
   for (uint64_t seed : SeedsToRun(7000, 200)) {
@@ -214,6 +215,7 @@ TEST_CASE("log_fsync_failure_recovery_trusting_rescan_loses_records_negative_con
     lost += outcome.lost_acknowledged;
   }
   fault::Clear();
+  fault::AllowDefects(false, "");
   std::cout << "negative control (recovery trusts the re-scan after an fsync failure): " << runs_trusting << " of "
             << runs << " runs trusted page-cache-only frames; " << runs_losing << " runs lost acknowledged records ("
             << lost << " missing, " << refused << " runs refused by recovery as corruption)\n";

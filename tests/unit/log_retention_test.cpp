@@ -185,6 +185,8 @@ TEST_CASE("retention_keeps_every_offset_a_consumer_needs_and_the_defect_is_caugh
     REQUIRE(writer.ok());
     AppendTestRecords(**writer, 8, 50, 200, 10);
     REQUIRE(WriteConsumerOffset(*device, dir.flow(), "applier", 19).ok());
+    // Defects need the explicit test-only switch (fault.h); a unit test is such a switch.
+    trellara::fault::AllowDefects(defect, defect ? "unit test" : "");
     if (defect) REQUIRE(trellara::fault::Configure("defect.log_reclaim_past_consumer:1:defect").ok());
     auto report = ApplyRetention(*device, dir.flow(), 0);
     trellara::fault::Clear();
