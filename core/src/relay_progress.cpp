@@ -104,6 +104,21 @@ RestartDecision DecideRestart(const std::vector<TailFrame>& newest_first, uint64
     return d;
   }
   d.covered_lsn = newest_first[completing].commit_lsn;
+  if (d.covered_lsn < slot_confirmed_lsn && !start.started_lsn.has_value()) {
+    // This flow never started a log, yet the directory holds one that ends before the slot's
+    // position: it was left by an earlier flow (drop_flow keeps the directory) or belongs to
+    // another one. Appending to it would put a hole inside one log.
+    d.kind = RestartDecision::Kind::kRefuse;
+    d.reason = "the log directory of flow \"" + flow + "\" already holds records (through " + Lsn(d.covered_lsn) +
+               ", offset " + std::to_string(newest_first[completing].offset) +
+               ") that this flow did not write: its slot starts at " + Lsn(slot_confirmed_lsn) +
+               ". It is the log of an earlier flow of the same name (drop_flow keeps the directory) or of "
+               "another flow.";
+    d.remedy = "move that directory away (or SELECT trellara.drop_flow('" + flow +
+               "', true) and create the flow again), then SELECT trellara.start_flow('" + flow +
+               "'); reseed the target if it followed the old log";
+    return d;
+  }
   if (d.covered_lsn < slot_confirmed_lsn) {
     d.kind = RestartDecision::Kind::kRefuse;
     d.reason = "the log of flow \"" + flow + "\" covers the source only through " + Lsn(d.covered_lsn) +

@@ -48,7 +48,6 @@ struct FlowSlot {
   uint32_t failing_xid;
   uint64_t failing_commit_lsn;
   int32_t failing_count;
-  int64_t starts;                // relay worker starts since the server started (restart count)
 };
 
 struct Board {

@@ -214,7 +214,6 @@ bool ClaimBoardSlot() {
   s->database = MyDatabaseId;
   s->state = FlowState::kStarting;
   s->started_at = GetCurrentTimestamp();
-  s->starts++;
   LWLockRelease(b->lock);
   board_slot = s;
   return true;

@@ -6,7 +6,8 @@ position (DESIGN §2 "continuity", issue 9 item 6), with a real server and relay
      copy taken earlier; the slot has since been confirmed past what the copy holds;
   2. log directory deleted while the flow is stopped;
   3. acknowledged frames lost: the last frames of the newest segment are cut off (and its
-     index, which is derived data, removed), so recovery sees a shorter log.
+     index, which is derived data, removed), so recovery sees a shorter log;
+  4. a left-over log: drop_flow keeps the directory, create_flow makes a new slot past its end.
 
 Each time, after start_flow: state 'error' in status(), last_error naming the gap (or the empty
 log) and the remedy, a critical relay_error row in check(), the slot not confirmed any further,
@@ -62,12 +63,12 @@ def expect_refusal(cluster, log_dir, label, needed, cut_from=None):
              lambda: cluster.query("SELECT state FROM trellara.status() WHERE flow = 'app'") == "error", 60)
     error = cluster.query("SELECT last_error FROM trellara.status() WHERE flow = 'app'")
     print(f"{label}: last_error: {error}")
-    for text in needed + ["reseed", "drop_flow('app', true)"]:
+    for text in needed + ["reseed" if "left-over" not in label else "start_flow", "drop_flow('app', true)"]:
         if text not in error:
             raise CaptureFailure(f"{label}: last_error does not say {text!r}: {error}")
     check = cluster.query("SELECT severity || '|' || remedy FROM trellara.check('app') WHERE \"check\" = 'relay_error'")
     print(f"{label}: check(): {check}")
-    if not check.startswith("critical|") or "reseed" not in check:
+    if not check.startswith("critical|") or "drop_flow('app', true)" not in check:
         raise CaptureFailure(f"{label}: check() has no critical relay_error row with the remedy: {check!r}")
     # A write after the refusal must not move the slot: nothing is confirmed past the hole.
     cluster.query("INSERT INTO t VALUES (100000, 'after refusal'); DELETE FROM t WHERE id = 100000")
@@ -137,6 +138,12 @@ def relay_refuses_a_log_behind_its_slot():
               f"index removed")
         expect_refusal(cluster, log_dir, "lost frames", ["covers the source only through", "confirmed to"],
                        cut_from=records)
+
+        # 4. A left-over log: the flow is dropped (its directory is kept) and created again with
+        # a new slot; the old log ends before the new slot's position.
+        cluster.query("SELECT trellara.drop_flow('app')")
+        cluster.query("SELECT trellara.create_flow('app', 'pub')")
+        expect_refusal(cluster, log_dir, "left-over log", ["that this flow did not write", "drop_flow('app', true)"])
         assert_no_backend_crashes(cluster)
     print("OK relay_refuses_a_log_behind_its_slot")
 

@@ -15,6 +15,7 @@ It must never leave a cluster running.
 """
 
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -72,10 +73,11 @@ def run_apply(config_path, what):
     result = subprocess.run([TRELLARA_BIN, "apply", "--config", config_path, "--until-caught-up"],
                             capture_output=True, text=True, timeout=900)
     seconds = time.monotonic() - started
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # largest child so far
     if result.returncode != 0:
         raise CaptureFailure(f"trellara apply of {what} exited {result.returncode}\nstdout: {result.stdout[-2000:]}\n"
                              f"stderr: {result.stderr[-2000:]}")
-    print(f"apply of {what}: {seconds:.1f}s")
+    print(f"apply of {what}: {seconds:.1f}s; largest child process so far (the appliers): {peak_kib} KiB")
 
 
 def rows_of_any_size_replicate():

@@ -11,6 +11,10 @@
 The design target is "within a second"; the asserted ceiling is STOP_CEILING_S (generous, so a
 loaded machine does not flake), and each measured time is printed. The worker is identified by
 its command line before it is signalled. It must never leave a cluster running.
+
+Negative control (run by hand, with StopIfRequested and UpdateProgress in worker.cpp made no-ops):
+the busy case fails — the worker took 7.3 s to exit and would have finished the whole transaction
+first, which the "commit marker not yet in the log" assertion also catches without any timing.
 """
 
 import glob

@@ -146,3 +146,14 @@ TEST_CASE("relay_failures_are_classified_retry_or_uncapturable", "[relay][restar
   CHECK(ClassifyRelayFailure("XX000", true, kPoisonTransactionFailures - 2) == K::kRetry);
   CHECK(ClassifyRelayFailure("XX000", true, kPoisonTransactionFailures - 1) == K::kUncapturable);
 }
+
+TEST_CASE("continuity_refuses_a_left_over_log_of_an_earlier_flow", "[relay][restart][continuity]") {
+  // A new flow (no log started) whose directory holds an old log ending before its slot.
+  std::vector<TailFrame> tail = {{30, kEnvelope, 0x5000}};
+  RestartDecision d = DecideRestart(tail, 0x9000, LogStartRecord{}, "app");
+  CHECK(d.kind == RestartDecision::Kind::kRefuse);
+  CHECK(d.reason.find("that this flow did not write") != std::string::npos);
+  CHECK(d.remedy.find("drop_flow('app', true)") != std::string::npos);
+  // A log from before log_started_lsn existed, ahead of the slot: resumed as before.
+  CHECK(DecideRestart(tail, 0x4000, LogStartRecord{}, "app").kind == RestartDecision::Kind::kResume);
+}

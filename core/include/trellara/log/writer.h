@@ -46,8 +46,11 @@ struct WriterOptions {
   uint64_t fsync_interval_us = 0;
 };
 
-// The last durable (acknowledged) record, for the relay's restart rule: transactions whose commit
-// LSN is <= commit_lsn are already in the log.
+// The last durable (acknowledged) record: its offset and the commit LSN in its frame header. That
+// LSN is NOT what the log covers when the record is a Chunk or a Manifest (a torn chunked
+// transaction at the tail): skipping re-decoded transactions through it would lose that one. The
+// relay's restart rule is core DecideRestart (relay_progress.h), which reads back to the last
+// completing frame.
 struct DurableTail {
   std::optional<uint64_t> offset;
   uint64_t commit_lsn = 0;
