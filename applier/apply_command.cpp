@@ -366,8 +366,8 @@ void Applier::CheckLogFlow(const log::LogRecord& record) {
 void Applier::CheckFlowOf(const TxIdentity& tx) {
   if (tx.flow == config_.flow_name) return;
   Fail("the log at " + config_.log_directory + " (flow.log_directory in " + config_.path + ") belongs to flow " +
-       tx.flow + ", not to flow " + config_.flow_name + " (flow.name): " + DescribeTransaction(tx) +
-       " is flow " + tx.flow + "'s; nothing was applied. Point flow.log_directory at flow " + config_.flow_name +
+       tx.flow + ", not to flow " + config_.flow_name + " (flow.name): it holds " + DescribeTransaction(tx) +
+       "; nothing was applied. Point flow.log_directory at flow " + config_.flow_name +
        "'s log (trellara.flows.log_directory on the source), or set flow.name = \"" + tx.flow + "\" if this is "
        "that flow's configuration");
 }
