@@ -86,8 +86,9 @@ ContinuityDecision DecideContinuity(const ContinuityFacts& f) {
               "between (the first offset it holds is " + std::to_string(f.log_first_offset) +
               (f.log_first_lsn ? ", its first transaction commits at " + FormatLsn(*f.log_first_lsn) : std::string()) +
               "); the target lost transactions that cannot be replayed (restored from a backup or failed over to a "
-              "lagging standby). Nothing was applied. Reseed the flow's tables on the target (trellara snapshot / "
-              "reseed), or restore a target backup at or past commit " +
+              "lagging standby). Nothing was applied. Reseed: copy the flow's tables to the target again from a "
+              "consistent source snapshot and start the flow afresh (trellara reseed is not built yet), or restore "
+              "a target backup whose origin progress is at or past commit " +
               (f.log_first_lsn ? FormatLsn(*f.log_first_lsn) : std::string("the log's first transaction"));
   return d;
 }
