@@ -297,6 +297,9 @@ uint64_t Applier::CheckContinuity(uint64_t consumer_offset) {
   // Negative control (tests only): an applier that acknowledges on read also trusts that
   // acknowledgement; the rewind would otherwise repair what the kill -9 scenario must catch.
   if (fault::Hit("defect.apply_ack_before_commit") == fault::Action::Defect) return consumer_offset;
+  // Negative control (tests only, TRELLARA_FAULTS=defect.apply_continuity_unchecked:1:defect): the
+  // consumer offset is trusted whatever the target holds, which the restored-target scenario must catch.
+  if (fault::Hit("defect.apply_continuity_unchecked") == fault::Action::Defect) return consumer_offset;
   auto scan = log::LogReader::Open(*device_, config_.log_directory);
   if (!scan) Fail("cannot open the log of flow " + config_.flow_name + " at " + config_.log_directory + ": " + scan.error().message);
   log::LogReader& r = **scan;

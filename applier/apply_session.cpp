@@ -59,6 +59,9 @@ void ThrowIfTransient(const PgResult& result, PgConnection& conn, const std::str
   if (result.ok()) return;
   const bool lost = conn.connection_lost();
   if (!IsTransientFailure(result.sqlstate(), lost)) return;
+  // Negative control (tests only, TRELLARA_FAULTS=defect.apply_transient_quarantined:1:defect): a
+  // transient failure is treated as the transaction's own, which the deadlock scenario must catch.
+  if (fault::Hit("defect.apply_transient_quarantined") == fault::Action::Defect) return;
   FailTransient(what + " failed on the target " + conn.Describe() + ": " + result.Describe() +
                     (lost ? "; the connection was lost" : ""),
                 result.sqlstate(), lost);

@@ -11,6 +11,9 @@ Real clusters and the real `trellara apply --until-caught-up`, one source + targ
   line (`event=rewind`, origin progress, consumer offset, where it rewinds to), re-reads the log from
   the first transaction past the origin progress and converges exactly (every transaction once).
   Negative side: the restore really lost those transactions (the ledger is short before the run).
+- negative_control_continuity_unchecked_is_caught: the same with
+  defect.apply_continuity_unchecked (the consumer offset trusted whatever the target holds) must
+  fail those checks.
 - target_behind_a_log_that_lost_its_early_segments_is_refused_with_the_gap: the same restore after
   the log rolled to a second segment and the first segment was deleted (the relay stopped; this
   branch has no retention yet, so the deletion simulates it): the applier exits 1 naming the origin
@@ -74,33 +77,62 @@ def dedup_rows(target):
     return int(target.query("SELECT count(*) FROM trellara.applied_transactions"))
 
 
+def restore_older_backup(pair):
+    """Applies 1 000 transactions, copies the stopped target, applies 1 000 more, puts the copy
+    back. Returns the consumer offset the log claims."""
+    first = run_ledger_workload(pair, 1000)
+    apply_until_caught_up(pair.config, 0)
+    backup = backup_target(pair)
+    second = run_ledger_workload(pair, 1000)
+    apply_until_caught_up(pair.config, 0)
+    offset = consumer_offset(pair.log_dir)
+    restore_target(pair, backup)
+    have = int(pair.target.query("SELECT count(*) FROM public.ledger"))
+    print(f"restored target: ledger {have} rows of {first + second}, origin progress "
+          f"{origin_progress(pair.target)}, consumer offset {offset}")
+    if have != first:
+        raise CaptureFailure(f"the restored target holds {have} ledger rows, expected the backup's {first}")
+    return offset
+
+
+def check_rewound_and_converged(pair, result, offset):
+    # The data first: that is what a target left behind loses (the negative control must fail here).
+    assert_same_data(pair.source, pair.target, LEDGER_TABLES, "after the rewind")
+    assert_each_transaction_applied_once(pair.target, pair.log_dir, "after the rewind")
+    assert_ledger_has_no_duplicate_effects(pair.target, "after the rewind")
+    rewind = [line for line in result.stderr.splitlines() if "event=rewind" in line]
+    print(f"rewind line: {rewind[0] if rewind else None}")
+    if not rewind or f"consumer_offset={offset}" not in rewind[0] or "rewind_to_offset=" not in rewind[0]:
+        raise CaptureFailure(f"no structured rewind line naming the consumer offset: {result.stderr[-2000:]}")
+
+
 def target_restored_from_an_older_backup_rewinds_and_converges():
     with FlowPair("cont-rewind", LEDGER_DDL, LEDGER_TABLES) as pair:
-        first = run_ledger_workload(pair, 1000)
-        apply_until_caught_up(pair.config, 0)
-        backup = backup_target(pair)
-        second = run_ledger_workload(pair, 1000)
-        apply_until_caught_up(pair.config, 0)
-        offset = consumer_offset(pair.log_dir)
-        restore_target(pair, backup)
-        have = int(pair.target.query("SELECT count(*) FROM public.ledger"))
-        print(f"restored target: ledger {have} rows of {first + second}, origin progress "
-              f"{origin_progress(pair.target)}, consumer offset {offset}")
-        if have != first:
-            raise CaptureFailure(f"the restored target holds {have} ledger rows, expected the backup's {first}")
-        result = apply_until_caught_up(pair.config, 0)
-        rewind = [line for line in result.stderr.splitlines() if "event=rewind" in line]
-        print(f"rewind line: {rewind[0] if rewind else None}")
-        if not rewind or f"consumer_offset={offset}" not in rewind[0] or "rewind_to_offset=" not in rewind[0]:
-            raise CaptureFailure(f"no structured rewind line naming the consumer offset: {result.stderr[-2000:]}")
-        assert_same_data(pair.source, pair.target, LEDGER_TABLES, "after the rewind")
-        assert_each_transaction_applied_once(pair.target, pair.log_dir, "after the rewind")
-        assert_ledger_has_no_duplicate_effects(pair.target, "after the rewind")
+        offset = restore_older_backup(pair)
+        check_rewound_and_converged(pair, apply_until_caught_up(pair.config, 0), offset)
         again = apply_until_caught_up(pair.config, 0)
         if "event=rewind" in again.stderr:
             raise CaptureFailure("a second run rewound again: " + again.stderr[-1000:])
         pair.check_no_crashes()
     print("ok: target_restored_from_an_older_backup_rewinds_and_converges")
+
+
+def negative_control_continuity_unchecked_is_caught():
+    """With defect.apply_continuity_unchecked the applier trusts its consumer offset whatever the
+    target holds: the restored-target scenario must fail (the target stays short)."""
+    with FlowPair("cont-negctl", LEDGER_DDL, LEDGER_TABLES) as pair:
+        offset = restore_older_backup(pair)
+        env = dict(os.environ, TRELLARA_FAULTS="defect.apply_continuity_unchecked:1:defect")
+        result = subprocess.run([TRELLARA_BIN, "apply", "--config", pair.config, "--until-caught-up"],
+                                capture_output=True, text=True, timeout=300, env=env)
+        try:
+            check_rewound_and_converged(pair, result, offset)
+        except CaptureFailure as caught:
+            print(f"negative control: exit {result.returncode}, caught: {str(caught).splitlines()[0][:300]}")
+        else:
+            raise CaptureFailure("negative control: without the continuity check the restored target converged "
+                                 "anyway — the scenario cannot catch that defect")
+    print("ok: negative_control_continuity_unchecked_is_caught")
 
 
 BIG_DDL = LEDGER_DDL + "CREATE TABLE public.big (id int PRIMARY KEY, payload text NOT NULL);\n"
@@ -182,6 +214,7 @@ def config_pointing_at_another_flows_log_is_refused():
 
 SCENARIOS = (config_pointing_at_another_flows_log_is_refused,
              target_restored_from_an_older_backup_rewinds_and_converges,
+             negative_control_continuity_unchecked_is_caught,
              target_behind_a_log_that_lost_its_early_segments_is_refused_with_the_gap)
 
 if __name__ == "__main__":

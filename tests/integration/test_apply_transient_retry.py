@@ -19,6 +19,9 @@ per scenario (FlowPair of test_apply_robustness.py, whose helpers are reused, no
   sleeping, and the local session's deadlock_timeout is an hour, so the applier is the one that
   detects the deadlock (40P01). The daemon retries (structured line, SQLSTATE 40P01), applies the
   transaction once the local session commits, and nothing is quarantined.
+- negative_control_transient_failure_quarantined_is_caught: the same deadlock with
+  defect.apply_transient_quarantined (a transient failure treated as the transaction's own, as
+  before issue 9) must fail those checks (it is quarantined).
 - status_shows_reconnecting_and_retrying_with_the_last_error: the target stopped (kept) while the
   daemon follows: `trellara status` (which cannot reach the target either) says `reconnecting`
   with the last error; started again, the daemon catches up. Then the target is made read-only
@@ -54,11 +57,11 @@ CONVERGE_TIMEOUT_S = 180
 class Daemon:
     """`trellara apply` following the log, our child; stderr to a file read while it runs."""
 
-    def __init__(self, pair):
+    def __init__(self, pair, env=None):
         self.err_path = os.path.join(pair.work.name, "apply.err")
         self.err = open(self.err_path, "w")
         self.proc = subprocess.Popen([TRELLARA_BIN, "apply", "--config", pair.config], stdout=subprocess.DEVNULL,
-                                     stderr=self.err, text=True)
+                                     stderr=self.err, text=True, env=env)
         self.pid = self.proc.pid
 
     def stderr(self):
@@ -225,66 +228,111 @@ def activity(cluster, application_name):
                          f"WHERE application_name = '{application_name}'")
 
 
+def provoke_deadlock(pair, env=None):
+    """Runs the deadlock between the applier and a local target transaction. Returns (daemon, local,
+    gate, outcome) once the applier has either logged a retry of the deadlock or quarantined it;
+    the local transaction is still open then (the caller commits it)."""
+    pair.target.psql(TARGET_TRIGGER)
+    # The test's advisory lock, held while the order of the row locks is set up.
+    gate = AsyncPsql(pair.target, "test-gate")
+    local = AsyncPsql(pair.target, "test-local")
+    gate.send(f"SELECT pg_advisory_lock({DEADLOCK_LOCK_KEY});")
+    wait_for("the gate session to hold the advisory lock", lambda: pair.target.query(
+        f"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = {DEADLOCK_LOCK_KEY} "
+        f"AND granted") == "1", 30)
+    pair.source.psql("BEGIN; UPDATE public.pair SET v = v + 1 WHERE id = 1; "
+                     "INSERT INTO public.filler SELECT g, 'filler ' || g FROM generate_series(1, 1100) g; "
+                     "UPDATE public.pair SET v = v + 10 WHERE id = 2; COMMIT;")
+    wait_log_covers_source(pair.source)
+    daemon = Daemon(pair, env)
+    # 1. The applier has updated row 1 and waits for the gate (advisory lock).
+    wait_for("the applier to hold row 1 and wait for the test's advisory lock",
+             lambda: activity(pair.target, "trellara/app").endswith("|Lock|advisory"), 120, 0.05)
+    # 2. The local transaction takes row 2, then waits for row 1 (held by the applier).
+    local.send("SET deadlock_timeout = '1h'; BEGIN; UPDATE public.pair SET v = v WHERE id = 2; "
+               "UPDATE public.pair SET v = v WHERE id = 1;")
+    wait_for("the local transaction to hold row 2 and wait for row 1",
+             lambda: activity(pair.target, "test-local").endswith("|Lock|transactionid"), 60, 0.05)
+    # 3. The applier goes on to row 2, held by the local transaction: a deadlock the applier
+    # detects (its deadlock_timeout is the server's 1 s; the local one's is an hour).
+    gate.send(f"SELECT pg_advisory_unlock({DEADLOCK_LOCK_KEY});")
+
+    def outcome():
+        if any("sqlstate=40P01" in line for line in daemon.retry_lines()):
+            return "retried"
+        if pair.target.query("SELECT count(*) FROM trellara.quarantine") != "0":
+            return "quarantined"
+        return None
+    result = wait_for("the applier to retry or quarantine the deadlocked transaction", outcome, 120, 0.1)
+    # 4. The local transaction got row 1 when the applier rolled back.
+    wait_for("the local transaction to finish its UPDATE of row 1",
+             lambda: activity(pair.target, "test-local").startswith("idle in transaction"), 60, 0.05)
+    return daemon, local, gate, result
+
+
+def check_deadlock_retried(pair, daemon, local, outcome):
+    """The clean outcome: retried (structured line), not quarantined while the local transaction
+    was open, applied exactly once after it committed."""
+    quarantined = pair.target.query("SELECT count(*) FROM trellara.quarantine")
+    local.send("COMMIT;")
+    if outcome != "retried" or quarantined != "0":
+        raise CaptureFailure(f"the deadlocked transaction was {outcome} ({quarantined} quarantine rows): "
+                             + pair.target.query("SELECT xid, reason, sqlstate FROM trellara.quarantine"))
+    wait_converged(pair, daemon, "after the deadlock")
+    line = next(line for line in daemon.retry_lines() if "sqlstate=40P01" in line)
+    print(f"retry line: {line[:400]}")
+    if "kind=deadlock_detected" not in line or "state=retrying" not in line:
+        raise CaptureFailure(f"the retry line does not name the deadlock: {line}")
+    for t in DEADLOCK_TABLES:
+        digest = f"SELECT count(*), md5(string_agg(x::text, ',' ORDER BY x::text)) FROM {t} x"
+        if pair.source.query(digest) != pair.target.query(digest):
+            raise CaptureFailure(f"{t} differs after the deadlock retry")
+    if pair.target.query("SELECT v FROM public.pair ORDER BY id") != "1\n10":
+        raise CaptureFailure("the deadlocked transaction was not applied exactly once")
+    assert_each_transaction_applied_once(pair.target, pair.log_dir, "after the deadlock")
+
+
 def deadlock_with_a_local_target_transaction_is_retried_and_applied():
     with FlowPair("retry-deadlock", DEADLOCK_DDL, DEADLOCK_TABLES) as pair:
-        pair.target.psql(TARGET_TRIGGER)
-        # The test's advisory lock, held while the order of the row locks is set up.
-        gate = AsyncPsql(pair.target, "test-gate")
-        local = AsyncPsql(pair.target, "test-local")
-        daemon = None
+        daemon = local = gate = None
         try:
-            gate.send(f"SELECT pg_advisory_lock({DEADLOCK_LOCK_KEY});")
-            wait_for("the gate session to hold the advisory lock", lambda: pair.target.query(
-                f"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = {DEADLOCK_LOCK_KEY} "
-                f"AND granted") == "1", 30)
-            pair.source.psql("BEGIN; UPDATE public.pair SET v = v + 1 WHERE id = 1; "
-                             "INSERT INTO public.filler SELECT g, 'filler ' || g FROM generate_series(1, 1100) g; "
-                             "UPDATE public.pair SET v = v + 10 WHERE id = 2; COMMIT;")
-            wait_log_covers_source(pair.source)
-            daemon = Daemon(pair)
-            # 1. The applier has updated row 1 and waits for the gate (advisory lock).
-            wait_for("the applier to hold row 1 and wait for the test's advisory lock",
-                     lambda: activity(pair.target, "trellara/app").endswith("|Lock|advisory"), 120, 0.05)
-            # 2. The local transaction takes row 2, then waits for row 1 (held by the applier).
-            local.send("SET deadlock_timeout = '1h'; BEGIN; UPDATE public.pair SET v = v WHERE id = 2; "
-                       "UPDATE public.pair SET v = v WHERE id = 1;")
-            wait_for("the local transaction to hold row 2 and wait for row 1",
-                     lambda: activity(pair.target, "test-local").endswith("|Lock|transactionid"), 60, 0.05)
-            # 3. The applier goes on to row 2, held by the local transaction: a deadlock the applier
-            # detects (its deadlock_timeout is the server's 1 s; the local one's is an hour).
-            gate.send(f"SELECT pg_advisory_unlock({DEADLOCK_LOCK_KEY});")
-            wait_for("the applier to log a retry of the deadlock",
-                     lambda: any("sqlstate=40P01" in line for line in daemon.retry_lines()), 120, 0.1)
-            # 4. The local transaction got row 1 when the applier rolled back; it commits.
-            wait_for("the local transaction to finish its UPDATE of row 1",
-                     lambda: activity(pair.target, "test-local").startswith("idle in transaction"), 60, 0.05)
-            quarantined = pair.target.query("SELECT count(*) FROM trellara.quarantine")
-            local.send("COMMIT;")
-            wait_converged(pair, daemon, "after the deadlock")
-            line = next(line for line in daemon.retry_lines() if "sqlstate=40P01" in line)
-            print(f"retry line: {line[:400]}")
-            if "kind=deadlock_detected" not in line or "state=retrying" not in line:
-                raise CaptureFailure(f"the retry line does not name the deadlock: {line}")
-            if quarantined != "0":
-                raise CaptureFailure(f"the deadlock was quarantined ({quarantined} rows) while the local "
-                                     f"transaction was open")
-            for t in DEADLOCK_TABLES:
-                if pair.source.query(f"SELECT count(*), md5(string_agg(x::text, ',' ORDER BY x::text)) FROM {t} x") != \
-                        pair.target.query(f"SELECT count(*), md5(string_agg(x::text, ',' ORDER BY x::text)) FROM {t} x"):
-                    raise CaptureFailure(f"{t} differs after the deadlock retry")
-            if pair.target.query("SELECT v FROM public.pair ORDER BY id") != "1\n10":
-                raise CaptureFailure("the deadlocked transaction was not applied exactly once")
-            assert_each_transaction_applied_once(pair.target, pair.log_dir, "after the deadlock")
+            daemon, local, gate, outcome = provoke_deadlock(pair)
+            check_deadlock_retried(pair, daemon, local, outcome)
             code = daemon.stop()
             if code != 0:
                 raise CaptureFailure(f"the daemon exited {code} on SIGTERM, expected 0")
         finally:
+            for session in (local, gate):
+                if session is not None:
+                    session.close()
             if daemon is not None and daemon.proc.poll() is None:
                 daemon.stop()
-            local.close()
-            gate.close()
         pair.check_no_crashes()
     print("ok: deadlock_with_a_local_target_transaction_is_retried_and_applied")
+
+
+def negative_control_transient_failure_quarantined_is_caught():
+    """With defect.apply_transient_quarantined a transient failure is treated as the transaction's
+    own (what the applier did before issue 9): the same deadlock must fail the checks above."""
+    with FlowPair("retry-negdeadlock", DEADLOCK_DDL, DEADLOCK_TABLES) as pair:
+        daemon = local = gate = None
+        try:
+            env = dict(os.environ, TRELLARA_FAULTS="defect.apply_transient_quarantined:1:defect")
+            daemon, local, gate, outcome = provoke_deadlock(pair, env)
+            try:
+                check_deadlock_retried(pair, daemon, local, outcome)
+            except CaptureFailure as caught:
+                print(f"negative control: caught: {str(caught).splitlines()[0][:300]}")
+            else:
+                raise CaptureFailure("negative control: with transient failures quarantined the deadlock scenario "
+                                     "passed anyway — it cannot catch that defect")
+        finally:
+            for session in (local, gate):
+                if session is not None:
+                    session.close()
+            if daemon is not None and daemon.proc.poll() is None:
+                daemon.stop()
+    print("ok: negative_control_transient_failure_quarantined_is_caught")
 
 
 def status_shows_reconnecting_and_retrying_with_the_last_error():
@@ -367,6 +415,7 @@ def source_restart_while_daemon_runs_converges():
 
 
 SCENARIOS = (deadlock_with_a_local_target_transaction_is_retried_and_applied,
+             negative_control_transient_failure_quarantined_is_caught,
              target_immediate_restart_while_daemon_applies_converges,
              status_shows_reconnecting_and_retrying_with_the_last_error,
              source_restart_while_daemon_runs_converges)
