@@ -78,7 +78,7 @@ class Applier {
   // ---- apply_command.cpp: the log, the loop and its retries ------------------------------
   void OpenLog();
   void ResumeLog();
-  uint64_t CheckContinuity(uint64_t consumer_offset);
+  uint64_t CheckContinuity(std::optional<uint64_t> recorded_offset);
   void CheckLogFlow(const log::LogRecord& record);
   void CheckFlowOf(const TxIdentity& tx);
   bool RecoverFrom(TransientFailure failure);

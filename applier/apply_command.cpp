@@ -272,7 +272,10 @@ void Applier::ResumeLog() {
   reader_ = std::move(reader.value());
   auto offsets = log::ReadConsumerOffsets(*device_, config_.log_directory);
   if (!offsets) Fail("cannot read the consumer offsets of " + config_.log_directory + ": " + offsets.error().message);
-  if (auto it = offsets->find(kConsumerName); it != offsets->end()) {
+  const auto it = offsets->find(kConsumerName);
+  if (it == offsets->end()) {
+    CheckContinuity(std::nullopt);  // a first run: only whose log this is
+  } else {
     const uint64_t resume = CheckContinuity(it->second);
     Status seek = reader_->Seek(resume);
     if (!seek.ok())
@@ -293,7 +296,9 @@ void Applier::ResumeLog() {
 // Continuity (DESIGN §2): the target's origin progress must not be behind what the consumer
 // offset claims. Reads the facts from the log and the target; core DecideContinuity decides.
 // Returns the offset to resume from (the consumer offset, or where it rewinds); refuses otherwise.
-uint64_t Applier::CheckContinuity(uint64_t consumer_offset) {
+// Without a recorded offset (a first run) it only checks that the log is this flow's.
+uint64_t Applier::CheckContinuity(std::optional<uint64_t> recorded_offset) {
+  const uint64_t consumer_offset = recorded_offset.value_or(0);
   // Negative control (tests only): an applier that acknowledges on read also trusts that
   // acknowledgement; the rewind would otherwise repair what the kill -9 scenario must catch.
   if (fault::Hit("defect.apply_ack_before_commit") == fault::Action::Defect) return consumer_offset;
@@ -322,6 +327,7 @@ uint64_t Applier::CheckContinuity(uint64_t consumer_offset) {
     facts.log_first_lsn = record->commit_lsn;
     break;
   }
+  if (!recorded_offset) return facts.log_first_offset;
   for (uint64_t o = consumer_offset; o > facts.log_first_offset;) {
     auto record = read_at(--o);
     if (!record) break;

@@ -186,6 +186,9 @@ FlowStatus ReadStatus(const FlowConfig& config, const std::string& config_path) 
     }
   }
   }  // target
+  // The target's lock table cannot say whether an applier runs when the target is down; a live
+  // writer of the state file can.
+  if (!target && s.applier_state) s.applier_running = true;
   s.log = ReadLogProgress(config);
 
   ApplyStatusFacts facts;

@@ -197,6 +197,7 @@ def config_pointing_at_another_flows_log_is_refused():
                  lambda: any(n.startswith("segment-") and os.path.getsize(os.path.join(other_log, n)) > 0
                              for n in os.listdir(other_log)), 60)
         progress, rows = origin_progress(pair.target), dedup_rows(pair.target)
+        status_row = pair.target.query("SELECT state, updated_at FROM trellara.apply_status WHERE flow = 'app'")
         wrong = os.path.join(pair.work.name, "wrong.toml")
         with open(wrong, "w") as out:
             out.write(f'[flow]\nname = "app"\nlog_directory = "{other_log}"\n\n'
@@ -208,6 +209,8 @@ def config_pointing_at_another_flows_log_is_refused():
             raise CaptureFailure(f"the refusal does not name both flows and the directory: {message}")
         if origin_progress(pair.target) != progress or dedup_rows(pair.target) != rows:
             raise CaptureFailure("another flow's log was applied to the target")
+        if pair.target.query("SELECT state, updated_at FROM trellara.apply_status WHERE flow = 'app'") != status_row:
+            raise CaptureFailure("the refused run wrote the flow's apply status on the target")
         pair.check_no_crashes()
     print("ok: config_pointing_at_another_flows_log_is_refused")
 
