@@ -30,6 +30,7 @@
 #include "trellara/apply_decision.h"
 #include "trellara/apply_pipeline.h"
 #include "trellara/apply_plan.h"
+#include "trellara/apply_retry.h"
 #include "trellara/barrier.h"
 #include "trellara/log/consumer_lock.h"
 #include "trellara/log/reader.h"
@@ -66,8 +67,14 @@ class Applier {
   void Run();
 
  private:
-  // ---- apply_command.cpp: the log and the loop -------------------------------------------
+  // ---- apply_command.cpp: the log, the loop and its retries ------------------------------
   void OpenLog();
+  void ResumeLog();
+  uint64_t CheckContinuity(std::optional<uint64_t> recorded_offset);
+  void CheckLogFlow(const log::LogRecord& record);
+  void CheckFlowOf(const TxIdentity& tx);
+  bool RecoverFrom(TransientFailure failure);
+  void WriteStateFile(const std::string& state, const std::string& last_error, const std::string& sqlstate);
   void WriteOffset(bool force);
   [[noreturn]] void BarrierFailed(const BarrierFailure& failure);
   void Loop();
@@ -113,6 +120,12 @@ class Applier {
   uint64_t unwritten_transactions_ = 0;
   Clock::time_point last_offset_write_;
   ApplyProgress progress_;
+  // Retries (issue 9 item 3): the backoff, the series of failures it counts, and the progress
+  // figure at the last failure (progress since then starts a new series).
+  RetryBackoff backoff_;
+  std::string retry_since_;
+  uint64_t done_at_last_failure_ = UINT64_MAX;
+  bool flow_checked_ = false;  // a record of the log was found to be this flow's
 };
 
 }  // namespace trellara::cli::apply

@@ -12,11 +12,24 @@
 // session may commit with synchronous_commit = off (the default, as native logical replication's
 // apply worker does) and a target crash still loses nothing the log no longer holds. It never
 // passes the first frame of an open chunked transaction (TransactionBarrier::RetainFromOffset).
+//
+// Transient failures (core IsTransientFailure: deadlock, serialization failure, timeouts, cancel,
+// shutdown, a lost connection, a read-only target...) are thrown as TransientFailure from wherever
+// they happen and caught here, at the level of the loop (Run/RecoverFrom): the session is dropped
+// (the server rolls back, the origin setup ends with it), the applier backs off (core
+// RetryBackoff), reconnects, re-checks continuity and resumes reading from the consumer offset —
+// the dedup rows make re-reading what was already committed safe. Never quarantined. Each retry is
+// one structured line on stderr and the state file consumers/.applier.state (trellara status).
 #include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
 #include <memory>
 #include <string>
 #include <thread>
@@ -24,6 +37,7 @@
 #include "applier.h"
 #include "commands.h"
 #include "config.h"
+#include "trellara/codec.h"
 #include "trellara/fault.h"
 #include "trellara/log/consumer_offsets.h"
 #include "trellara/log/retention.h"
@@ -40,6 +54,39 @@ namespace {
 constexpr uint64_t kOffsetWriteEveryTransactions = 512;
 constexpr auto kOffsetWriteInterval = std::chrono::seconds(1);
 constexpr auto kTailPollInterval = std::chrono::milliseconds(200);
+
+// --until-caught-up retries a transient failure on a live target at most this many times, then
+// ends with exit 1 and the last error; a lost connection ends it at once (a one-shot run is
+// rerun by whoever scheduled it; following a restarting target is the daemon's job).
+constexpr uint32_t kUntilCaughtUpAttemptsMax = 5;
+// The applier's state for `trellara status` (consumers/: names starting with '.' are not
+// consumer offsets).
+constexpr const char* kStateFile = "consumers/.applier.state";
+
+std::string UtcNow() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buffer;
+}
+
+// The jitter of the backoff: TRELLARA_RETRY_SEED reproduces it, otherwise pid and time.
+uint64_t RetrySeed() {
+  if (const char* seed = std::getenv("TRELLARA_RETRY_SEED")) return std::strtoull(seed, nullptr, 10);
+  return (static_cast<uint64_t>(getpid()) << 32) ^ static_cast<uint64_t>(std::time(nullptr));
+}
+
+bool IsTransactionRecord(uint8_t type) {
+  const auto t = static_cast<log::RecordType>(type);
+  return t == log::RecordType::kEnvelope || t == log::RecordType::kChunk || t == log::RecordType::kManifest ||
+         t == log::RecordType::kCommitMarker;
+}
+bool IsTransactionEnd(uint8_t type) {
+  const auto t = static_cast<log::RecordType>(type);
+  return t == log::RecordType::kEnvelope || t == log::RecordType::kCommitMarker;
+}
 
 volatile std::sig_atomic_t g_stop_requested = 0;
 extern "C" void OnStopSignal(int) { g_stop_requested = 1; }
@@ -58,7 +105,11 @@ void InstallStopHandlers() {
 bool StopRequested() { return g_stop_requested != 0; }
 
 Applier::Applier(FlowConfig config, bool until_caught_up)
-    : config_(std::move(config)), until_caught_up_(until_caught_up), session_(config_), progress_(config_.flow_name) {}
+    : config_(std::move(config)),
+      until_caught_up_(until_caught_up),
+      session_(config_),
+      progress_(config_.flow_name),
+      backoff_(BackoffPolicy{}, RetrySeed()) {}
 
 void Applier::Run() {
   auto device = log::OpenUringDevice();
@@ -75,7 +126,95 @@ void Applier::Run() {
   conn_ = &session_.conn();
   OpenLog();
   WriteStatus("running", "");
-  Loop();
+  WriteStateFile("running", "", "");
+  for (;;) {
+    try {
+      Loop();
+      return;
+    } catch (const TransientFailure& failure) {
+      if (!RecoverFrom(failure)) return;  // stopped while waiting
+    }
+  }
+}
+
+// A transient failure: drop the session, back off, reconnect, resume from the consumer offset.
+// Returns false when a stop signal arrived while waiting (the command then ends with exit 0).
+bool Applier::RecoverFrom(TransientFailure failure) {
+  const uint64_t done = counters_.applied + counters_.skipped_duplicates;
+  if (done != done_at_last_failure_) {  // progress since the last failure: a new series
+    backoff_.Reset();
+    retry_since_ = UtcNow();
+    done_at_last_failure_ = done;
+  }
+  for (;;) {
+    session_.Disconnect();
+    conn_ = nullptr;
+    const uint64_t wait_ms = backoff_.NextDelayMs();
+    const std::string state = failure.connection_lost ? "reconnecting" : "retrying";
+    if (until_caught_up_ && (failure.connection_lost || backoff_.attempt() > kUntilCaughtUpAttemptsMax)) {
+      WriteStateFile("failed", failure.what(), failure.sqlstate);
+      throw CommandFailed(std::string(failure.what()) +
+                              (failure.connection_lost
+                                   ? "; --until-caught-up does not reconnect: rerun trellara apply, it resumes "
+                                     "exactly once (without --until-caught-up it reconnects by itself)"
+                                   : "; still failing after " + std::to_string(kUntilCaughtUpAttemptsMax) +
+                                         " retries: rerun trellara apply once the target can take it"),
+                          1);
+    }
+    std::string quoted = failure.what();
+    for (auto& c : quoted)
+      if (c == '"' || c == '\n') c = '\'';
+    std::cerr << "apply flow=" << config_.flow_name << " event=retry state=" << state
+              << " sqlstate=" << (failure.sqlstate.empty() ? "none" : failure.sqlstate)
+              << " kind=" << TransientName(failure.sqlstate) << " attempt=" << backoff_.attempt()
+              << " next_wait_ms=" << wait_ms << " since=" << retry_since_ << " consumer_offset=" << written_offset_
+              << " error=\"" << quoted << "\"" << std::endl;
+    WriteStateFile(state, failure.what(), failure.sqlstate);
+    for (const auto until = Clock::now() + std::chrono::milliseconds(wait_ms); Clock::now() < until;) {
+      if (StopRequested()) {
+        WriteStateFile("stopped", failure.what(), failure.sqlstate);
+        progress_.Print("stopped", counters_, Figures(false));
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    try {
+      session_.Connect(true);
+      conn_ = &session_.conn();
+      ResumeLog();
+      WriteStatus("running", failure.what());
+      WriteStateFile("running", failure.what(), failure.sqlstate);
+      std::cerr << "apply flow=" << config_.flow_name << " event=resumed attempt=" << backoff_.attempt()
+                << " consumer_offset=" << written_offset_ << std::endl;
+      return true;
+    } catch (const TransientFailure& again) {
+      failure = again;
+    }
+  }
+}
+
+// consumers/.applier.state, replaced atomically (write, rename): what `trellara status` shows
+// while the target cannot answer. Best effort: the applier's work never depends on it.
+void Applier::WriteStateFile(const std::string& state, const std::string& last_error, const std::string& sqlstate) {
+  nlohmann::ordered_json j;
+  j["state"] = state;
+  j["pid"] = static_cast<int64_t>(getpid());
+  j["last_error"] = last_error;
+  j["sqlstate"] = sqlstate;
+  j["attempt"] = state == "retrying" || state == "reconnecting" || state == "failed" ? backoff_.attempt() : 0;
+  j["since"] = retry_since_;
+  j["updated_at"] = UtcNow();
+  const std::string path = config_.log_directory + "/" + kStateFile;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << j.dump() << "\n";
+    if (!out) {
+      std::cerr << "trellara: warning: cannot write " << tmp << "\n";
+      return;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) std::cerr << "trellara: warning: cannot replace " << path << "\n";
 }
 
 void Applier::WriteStatus(const std::string& state, const std::string& last_error) {
@@ -103,22 +242,8 @@ void Applier::OpenLog() {
   // Registers consumer "applier" (so the relay retains from here on); refuses one marked lost.
   if (Status registered = log::RegisterConsumer(*device_, config_.log_directory, kConsumerName); !registered.ok())
     Fail(registered.error().message);
-  auto reader = log::LogReader::Open(*device_, config_.log_directory);
-  if (!reader)
-    Fail("cannot open the log of flow " + config_.flow_name + " at " + config_.log_directory + " (flow.log_directory): " +
-         reader.error().message);
-  reader_ = std::move(reader.value());
-  auto offsets = log::ReadConsumerOffsets(*device_, config_.log_directory);
-  if (!offsets) Fail("cannot read the consumer offsets of " + config_.log_directory + ": " + offsets.error().message);
-  if (auto it = offsets->find(kConsumerName); it != offsets->end()) {
-    Status seek = reader_->Seek(it->second);
-    if (!seek.ok())
-      Fail("cannot resume flow " + config_.flow_name + " at its consumer offset " + std::to_string(it->second) +
-           " (" + config_.log_directory + "/consumers/" + kConsumerName + "): " + seek.error().message);
-  }
-  written_offset_ = reader_->next_offset();
+  ResumeLog();
   start_offset_ = written_offset_;
-  pipeline_ = ApplyPipeline(start_offset_, PipelineLimits{kBatchMaxTransactions, kBatchMaxStatements});
   if (until_caught_up_) {
     // --until-caught-up applies what is durable now, not what the source writes meanwhile: a
     // source faster than the applier must not keep the command from ending.
@@ -130,6 +255,131 @@ void Applier::OpenLog() {
   }
   // Fault point (tests): `stall` here lets the source write past the end the run will stop at.
   fault::Hit("apply.after_log_opened");
+}
+
+// (Re)opens the log at the consumer offset — or where continuity says (CheckContinuity) — with
+// nothing of a previous session kept: whatever was read and not recorded in the consumer offset
+// is read again, and its dedup rows make it SkipDuplicate where it committed.
+void Applier::ResumeLog() {
+  chunk_reader_.reset();
+  barrier_ = TransactionBarrier();
+  expects_.clear();
+  unwritten_transactions_ = 0;
+  auto reader = log::LogReader::Open(*device_, config_.log_directory);
+  if (!reader)
+    Fail("cannot open the log of flow " + config_.flow_name + " at " + config_.log_directory + " (flow.log_directory): " +
+         reader.error().message);
+  reader_ = std::move(reader.value());
+  auto offsets = log::ReadConsumerOffsets(*device_, config_.log_directory);
+  if (!offsets) Fail("cannot read the consumer offsets of " + config_.log_directory + ": " + offsets.error().message);
+  const auto it = offsets->find(kConsumerName);
+  if (it == offsets->end()) {
+    CheckContinuity(std::nullopt);  // a first run: only whose log this is
+  } else {
+    const uint64_t resume = CheckContinuity(it->second);
+    Status seek = reader_->Seek(resume);
+    if (!seek.ok())
+      Fail("cannot resume flow " + config_.flow_name + " at its consumer offset " + std::to_string(resume) +
+           " (" + config_.log_directory + "/consumers/" + kConsumerName + "): " + seek.error().message);
+    if (resume != it->second) {
+      // Recorded at once, so that nothing (a crash, retention) relies on the old claim.
+      Status written = log::WriteConsumerOffset(*device_, config_.log_directory, kConsumerName, resume);
+      if (!written.ok())
+        Fail("cannot rewind the consumer offset of flow " + config_.flow_name + " to " + std::to_string(resume) +
+             " in " + config_.log_directory + "/consumers/" + kConsumerName + ": " + written.error().message);
+    }
+  }
+  written_offset_ = reader_->next_offset();
+  // Whatever was read or in flight before is read again from here (dedup decides what is done).
+  pipeline_ = ApplyPipeline(written_offset_, PipelineLimits{kBatchMaxTransactions, kBatchMaxStatements});
+}
+
+// Continuity (DESIGN §2): the target's origin progress must not be behind what the consumer
+// offset claims. Reads the facts from the log and the target; core DecideContinuity decides.
+// Returns the offset to resume from (the consumer offset, or where it rewinds); refuses otherwise.
+// Without a recorded offset (a first run) it only checks that the log is this flow's.
+uint64_t Applier::CheckContinuity(std::optional<uint64_t> recorded_offset) {
+  const uint64_t consumer_offset = recorded_offset.value_or(0);
+  // Negative control (tests only): an applier that acknowledges on read also trusts that
+  // acknowledgement; the rewind would otherwise repair what the kill -9 scenario must catch.
+  if (fault::Hit("defect.apply_ack_before_commit") == fault::Action::Defect) return consumer_offset;
+  // Negative control (tests only, TRELLARA_FAULTS=defect.apply_continuity_unchecked:1:defect): the
+  // consumer offset is trusted whatever the target holds, which the restored-target scenario must catch.
+  if (fault::Hit("defect.apply_continuity_unchecked") == fault::Action::Defect) return consumer_offset;
+  auto scan = log::LogReader::Open(*device_, config_.log_directory);
+  if (!scan) Fail("cannot open the log of flow " + config_.flow_name + " at " + config_.log_directory + ": " + scan.error().message);
+  log::LogReader& r = **scan;
+  auto read_at = [&](uint64_t offset) -> std::optional<log::LogRecord> {
+    if (!r.Seek(offset).ok()) return std::nullopt;
+    auto next = r.Next();
+    if (!next || !*next) return std::nullopt;
+    return std::move(**next);
+  };
+  ContinuityFacts facts;
+  facts.flow = config_.flow_name;
+  facts.consumer_offset = consumer_offset;
+  facts.log_first_offset = r.next_offset();
+  // The first transaction record the log holds: its flow must be ours, and its LSN bounds the gap.
+  for (uint64_t o = facts.log_first_offset;; o++) {
+    auto record = read_at(o);
+    if (!record) break;
+    if (!IsTransactionRecord(record->type)) continue;
+    CheckLogFlow(*record);
+    facts.log_first_lsn = record->commit_lsn;
+    break;
+  }
+  if (!recorded_offset) return facts.log_first_offset;
+  for (uint64_t o = consumer_offset; o > facts.log_first_offset;) {
+    auto record = read_at(--o);
+    if (!record) break;
+    if (IsTransactionEnd(record->type)) {
+      facts.claimed_lsn = record->commit_lsn;
+      break;
+    }
+  }
+  if (!facts.claimed_lsn) return consumer_offset;
+  facts.origin_progress_lsn = session_.FlushedProgress();
+  if (*facts.claimed_lsn <= facts.origin_progress_lsn) return consumer_offset;
+  if (r.Seek(facts.log_first_offset).ok()) {
+    while (r.next_offset() < consumer_offset) {
+      auto next = r.Next();
+      if (!next || !*next) break;
+      if (IsTransactionRecord((*next)->type) && (*next)->commit_lsn > facts.origin_progress_lsn) {
+        facts.first_offset_after_progress = (*next)->offset;
+        break;
+      }
+    }
+  }
+  const ContinuityDecision decision = DecideContinuity(facts);
+  switch (decision.action) {
+    case ContinuityAction::Continue:
+      return consumer_offset;
+    case ContinuityAction::Rewind:
+      std::cerr << decision.message << std::endl;
+      return decision.rewind_to_offset;
+    case ContinuityAction::Refuse:
+      break;
+  }
+  WriteStateFile("refused", decision.message, "");
+  Fail(decision.message);
+}
+
+// A configuration pointing at another flow's log: refused before anything is applied.
+void Applier::CheckLogFlow(const log::LogRecord& record) {
+  if (flow_checked_) return;
+  auto decoded = DecodeRecord(std::span<const uint8_t>(record.payload.data(), record.payload.size()));
+  if (!decoded) return;  // the barrier reports an undecodable record with its offset
+  CheckFlowOf(TxOf(*decoded));
+  flow_checked_ = true;
+}
+
+void Applier::CheckFlowOf(const TxIdentity& tx) {
+  if (tx.flow == config_.flow_name) return;
+  Fail("the log at " + config_.log_directory + " (flow.log_directory in " + config_.path + ") belongs to flow " +
+       tx.flow + ", not to flow " + config_.flow_name + " (flow.name): it holds " + DescribeTransaction(tx) +
+       "; nothing was applied. Point flow.log_directory at flow " + config_.flow_name +
+       "'s log (trellara.flows.log_directory on the source), or set flow.name = \"" + tx.flow + "\" if this is "
+       "that flow's configuration");
 }
 
 // Records the consumer offset: as far as the target has durably committed (core
@@ -202,6 +452,7 @@ void Applier::Loop() {
       if (until_caught_up_) break;
       if (!at_tail_reported) {
         WriteStatus("caught_up", "");
+        WriteStateFile("caught_up", "", "");
         at_tail_reported = true;
       }
       if (progress_.tty()) progress_.Show(counters_, [&] { return Figures(true); });
@@ -217,6 +468,7 @@ void Applier::Loop() {
       if (Pump(true) == Outcome::Stopped) break;  // everything before the failure is applied first
       BarrierFailed(barrier_.failure().value_or(BarrierFailure{std::nullopt, record.offset, fed.error().message}));
     }
+    if (fed && *fed) CheckFlowOf((*fed)->tx);  // a log of two flows is not applied either
     // Everything below `retain` is finished with once what it holds is applied.
     const uint64_t retain = barrier_.RetainFromOffset().value_or(record.offset + 1);
     if (*fed && (*fed)->envelope) {
@@ -241,6 +493,7 @@ void Applier::Loop() {
     std::cerr << "trellara: " << DescribeTransaction(open.tx) << " is still being written to the log (first offset "
               << open.first_offset << ", " << open.chunks_received << " chunks so far); it is applied by the next run\n";
   WriteStatus(stopped ? "stopped" : "caught_up", "");
+  WriteStateFile(stopped ? "stopped" : "caught_up", "", "");
   progress_.Print(stopped ? "stopped" : "caught_up", counters_, Figures(false));
 }
 

@@ -61,6 +61,8 @@ void Applier::SendBatch() {
   if (!pipeline_.BatchSendsStatements()) return;  // only duplicates, or the front goes alone
 
   auto queued = [&](Status st) {
+    if (!st.ok() && conn_->connection_lost())
+      FailTransient(st.error().message + " (flow " + config_.flow_name + ", target " + conn_->Describe() + ")", "", true);
     if (!st.ok())
       Fail(st.error().message + " (flow " + config_.flow_name + ", target " + conn_->Describe() +
            "); rerun trellara apply: the dedup rows make it resume exactly once");
@@ -117,14 +119,16 @@ void Applier::CollectBatch() {
     for (const Expect& expect : expects_) {
       auto next = conn_->NextResult();
       if (!next.result.ok() && !next.aborted && conn_->connection_lost())
-        Fail("lost the connection to the target " + conn_->Describe() + " while applying a batch starting at " +
+        FailTransient("lost the connection to the target " + conn_->Describe() + " while applying a batch starting at " +
              DescribeTransaction(first) + " (" + next.result.Describe() +
              "); transactions of it may or may not have committed: rerun trellara apply, the dedup rows "
-             "make it resume exactly once");
+             "make it resume exactly once",
+             next.result.sqlstate(), true);
       if (next.sync || next.missing)
-        Fail("the target's answers to the batch starting at " + DescribeTransaction(first) +
+        FailTransient("the target's answers to the batch starting at " + DescribeTransaction(first) +
              " ended before every queued statement was answered (flow " + config_.flow_name + ", " +
-             next.result.Describe() + "); rerun trellara apply, the dedup rows make it resume exactly once");
+             next.result.Describe() + "); rerun trellara apply, the dedup rows make it resume exactly once",
+             next.result.sqlstate(), conn_->connection_lost());
       const bool ok = next.result.ok() && !next.aborted;
       if (expect.what == What::Prepare && !ok) session_.ForgetStatement(expect.statement_key);  // not prepared
       if (!ok && !next.aborted && !failed)

@@ -6,6 +6,7 @@
 #include <ctime>
 #include <iostream>
 
+#include "trellara/apply_retry.h"
 #include "trellara/fault.h"
 #include "trellara_target_sql.h"
 
@@ -54,7 +55,20 @@ std::optional<QuarantineState> ParseQuarantineState(const std::string& text) {
 ApplySession::ApplySession(const FlowConfig& config)
     : config_(config), origin_name_("trellara_" + config.flow_name) {}
 
+void ThrowIfTransient(const PgResult& result, PgConnection& conn, const std::string& what) {
+  if (result.ok()) return;
+  const bool lost = conn.connection_lost();
+  if (!IsTransientFailure(result.sqlstate(), lost)) return;
+  // Negative control (tests only, TRELLARA_FAULTS=defect.apply_transient_quarantined:1:defect): a
+  // transient failure is treated as the transaction's own, which the deadlock scenario must catch.
+  if (fault::Hit("defect.apply_transient_quarantined") == fault::Action::Defect) return;
+  FailTransient(what + " failed on the target " + conn.Describe() + ": " + result.Describe() +
+                    (lost ? "; the connection was lost" : ""),
+                result.sqlstate(), lost);
+}
+
 PgResult ApplySession::Must(PgResult result, const std::string& what) {
+  ThrowIfTransient(result, *conn_, what);
   if (!result.ok())
     Fail(what + " failed on the target " + conn_->Describe() + ": " + result.Describe() +
          (conn_->connection_lost() ? "; the connection was lost: check the target and rerun trellara apply"
@@ -62,9 +76,22 @@ PgResult ApplySession::Must(PgResult result, const std::string& what) {
   return result;
 }
 
-void ApplySession::Connect() {
+void ApplySession::Disconnect() {
+  conn_.reset();
+  statements_.clear();
+  accepted_relations_.clear();
+}
+
+void ApplySession::Connect(bool reconnecting) {
+  Disconnect();
   auto conn = PgConnection::Connect(config_.target_conninfo, "trellara/" + config_.flow_name);
-  if (!conn) Fail(conn.error().message + " (flow " + config_.flow_name + ", configuration " + config_.path + ")");
+  if (!conn) {
+    const std::string message = conn.error().message + " (flow " + config_.flow_name + ", configuration " + config_.path + ")";
+    // The first connection fails fast (a wrong conninfo is the likely cause and someone is
+    // watching); once the applier has run, a target that cannot be reached is a target restarting.
+    if (reconnecting) FailTransient(message, "", true);
+    Fail(message);
+  }
   conn_ = std::move(conn.value());
   // Text values round-trip exactly only with the settings the plugin pinned while decoding.
   Must(conn_->Exec(kPinnedSessionSettingsSql),
@@ -85,6 +112,13 @@ void ApplySession::Connect() {
         "pg_backend_pid()",
         {"trellara/" + config_.flow_name});
     const auto pids = holder.ok() ? holder.Value(0, 0) : std::nullopt;
+    // Reconnecting, the holder is almost surely this applier's own previous backend, not yet gone
+    // (the log directory's lock keeps every other applier of this log out): wait for it.
+    if (reconnecting)
+      FailTransient("the flow's advisory lock on the target " + conn_->Describe() + " is still held" +
+                        (pids ? " by backend pid " + *pids : std::string()) +
+                        " (the previous session of this applier, not gone yet)",
+                    "", false);
     Fail("another applier of flow " + config_.flow_name + " is running against the target " + conn_->Describe() +
          " (it holds the flow's advisory lock" + (pids ? ", backend pid " + *pids : std::string()) +
          "); stop it first, or leave it running: only one applier per flow may apply");
@@ -97,8 +131,12 @@ void ApplySession::Connect() {
   if (!origin.Value(0, 0))
     Must(conn_->ExecParams("SELECT pg_replication_origin_create($1)", {origin_name_}),
          "creating replication origin " + origin_name_);
-  Must(conn_->ExecParams("SELECT pg_replication_origin_session_setup($1)", {origin_name_}),
-       "setting up replication origin " + origin_name_ + " for this session");
+  auto setup = conn_->ExecParams("SELECT pg_replication_origin_session_setup($1)", {origin_name_});
+  if (!setup.ok() && reconnecting && setup.sqlstate() == "55006")  // object_in_use: the old backend
+    FailTransient("replication origin " + origin_name_ + " is still in use on the target " + conn_->Describe() + ": " +
+                      setup.Describe() + " (the previous session of this applier, not gone yet)",
+                  setup.sqlstate(), false);
+  Must(std::move(setup), "setting up replication origin " + origin_name_ + " for this session");
 
   // The evidence of a set of commit LSNs in one round trip: a first row with the origin's
   // progress (commit_lsn NULL), then one row per LSN that has a dedup or a quarantine row.
@@ -144,6 +182,7 @@ SqlParams ApplySession::CommitRecordParams(const ReadyTransaction& ready) const 
 }
 void ApplySession::WriteStatus(const std::string& state, const std::string& last_error,
                                const StatusFigures& figures) {
+  if (!conn_) return;  // between sessions (reconnecting): the state file says it
   // Best effort only where the target itself is the problem; a status write never hides the
   // error that ended the run.
   auto r = conn_->ExecParams(
@@ -213,6 +252,9 @@ void ApplySession::EndFailedTransaction(const std::string& what) {
   // failed statement it is still open, in the aborted state.
   if (conn_->InTransaction()) {
     auto rollback = conn_->Exec("ROLLBACK");
+    // A lost connection here ends the session, and its origin state with it: the apply loop
+    // reconnects (transient, never quarantined).
+    ThrowIfTransient(rollback, *conn_, "ROLLBACK of " + what);
     if (!rollback.ok())
       Fail("ROLLBACK of " + what + " failed on the target " + conn_->Describe() + ": " + rollback.Describe() +
            "; nothing of it was committed: rerun trellara apply");

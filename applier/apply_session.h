@@ -36,6 +36,24 @@ using Clock = std::chrono::steady_clock;
 // Thrown out of the apply loop to end the command; main() prints it.
 [[noreturn]] inline void Fail(const std::string& message, int code = 1) { throw CommandFailed(message, code); }
 
+// A failure that says nothing about the transaction (core IsTransientFailure: serialization
+// failure, deadlock, lock or statement timeout, cancel, shutdown, lost connection, read-only
+// target...). Thrown out of wherever it happens, caught by the apply loop (Applier::Run), which
+// drops the session, backs off, reconnects and resumes from the consumer offset: never
+// quarantined. Without a retry around it (main) it ends the command with exit 1 like Fail.
+struct TransientFailure : CommandFailed {
+  TransientFailure(const std::string& message, std::string sqlstate_, bool connection_lost_)
+      : CommandFailed(message, 1), sqlstate(std::move(sqlstate_)), connection_lost(connection_lost_) {}
+  std::string sqlstate;  // "" when the failure did not come from the server
+  bool connection_lost;
+};
+[[noreturn]] inline void FailTransient(const std::string& message, const std::string& sqlstate, bool connection_lost) {
+  throw TransientFailure(message, sqlstate, connection_lost);
+}
+// Throws TransientFailure when `result` failed transiently (or the connection is gone), naming
+// `what`; returns otherwise, leaving every other failure to the caller.
+void ThrowIfTransient(const PgResult& result, PgConnection& conn, const std::string& what);
+
 // What the target has recorded about one transaction boundary.
 struct Evidence {
   TargetEvidence target;
@@ -54,8 +72,14 @@ class ApplySession {
  public:
   explicit ApplySession(const FlowConfig& config);
 
-  // Connects and sets the session up (see the file comment). Ends the command on failure.
-  void Connect();
+  // Connects and sets the session up (see the file comment). Ends the command on failure. When
+  // `reconnecting` (the apply loop lost its session), a failure to connect, the flow's advisory
+  // lock or replication origin still held by the old backend, are transient (TransientFailure).
+  void Connect(bool reconnecting = false);
+  // Drops the connection and everything that belonged to it (prepared statements, checked
+  // relations). The server rolls back an open transaction and the origin setup ends with it.
+  void Disconnect();
+  bool connected() const { return conn_ != nullptr; }
 
   PgConnection& conn() { return *conn_; }
   const std::string& origin_name() const { return origin_name_; }

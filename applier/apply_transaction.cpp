@@ -67,9 +67,8 @@ std::optional<QuarantineCause> Applier::ExecuteChange(const Change& change, cons
   if (!must_prepare || result.ok()) result = conn_->ExecPrepared(name, plan->params);
   counters_.statements++;
   if (!result.ok()) {
-    if (conn_->connection_lost())
-      Fail("lost the connection to the target " + conn_->Describe() + " while applying " + DescribeTransaction(tx) +
-           " (" + result.Describe() + "); nothing of it was committed: rerun trellara apply, it resumes exactly once");
+    // Transient (deadlock, lost connection, ...): retried by the apply loop, never quarantined.
+    ThrowIfTransient(result, *conn_, "applying a change of " + DescribeTransaction(tx));
     return CauseOf(result, *plan);
   }
   return std::nullopt;
@@ -98,9 +97,9 @@ std::optional<QuarantineCause> Applier::ApplyInTransaction(const ReadyTransactio
   std::optional<QuarantineCause> failure;
   auto step = [&](PgResult r, const char* what) {
     if (r.ok() || failure) return;
-    if (conn_->connection_lost())
-      Fail(std::string("lost the connection to the target during ") + what + " of " + DescribeTransaction(tx) +
-           " (" + r.Describe() + "); rerun trellara apply: the dedup row decides whether it committed");
+    // Transient (a serialization failure at COMMIT, a lost connection...): retried by the apply
+    // loop, never quarantined; the dedup row decides whether a COMMIT that lost its reply committed.
+    ThrowIfTransient(r, *conn_, std::string(what) + " of " + DescribeTransaction(tx));
     QuarantineCause cause;
     cause.reason = QuarantineReason::SqlError;
     cause.operation = what;

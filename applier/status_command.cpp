@@ -8,6 +8,9 @@
 // applier runs is read from pg_locks, never by trying the lock) and the log directory's progress.
 // It only reads: it never writes the log directory, never takes the applier's lock, never
 // bootstraps or changes target state.
+#include <csignal>
+#include <cerrno>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -113,15 +116,42 @@ struct FlowStatus {
   std::optional<std::string> updated_at;
   std::optional<QuarantineRow> blocking;  // the oldest quarantined boundary
   std::optional<QuarantineRow> waiting;   // the oldest replay-ready boundary
+  std::string target_error;                // status could not reach the target
+  std::optional<ApplierRetryState> applier_state;  // consumers/.applier.state, writer alive
   LogProgress log;
   std::string next_action;
 };
 
 uint64_t ToU64(const std::optional<std::string>& text) { return text ? std::stoull(*text) : 0; }
 
+// The applier's state file (apply_command.cpp), when the process that wrote it is alive.
+std::optional<ApplierRetryState> ReadApplierState(const FlowConfig& config) {
+  std::ifstream in(config.log_directory + "/consumers/.applier.state");
+  if (!in) return std::nullopt;
+  auto j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  const pid_t pid = static_cast<pid_t>(j.value("pid", 0));
+  if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM)) return std::nullopt;  // not running any more
+  ApplierRetryState r;
+  r.state = j.value("state", "");
+  r.last_error = j.value("last_error", "");
+  r.sqlstate = j.value("sqlstate", "");
+  r.attempt = j.value("attempt", 0);
+  r.since = j.value("since", "");
+  return r;
+}
+
 FlowStatus ReadStatus(const FlowConfig& config, const std::string& config_path) {
   FlowStatus s;
-  auto target = ConnectPinned(config, config.target_conninfo, "target", "trellara-status/" + config.flow_name);
+  s.applier_state = ReadApplierState(config);
+  std::unique_ptr<PgConnection> target;
+  try {
+    target = ConnectPinned(config, config.target_conninfo, "target", "trellara-status/" + config.flow_name);
+  } catch (const CommandFailed& failed) {
+    // The target down is exactly when status must still answer: from the log and the state file.
+    s.target_error = failed.what();
+  }
+  if (target) {
   auto present = MustSucceed(*target,
                              target->Exec("SELECT to_regprocedure('trellara.apply_status()') IS NOT NULL"),
                              "looking up trellara.apply_status()");
@@ -155,6 +185,10 @@ FlowStatus ReadStatus(const FlowConfig& config, const std::string& config_path) 
       if (row.state == "replay_ready" && !s.waiting) s.waiting = row;
     }
   }
+  }  // target
+  // The target's lock table cannot say whether an applier runs when the target is down; a live
+  // writer of the state file can.
+  if (!target && s.applier_state) s.applier_running = true;
   s.log = ReadLogProgress(config);
 
   ApplyStatusFacts facts;
@@ -167,6 +201,8 @@ FlowStatus ReadStatus(const FlowConfig& config, const std::string& config_path) 
   facts.lag_bytes = s.log.lag_bytes;
   if (s.blocking) facts.blocking = StatusBoundary{s.blocking->xid, s.blocking->commit_lsn, s.blocking->message};
   if (s.waiting) facts.waiting = StatusBoundary{s.waiting->xid, s.waiting->commit_lsn, s.waiting->message};
+  facts.target_error = s.target_error;
+  facts.retry = s.applier_state;
   const ApplyStatusVerdict verdict = DecideApplyStatus(facts);
   s.state = verdict.state;
   s.next_action = verdict.next_action;
@@ -194,6 +230,15 @@ void Print(const FlowConfig& config, const FlowStatus& s, OutputFormat format) {
     j["quarantined"] = s.quarantined;
     j["replay_ready"] = s.replay_ready;
     j["last_error"] = s.last_error ? nlohmann::ordered_json(*s.last_error) : nlohmann::ordered_json();
+    j["target_error"] = s.target_error.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(s.target_error);
+    if (s.applier_state && (s.applier_state->state == "retrying" || s.applier_state->state == "reconnecting"))
+      j["retry"] = {{"state", s.applier_state->state},
+                    {"last_error", s.applier_state->last_error},
+                    {"sqlstate", s.applier_state->sqlstate},
+                    {"attempt", s.applier_state->attempt},
+                    {"since", s.applier_state->since}};
+    else
+      j["retry"] = nullptr;
     j["status_updated_at"] = s.updated_at ? nlohmann::ordered_json(*s.updated_at) : nlohmann::ordered_json();
     if (s.blocking) {
       j["blocked_at"] = {{"xid", std::stoull(s.blocking->xid)},
@@ -219,6 +264,12 @@ void Print(const FlowConfig& config, const FlowStatus& s, OutputFormat format) {
             << "lag:                 " << s.log.lag_records << " records, " << s.log.lag_bytes << " bytes\n"
             << "quarantined:         " << s.quarantined << " (replay-ready: " << s.replay_ready << ")\n";
   if (s.last_error && !s.last_error->empty()) std::cout << "last error:          " << *s.last_error << "\n";
+  if (!s.target_error.empty()) std::cout << "target:              unreachable: " << s.target_error << "\n";
+  if (s.applier_state && (s.applier_state->state == "retrying" || s.applier_state->state == "reconnecting"))
+    std::cout << "applier:             " << s.applier_state->state << " (attempt " << s.applier_state->attempt
+              << ", since " << s.applier_state->since << "): " << s.applier_state->last_error
+              << (s.applier_state->sqlstate.empty() ? std::string() : " (SQLSTATE " + s.applier_state->sqlstate + ")")
+              << "\n";
   std::cout << "next action:         " << s.next_action << "\n";
 }
 

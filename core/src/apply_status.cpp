@@ -6,6 +6,25 @@ namespace trellara {
 ApplyStatusVerdict DecideApplyStatus(const ApplyStatusFacts& s) {
   ApplyStatusVerdict v;
   const std::string apply_cmd = "trellara apply --config " + s.config_path;
+  const bool retrying = s.retry && (s.retry->state == "retrying" || s.retry->state == "reconnecting");
+  if (!s.blocking && retrying) {
+    const ApplierRetryState& r = *s.retry;
+    v.state = r.state;
+    v.next_action = std::string("nothing to do if the target comes back: the running applier ") +
+                    (r.state == "reconnecting" ? "lost the target and is reconnecting" : "is retrying a transient failure") +
+                    " (attempt " + std::to_string(r.attempt) + ", since " + r.since + "); last error: " + r.last_error +
+                    (r.sqlstate.empty() ? std::string() : " (SQLSTATE " + r.sqlstate + ")") +
+                    "; if it persists, fix the target (running? writable? reachable with [target] conninfo in " +
+                    s.config_path + "?)";
+    return v;
+  }
+  if (!s.target_error.empty()) {
+    v.state = "target_unreachable";
+    v.next_action = "cannot reach the target of flow " + s.flow + ": " + s.target_error +
+                    "; start it or fix [target] conninfo in " + s.config_path + ", then run " + apply_cmd +
+                    " if no applier is running";
+    return v;
+  }
   if (s.blocking) {
     v.state = "blocked";
     v.next_action = s.blocking->message + "; or from the CLI, after the repair: trellara quarantine replay-ready --config " +

@@ -75,3 +75,39 @@ TEST_CASE("without_an_applier_the_action_names_the_command_to_run", "[status]") 
   CHECK(retry.state == "stopped");  // a replay-ready boundary is work even with no log lag
   CHECK_THAT(retry.next_action, Catch::Contains("it retries transaction 9 (commit 0/10), marked replay-ready"));
 }
+
+TEST_CASE("a_live_applier_retrying_or_reconnecting_shows_the_last_error", "[status]") {
+  ApplyStatusFacts f = Facts();
+  f.target_error = "cannot connect to the target (connection refused)";
+  f.retry = ApplierRetryState{"reconnecting", "lost the connection to the target", "", 3, "2026-11-30T12:00:00Z"};
+  auto reconnecting = DecideApplyStatus(f);
+  CHECK(reconnecting.state == "reconnecting");
+  CHECK_THAT(reconnecting.next_action, Catch::Contains("attempt 3, since 2026-11-30T12:00:00Z") &&
+                                           Catch::Contains("last error: lost the connection to the target"));
+  f.target_error.clear();
+  f.retry = ApplierRetryState{"retrying", "cannot execute INSERT in a read-only transaction", "25006", 2, "t0"};
+  f.applier_running = true;
+  f.lag_records = 5;
+  auto retrying = DecideApplyStatus(f);
+  CHECK(retrying.state == "retrying");
+  CHECK_THAT(retrying.next_action, Catch::Contains("(SQLSTATE 25006)") && Catch::Contains("read-only"));
+}
+
+TEST_CASE("a_quarantine_wins_over_a_retry_and_a_running_state_is_not_a_retry", "[status]") {
+  ApplyStatusFacts f = Facts();
+  f.retry = ApplierRetryState{"retrying", "deadlock detected", "40P01", 1, "t0"};
+  f.blocking = StatusBoundary{"7", "0/10", "quarantined transaction 7 (commit 0/10) of flow app: ..."};
+  CHECK(DecideApplyStatus(f).state == "blocked");
+  f.blocking.reset();
+  f.retry->state = "running";  // a state file after recovery: not a retry
+  f.applier_running = true;
+  CHECK(DecideApplyStatus(f).state == "caught_up");
+}
+
+TEST_CASE("an_unreachable_target_without_a_retrying_applier_says_so", "[status]") {
+  ApplyStatusFacts f = Facts();
+  f.target_error = "cannot connect to the target (connection refused)";
+  auto v = DecideApplyStatus(f);
+  CHECK(v.state == "target_unreachable");
+  CHECK_THAT(v.next_action, Catch::Contains("connection refused") && Catch::Contains("[target] conninfo"));
+}
