@@ -1,6 +1,8 @@
 // relay_progress.cpp — acknowledgement bookkeeping for the relay (see relay_progress.h).
 #include "trellara/relay_progress.h"
 
+#include "trellara/envelope.h"
+
 #include <cassert>
 #include <cstdio>
 #include <cstring>
@@ -8,7 +10,8 @@
 namespace trellara {
 
 bool CompletesTransaction(uint8_t frame_type) {
-  return frame_type == 1 /* envelope */ || frame_type == 4 /* commit marker */ || frame_type == kProgressRecordType;
+  return frame_type == static_cast<uint8_t>(RecordType::Envelope) ||
+         frame_type == static_cast<uint8_t>(RecordType::CommitMarker) || frame_type == kProgressRecordType;
 }
 
 void AckTracker::Appended(uint64_t offset, uint8_t frame_type, uint64_t commit_lsn) {

@@ -80,6 +80,7 @@ PGDLLEXPORT void trellara_relay_main(Datum main_arg);
 #include "plugin/plugin.h"
 #include "relay/relay.h"
 #include "relay/shared_state.h"
+#include "trellara/envelope.h"
 #include "trellara/fault.h"
 #include "trellara/log/reader.h"
 #include "trellara/log/retention.h"
@@ -474,7 +475,7 @@ extern "C" void DoWrite(LogicalDecodingContext* ctx, XLogRecPtr, TransactionId, 
   pg::GuardEntry("trellara relay write", [data, len] {
     StopIfRequested();
     const plugin::WrittenRecord& info = plugin::LastWrittenRecord();
-    if (info.record_type == 3 && fault::Hit("relay.after_chunks_before_manifest") == fault::Action::Error)
+    if (info.record_type == static_cast<uint8_t>(RecordType::Manifest) && fault::Hit("relay.after_chunks_before_manifest") == fault::Action::Error)
       Fail("injected fault", MakeError("relay.after_chunks_before_manifest"));
     if (fault::Hit("relay.before_log_append") == fault::Action::Error)
       Fail("injected fault", MakeError("relay.before_log_append"));
