@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "trellara/crc32c.h"
+#include "trellara/log/atomic_file.h"
 #include "trellara/log/format.h"
 #include "trellara/log/retention.h"
 #include "trellara/log/scan.h"
@@ -45,20 +46,14 @@ Status WriteConsumerOffset(LogDevice& device, const std::string& dir, const std:
   const std::string consumers = JoinPath(dir, kConsumersDirName);
   TRELLARA_TRY(device.MakeDirectory(consumers));
   const std::string final_path = JoinPath(consumers, name);
-  const std::string tmp_path = JoinPath(consumers, "." + name + ".tmp");
   const std::string text = ConsumerFileText(next_offset);
-  auto tmp = device.OpenFile(tmp_path, true);
-  if (!tmp.ok()) return tmp.error();
-  Status status = device.Truncate(*tmp, 0);
-  if (status.ok()) status = device.WriteAt(*tmp, 0, text.data(), text.size());
-  if (status.ok()) status = device.SyncData(*tmp);
-  device.CloseFile(*tmp);
+  Status status = WriteFileAtomically(device, consumers, name, "." + name + ".tmp", text);
   if (!status.ok()) {
     return MakeError("recording offset " + std::to_string(next_offset) + " of consumer " + name + " in " +
-                     final_path + " failed: " + status.error().message + "; the previous offset still holds");
+                     final_path + " failed: " + status.error().message +
+                     "; the file holds the previous offset or this one, whole");
   }
-  TRELLARA_TRY(device.Rename(tmp_path, final_path));
-  return device.SyncDirectory(consumers);
+  return Status::Ok();
 }
 
 Result<std::map<std::string, uint64_t>> ReadConsumerOffsets(LogDevice& device, const std::string& dir) {

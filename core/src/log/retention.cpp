@@ -17,6 +17,7 @@
 #include "trellara/fault.h"
 #include "trellara/log/consumer_offsets.h"
 #include "trellara/log/format.h"
+#include "trellara/log/atomic_file.h"
 #include "trellara/log/scan.h"
 
 namespace trellara::log {
@@ -33,21 +34,6 @@ std::string LostFileText(uint64_t next_offset, uint64_t retained_from) {
   char line[160];
   std::snprintf(line, sizeof line, "%s crc32c=%08x\n", body, crc);
   return line;
-}
-
-Status WriteFileAtomically(LogDevice& device, const std::string& dir, const std::string& name,
-                           const std::string& text) {
-  const std::string final_path = JoinPath(dir, name);
-  const std::string tmp_path = JoinPath(dir, name + ".tmp");
-  auto tmp = device.OpenFile(tmp_path, true);
-  if (!tmp.ok()) return tmp.error();
-  Status status = device.Truncate(*tmp, 0);
-  if (status.ok()) status = device.WriteAt(*tmp, 0, text.data(), text.size());
-  if (status.ok()) status = device.SyncData(*tmp);
-  device.CloseFile(*tmp);
-  if (status.ok()) status = device.Rename(tmp_path, final_path);
-  if (status.ok()) status = device.SyncDirectory(dir);
-  return status;
 }
 
 // True when another process holds the consumer's lock (a running applier). Never writes.
@@ -193,7 +179,7 @@ Result<RetentionReport> ApplyRetention(LogDevice& device, const std::string& dir
   // Lost marks are durable before any segment such a consumer needs disappears.
   const std::string consumers_dir = JoinPath(dir, kConsumersDirName);
   for (const auto& name : plan.mark_lost) {
-    Status marked = WriteFileAtomically(device, consumers_dir, LostFileName(name),
+    Status marked = WriteFileAtomically(device, consumers_dir, LostFileName(name), LostFileName(name) + ".tmp",
                                         LostFileText(consumers->at(name).next_offset, plan.retained_from_offset));
     if (!marked.ok()) {
       return MakeError("marking consumer " + name + " of " + dir + " lost (log ceiling reached) failed: " +

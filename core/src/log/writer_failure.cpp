@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "trellara/crc32c.h"
+#include "trellara/log/atomic_file.h"
 
 namespace trellara::log {
 namespace {
@@ -26,16 +27,9 @@ std::string FailureFileText(const WriterFailureState& state) {
 
 Status RecordWriterFailure(LogDevice& device, const std::string& dir, const WriterFailureState& state) {
   const std::string final_path = JoinPath(dir, kWriterFailedFileName);
-  const std::string tmp_path = final_path + ".tmp";
   const std::string text = FailureFileText(state);
-  auto tmp = device.OpenFile(tmp_path, true);
-  if (!tmp.ok()) return tmp.error();
-  Status status = device.Truncate(*tmp, 0);
-  if (status.ok()) status = device.WriteAt(*tmp, 0, text.data(), text.size());
-  if (status.ok()) status = device.SyncData(*tmp);
-  device.CloseFile(*tmp);
-  if (status.ok()) status = device.Rename(tmp_path, final_path);
-  if (status.ok()) status = device.SyncDirectory(dir);
+  Status status = WriteFileAtomically(device, dir, kWriterFailedFileName,
+                                      std::string(kWriterFailedFileName) + ".tmp", text);
   if (!status.ok()) {
     return MakeError("recording the writer failure in " + final_path + " failed: " + status.error().message);
   }
