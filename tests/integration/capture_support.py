@@ -304,3 +304,16 @@ def setup_pgbench_apply(source, target, work, flow="app"):
                      f'[source]\nconninfo = "{source.conninfo()}"\n\n'
                      f'[target]\nconninfo = "{target.conninfo()}"\n')
     return log_dir, config_path
+
+
+def run_scenarios(scenarios):
+    """A test script's main: runs each scenario (or only those named on the command line), with
+    its duration; the first failure raises and ends the script non-zero."""
+    only = sys.argv[1:]
+    began = time.monotonic()
+    for scenario in scenarios:
+        if not only or scenario.__name__ in only:
+            t0 = time.monotonic()
+            scenario()
+            print(f"{scenario.__name__}: {time.monotonic() - t0:.1f}s")
+    print(f"total {time.monotonic() - began:.1f}s")

@@ -32,7 +32,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import CaptureFailure, TRELLARA_BIN, wait_for  # noqa: E402
+from capture_support import CaptureFailure, TRELLARA_BIN, run_scenarios, wait_for  # noqa: E402
 from test_apply_robustness import (FlowPair, LEDGER_DDL, LEDGER_TABLES, assert_each_transaction_applied_once,  # noqa: E402
                                    assert_ledger_has_no_duplicate_effects, assert_same_data, run_ledger_workload,
                                    wait_log_covers_source)
@@ -223,11 +223,4 @@ SCENARIOS = (config_pointing_at_another_flows_log_is_refused,
              target_behind_a_log_that_lost_its_early_segments_is_refused_with_the_gap)
 
 if __name__ == "__main__":
-    only = sys.argv[1:]
-    began = time.monotonic()
-    for scenario in SCENARIOS:
-        if not only or scenario.__name__ in only:
-            t0 = time.monotonic()
-            scenario()
-            print(f"{scenario.__name__}: {time.monotonic() - t0:.1f}s")
-    print(f"total {time.monotonic() - began:.1f}s")
+    run_scenarios(SCENARIOS)

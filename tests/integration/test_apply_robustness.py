@@ -61,7 +61,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (CaptureFailure, assert_no_backend_crashes, TRELLARA_BIN, log_records, log_transactions, lsn_to_int,  # noqa: E402
-                             run_pgbench, setup_flow, wait_for)
+                             run_pgbench, setup_flow, wait_for, run_scenarios)
 from harness import Cluster, PG_BIN  # noqa: E402
 
 KILLS = int(os.environ.get("TRELLARA_KILLS", "20"))
@@ -799,11 +799,4 @@ SCENARIOS = (hostile_identifiers_and_values_replicate_exactly, chunked_transacti
              negative_control_ack_before_commit_is_caught)
 
 if __name__ == "__main__":
-    only = sys.argv[1:]
-    began = time.monotonic()
-    for scenario in SCENARIOS:
-        if not only or scenario.__name__ in only:
-            t0 = time.monotonic()
-            scenario()
-            print(f"{scenario.__name__}: {time.monotonic() - t0:.1f}s")
-    print(f"total {time.monotonic() - began:.1f}s")
+    run_scenarios(SCENARIOS)

@@ -45,7 +45,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (CaptureFailure, TRELLARA_BIN, log_records, log_transactions, wait_for)  # noqa: E402
+from capture_support import (CaptureFailure, TRELLARA_BIN, log_records, log_transactions, wait_for, run_scenarios)  # noqa: E402
 import harness.cluster as hc  # noqa: E402
 from test_apply_robustness import (FlowPair, LEDGER_DDL, LEDGER_TABLES, assert_each_transaction_applied_once,  # noqa: E402
                                    assert_ledger_has_no_duplicate_effects, assert_same_data, run_ledger_workload,
@@ -423,11 +423,4 @@ SCENARIOS = (deadlock_with_a_local_target_transaction_is_retried_and_applied,
              source_restart_while_daemon_runs_converges)
 
 if __name__ == "__main__":
-    only = sys.argv[1:]
-    began = time.monotonic()
-    for scenario in SCENARIOS:
-        if not only or scenario.__name__ in only:
-            t0 = time.monotonic()
-            scenario()
-            print(f"{scenario.__name__}: {time.monotonic() - t0:.1f}s")
-    print(f"total {time.monotonic() - began:.1f}s")
+    run_scenarios(SCENARIOS)
