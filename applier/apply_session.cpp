@@ -8,7 +8,7 @@
 
 #include "trellara/apply_retry.h"
 #include "trellara/fault.h"
-#include "trellara_target_sql.h"
+#include "target_schema.h"
 
 namespace trellara::cli::apply {
 namespace {
@@ -124,7 +124,9 @@ void ApplySession::Connect(bool reconnecting) {
          "); stop it first, or leave it running: only one applier per flow may apply");
   }
 
-  Must(conn_->Exec(kTargetSchemaSql), "creating the trellara state schema (sql/trellara_target.sql)");
+  // The schema script runs in one transaction under its own advisory lock: `trellara snapshot`,
+  // `reseed` and `verify` run it too, possibly at the same moment.
+  Must(conn_->Exec(TargetSchemaScript()), "creating the trellara state schema (sql/trellara_target.sql)");
 
   auto origin = Must(conn_->ExecParams("SELECT pg_replication_origin_oid($1)", {origin_name_}),
                      "looking up replication origin " + origin_name_);

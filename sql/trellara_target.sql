@@ -198,3 +198,113 @@ BEGIN
   END IF;
 END
 $grant$;
+
+-- ---- snapshot, handoff and verify coordination (docs/snapshot.md) --------------------------
+-- The initial copy (`trellara snapshot`) and reseeds (`trellara reseed`): one row per run, per
+-- table and per key-range chunk. A chunk's rows and its row here (state 'copied' and the source
+-- snapshot it was read in) commit in one target transaction. The applier decides, row by row,
+-- from these rows whether a streamed change is already in the copy (core snapshot.h).
+CREATE TABLE IF NOT EXISTS trellara.snapshot_runs (
+  flow        text        NOT NULL,
+  run_id      text        NOT NULL,
+  kind        text        NOT NULL CHECK (kind IN ('snapshot', 'reseed')),
+  state       text        NOT NULL
+              CHECK (state IN ('pending', 'copying', 'copied', 'handoff_ready', 'failed_recoverable')),
+  last_error  text,
+  started_at  timestamptz NOT NULL DEFAULT now(),
+  updated_at  timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (flow, run_id)
+);
+
+-- One row per (flow, table): the table's current copy. key_column is the leading key column the
+-- chunks split on (NULL: the whole table is one chunk). row_filter is a reseed's --where.
+CREATE TABLE IF NOT EXISTS trellara.snapshot_tables (
+  flow         text        NOT NULL,
+  schema_name  text        NOT NULL,
+  table_name   text        NOT NULL,
+  run_id       text        NOT NULL,
+  state        text        NOT NULL
+               CHECK (state IN ('pending', 'copying', 'copied', 'handoff_ready', 'failed_recoverable')),
+  key_column   text,
+  row_filter   text,
+  chunks       integer     NOT NULL,
+  rows_copied  bigint      NOT NULL DEFAULT 0,
+  bytes_copied bigint      NOT NULL DEFAULT 0,
+  seconds      double precision NOT NULL DEFAULT 0,
+  last_error   text,
+  updated_at   timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (flow, schema_name, table_name)
+);
+
+-- One row per chunk of a table's current copy: [lo, hi) of key_column (NULL = unbounded). state
+-- moves pending -> copied only (the copy in flight holds this row locked FOR UPDATE); snapshot is
+-- the source snapshot (pg_snapshot text 'xmin:xmax:xip,...') the chunk was read in.
+CREATE TABLE IF NOT EXISTS trellara.snapshot_chunks (
+  flow         text        NOT NULL,
+  schema_name  text        NOT NULL,
+  table_name   text        NOT NULL,
+  chunk_no     integer     NOT NULL,
+  lo           bigint,
+  hi           bigint,
+  state        text        NOT NULL CHECK (state IN ('pending', 'copied')),
+  snapshot     text,
+  rows_copied  bigint      NOT NULL DEFAULT 0,
+  bytes_copied bigint      NOT NULL DEFAULT 0,
+  copied_at    timestamptz,
+  PRIMARY KEY (flow, schema_name, table_name, chunk_no),
+  CHECK ((state = 'copied') = (snapshot IS NOT NULL))
+);
+
+-- Streamed transactions the applier left out because they touched a chunk not yet copied: the
+-- copy of that chunk must be read in a snapshot that sees every one of them.
+CREATE TABLE IF NOT EXISTS trellara.snapshot_skips (
+  flow         text    NOT NULL,
+  schema_name  text    NOT NULL,
+  table_name   text    NOT NULL,
+  chunk_no     integer NOT NULL,
+  xid          bigint  NOT NULL,
+  commit_lsn   pg_lsn  NOT NULL,
+  PRIMARY KEY (flow, schema_name, table_name, chunk_no, xid)
+);
+
+-- The applier's view of the snapshot rows and holds: any change to which tables are being copied
+-- or which holds are requested bumps version, under the flow's control lock taken exclusively.
+-- Every applier transaction checks it (trellara.control_check) holding the same lock shared.
+CREATE TABLE IF NOT EXISTS trellara.apply_control (
+  flow        text        PRIMARY KEY,
+  version     bigint      NOT NULL DEFAULT 0,
+  updated_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- A request that the applier stop right before the first transaction that committed after lsn
+-- (commit LSN > lsn) until the requester releases its hold lock: verify and filtered reseeds read
+-- the target at exactly the point of their source snapshot. state: requested -> reached (the
+-- applier has applied everything up to lsn and nothing after) | passed (it was already beyond).
+CREATE TABLE IF NOT EXISTS trellara.apply_holds (
+  flow            text        NOT NULL,
+  hold_id         text        NOT NULL,
+  lsn             pg_lsn      NOT NULL,
+  state           text        NOT NULL CHECK (state IN ('requested', 'reached', 'passed')),
+  applied_lsn     pg_lsn,
+  requested_at    timestamptz NOT NULL DEFAULT now(),
+  updated_at      timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (flow, hold_id)
+);
+
+-- Called first in every applier transaction: waits while a registration holds the flow's control
+-- lock, then refuses (SQLSTATE TR010) when the registry changed since the applier read it, so no
+-- transaction commits under an outdated view of which tables are being copied.
+CREATE OR REPLACE FUNCTION trellara.control_check(flow text, expected bigint)
+RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+  current bigint;
+BEGIN
+  PERFORM pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtextextended('trellara control ' || flow, 0));
+  SELECT c.version INTO current FROM trellara.apply_control c WHERE c.flow = control_check.flow;
+  IF coalesce(current, 0) <> expected THEN
+    RAISE EXCEPTION 'the snapshot registry of flow % changed (version % -> %)', flow, expected, coalesce(current, 0)
+      USING ERRCODE = 'TR010';
+  END IF;
+END
+$fn$;
+REVOKE ALL ON FUNCTION trellara.control_check(text, bigint) FROM PUBLIC;
