@@ -104,8 +104,17 @@ struct QuarantineRow {
   std::string xid, commit_lsn, state, reason, message;
 };
 
+// One table of the flow's snapshot (trellara.snapshot_status()).
+struct SnapshotRow {
+  std::string table, run_id, state;
+  int64_t chunks = 0, chunks_copied = 0, rows_copied = 0, bytes_copied = 0, skipped_transactions = 0;
+  double seconds = 0;
+  std::optional<std::string> last_error;
+};
+
 struct FlowStatus {
   std::string state;
+  std::vector<SnapshotRow> snapshot;  // empty: nothing copied by trellara snapshot / reseed
   bool target_state_present = false;
   bool applier_running = false;
   std::string recorded_state;  // apply_status row, "" when none
@@ -178,6 +187,29 @@ FlowStatus ReadStatus(const FlowConfig& config, const std::string& config_path) 
                                             "AND state IN ('quarantined', 'replay_ready') ORDER BY commit_lsn",
                                             {config.flow_name}),
                          "reading trellara.quarantine_list() of flow " + config.flow_name);
+    auto snap = target->Exec("SELECT to_regprocedure('trellara.snapshot_status()') IS NOT NULL");
+    if (snap.ok() && snap.Value(0, 0) == std::optional<std::string>("t")) {
+      auto t = MustSucceed(*target,
+                           target->ExecParams("SELECT table_name, run_id, state, chunks, chunks_copied, rows_copied, "
+                                              "bytes_copied, skipped_transactions, seconds, last_error "
+                                              "FROM trellara.snapshot_status() WHERE flow = $1",
+                                              {config.flow_name}),
+                           "reading trellara.snapshot_status() of flow " + config.flow_name);
+      for (int i = 0; i < t.rows(); i++) {
+        SnapshotRow row;
+        row.table = t.Value(i, 0).value_or("");
+        row.run_id = t.Value(i, 1).value_or("");
+        row.state = t.Value(i, 2).value_or("");
+        row.chunks = std::stoll(t.Value(i, 3).value_or("0"));
+        row.chunks_copied = std::stoll(t.Value(i, 4).value_or("0"));
+        row.rows_copied = std::stoll(t.Value(i, 5).value_or("0"));
+        row.bytes_copied = std::stoll(t.Value(i, 6).value_or("0"));
+        row.skipped_transactions = std::stoll(t.Value(i, 7).value_or("0"));
+        row.seconds = std::stod(t.Value(i, 8).value_or("0"));
+        row.last_error = t.Value(i, 9);
+        s.snapshot.push_back(std::move(row));
+      }
+    }
     for (int i = 0; i < q.rows(); i++) {
       QuarantineRow row{q.Value(i, 0).value_or(""), q.Value(i, 1).value_or(""), q.Value(i, 2).value_or(""),
                         q.Value(i, 3).value_or(""), q.Value(i, 4).value_or("")};
@@ -245,6 +277,18 @@ void Print(const FlowConfig& config, const FlowStatus& s, OutputFormat format) {
                          {"commit_lsn", s.blocking->commit_lsn},
                          {"reason", s.blocking->reason}};
     }
+    j["snapshot"] = nlohmann::ordered_json::array();
+    for (const SnapshotRow& t : s.snapshot)
+      j["snapshot"].push_back({{"table", t.table},
+                               {"run_id", t.run_id},
+                               {"state", t.state},
+                               {"chunks", t.chunks},
+                               {"chunks_copied", t.chunks_copied},
+                               {"rows", t.rows_copied},
+                               {"bytes", t.bytes_copied},
+                               {"skipped_transactions", t.skipped_transactions},
+                               {"seconds", t.seconds},
+                               {"last_error", t.last_error ? nlohmann::ordered_json(*t.last_error) : nlohmann::ordered_json()}});
     j["next_action"] = s.next_action;
     std::cout << j.dump(2) << "\n";
     return;
@@ -270,6 +314,13 @@ void Print(const FlowConfig& config, const FlowStatus& s, OutputFormat format) {
               << ", since " << s.applier_state->since << "): " << s.applier_state->last_error
               << (s.applier_state->sqlstate.empty() ? std::string() : " (SQLSTATE " + s.applier_state->sqlstate + ")")
               << "\n";
+  for (const SnapshotRow& t : s.snapshot) {
+    std::cout << "snapshot:            " << t.table << " " << t.state << " (run " << t.run_id << "): " << t.chunks_copied
+              << "/" << t.chunks << " chunks, " << t.rows_copied << " rows, " << t.bytes_copied << " bytes";
+    if (t.skipped_transactions) std::cout << ", " << t.skipped_transactions << " streamed transactions wait for their chunk";
+    if (t.last_error && !t.last_error->empty()) std::cout << "; last error: " << *t.last_error;
+    std::cout << "\n";
+  }
   std::cout << "next action:         " << s.next_action << "\n";
 }
 

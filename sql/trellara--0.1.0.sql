@@ -578,6 +578,26 @@ BEGIN
      AND NOT EXISTS (SELECT FROM trellara.flows fl WHERE fl.slot_name = rs.slot_name)
    ORDER BY rs.slot_name;
 
+  -- A `trellara snapshot`, `verify` or `reseed` session of this flow (application_name
+  -- 'trellara-<command>/<flow>', docs/snapshot.md) that has held a source snapshot for over ten
+  -- minutes (the setting trellara.snapshot_hold_warning, an interval, changes that): its xmin holds back vacuum on every table of the database, and a verify's temporary
+  -- slot retains WAL, for as long as it runs.
+  RETURN QUERY SELECT 'warning', 'snapshot_holding', format('pid %s (%s)', a.pid, a.application_name),
+      format('has held a source snapshot since %s (for %s)%s', a.xact_start,
+             date_trunc('second', now() - a.xact_start),
+             coalesce((SELECT format('; its temporary slot %s retains %s of WAL', rs.slot_name,
+                                     pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), rs.restart_lsn)))
+                         FROM pg_replication_slots rs WHERE rs.active_pid = a.pid LIMIT 1), '')),
+      'vacuum cannot remove rows deleted since then: let it finish (trellara status shows its progress), or stop '
+      'it (it resumes by chunk: rerun the same command) and run it with more --jobs or at a quieter time'
+    FROM pg_stat_activity a
+   WHERE a.application_name IN ('trellara-snapshot/' || f.name, 'trellara-verify/' || f.name,
+                                'trellara-reseed/' || f.name)
+     AND a.backend_xmin IS NOT NULL
+     AND a.xact_start < now() - coalesce(nullif(current_setting('trellara.snapshot_hold_warning', true), ''),
+                                         '10 minutes')::interval
+   ORDER BY a.pid;
+
   RETURN QUERY SELECT 'warning', 'failover', f.slot_name::text,
     'PostgreSQL 15 has no failover slots: the slot exists only on this server; after a failover to a '
     'standby the flow stops and the new primary has no slot, so changes committed there are not captured',

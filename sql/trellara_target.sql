@@ -308,3 +308,39 @@ BEGIN
 END
 $fn$;
 REVOKE ALL ON FUNCTION trellara.control_check(text, bigint) FROM PUBLIC;
+
+-- One row per table being copied or copied (every flow): what `trellara status` shows of the
+-- snapshot. chunks_copied / rows_copied come from the chunk rows (committed with the data), so a
+-- killed copy shows exactly what survived. skipped_transactions: streamed transactions waiting for
+-- their chunk's copy. Read-only.
+CREATE OR REPLACE FUNCTION trellara.snapshot_status()
+RETURNS TABLE (flow text, run_id text, table_name text, state text, key_column text, row_filter text,
+               chunks integer, chunks_copied bigint, rows_copied bigint, bytes_copied bigint,
+               seconds double precision, skipped_transactions bigint, last_error text,
+               updated_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT t.flow, t.run_id, quote_ident(t.schema_name) || '.' || quote_ident(t.table_name), t.state,
+         t.key_column, t.row_filter, t.chunks,
+         (SELECT count(*) FROM trellara.snapshot_chunks c
+           WHERE c.flow = t.flow AND c.schema_name = t.schema_name AND c.table_name = t.table_name
+             AND c.state = 'copied'),
+         (SELECT coalesce(sum(c.rows_copied), 0)::bigint FROM trellara.snapshot_chunks c
+           WHERE c.flow = t.flow AND c.schema_name = t.schema_name AND c.table_name = t.table_name),
+         (SELECT coalesce(sum(c.bytes_copied), 0)::bigint FROM trellara.snapshot_chunks c
+           WHERE c.flow = t.flow AND c.schema_name = t.schema_name AND c.table_name = t.table_name),
+         t.seconds,
+         (SELECT count(DISTINCT s.xid) FROM trellara.snapshot_skips s
+           WHERE s.flow = t.flow AND s.schema_name = t.schema_name AND s.table_name = t.table_name),
+         t.last_error, t.updated_at
+    FROM trellara.snapshot_tables t
+   ORDER BY t.flow, t.schema_name, t.table_name
+$fn$;
+REVOKE ALL ON FUNCTION trellara.snapshot_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION trellara.snapshot_status() TO pg_monitor;
+DO $grant$
+BEGIN
+  IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'trellara_admin') THEN
+    GRANT EXECUTE ON FUNCTION trellara.snapshot_status() TO trellara_admin;
+  END IF;
+END
+$grant$;
