@@ -579,7 +579,7 @@ BEGIN
    ORDER BY rs.slot_name;
 
   -- A `trellara snapshot`, `verify` or `reseed` session of this flow (application_name
-  -- 'trellara-<command>/<flow>', docs/snapshot.md) that has held a source snapshot for over ten
+  -- 'trellara-<command>/<flow>[/<worker>]', docs/snapshot.md) that has held a source snapshot for over ten
   -- minutes (the setting trellara.snapshot_hold_warning, an interval, changes that): its xmin holds back vacuum on every table of the database, and a verify's temporary
   -- slot retains WAL, for as long as it runs.
   RETURN QUERY SELECT 'warning', 'snapshot_holding', format('pid %s (%s)', a.pid, a.application_name),
@@ -591,8 +591,8 @@ BEGIN
       'vacuum cannot remove rows deleted since then: let it finish (trellara status shows its progress), or stop '
       'it (it resumes by chunk: rerun the same command) and run it with more --jobs or at a quieter time'
     FROM pg_stat_activity a
-   WHERE a.application_name IN ('trellara-snapshot/' || f.name, 'trellara-verify/' || f.name,
-                                'trellara-reseed/' || f.name)
+   WHERE split_part(a.application_name, '/', 1) IN ('trellara-snapshot', 'trellara-verify', 'trellara-reseed')
+     AND split_part(a.application_name, '/', 2) = f.name
      AND a.backend_xmin IS NOT NULL
      AND a.xact_start < now() - coalesce(nullif(current_setting('trellara.snapshot_hold_warning', true), ''),
                                          '10 minutes')::interval
