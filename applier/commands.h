@@ -40,6 +40,8 @@ void RegisterStatus(CLI::App& app);
 void RegisterQuarantine(CLI::App& app);
 // `verify --config F [--format json]` (verify_command.cpp).
 void RegisterVerify(CLI::App& app);
+// `snapshot --config F [--table T ...] [--jobs N] [--run-id R] [--force]` (snapshot_command.cpp).
+void RegisterSnapshot(CLI::App& app);
 
 // ---- shared by status, quarantine and verify (defined in status_command.cpp) ----------------
 
