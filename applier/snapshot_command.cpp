@@ -53,8 +53,6 @@ struct Options {
   OutputFormat format = OutputFormat::Text;
 };
 
-std::string Quoted(const std::string& s) { return "'" + s + "'"; }
-
 // ---- the flow's tables, as the plugin sees them --------------------------------------------
 
 std::vector<SnapshotTable> PublishedTables(PgConnection& source, const FlowConfig& config,
@@ -218,7 +216,10 @@ Registration Decide(const SnapshotTable& t, const std::optional<std::pair<std::s
   const std::string what = "table " + t.name + " of flow " + config.flow_name;
   if (owner == run_id) {
     if (state != SnapshotState::HandoffReady) return Registration::Resume;
-    return o.force ? Registration::Reregister : Registration::Skip;
+    if (!o.force) return Registration::Skip;  // a rerun of the same run: nothing to copy
+    Status allowed = CheckSnapshotTransition(state, SnapshotState::Pending, true, what);
+    if (!allowed.ok()) throw CommandFailed(allowed.error().message);
+    return Registration::Reregister;
   }
   if (state == SnapshotState::HandoffReady) {
     // Copied by an earlier, finished run. Copying it again under an explicitly named run is a
@@ -269,7 +270,7 @@ void RegisterTable(PgConnection& target, const FlowConfig& config, const std::st
   MustSucceed(target, target.Exec("BEGIN"), what);
   try {
     MustSucceed(target,
-                target.ExecParams("SELECT pg_advisory_xact_lock(hashtextextended('trellara control ' || $1, 0))",
+                target.ExecParams("SELECT pg_advisory_xact_lock(hashtextextended('trellara control ' || $1::text, 0))",
                                   {config.flow_name}),
                 "taking the control lock of flow " + config.flow_name);
     MustSucceed(target,

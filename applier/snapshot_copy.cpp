@@ -11,7 +11,7 @@
 namespace trellara::cli::snapshot {
 namespace {
 
-constexpr int kMaxTransientAttempts = 10;     // per chunk, then the table is failed_recoverable
+constexpr uint32_t kMaxTransientAttempts = 10;    // per chunk, then the table is failed_recoverable
 constexpr int kMaxSnapshotAttempts = 300;     // step 3: a snapshot that sees every skip
 constexpr auto kSnapshotRetryWait = std::chrono::milliseconds(100);
 
@@ -295,7 +295,7 @@ void RunWorker(CopyContext& ctx, WorkQueue& queue, int worker_no) {
           std::fprintf(stderr,
                        "trellara: snapshot: chunk %d of %s: transient failure (attempt %u of %d), retrying in %llu "
                        "ms: %s\n",
-                       work->range.chunk_no, t.name.c_str(), backoff.attempt(), kMaxTransientAttempts,
+                       work->range.chunk_no, t.name.c_str(), backoff.attempt(), static_cast<int>(kMaxTransientAttempts),
                        static_cast<unsigned long long>(wait_ms), failure.message.c_str());
           std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
           continue;
