@@ -341,7 +341,14 @@ void RegisterTable(PgConnection& target, const FlowConfig& config, const std::st
                                     {config.flow_name}),
                   "bumping the snapshot registry version of flow " + config.flow_name);
     }
-    if (decision != Registration::Skip) {
+    if (decision == Registration::Skip) {
+      auto count = MustSucceed(target,
+                               target.ExecParams("SELECT chunks FROM trellara.snapshot_tables WHERE flow = $1 AND "
+                                                 "schema_name = $2 AND table_name = $3",
+                                                 {config.flow_name, t.schema, t.table}),
+                               "reading the chunk count of " + t.name);
+      t.chunks = std::stoi(count.Value(0, 0).value_or("0"));
+    } else {
       auto chunks = MustSucceed(target,
                                 target.ExecParams("SELECT chunk_no, lo, hi, state, rows_copied FROM "
                                                   "trellara.snapshot_chunks WHERE flow = $1 AND schema_name = $2 AND "
@@ -382,6 +389,15 @@ void RegisterTable(PgConnection& target, const FlowConfig& config, const std::st
     target.Exec("ROLLBACK");
     throw;
   }
+}
+
+std::optional<SnapshotState> ReadRunState(PgConnection& target, const FlowConfig& config, const std::string& run_id) {
+  auto r = MustSucceed(target,
+                       target.ExecParams("SELECT state FROM trellara.snapshot_runs WHERE flow = $1 AND run_id = $2",
+                                         {config.flow_name, run_id}),
+                       "reading snapshot run " + run_id + " of flow " + config.flow_name);
+  if (r.rows() == 0) return std::nullopt;
+  return StateOrFail(r.Value(0, 0), "snapshot run " + run_id);
 }
 
 // Moves the run's state to `to` when the transition is allowed (it is read under FOR UPDATE).
@@ -574,7 +590,17 @@ void Run(const Options& o) {
   const std::string run_id = ResolveRunId(*target, config, o);
   // Refusals first, before anything is registered: a table of another unfinished run, a
   // backward move without --force.
-  for (auto& t : tables) Decide(t, ReadTableRow(*target, config, t, false), run_id, o, config);
+  bool copies_anything = false;
+  for (auto& t : tables)
+    copies_anything |= Decide(t, ReadTableRow(*target, config, t, false), run_id, o, config) != Registration::Skip;
+  if (copies_anything) {
+    if (auto run = ReadRunState(*target, config, run_id); run && *run == SnapshotState::HandoffReady) {
+      Status allowed = CheckSnapshotTransition(*run, SnapshotState::Copying, o.force,
+                                               "snapshot run " + run_id + " of flow " + config.flow_name);
+      if (!allowed.ok())
+        throw CommandFailed(allowed.error().message + "; or start a new run (omit --run-id, or name a new one)");
+    }
+  }
   for (auto& t : tables) PlanTable(*source, t, o.chunk_rows);
   source.reset();
   for (auto& t : tables) RegisterTable(*target, config, run_id, t, o);
@@ -632,9 +658,14 @@ void Run(const Options& o) {
   bool any_failed = false;
   for (const auto& p : progress) any_failed = any_failed || p.failed;
   if (run_tables.Value(0, 0) == std::optional<std::string>("0")) {
-    MoveRun(*target, config, run_id, SnapshotState::Copying, o.force);
-    MoveRun(*target, config, run_id, SnapshotState::Copied, o.force);
-    MoveRun(*target, config, run_id, SnapshotState::HandoffReady, o.force);
+    // Forward only, from wherever the run stands (a rerun may find it copied or handoff_ready).
+    const auto run = ReadRunState(*target, config, run_id);
+    if (run && *run != SnapshotState::HandoffReady) {
+      if (*run != SnapshotState::Copying && *run != SnapshotState::Copied)
+        MoveRun(*target, config, run_id, SnapshotState::Copying, o.force);
+      MoveRun(*target, config, run_id, SnapshotState::Copied, o.force);
+      MoveRun(*target, config, run_id, SnapshotState::HandoffReady, o.force);
+    }
   } else if (any_failed || run_tables.Value(0, 1) != std::optional<std::string>("0")) {
     MoveRun(*target, config, run_id, SnapshotState::FailedRecoverable, o.force,
             std::string("one or more tables failed; see trellara.snapshot_tables.last_error"));
