@@ -97,14 +97,19 @@ def by_table(summary):
 class Pair:
     """A source with data and a flow, a target with the schema, and the flow's config file."""
 
-    def __init__(self, name):
+    def __init__(self, name, extra_items=0):
         self.name = name
+        self.extra_items = extra_items
 
     def __enter__(self):
         self.source = Cluster(f"{self.name}-src").__enter__()
         self.target = Cluster(f"{self.name}-tgt", preload=False).__enter__()
         self.work = tempfile.mkdtemp(prefix=f"trellara-{self.name}-")
         self.source.psql(SCHEMA + DATA)
+        if self.extra_items:
+            self.source.psql(f"INSERT INTO public.items (id, n, payload) SELECT i, i % 1000, md5(i::text) "
+                             f"FROM generate_series({ITEMS + 1_000_000}, {ITEMS + 1_000_000 + self.extra_items - 1}) i; "
+                             f"ANALYZE public.items")
         self.target.psql(SCHEMA)
         self.log_dir = setup_flow(self.source, "CREATE PUBLICATION pub FOR TABLE public.items, public.nokey, "
                                                "public.textkey", truth=False)
@@ -284,7 +289,7 @@ def wait_log_covers_source(source, flow="app", timeout_s=120):
 
 
 def snapshot_kill9_repeated_while_source_writes():
-    with Pair("snap-kill") as p:
+    with Pair("snap-kill", extra_items=100_000) as p:
         stop = threading.Event()
         errors = []
 
@@ -308,21 +313,34 @@ def snapshot_kill9_repeated_while_source_writes():
         thread.start()
         kills = 0
         try:
-            for round_no in range(4):
+            rng = random.Random(11)
+            for round_no in range(5):
+                env = dict(os.environ)
+                if round_no == 0:  # the first kill lands inside a chunk's COPY for sure
+                    env.update(TRELLARA_FAULTS="snapshot.during_table_copy:3:stall", TRELLARA_FAULT_STALL_MS="300000")
                 proc = subprocess.Popen([TRELLARA_BIN, "snapshot", "--config", p.config, "--jobs", "2",
-                                         "--chunk-rows", "300"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-                time.sleep(0.4 + 0.4 * round_no)
+                                         "--chunk-rows", "2000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        env=env)
+                if round_no == 0:
+                    wait_for("a chunk's COPY in flight", lambda: p.target.query(
+                        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'COPY %FROM STDIN'") != "0", 60)
+                    time.sleep(0.3)
+                else:
+                    time.sleep(rng.uniform(0.1, 0.8))
                 if proc.poll() is None:
                     os.kill(proc.pid, signal.SIGKILL)
                     kills += 1
                 proc.communicate()
+                print(f"round {round_no}: chunks copied so far: " + p.target.query(
+                    "SELECT count(*) FILTER (WHERE state = 'copied') || '/' || count(*) FROM trellara.snapshot_chunks"))
             summary, _ = snapshot_json(p.config, "--jobs", "2")
             expect(summary["state"] == "handoff_ready", f"the final run finishes: {summary}")
         finally:
             stop.set()
             thread.join()
         expect(not errors, f"the source writer failed: {errors}")
-        expect(kills >= 1, "at least one snapshot process was killed mid-run")
+        expect(kills >= 2, f"snapshot processes were killed mid-run ({kills})")
+        expect(any(t["chunks_skipped"] > 0 for t in summary["tables"]), f"the final run resumed: {summary}")
         chunks = p.target.query("SELECT count(*) FILTER (WHERE state <> 'copied') FROM trellara.snapshot_chunks")
         expect(chunks == "0", f"every chunk copied: {chunks} not")
         print(f"snapshot killed {kills} times while the source took writes, then finished: "
