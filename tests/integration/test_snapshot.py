@@ -22,6 +22,10 @@ Scenarios (seed names where the seed has one):
   - snapshot_copy_failure_marked_recoverable: a target CHECK constraint makes one chunk fail: the
     table is failed_recoverable with last_error, the others are handoff_ready, the command exits
     non-zero naming the table and the rerun; after the fix the rerun finishes it.
+  - snapshot_target_crash_during_copy: the target restarts while a chunk's COPY is in flight; the
+    worker retries the transient failure and the run finishes exact.
+  - snapshot_crash_before_handoff_record: killed between a table's `copied` and its handoff_ready
+    record; the rerun copies nothing and records it.
   - snapshot_kill9_repeated_while_source_writes: the snapshot process is killed with SIGKILL
     several times while the source takes writes, then finishes; then `trellara apply
     --until-caught-up` and source == target. The final comparison depends on the applier's
@@ -352,7 +356,50 @@ def snapshot_kill9_repeated_while_source_writes():
         p.expect_same("after the snapshot and apply --until-caught-up")
 
 
+def snapshot_target_crash_during_copy():
+    """The target restarts (immediate shutdown, crash recovery) while a chunk's COPY is in flight:
+    the worker's failure is transient (connection lost), it reconnects with backoff and copies the
+    chunk again; the command still exits 0 with exact counts."""
+    with Pair("snap-tcrash") as p:
+        env = dict(os.environ, TRELLARA_FAULTS="snapshot.during_table_copy:3:stall", TRELLARA_FAULT_STALL_MS="4000")
+        proc = subprocess.Popen([TRELLARA_BIN, "snapshot", "--config", p.config, "--jobs", "1", "--chunk-rows",
+                                 str(CHUNK_ROWS), "--format", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=env)
+        try:
+            wait_for("a chunk's COPY in flight", lambda: p.target.query(
+                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'COPY %FROM STDIN'") != "0", 60)
+            p.target.restart_immediate()
+            out, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.communicate()
+        expect(proc.returncode == 0, f"snapshot survives a target restart (exit {proc.returncode}): {err[-2000:]}")
+        expect("transient failure" in err, f"the retry is reported: {err[-2000:]}")
+        summary = json.loads(out)
+        expect(summary["state"] == "handoff_ready", f"{summary}")
+        p.expect_same("after the target restart")
+
+
+def snapshot_crash_before_handoff_record():
+    """Killed (fault point crash = SIGKILL) after a table's chunks are all copied but before its
+    handoff_ready is written: the table stays copied; a rerun copies nothing and records it."""
+    with Pair("snap-handoff") as p:
+        env = dict(os.environ, TRELLARA_FAULTS="snapshot.before_handoff_record:1:crash")
+        crashed = trellara("snapshot", "--config", p.config, "--chunk-rows", str(CHUNK_ROWS), "--run-id", "r1",
+                           expect=-signal.SIGKILL, env=env)
+        states = p.states()
+        expect(states["public.items"] == "copied" and "handoff_ready" not in states.values(),
+               f"after the crash: {states} {crashed.stderr[-500:]}")
+        summary, _ = snapshot_json(p.config)
+        expect(summary["run_id"] == "r1" and summary["state"] == "handoff_ready", f"{summary}")
+        expect(all(t["chunks_copied"] == 0 and t["chunks_skipped"] == t["chunks"] for t in summary["tables"]),
+               f"the rerun copied nothing: {summary}")
+        p.expect_same("after the handoff record")
+
+
 if __name__ == "__main__":
     run_scenarios([snapshot_copies_tables_and_reports_json, snapshot_duplicate_copy_attempt,
                    snapshot_invalid_state_regression, snapshot_incomplete_copy_resume,
-                   snapshot_copy_failure_marked_recoverable, snapshot_kill9_repeated_while_source_writes])
+                   snapshot_copy_failure_marked_recoverable, snapshot_target_crash_during_copy,
+                   snapshot_crash_before_handoff_record, snapshot_kill9_repeated_while_source_writes])
