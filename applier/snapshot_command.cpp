@@ -450,7 +450,7 @@ class SnapshotProgress {
       : flow_(std::move(flow)), run_id_(std::move(run_id)), out_(out), tty_(::isatty(fileno(out)) == 1) {}
 
   // Called about once a second while workers run.
-  void Tick(const std::vector<SnapshotTable>& tables, const std::deque<TableProgress>& progress, bool final) {
+  void Tick(const std::vector<SnapshotTable>& tables, std::deque<TableProgress>& progress, bool final) {
     const auto now = Clock::now();
     if (tty_) {
       if (drawn_lines_ > 0) std::fprintf(out_, "\033[%dA", drawn_lines_);
@@ -487,12 +487,13 @@ class SnapshotProgress {
     last_line_ = now;
     for (size_t i = 0; i < tables.size(); i++) {
       if (tables[i].registration == Registration::Skip) continue;
-      const TableProgress& p = progress[i];
+      TableProgress& p = progress[i];
       const int done = p.chunks_copied + p.chunks_skipped;
       if (!final && (p.reported_done || (p.chunks_copied == 0 && !p.started))) continue;
       const double secs = p.Seconds(now);
       const int remaining = tables[i].chunks - done;
       const char* state = p.failed ? "failed_recoverable" : remaining == 0 ? "copied" : "copying";
+      if (p.failed || remaining == 0) p.reported_done = true;  // a finished table's line is printed once
       std::fprintf(out_,
                    "snapshot flow=%s run=%s table=%s state=%s chunks=%d chunks_copied=%d chunks_skipped=%d rows=%llu "
                    "bytes=%llu seconds=%.1f rows_per_s=%.0f eta_s=%.0f\n",

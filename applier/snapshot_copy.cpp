@@ -224,17 +224,20 @@ void TableProgress::MarkStart() {
   std::lock_guard<std::mutex> lock(mutex);
   if (!first_start) first_start = Clock::now();
   started = true;
+  in_flight++;
 }
 
 void TableProgress::MarkEnd() {
   std::lock_guard<std::mutex> lock(mutex);
   last_end = Clock::now();
+  in_flight--;
 }
 
 double TableProgress::Seconds(Clock::time_point now) const {
   std::lock_guard<std::mutex> lock(mutex);
   if (!first_start) return 0;
-  const auto end = (last_end && *last_end > *first_start) ? *last_end : now;
+  // While a chunk is in flight the clock runs; afterwards the table's time ends at its last chunk.
+  const auto end = (in_flight == 0 && last_end && *last_end > *first_start) ? *last_end : now;
   return std::chrono::duration<double>(end - *first_start).count();
 }
 

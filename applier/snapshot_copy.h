@@ -49,6 +49,7 @@ struct TableProgress {
   std::atomic<bool> failed{false};
   std::atomic<bool> started{false};
   std::atomic<bool> reported_done{false};
+  std::atomic<int> in_flight{0};  // chunks of the table being copied right now
   mutable std::mutex mutex;  // guards error, first_start, last_end
   std::string error;
   std::optional<Clock::time_point> first_start;
