@@ -52,6 +52,18 @@ TEST_CASE("inspect_transaction_refuses_garbage_naming_file_and_problem", "[cli]"
   std::remove(path.c_str());
 }
 
+TEST_CASE("snapshot_refuses_a_missing_config_and_bad_options_before_connecting", "[cli]") {
+  Run missing = RunCommand("snapshot --config /nonexistent/flow.toml");
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.all.find("/nonexistent/flow.toml") != std::string::npos);
+  Run jobs = RunCommand("snapshot --config x.toml --jobs 0");
+  CHECK(jobs.exit_code != 0);
+  CHECK(jobs.all.find("--jobs") != std::string::npos);
+  Run format = RunCommand("snapshot --config x.toml --format xml");
+  CHECK(format.exit_code != 0);
+  CHECK(format.all.find("--format") != std::string::npos);
+}
+
 TEST_CASE("version_and_help_list_the_planned_commands", "[cli]") {
   Run v = RunCommand("--version");
   CHECK(v.exit_code == 0);
@@ -61,7 +73,7 @@ TEST_CASE("version_and_help_list_the_planned_commands", "[cli]") {
   for (const char* cmd : {"apply", "snapshot", "verify", "reseed", "status", "check", "log", "inspect-transaction",
                           "quarantine", "chaos"})
     CHECK(h.all.find(cmd) != std::string::npos);
-  Run planned = RunCommand("snapshot --config x.toml");
+  Run planned = RunCommand("check --config x.toml");
   CHECK(planned.exit_code == 2);
   CHECK(planned.all.find("planned but not available") != std::string::npos);
 }
