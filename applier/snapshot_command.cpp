@@ -177,8 +177,11 @@ std::string ResolveRunId(PgConnection& target, const FlowConfig& config, const O
     return o.run_id;
   }
   auto r = MustSucceed(target,
-                       target.ExecParams("SELECT run_id, state FROM trellara.snapshot_runs WHERE flow = $1 "
-                                         "AND kind = 'snapshot' AND state <> 'handoff_ready' ORDER BY started_at",
+                       // A run whose tables were all taken over by a forced run has nothing left to resume.
+                       target.ExecParams("SELECT r.run_id, r.state FROM trellara.snapshot_runs r WHERE r.flow = $1 "
+                                         "AND r.kind = 'snapshot' AND r.state <> 'handoff_ready' AND EXISTS (SELECT 1 "
+                                         "FROM trellara.snapshot_tables t WHERE t.flow = r.flow AND t.run_id = r.run_id) "
+                                         "ORDER BY r.started_at",
                                          {config.flow_name}),
                        "reading the unfinished snapshot runs of flow " + config.flow_name);
   if (r.rows() == 1) return r.Value(0, 0).value_or("");
@@ -273,14 +276,15 @@ void RegisterTable(PgConnection& target, const FlowConfig& config, const std::st
                 target.ExecParams("SELECT pg_advisory_xact_lock(hashtextextended('trellara control ' || $1::text, 0))",
                                   {config.flow_name}),
                 "taking the control lock of flow " + config.flow_name);
-    MustSucceed(target,
-                target.ExecParams("INSERT INTO trellara.snapshot_runs (flow, run_id, kind, state) "
-                                  "VALUES ($1, $2, 'snapshot', 'pending') ON CONFLICT (flow, run_id) DO NOTHING",
-                                  {config.flow_name, run_id}),
-                what);
     auto row = ReadTableRow(target, config, t, true);
     const Registration decision = Decide(t, row, run_id, o, config);
     t.registration = decision;
+    if (decision != Registration::Skip)  // a run exists once it owns a table
+      MustSucceed(target,
+                  target.ExecParams("INSERT INTO trellara.snapshot_runs (flow, run_id, kind, state) "
+                                    "VALUES ($1, $2, 'snapshot', 'pending') ON CONFLICT (flow, run_id) DO NOTHING",
+                                    {config.flow_name, run_id}),
+                  what);
     if (decision == Registration::New || decision == Registration::Reregister) {
       const std::vector<std::string> keys{config.flow_name, t.schema, t.table};
       // Skips recorded against the old layout's pending chunks still bind the new copy: each
@@ -677,19 +681,18 @@ void Run(const Options& o) {
       *target,
       target->ExecParams("SELECT t.schema_name || '.' || t.table_name, t.state, t.last_error, t.chunks, "
                          "(SELECT coalesce(sum(c.rows_copied), 0) FROM trellara.snapshot_chunks c WHERE c.flow = t.flow "
-                         "AND c.schema_name = t.schema_name AND c.table_name = t.table_name), "
-                         "(SELECT s.state FROM trellara.snapshot_runs s WHERE s.flow = $1 AND s.run_id = $2) "
+                         "AND c.schema_name = t.schema_name AND c.table_name = t.table_name) "
                          "FROM trellara.snapshot_tables t WHERE t.flow = $1",
-                         {config.flow_name, run_id}),
+                         {config.flow_name}),
       "reading the snapshot state of flow " + config.flow_name);
   std::map<std::string, std::tuple<std::string, std::string, uint64_t>> durable;
-  std::string run_state = "pending";
-  for (int i = 0; i < final_rows.rows(); i++) {
+  for (int i = 0; i < final_rows.rows(); i++)
     durable[final_rows.Value(i, 0).value_or("")] = {final_rows.Value(i, 1).value_or(""),
                                                     final_rows.Value(i, 2).value_or(""),
                                                     std::stoull(final_rows.Value(i, 4).value_or("0"))};
-    run_state = final_rows.Value(i, 5).value_or(run_state);
-  }
+  // No run row: every selected table was already handoff_ready (nothing was registered).
+  const auto run_row = ReadRunState(*target, config, run_id);
+  const std::string run_state = run_row ? SnapshotStateName(*run_row) : "handoff_ready";
   nlohmann::json summary{{"run_id", run_id}, {"state", run_state}, {"tables", nlohmann::json::array()}};
   std::vector<std::string> failures;
   for (size_t i = 0; i < tables.size(); i++) {

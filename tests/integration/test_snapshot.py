@@ -26,8 +26,9 @@ Scenarios (seed names where the seed has one):
     worker retries the transient failure and the run finishes exact.
   - snapshot_crash_before_handoff_record: killed between a table's `copied` and its handoff_ready
     record; the rerun copies nothing and records it.
-  - snapshot_kill9_repeated_while_source_writes: the snapshot process is killed with SIGKILL
-    several times while the source takes writes, then finishes; then `trellara apply
+  - snapshot_kill9_repeated_while_source_writes: the snapshot process (--jobs 2) is killed with
+    SIGKILL six times while the source takes writes (four times with both workers inside a chunk's
+    COPY, twice at a random moment), then finishes from where it was; then `trellara apply
     --until-caught-up` and source == target. The final comparison depends on the applier's
     handoff rule (core DecideSnapshotChange wired into applier/apply_*.cpp).
 It must never leave a cluster running (the harness stops it by PID) nor signal a process it did
@@ -318,19 +319,21 @@ def snapshot_kill9_repeated_while_source_writes():
         kills = 0
         try:
             rng = random.Random(11)
-            for round_no in range(5):
+            for round_no in range(6):
                 env = dict(os.environ)
-                if round_no == 0:  # the first kill lands inside a chunk's COPY for sure
-                    env.update(TRELLARA_FAULTS="snapshot.during_table_copy:3:stall", TRELLARA_FAULT_STALL_MS="300000")
+                stalled = round_no < 4
+                if stalled:  # both workers stall inside a chunk's COPY (their 3rd and 4th chunk) and are killed there
+                    env.update(TRELLARA_FAULTS="snapshot.during_table_copy:3:stall,snapshot.during_table_copy:4:stall",
+                               TRELLARA_FAULT_STALL_MS="300000")
                 proc = subprocess.Popen([TRELLARA_BIN, "snapshot", "--config", p.config, "--jobs", "2",
                                          "--chunk-rows", "2000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         env=env)
-                if round_no == 0:
-                    wait_for("a chunk's COPY in flight", lambda: p.target.query(
-                        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'COPY %FROM STDIN'") != "0", 60)
-                    time.sleep(0.3)
-                else:
-                    time.sleep(rng.uniform(0.1, 0.8))
+                if stalled:
+                    wait_for("two chunks' COPY in flight", lambda: p.target.query(
+                        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'COPY %FROM STDIN'") == "2", 60)
+                    time.sleep(0.2)
+                else:  # anywhere
+                    time.sleep(rng.uniform(0.05, 0.4))
                 if proc.poll() is None:
                     os.kill(proc.pid, signal.SIGKILL)
                     kills += 1
@@ -343,7 +346,7 @@ def snapshot_kill9_repeated_while_source_writes():
             stop.set()
             thread.join()
         expect(not errors, f"the source writer failed: {errors}")
-        expect(kills >= 2, f"snapshot processes were killed mid-run ({kills})")
+        expect(kills >= 4, f"snapshot processes were killed mid-run ({kills})")
         expect(any(t["chunks_skipped"] > 0 for t in summary["tables"]), f"the final run resumed: {summary}")
         chunks = p.target.query("SELECT count(*) FILTER (WHERE state <> 'copied') FROM trellara.snapshot_chunks")
         expect(chunks == "0", f"every chunk copied: {chunks} not")
