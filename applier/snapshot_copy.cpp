@@ -283,10 +283,16 @@ void RunWorker(CopyContext& ctx, WorkQueue& queue, int worker_no) {
             progress.chunks_copied++;
           else
             progress.chunks_skipped++;
-        } catch (...) {
+        } catch (const ChunkFailure&) {
           progress.rows -= rows;  // the attempt's rows were rolled back
           progress.bytes -= bytes;
           throw;
+        } catch (const std::exception& e) {  // nothing may escape a worker thread
+          progress.rows -= rows;
+          progress.bytes -= bytes;
+          throw ChunkFailure{"copying chunk " + std::to_string(work->range.chunk_no) + " of " + t.name +
+                                 " failed unexpectedly: " + e.what(),
+                             false};
         }
         break;
       } catch (const ChunkFailure& failure) {

@@ -182,6 +182,16 @@ def snapshot_copies_tables_and_reports_json():
         expect("handoff_ready" in text.stdout, f"text summary: {text.stdout}")
         bad = trellara("snapshot", "--config", p.config, "--table", "public.nope", expect=2)
         expect("public.nope" in bad.stderr and "publication" in bad.stderr, f"unknown table: {bad.stderr}")
+        # A table that joins the publication later is copied with --table, in a new run; the
+        # others are not touched.
+        p.source.psql("CREATE TABLE public.late (id int PRIMARY KEY, v text); "
+                      "INSERT INTO public.late SELECT i, 'v' || i FROM generate_series(1, 1200) i; "
+                      "ALTER PUBLICATION pub ADD TABLE public.late")
+        p.target.psql("CREATE TABLE public.late (id int PRIMARY KEY, v text)")
+        late, _ = snapshot_json(p.config, "--table", "public.late")
+        expect(late["run_id"] != summary["run_id"] and [t["table"] for t in late["tables"]] == ["public.late"]
+               and late["tables"][0]["rows"] == 1200 and late["tables"][0]["chunks"] >= 2, f"late table: {late}")
+        expect(p.target.query("SELECT count(*) FROM public.late") == "1200", "late table copied")
         print(f"snapshot run {summary['run_id']}: " + ", ".join(f"{n} {t['chunks']} chunks {t['rows']} rows"
                                                                 for n, t in tables.items()))
 
