@@ -377,8 +377,10 @@ void RegisterTable(PgConnection& target, const FlowConfig& config, const std::st
                              "reading the key column of " + t.name);
       t.key_column = key.Value(0, 0);
       t.key_quoted = key.Value(0, 1).value_or("");
-      if (!t.pending.empty()) {
-        const SnapshotState from = decision == Registration::Resume ? row->second : SnapshotState::Pending;
+      const SnapshotState from = decision == Registration::Resume ? row->second : SnapshotState::Pending;
+      // A failed table is copying again on every rerun (also when its failure came after its
+      // last chunk), so that it can move on to copied.
+      if (!t.pending.empty() || from == SnapshotState::FailedRecoverable) {
         Status allowed = CheckSnapshotTransition(from, SnapshotState::Copying, o.force, "table " + t.name);
         if (!allowed.ok()) throw CommandFailed(allowed.error().message);
         MustSucceed(target,
