@@ -29,7 +29,9 @@ Scenarios (seed names where the seed has one):
   - snapshot_kill9_repeated_while_source_writes: the snapshot process (--jobs 2) is killed with
     SIGKILL six times while the source takes writes (four times with both workers inside a chunk's
     COPY, twice at a random moment), then finishes from where it was; then `trellara apply
-    --until-caught-up` and source == target. The final comparison depends on the applier's
+    --until-caught-up` and source == target.
+  - snapshot_kill9_repeated_beside_running_applier: the same with `trellara apply` following the
+    log during the whole copy. The final comparison of both depends on the applier's
     handoff rule (core DecideSnapshotChange wired into applier/apply_*.cpp).
 It must never leave a cluster running (the harness stops it by PID) nor signal a process it did
 not start.
@@ -304,7 +306,15 @@ def wait_log_covers_source(source, flow="app", timeout_s=120):
 
 
 def snapshot_kill9_repeated_while_source_writes():
-    with Pair("snap-kill", extra_items=100_000) as p:
+    kill9_repeated_while_source_writes(applier_running=False)
+
+
+def snapshot_kill9_repeated_beside_running_applier():
+    kill9_repeated_while_source_writes(applier_running=True)
+
+
+def kill9_repeated_while_source_writes(applier_running):
+    with Pair("snap-kill" + ("-apply" if applier_running else ""), extra_items=100_000) as p:
         stop = threading.Event()
         errors = []
 
@@ -326,6 +336,7 @@ def snapshot_kill9_repeated_while_source_writes():
 
         thread = threading.Thread(target=writer)
         thread.start()
+        applier = None
         kills = 0
         try:
             rng = random.Random(11)
@@ -341,6 +352,13 @@ def snapshot_kill9_repeated_while_source_writes():
                 if stalled:
                     wait_for("two chunks' COPY in flight", lambda: p.target.query(
                         "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'COPY %FROM STDIN'") == "2", 60)
+                    if applier_running and applier is None:
+                        # The stream runs beside the copy from the moment the tables are registered
+                        # (before that, an UPDATE of a row the target does not hold yet would be
+                        # quarantined: registration comes first).
+                        applier_log = open(os.path.join(p.work, "apply.log"), "w")
+                        applier = subprocess.Popen([TRELLARA_BIN, "apply", "--config", p.config],
+                                                   stdout=applier_log, stderr=subprocess.STDOUT)
                     time.sleep(0.2)
                 else:  # anywhere
                     time.sleep(rng.uniform(0.05, 0.4))
@@ -355,6 +373,16 @@ def snapshot_kill9_repeated_while_source_writes():
         finally:
             stop.set()
             thread.join()
+        if applier is not None:
+            if applier.poll() is not None:
+                with open(os.path.join(p.work, "apply.log")) as log:
+                    raise CaptureFailure(f"the applier stopped during the snapshot: {log.read()[-2000:]}")
+            applier.send_signal(signal.SIGTERM)
+            try:
+                applier.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.kill(applier.pid, signal.SIGKILL)
+                applier.communicate()
         expect(not errors, f"the source writer failed: {errors}")
         expect(kills >= 4, f"snapshot processes were killed mid-run ({kills})")
         expect(any(t["chunks_skipped"] > 0 for t in summary["tables"]), f"the final run resumed: {summary}")
@@ -415,4 +443,5 @@ if __name__ == "__main__":
     run_scenarios([snapshot_copies_tables_and_reports_json, snapshot_duplicate_copy_attempt,
                    snapshot_invalid_state_regression, snapshot_incomplete_copy_resume,
                    snapshot_copy_failure_marked_recoverable, snapshot_target_crash_during_copy,
-                   snapshot_crash_before_handoff_record, snapshot_kill9_repeated_while_source_writes])
+                   snapshot_crash_before_handoff_record, snapshot_kill9_repeated_while_source_writes,
+                   snapshot_kill9_repeated_beside_running_applier])
