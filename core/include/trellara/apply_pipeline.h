@@ -56,6 +56,7 @@ struct PipelineTx {
   uint64_t offset_after = 0;      // the consumer offset that is safe once it is applied
   std::vector<ChangePlan> plans;  // the adapter's plans, filled while a batch is formed
   bool duplicate = false;         // admitted as already applied: nothing is sent for it
+  size_t snapshot_in_copy = 0;    // row changes the adapter left out because a snapshot copy holds them
 };
 
 // What the adapter found out about a candidate of the batch being formed.
