@@ -301,7 +301,7 @@ SnapshotRewrite Applier::RewriteForSnapshot(const Change& change, const std::vec
       plan_of(change, display);
       break;
     case RowAction::Drop:
-      out.left_out++;
+      if (out.skips.empty()) out.left_out++;  // in the copy (a skip is counted as a skip)
       break;
     case RowAction::DeleteOldOnly: {
       auto del = OldRowDelete(change, *rel);

@@ -518,7 +518,7 @@ def snapshot_copy_beside_live_stream_converges():
         copier = Copier(pair)
         copier.register(LIVE_CHUNKS)
         applier = start_applier(pair)
-        bench = subprocess.Popen([os.path.join(PG_BIN, "pgbench"), "-n", "-c", "3", "-j", "1", "-T", "600", "-R", "150",
+        bench = subprocess.Popen([os.path.join(PG_BIN, "pgbench"), "-n", "-c", "3", "-j", "1", "-T", "600", "-R", "150", "--max-tries", "20",
                                   "-f", script, "-h", src.socket_dir, "-p", str(src.port), "-U", "postgres", "postgres"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
