@@ -7,6 +7,9 @@
 //                          quarantined
 //   apply_pipeline.cpp     batches of whole transactions through one libpq pipeline segment
 //   apply_session.cpp      the target session and the trellara state tables
+//   apply_snapshot.cpp     the snapshot handoff rule for tables being copied, and holds
+//                          (docs/snapshot.md): every target transaction of both paths starts with
+//                          trellara.control_check; TR010 reloads the registry and retries
 //   apply_progress.cpp     the progress lines
 //
 // It never applies a transaction the barrier did not yield, never applies anything after a

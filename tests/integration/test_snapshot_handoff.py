@@ -25,8 +25,13 @@ applier are exact, not left to timing. (`trellara snapshot` runs the same protoc
       the end.
   snapshot_copy_beside_live_stream_converges
       a pgbench workload (updates, inserts, deletes, key moves across chunks) runs while eight
-      chunks are copied one after another and the applier applies: identical at the end, with
-      skips recorded and changes left out as in the copy.
+      chunks are copied one after another and the applier applies; a second table, so far only
+      streamed, is registered mid-stream (the running applier reloads its registry) and copied:
+      identical at the end.
+  registry_change_under_a_transaction_is_retried_not_quarantined
+      a registration commits while an applier transaction waits in control_check (the batch path,
+      then the one-at-a-time path): refused with TR010, registry reloaded, retried — never
+      quarantined, never reported as a failure.
   hold_stops_applier_at_its_lsn_then_releases
       a hold requested at C (the holder holding the hold lock): the applier applies every
       transaction with commit LSN <= C, marks the hold reached, applies nothing after C until the
@@ -61,6 +66,7 @@ APPLY_TIMEOUT_S = 180
 FLOW = "app"
 
 ITEMS_DDL = "CREATE TABLE public.items (id bigint PRIMARY KEY, v int NOT NULL, note text);\n" \
+            "CREATE TABLE public.extra (id bigint PRIMARY KEY, v int NOT NULL, note text);\n" \
             "CREATE TABLE public.unpublished (n int);\n"
 THREE_CHUNKS = [(0, None, 100), (1, 100, 200), (2, 200, None)]
 
@@ -152,7 +158,7 @@ class HandoffPair:
             self.source.psql(ITEMS_DDL)
             self.target.psql(ITEMS_DDL)
             self.source.psql(self.source_rows_sql)  # data that exists before the flow: only a copy brings it
-            self.log_dir = setup_flow(self.source, "CREATE PUBLICATION pub FOR TABLE public.items", truth=False)
+            self.log_dir = setup_flow(self.source, "CREATE PUBLICATION pub FOR TABLE public.items, public.extra", truth=False)
             self.config = os.path.join(self.work.name, "flow.toml")
             with open(self.config, "w") as config:
                 config.write(f'[flow]\nname = "{FLOW}"\nlog_directory = "{self.log_dir}"\n\n'
@@ -241,12 +247,15 @@ def wait_log_covers_source(source, timeout_s=90):
     wait_for("the log to cover the source's WAL position", covered, timeout_s)
 
 
-def items_digest(cluster):
+def items_digest(cluster, table="items"):
     return cluster.query("SELECT count(*) || ' ' || coalesce(md5(string_agg(t::text, ',' ORDER BY id)), '-') "
-                         "FROM public.items t")
+                         f"FROM public.{table} t")
 
 
 def assert_identical(pair, label):
+    want, have = items_digest(pair.source, "extra"), items_digest(pair.target, "extra")
+    if want != have:
+        raise CaptureFailure(f"{label}: source and target differ in public.extra: source {want}, target {have}")
     want, have = items_digest(pair.source), items_digest(pair.target)
     print(f"{label}: source items {want}, target items {have}")
     if want != have:
@@ -299,24 +308,24 @@ def range_predicate(lo, hi):
 class Copier:
     """The copy protocol of docs/snapshot.md on two sessions (target, source)."""
 
-    def __init__(self, pair):
-        self.pair = pair
-        self.t = pair.session(pair.target, "copy-target")
-        self.s = pair.session(pair.source, "copy-source")
+    def __init__(self, pair, table="items"):
+        self.pair, self.table = pair, table
+        self.t = pair.session(pair.target, f"copy-target-{table}")
+        self.s = pair.session(pair.source, f"copy-source-{table}")
         self.chunks = {}
 
     def register(self, chunks, run_id="r1"):
-        """Registers public.items with `chunks` [(no, lo, hi)], all pending, under the control lock,
+        """Registers the table with `chunks` [(no, lo, hi)], all pending, under the control lock,
         bumping the control version in the same transaction."""
         self.chunks = {no: (lo, hi) for no, lo, hi in chunks}
-        values = ", ".join(f"('{FLOW}', 'public', 'items', {no}, {lo if lo is not None else 'NULL'}, "
+        values = ", ".join(f"('{FLOW}', 'public', '{self.table}', {no}, {lo if lo is not None else 'NULL'}, "
                            f"{hi if hi is not None else 'NULL'}, 'pending')" for no, lo, hi in chunks)
         self.t.run("BEGIN")
         self.t.run(f"SELECT pg_advisory_xact_lock(hashtextextended('trellara control {FLOW}', 0))")
         self.t.run(f"INSERT INTO trellara.snapshot_runs (flow, run_id, kind, state) VALUES ('{FLOW}', '{run_id}', "
-                   f"'snapshot', 'copying')")
+                   f"'snapshot', 'copying') ON CONFLICT DO NOTHING")
         self.t.run(f"INSERT INTO trellara.snapshot_tables (flow, schema_name, table_name, run_id, state, key_column, "
-                   f"chunks) VALUES ('{FLOW}', 'public', 'items', '{run_id}', 'copying', 'id', {len(chunks)})")
+                   f"chunks) VALUES ('{FLOW}', 'public', '{self.table}', '{run_id}', 'copying', 'id', {len(chunks)})")
         self.t.run(f"INSERT INTO trellara.snapshot_chunks (flow, schema_name, table_name, chunk_no, lo, hi, state) "
                    f"VALUES {values}")
         bump_control(self.t)
@@ -327,7 +336,7 @@ class Copier:
         lo, hi = self.chunks[no]
         self.t.run("BEGIN")
         state = self.t.run(f"SELECT state FROM trellara.snapshot_chunks WHERE flow = '{FLOW}' AND schema_name = "
-                           f"'public' AND table_name = 'items' AND chunk_no = {no} FOR UPDATE")
+                           f"'public' AND table_name = '{self.table}' AND chunk_no = {no} FOR UPDATE")
         if state == "copied":
             self.t.run("COMMIT")
             return None
@@ -336,7 +345,7 @@ class Copier:
             snapshot = self.s.run("SELECT pg_current_snapshot()")
             skips = [int(x) for x in self.t.run(
                 f"SELECT xid FROM trellara.snapshot_skips WHERE flow = '{FLOW}' AND schema_name = 'public' AND "
-                f"table_name = 'items' AND chunk_no = {no}").split()]
+                f"table_name = '{self.table}' AND chunk_no = {no}").split()]
             if all(visible_in(snapshot, x) for x in skips):
                 break
             # A transaction the applier left out is not yet visible here: a newer snapshot.
@@ -344,11 +353,11 @@ class Copier:
             time.sleep(0.1)
         else:
             raise CaptureFailure(f"chunk {no}: no source snapshot saw every skipped transaction")
-        self.t.run(f"DELETE FROM public.items WHERE {range_predicate(lo, hi)}")
+        self.t.run(f"DELETE FROM public.{self.table} WHERE {range_predicate(lo, hi)}")
         rows = self.s.run(f"SELECT string_agg(format('(%s, %s, %L)', id, v, note), ', ' ORDER BY id) "
-                          f"FROM public.items WHERE {range_predicate(lo, hi)}")
+                          f"FROM public.{self.table} WHERE {range_predicate(lo, hi)}")
         if rows:
-            self.t.run(f"INSERT INTO public.items (id, v, note) VALUES {rows}")
+            self.t.run(f"INSERT INTO public.{self.table} (id, v, note) VALUES {rows}")
         self.copying = (no, snapshot, rows.count("(") if rows else 0)
         return snapshot
 
@@ -356,12 +365,12 @@ class Copier:
         no, snapshot, count = self.copying
         self.t.run(f"UPDATE trellara.snapshot_chunks SET state = 'copied', snapshot = '{snapshot}', "
                    f"rows_copied = {count}, copied_at = now() WHERE flow = '{FLOW}' AND schema_name = 'public' AND "
-                   f"table_name = 'items' AND chunk_no = {no}")
+                   f"table_name = '{self.table}' AND chunk_no = {no}")
         self.t.run(f"DELETE FROM trellara.snapshot_skips WHERE flow = '{FLOW}' AND schema_name = 'public' AND "
-                   f"table_name = 'items' AND chunk_no = {no}")
+                   f"table_name = '{self.table}' AND chunk_no = {no}")
         self.t.run("COMMIT")
         self.s.run("COMMIT")
-        print(f"copied chunk {no}: {count} rows in snapshot {snapshot}")
+        print(f"copied chunk {no} of {self.table}: {count} rows in snapshot {snapshot}")
 
     def copy(self, no):
         if self.begin_copy(no) is not None:
@@ -505,6 +514,7 @@ UPDATE items SET id = 3001 - id WHERE id = 3 * :m;
 INSERT INTO items VALUES (3 * :i - 1, :i, 'w') ON CONFLICT (id) DO UPDATE SET v = items.v + 1, note = 'again';
 END;
 DELETE FROM items WHERE id = :d;
+INSERT INTO extra VALUES (:d, 1, 'x') ON CONFLICT (id) DO UPDATE SET v = extra.v + 1;
 """
 LIVE_CHUNKS = [(0, None, 375)] + [(n, 375 * n, 375 * (n + 1)) for n in range(1, 7)] + [(7, 2625, None)]
 
@@ -523,8 +533,15 @@ def snapshot_copy_beside_live_stream_converges():
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             time.sleep(2)
+            # public.extra (only streamed rows so far) is registered while the stream applies it:
+            # the applier's transactions in flight are refused (TR010) and retried with the new
+            # registry; its copy replaces what the stream wrote to each chunk.
+            extra = Copier(pair, "extra")
+            extra.register([(0, None, 1500), (1, 1500, None)], run_id="r2")
             for no, _, _ in LIVE_CHUNKS:
                 copier.copy(no)
+                if no in (0, 1):
+                    extra.copy(no)
                 time.sleep(0.5)
             time.sleep(2)
         finally:
@@ -534,7 +551,10 @@ def snapshot_copy_beside_live_stream_converges():
         processed = [line for line in out.splitlines() if "processed" in line]
         print(f"pgbench: {processed[0] if processed else err.strip()[-300:]}")
         wait_log_covers_source(src)
-        stop_applier(applier, 0)
+        _, err = stop_applier(applier, 0)
+        if "event=registry_loaded version=2" not in err:
+            raise CaptureFailure(f"the running applier did not reload the registry when public.extra was registered: "
+                                 f"{err[-2000:]}")
         result = apply_until_caught_up(pair, None, 0)
         assert_identical(pair, "snap-live")
         dedup = pair.target.query("SELECT count(*) FROM trellara.applied_transactions")
@@ -542,6 +562,50 @@ def snapshot_copy_beside_live_stream_converges():
               f"{result.stdout.strip().splitlines()[-1]}")
         assert_no_backend_crashes(pair.source, pair.target)
     print("ok: snapshot_copy_beside_live_stream_converges")
+
+
+def lock_waiters(pair):
+    return pair.target.query("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'trellara/app' AND "
+                             "wait_event_type = 'Lock'")
+
+
+def registry_change_under_a_transaction_is_retried_not_quarantined():
+    """A registration commits while an applier transaction waits in control_check (batch path, then
+    one-at-a-time path): the transaction is refused with TR010, the registry reloaded, the
+    transaction retried with it; nothing is quarantined."""
+    with HandoffPair("snap-tr010", SPARSE_ROWS) as pair:
+        src = pair.source
+        copier = Copier(pair)
+        copier.register(THREE_CHUNKS)
+        applier = start_applier(pair)
+        registrar = pair.session(pair.target, "registrar")
+        for path, sql in (("batch", "INSERT INTO public.extra VALUES (1, 1, 'batch');"),
+                          ("one-at-a-time", "UPDATE public.items SET v = v + 1 WHERE id = 20;")):
+            registrar.run("BEGIN")
+            registrar.run(f"SELECT pg_advisory_xact_lock(hashtextextended('trellara control {FLOW}', 0))")
+            before = applied_count(pair)
+            src.query(sql)
+            wait_for(f"the applier's {path} transaction to wait in control_check", lambda: lock_waiters(pair) == "1", 60)
+            bump_control(registrar)
+            registrar.run("COMMIT")
+            wait_for(f"the {path} transaction to commit after the registry reload", lambda: applied_count(pair) > before,
+                     60)
+        if skips_of(pair, 0) != "1":
+            raise CaptureFailure(f"the retried transaction should have recorded a skip of pending chunk 0, found "
+                                 f"{skips_of(pair, 0)}")
+        for no, _, _ in THREE_CHUNKS:
+            copier.copy(no)
+        wait_log_covers_source(src)
+        _, err = stop_applier(applier, 0)
+        for version in ("version=2", "version=3"):
+            if f"event=registry_loaded {version}" not in err:
+                raise CaptureFailure(f"the applier did not reload the registry at {version}: {err[-2000:]}")
+        if "retrying alone after a failure" in err:
+            raise CaptureFailure(f"a TR010 was reported as a failure: {err[-2000:]}")
+        apply_until_caught_up(pair, None, 0)
+        assert_identical(pair, "snap-tr010")
+        assert_no_backend_crashes(pair.source, pair.target)
+    print("ok: registry_change_under_a_transaction_is_retried_not_quarantined")
 
 
 def request_hold(session, hold_id, lsn):
@@ -652,7 +716,8 @@ def negative_control_snapshot_skip_after_copy_is_caught():
 
 
 SCENARIOS = (snapshot_exported_visibility_boundary, snapshot_handoff_recorded_before_stream_start,
-             snapshot_copy_beside_live_stream_converges, hold_stops_applier_at_its_lsn_then_releases,
+             snapshot_copy_beside_live_stream_converges, registry_change_under_a_transaction_is_retried_not_quarantined,
+             hold_stops_applier_at_its_lsn_then_releases,
              negative_control_snapshot_apply_in_copy_is_caught, negative_control_snapshot_skip_after_copy_is_caught)
 
 if __name__ == "__main__":

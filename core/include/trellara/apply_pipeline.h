@@ -41,9 +41,10 @@
 
 namespace trellara {
 
-// Statements a transaction costs in a batch beyond its planned changes: BEGIN, the dedup row with
-// the origin progress, COMMIT.
-inline constexpr size_t kBatchStatementsPerTransaction = 3;
+// Statements a transaction costs in a batch beyond its planned changes: BEGIN, the snapshot
+// registry check (trellara.control_check, docs/snapshot.md), the dedup row with the origin
+// progress, COMMIT.
+inline constexpr size_t kBatchStatementsPerTransaction = 4;
 
 struct PipelineLimits {
   size_t batch_transactions_max = 256;  // transactions in one batch
