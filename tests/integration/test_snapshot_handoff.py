@@ -28,6 +28,9 @@ applier are exact, not left to timing. (`trellara snapshot` runs the same protoc
       chunks are copied one after another and the applier applies; a second table, so far only
       streamed, is registered mid-stream (the running applier reloads its registry) and copied:
       identical at the end.
+  truncate_of_a_table_under_snapshot_applies_per_chunk
+      TRUNCATE of a table being copied: the key range of a chunk copied before it is deleted, a
+      chunk copied after it is left alone, a pending chunk gets a skip; identical at the end.
   registry_change_under_a_transaction_is_retried_not_quarantined
       a registration commits while an applier transaction waits in control_check (the batch path,
       then the one-at-a-time path): refused with TR010, registry reloaded, retried — never
@@ -569,6 +572,31 @@ def lock_waiters(pair):
                              "wait_event_type = 'Lock'")
 
 
+def truncate_of_a_table_under_snapshot_applies_per_chunk():
+    """TRUNCATE of a table being copied: in a chunk copied before it, the chunk's key range is
+    deleted; in a chunk copied after it, nothing (the copy is empty there); in a pending chunk, a
+    skip is recorded and the copy made later holds the truncation."""
+    with HandoffPair("snap-truncate", SPARSE_ROWS) as pair:
+        src = pair.source
+        copier = Copier(pair)
+        copier.register(THREE_CHUNKS)
+        copier.copy(0)
+        src.query("BEGIN; TRUNCATE public.items; INSERT INTO public.items VALUES (5, 1, 'after'), (105, 1, 'after'); "
+                  "COMMIT;")
+        copier.copy(1)
+        wait_log_covers_source(src)
+        apply_until_caught_up(pair, None, 0)
+        if skips_of(pair, 2) != "1":
+            raise CaptureFailure(f"the TRUNCATE should have left a skip in pending chunk 2, found {skips_of(pair, 2)}")
+        have = pair.target.query("SELECT string_agg(id::text, ',' ORDER BY id) FROM public.items WHERE id < 200")
+        if have != "5,105":
+            raise CaptureFailure(f"after the TRUNCATE chunks 0 and 1 hold ids {have}, expected 5,105")
+        copier.copy(2)
+        assert_identical(pair, "snap-truncate")
+        assert_no_backend_crashes(pair.source, pair.target)
+    print("ok: truncate_of_a_table_under_snapshot_applies_per_chunk")
+
+
 def registry_change_under_a_transaction_is_retried_not_quarantined():
     """A registration commits while an applier transaction waits in control_check (batch path, then
     one-at-a-time path): the transaction is refused with TR010, the registry reloaded, the
@@ -716,7 +744,8 @@ def negative_control_snapshot_skip_after_copy_is_caught():
 
 
 SCENARIOS = (snapshot_exported_visibility_boundary, snapshot_handoff_recorded_before_stream_start,
-             snapshot_copy_beside_live_stream_converges, registry_change_under_a_transaction_is_retried_not_quarantined,
+             snapshot_copy_beside_live_stream_converges, truncate_of_a_table_under_snapshot_applies_per_chunk,
+             registry_change_under_a_transaction_is_retried_not_quarantined,
              hold_stops_applier_at_its_lsn_then_releases,
              negative_control_snapshot_apply_in_copy_is_caught, negative_control_snapshot_skip_after_copy_is_caught)
 
