@@ -182,10 +182,12 @@ Attempt Applier::ApplyInTransaction(const ReadyTransaction& ready, bool resolves
     // A COMMIT can fail too (a deferred constraint trigger, a serialization failure at commit):
     // the server has then rolled the transaction back, and it is a failure like any other.
     step(conn_->Exec("COMMIT"), "COMMIT");
+    pending_locked_.clear();  // the chunk rows read FOR SHARE are unlocked: their state may move
     if (!failure) return Attempt{Attempt::Kind::Committed, {}};
   }
   // Every failure, including the COMMIT's, leaves through here.
   session_.EndFailedTransaction(DescribeTransaction(tx));
+  pending_locked_.clear();
   return Attempt{Attempt::Kind::Failed, *failure};
 }
 

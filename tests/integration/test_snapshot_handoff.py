@@ -50,6 +50,7 @@ It must never signal a process it did not start (the appliers, psql sessions and
 children, stopped by their Popen handles; clusters are stopped by the harness by PID).
 """
 
+import json
 import os
 import select
 import signal
@@ -680,9 +681,13 @@ def hold_stops_applier_at_its_lsn_then_releases():
                                    "count(*) FILTER (WHERE note LIKE 'after%') FROM public.items")
         if before != "20 0":
             raise CaptureFailure(f"at hold h1 the target holds (before, after) = {before}, expected 20 0")
-        with open(os.path.join(pair.log_dir, "consumers", ".applier.state")) as f:
-            if '"held"' not in f.read():
-                raise CaptureFailure("the applier's state file does not say it is held")
+        status = subprocess.run([TRELLARA_BIN, "status", "--config", pair.config, "--format", "json"],
+                                capture_output=True, text=True, timeout=60)
+        held = json.loads(status.stdout).get("held") if status.returncode in (0, 1, 3) and status.stdout else None
+        if not held or "h1" not in held:
+            raise CaptureFailure(f"trellara status does not show the applier held at h1: {status.stdout[-1500:]} "
+                                 f"{status.stderr[-500:]}")
+        print(f"status while held: {held}")
         # The holder reads the target here, then releases: the applier goes on.
         remove_hold(holder, "h1")
         holder.run(f"SELECT pg_advisory_unlock(hashtextextended('trellara hold {FLOW}', 0))")
