@@ -7,6 +7,9 @@
 //                          quarantined
 //   apply_pipeline.cpp     batches of whole transactions through one libpq pipeline segment
 //   apply_session.cpp      the target session and the trellara state tables
+//   apply_snapshot.cpp     the snapshot handoff rule for tables being copied, and holds
+//                          (docs/snapshot.md): every target transaction of both paths starts with
+//                          trellara.control_check; TR010 reloads the registry and retries
 //   apply_progress.cpp     the progress lines
 //
 // It never applies a transaction the barrier did not yield, never applies anything after a
@@ -15,16 +18,20 @@
 // decides on its own what is a duplicate or a conflict: core does.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "apply_progress.h"
 #include "apply_session.h"
+#include "apply_snapshot.h"
 #include "config.h"
 #include "pg_connection.h"
 #include "trellara/apply_decision.h"
@@ -54,7 +61,22 @@ bool StopRequested();
 enum class Outcome { Applied, SkippedDuplicate, Stopped };
 
 // What each message queued in a batch answers, in order.
-enum class What { Begin, Record, Prepare, Statement, Commit };
+enum class What { Begin, ControlCheck, Record, Prepare, Statement, Commit };
+
+// How one attempt of the one-at-a-time path ended.
+struct Attempt {
+  enum class Kind { Committed, Failed, RegistryChanged } kind = Kind::Committed;
+  QuarantineCause cause;  // Failed
+};
+
+// The snapshot rule applied to one change (apply_snapshot.cpp): what to execute instead.
+struct SnapshotRewrite {
+  std::vector<ChangePlan> plans;                           // in order; empty: nothing to execute
+  std::vector<std::pair<SnapshotTable*, int32_t>> skips;   // pending chunks the change is left out of
+  uint64_t left_out = 0;                                   // row changes (or chunk ranges) the copies hold
+  bool needs_alone = false;  // batch path: a chunk state must be read or a skip recorded
+  std::optional<QuarantineCause> cause;
+};
 struct Expect {
   size_t index;  // the transaction, in the batch (ApplyPipeline::at)
   What what;
@@ -87,8 +109,9 @@ class Applier {
   static ApplyDecision Decide(const ReadyTransaction& ready, const TargetEvidence& target);
   std::optional<QuarantineCause> ExecuteChange(const Change& change, const std::vector<RelationInfo>& relations,
                                                const TxIdentity& tx);
+  std::optional<QuarantineCause> ExecutePlan(const ChangePlan& plan, const TxIdentity& tx);
   Result<std::vector<uint8_t>> ReadChunkFrame(uint64_t offset);
-  std::optional<QuarantineCause> ApplyInTransaction(const ReadyTransaction& ready, bool resolves_quarantine);
+  Attempt ApplyInTransaction(const ReadyTransaction& ready, bool resolves_quarantine);
   void Quarantine(const ReadyTransaction& ready, const QuarantineCause& cause, uint32_t previous_attempts);
   bool WaitWhileBlocked(const std::string& message);
   Outcome Process(const ReadyTransaction& ready);
@@ -99,6 +122,19 @@ class Applier {
   void CollectBatch();
   void Counted(const PipelineTx& tx);
   Outcome Pump(bool drain);
+
+  // ---- apply_snapshot.cpp: the snapshot handoff rule and holds --------------------------
+  void LoadRegistry();
+  void PollRegistry();
+  bool UnderSnapshot(const Change& change, const std::vector<RelationInfo>& relations);
+  ChunkView ViewOf(SnapshotTable& table, int32_t chunk_no);
+  void ReadChunkState(SnapshotTable& table, int32_t chunk_no);
+  RowAction WithSnapshotDefects(RowAction action, const std::optional<ChunkView>& old_view,
+                                const std::optional<ChunkView>& new_view, uint32_t xid);
+  SnapshotRewrite RewriteForSnapshot(const Change& change, const std::vector<RelationInfo>& relations,
+                                     const TxIdentity& tx, bool in_transaction);
+  bool StopAtHolds(std::optional<uint64_t> next_commit_lsn);
+  void Retired(uint64_t commit_lsn) { applied_lsn_ = std::max(applied_lsn_, commit_lsn); }
 
   FlowConfig config_;
   bool until_caught_up_;
@@ -126,6 +162,12 @@ class Applier {
   std::string retry_since_;
   uint64_t done_at_last_failure_ = UINT64_MAX;
   bool flow_checked_ = false;  // a record of the log was found to be this flow's
+  // The snapshot registry (apply_snapshot.h), loaded at session start and whenever it moved.
+  SnapshotRegistry registry_;
+  // Chunks read pending FOR SHARE in the open target transaction (still pending until it ends).
+  std::set<std::pair<const SnapshotTable*, int32_t>> pending_locked_;
+  uint64_t applied_lsn_ = 0;  // the highest commit LSN the target holds (origin progress, then retired)
+  uint64_t covered_lsn_ = 0;  // the LSN of the last transaction end or progress marker read
 };
 
 }  // namespace trellara::cli::apply

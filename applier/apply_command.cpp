@@ -43,6 +43,7 @@
 #include "trellara/log/retention.h"
 #include "trellara/log/scan.h"
 #include "trellara/log/uring_device.h"
+#include "trellara/relay_progress.h"
 
 namespace trellara::cli {
 namespace apply {
@@ -124,6 +125,7 @@ void Applier::Run() {
   log_lock_ = std::move(lock.value());
   session_.Connect();
   conn_ = &session_.conn();
+  LoadRegistry();
   OpenLog();
   WriteStatus("running", "");
   WriteStateFile("running", "", "");
@@ -181,6 +183,7 @@ bool Applier::RecoverFrom(TransientFailure failure) {
     try {
       session_.Connect(true);
       conn_ = &session_.conn();
+      LoadRegistry();
       ResumeLog();
       WriteStatus("running", failure.what());
       WriteStateFile("running", failure.what(), failure.sqlstate);
@@ -265,6 +268,7 @@ void Applier::ResumeLog() {
   barrier_ = TransactionBarrier();
   expects_.clear();
   unwritten_transactions_ = 0;
+  covered_lsn_ = 0;
   auto reader = log::LogReader::Open(*device_, config_.log_directory);
   if (!reader)
     Fail("cannot open the log of flow " + config_.flow_name + " at " + config_.log_directory + " (flow.log_directory): " +
@@ -450,6 +454,10 @@ void Applier::Loop() {
       if (Pump(true) == Outcome::Stopped) break;
       WriteOffset(true);
       if (until_caught_up_) break;
+      // Idle and caught up: learn of holds and registrations; a progress marker at or past a
+      // hold's LSN reaches it (everything up to it is applied, nothing after).
+      PollRegistry();
+      if (!registry_.holds().empty() && !StopAtHolds(std::nullopt)) break;
       if (!at_tail_reported) {
         WriteStatus("caught_up", "");
         WriteStateFile("caught_up", "", "");
@@ -461,6 +469,10 @@ void Applier::Loop() {
     }
     at_tail_reported = false;
     const log::LogRecord& record = **next;
+    // How far the log read so far covers the source (relay_progress.h): the LSN of the last
+    // transaction end or progress marker.
+    if (IsTransactionEnd(record.type) || record.type == kProgressRecordType)
+      covered_lsn_ = std::max(covered_lsn_, record.commit_lsn);
     LogFrame frame{record.offset, record.type, record.commit_lsn,
                    std::span<const uint8_t>(record.payload.data(), record.payload.size())};
     auto fed = barrier_.Feed(frame);
@@ -477,6 +489,7 @@ void Applier::Loop() {
     } else if (*fed) {
       // A chunked transaction: applied alone, streaming its chunks back from the log.
       if (Pump(true) == Outcome::Stopped) break;
+      if (!registry_.holds().empty() && !StopAtHolds((*fed)->tx.commit_lsn)) break;
       if (Process(**fed) == Outcome::Stopped) break;
       Status done = pipeline_.AppliedAlone(retain, (*fed)->tx.commit_lsn);
       if (!done.ok()) Fail("flow " + config_.flow_name + ": " + done.error().message);

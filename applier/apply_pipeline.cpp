@@ -34,7 +34,19 @@ Admission Applier::Classify(PipelineTx& tx, const Evidence& evidence) {
   // one-at-a-time path, which re-reads the evidence and acts on it.
   if (decision.action != ApplyAction::Apply || evidence.target.quarantine) return Admission::Alone;
   tx.plans.clear();
+  tx.snapshot_in_copy = 0;
   for (const auto& change : tx.ready.envelope->changes) {
+    if (UnderSnapshot(change, tx.ready.envelope->relations)) {
+      // The handoff rule with what the registry has cached: a chunk not known to be copied (its
+      // state must be read FOR SHARE) or a skip to record sends the transaction alone.
+      SnapshotRewrite rewrite = RewriteForSnapshot(change, tx.ready.envelope->relations, tx.ready.tx, false);
+      if (rewrite.needs_alone || rewrite.cause) return Admission::Alone;
+      if (!rewrite.plans.empty() && session_.CheckRelationsOf(change, tx.ready.envelope->relations))
+        return Admission::Alone;
+      tx.snapshot_in_copy += rewrite.left_out;
+      for (auto& plan : rewrite.plans) tx.plans.push_back(std::move(plan));
+      continue;
+    }
     auto plan = PlanChange(change, tx.ready.envelope->relations);
     if (!plan) return Admission::Alone;  // the one-at-a-time path quarantines it as plan_error
     if (plan->kind == PlanKind::NotApplied) continue;
@@ -51,8 +63,17 @@ void Applier::SendBatch() {
   std::vector<const TxIdentity*> ids;
   for (size_t i = 0; i < candidates; i++) ids.push_back(&pipeline_.at(i).ready.tx);
   const std::vector<Evidence> evidence = session_.ReadEvidence(ids);
+  // A requested hold at C: nothing after C joins (Pump stops at the hold before the front passes it).
+  const std::optional<uint64_t> hold_lsn = registry_.first_hold_lsn();
   for (size_t i = 0; i < candidates; i++) {
     PipelineTx& tx = pipeline_.at(i);
+    if (hold_lsn && tx.ready.tx.commit_lsn > *hold_lsn) {
+      if (i == 0)
+        Fail("internal: the front of the batch of flow " + config_.flow_name + " (" + DescribeTransaction(tx.ready.tx) +
+             ") is past requested hold " + registry_.holds().front().hold_id + " at " + FormatLsn(*hold_lsn) +
+             " that was not reached");
+      break;
+    }
     const Admission admission = Classify(tx, evidence[i]);
     if (!pipeline_.Admit(i, admission, admission == Admission::Apply ? tx.plans.size() : 0)) break;
   }
@@ -73,6 +94,9 @@ void Applier::SendBatch() {
     if (tx.duplicate) continue;
     queued(conn_->SendPrepared("trellara_begin", {}));
     expects_.push_back({k, What::Begin, {}});
+    // First in every applier transaction: a registry that moved fails it with TR010 (CollectBatch).
+    queued(conn_->SendPrepared("trellara_control_check", session_.ControlCheckParams(registry_.version())));
+    expects_.push_back({k, What::ControlCheck, {}});
     queued(conn_->SendPrepared("trellara_commit_record", session_.CommitRecordParams(tx.ready)));
     expects_.push_back({k, What::Record, {}});
     for (const ChangePlan& plan : tx.plans) {
@@ -116,6 +140,7 @@ void Applier::CollectBatch() {
   if (!expects_.empty()) {
     const TxIdentity& first = pipeline_.front().ready.tx;
     std::optional<std::string> failed;
+    bool registry_changed = false;  // the first failure is control_check's TR010
     for (const Expect& expect : expects_) {
       auto next = conn_->NextResult();
       if (!next.result.ok() && !next.aborted && conn_->connection_lost())
@@ -131,8 +156,10 @@ void Applier::CollectBatch() {
              next.result.sqlstate(), conn_->connection_lost());
       const bool ok = next.result.ok() && !next.aborted;
       if (expect.what == What::Prepare && !ok) session_.ForgetStatement(expect.statement_key);  // not prepared
-      if (!ok && !next.aborted && !failed)
+      if (!ok && !next.aborted && !failed) {
         failed = DescribeTransaction(pipeline_.at(expect.index).ready.tx) + ": " + next.result.Describe();
+        registry_changed = expect.what == What::ControlCheck && next.result.sqlstate() == kRegistryChangedSqlstate;
+      }
       if (expect.what == What::Commit && ok) committed[expect.index] = true;
     }
     auto sync = conn_->NextResult();
@@ -144,7 +171,11 @@ void Applier::CollectBatch() {
     if (failed || conn_->InTransaction())
       session_.EndFailedTransaction("the batch of flow " + config_.flow_name + " starting at " +
                                     DescribeTransaction(first));
-    if (failed && !until_caught_up_)
+    // TR010: the snapshot registry moved under the batch. Read it again; the refused transaction
+    // then goes alone with it (never a quarantine, never a failure of the transaction).
+    if (registry_changed)
+      LoadRegistry();
+    else if (failed && !until_caught_up_)
       std::cerr << "trellara: retrying alone after a failure in a batch: " << *failed << "\n";
     expects_.clear();
   }
@@ -156,11 +187,16 @@ void Applier::CollectBatch() {
 // A retired transaction of a batch, counted.
 void Applier::Counted(const PipelineTx& tx) {
   unwritten_transactions_++;
+  Retired(tx.ready.tx.commit_lsn);
   if (tx.duplicate) {
     counters_.skipped_duplicates++;
   } else {
     counters_.applied++;
-    counters_.not_applied_changes += tx.ready.envelope->changes.size() - tx.plans.size();
+    // A TRUNCATE of a table under snapshot may plan one range DELETE per chunk: never negative.
+    const size_t changes = tx.ready.envelope->changes.size();
+    const size_t executed = tx.plans.size() + tx.snapshot_in_copy;
+    counters_.not_applied_changes += changes > executed ? changes - executed : 0;
+    counters_.snapshot_in_copy += tx.snapshot_in_copy;
   }
 }
 
@@ -173,6 +209,9 @@ Outcome Applier::Pump(bool drain) {
     const PipelineStep step = pipeline_.Next();
     if (step == PipelineStep::Idle) return Outcome::Applied;
     if (StopRequested()) return Outcome::Stopped;
+    // Nothing is in flight and everything before the front is retired: a requested hold the front
+    // would pass is reached here.
+    if (!registry_.holds().empty() && !StopAtHolds(pipeline_.front().ready.tx.commit_lsn)) return Outcome::Stopped;
     if (step == PipelineStep::Alone) {
       // A failure in the batch, a duplicate conflict, a quarantine, a plan error: it decides,
       // retries or halts there (Process counts it).

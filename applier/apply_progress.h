@@ -17,6 +17,10 @@ struct Counters {
   uint64_t skipped_duplicates = 0;
   uint64_t not_applied_changes = 0;  // messages and DDL: recorded in the log, not applied
   uint64_t statements = 0;
+  // The snapshot handoff (docs/snapshot.md): row changes (or truncated chunk ranges) left out
+  // because the chunk's copy holds them, and skips recorded for chunks still pending.
+  uint64_t snapshot_in_copy = 0;
+  uint64_t snapshot_skips = 0;
 };
 
 // Where the applier stands in the log, for a progress line.

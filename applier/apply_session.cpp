@@ -171,6 +171,10 @@ void ApplySession::Connect(bool reconnecting) {
                       "AND NOT a.attisdropped",
                       1),
        "preparing the target schema lookup");
+  // The first statement of every applier transaction (docs/snapshot.md "Locks"): waits while a
+  // registration holds the control lock, refuses (TR010) when the registry moved.
+  Must(conn_->Prepare("trellara_control_check", "SELECT trellara.control_check($1, $2)", 2),
+       "preparing the snapshot registry check");
   // Parsed once, not once per pipelined transaction.
   Must(conn_->Prepare("trellara_begin", "BEGIN", 0), "preparing BEGIN");
   Must(conn_->Prepare("trellara_commit", "COMMIT", 0), "preparing COMMIT");
@@ -349,6 +353,147 @@ void ApplySession::RecordQuarantine(const QuarantineRecord& q, const TxIdentity&
             q.detail, ChecksumParam(q.checksum), std::to_string(q.attempts), QuarantineStateName(q.state), q.message,
             q.next_step}),
        "recording the quarantine of " + DescribeTransaction(tx) + " (" + q.message + ")");
+}
+
+// ---- the snapshot registry and holds -------------------------------------------------
+
+uint64_t ApplySession::LoadSnapshotRegistry(SnapshotRegistry& registry) {
+  const std::string& flow = config_.flow_name;
+  const std::string what = "reading the snapshot registry of flow " + flow +
+                           " (trellara.apply_control, snapshot_tables, snapshot_chunks, apply_holds)";
+  Must(conn_->Exec("BEGIN"), what);
+  // The control lock, shared: no registration and no hold request commits between these reads.
+  Must(conn_->ExecParams("SELECT pg_advisory_xact_lock_shared(hashtextextended('trellara control ' || $1, 0))", {flow}),
+       what + ": taking the control lock shared");
+  auto version = Must(conn_->ExecParams(
+                          "SELECT coalesce((SELECT version FROM trellara.apply_control WHERE flow = $1), 0)", {flow}),
+                      what);
+  auto progress = Must(
+      conn_->ExecParams("SELECT coalesce(pg_replication_origin_progress($1, false), '0/0')::text", {origin_name_}),
+      what + ": reading the origin progress");
+  auto tables = Must(conn_->ExecParams("SELECT schema_name, table_name, key_column FROM trellara.snapshot_tables "
+                                       "WHERE flow = $1",
+                                       {flow}),
+                     what);
+  auto chunks = Must(conn_->ExecParams("SELECT schema_name, table_name, chunk_no, lo, hi, state, snapshot "
+                                       "FROM trellara.snapshot_chunks WHERE flow = $1 "
+                                       "ORDER BY schema_name, table_name, lo NULLS FIRST, chunk_no",
+                                       {flow}),
+                     what);
+  const std::string applied = progress.Value(0, 0).value_or("0/0");
+  // A hold the target is already beyond can no longer be reached exactly: `passed` (the holder
+  // retries with a new point).
+  auto passed = Must(conn_->ExecParams("UPDATE trellara.apply_holds SET state = 'passed', applied_lsn = $2::pg_lsn, "
+                                       "updated_at = now() WHERE flow = $1 AND state = 'requested' AND lsn < $2::pg_lsn "
+                                       "RETURNING hold_id, lsn::text",
+                                       {flow, applied}),
+                     what + ": marking holds the applier is already beyond as passed");
+  auto holds = Must(conn_->ExecParams("SELECT hold_id, lsn::text FROM trellara.apply_holds "
+                                      "WHERE flow = $1 AND state = 'requested' ORDER BY lsn, hold_id",
+                                      {flow}),
+                    what);
+  Must(conn_->Exec("COMMIT"), what + ": COMMIT");
+
+  const uint64_t version_value = std::stoull(version.Value(0, 0).value_or("0"));
+  registry.Reset(version_value);
+  for (int i = 0; i < tables.rows(); i++)
+    registry.AddTable(tables.Value(i, 0).value_or(""), tables.Value(i, 1).value_or(""), tables.Value(i, 2));
+  for (int i = 0; i < chunks.rows(); i++) {
+    const std::string schema = chunks.Value(i, 0).value_or("");
+    const std::string name = chunks.Value(i, 1).value_or("");
+    const std::string chunk_no_text = chunks.Value(i, 2).value_or("0");
+    const std::string chunk = "chunk " + chunk_no_text + " of " + schema + "." + name + " (flow " + flow + ")";
+    SnapshotTable* table = registry.Find(schema, name);
+    if (table == nullptr)
+      Fail(chunk + " is in trellara.snapshot_chunks but its table is not in trellara.snapshot_tables; the registry "
+           "was edited by hand: rerun trellara snapshot --table " + schema + "." + name + " --force");
+    ChunkRange range;
+    range.chunk_no = static_cast<int32_t>(std::stol(chunk_no_text));
+    if (auto lo = chunks.Value(i, 3)) range.lo = std::stoll(*lo);
+    if (auto hi = chunks.Value(i, 4)) range.hi = std::stoll(*hi);
+    table->ranges.push_back(range);
+    ChunkView view;
+    if (chunks.Value(i, 5) == std::optional<std::string>("copied")) {
+      auto parsed = ParseSourceSnapshot(chunks.Value(i, 6).value_or(""));
+      if (!parsed)
+        Fail(chunk + " is copied with a snapshot the applier cannot read: " + parsed.error().message +
+             "; rerun trellara snapshot --table " + schema + "." + name + " --force");
+      view.kind = ChunkView::Kind::Copied;
+      view.snapshot = std::move(parsed.value());
+    }
+    table->views[range.chunk_no] = std::move(view);
+  }
+  for (int i = 0; i < passed.rows(); i++)
+    std::cerr << "apply flow=" << flow << " event=hold_passed hold=" << passed.Value(i, 0).value_or("")
+              << " lsn=" << passed.Value(i, 1).value_or("") << " applied_lsn=" << applied << std::endl;
+  for (int i = 0; i < holds.rows(); i++)
+    registry.AddHold(RequestedHold{holds.Value(i, 0).value_or(""), ParseLsn(holds.Value(i, 1).value_or("0/0")).value_or(0)});
+  registry.Sealed();
+  return ParseLsn(applied).value_or(0);
+}
+
+uint64_t ApplySession::ReadControlVersion() {
+  auto r = Must(conn_->ExecParams("SELECT coalesce((SELECT version FROM trellara.apply_control WHERE flow = $1), 0)",
+                                  {config_.flow_name}),
+                "reading the snapshot control version of flow " + config_.flow_name + " (trellara.apply_control)");
+  return std::stoull(r.Value(0, 0).value_or("0"));
+}
+
+ChunkView ApplySession::ReadChunkForShare(const SnapshotTable& table, int32_t chunk_no, uint64_t version) {
+  const std::string chunk = "chunk " + std::to_string(chunk_no) + " of " + table.Display() + " (flow " +
+                            config_.flow_name + ")";
+  auto r = Must(conn_->ExecParams("SELECT state, snapshot FROM trellara.snapshot_chunks WHERE flow = $1 AND "
+                                  "schema_name = $2 AND table_name = $3 AND chunk_no = $4 FOR SHARE",
+                                  {config_.flow_name, table.schema, table.name, std::to_string(chunk_no)}),
+                "reading the state of " + chunk + " FOR SHARE");
+  if (r.rows() != 1)
+    Fail(chunk + " is in the applier's registry (control version " + std::to_string(version) +
+         ") but not in trellara.snapshot_chunks, although the registry did not change; it was edited by hand: rerun "
+         "trellara snapshot --table " + table.Display() + " --force, then trellara apply");
+  ChunkView view;
+  if (r.Value(0, 0) == std::optional<std::string>("copied")) {
+    auto parsed = ParseSourceSnapshot(r.Value(0, 1).value_or(""));
+    if (!parsed)
+      Fail(chunk + " is copied with a snapshot the applier cannot read: " + parsed.error().message +
+           "; rerun trellara snapshot --table " + table.Display() + " --force");
+    view.kind = ChunkView::Kind::Copied;
+    view.snapshot = std::move(parsed.value());
+  } else {
+    view.kind = ChunkView::Kind::Pending;
+  }
+  return view;
+}
+
+void ApplySession::RecordSkip(const SnapshotTable& table, int32_t chunk_no, const TxIdentity& tx) {
+  Must(conn_->ExecParams("INSERT INTO trellara.snapshot_skips (flow, schema_name, table_name, chunk_no, xid, commit_lsn) "
+                         "VALUES ($1, $2, $3, $4, $5, $6::pg_lsn) ON CONFLICT DO NOTHING",
+                         {config_.flow_name, table.schema, table.name, std::to_string(chunk_no), std::to_string(tx.xid),
+                          FormatLsn(tx.commit_lsn)}),
+       "recording that " + DescribeTransaction(tx) + " was left out of pending chunk " + std::to_string(chunk_no) +
+           " of " + table.Display() + " (trellara.snapshot_skips)");
+}
+
+bool ApplySession::MarkHold(const std::string& hold_id, const char* state) {
+  auto r = Must(conn_->ExecParams("UPDATE trellara.apply_holds SET state = $3, "
+                                  "applied_lsn = coalesce(pg_replication_origin_progress($4, false), '0/0'), "
+                                  "updated_at = now() WHERE flow = $1 AND hold_id = $2 AND state = 'requested'",
+                                  {config_.flow_name, hold_id, std::string(state), origin_name_}),
+                std::string("marking hold ") + hold_id + " of flow " + config_.flow_name + " " + state +
+                    " (trellara.apply_holds)");
+  return r.affected() == 1;
+}
+
+bool ApplySession::TryHoldLock() {
+  auto r = Must(conn_->ExecParams("SELECT pg_try_advisory_lock_shared(hashtextextended('trellara hold ' || $1, 0))",
+                                  {config_.flow_name}),
+                "waiting for the hold lock of flow " + config_.flow_name);
+  return r.Value(0, 0) == std::optional<std::string>("t");
+}
+
+void ApplySession::ReleaseHoldLock() {
+  Must(conn_->ExecParams("SELECT pg_advisory_unlock_shared(hashtextextended('trellara hold ' || $1, 0))",
+                         {config_.flow_name}),
+       "releasing the hold lock of flow " + config_.flow_name);
 }
 
 }  // namespace trellara::cli::apply

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "apply_snapshot.h"
 #include "commands.h"
 #include "config.h"
 #include "pg_connection.h"
@@ -126,6 +127,33 @@ class ApplySession {
 
   // Writes the quarantine record built by core (BuildQuarantine) in its own transaction.
   void RecordQuarantine(const QuarantineRecord& q, const TxIdentity& tx);
+
+  // ---- the snapshot registry and holds (docs/snapshot.md, apply_snapshot.h) ----
+  // Replaces `registry` with the target's rows of this flow (control version, snapshot_tables,
+  // snapshot_chunks, requested holds), read in one transaction holding the control lock shared, so
+  // they are one consistent version. A requested hold the target is already beyond (origin
+  // progress > its lsn) is marked `passed` in that transaction and not returned. Returns the
+  // origin progress it compared with (the highest commit LSN the target holds).
+  uint64_t LoadSnapshotRegistry(SnapshotRegistry& registry);
+  // Parameters of the prepared trellara_control_check ($flow, $version): the first statement of
+  // every applier transaction, both paths.
+  SqlParams ControlCheckParams(uint64_t version) const {
+    return {config_.flow_name, std::to_string(version)};
+  }
+  // The control version now (the idle applier polls it to learn of holds and registrations).
+  uint64_t ReadControlVersion();
+  // Inside the open applier transaction: the chunk row read FOR SHARE (waits for a copy of the
+  // chunk in flight; the row stays locked until the transaction ends, so the copy waits for it).
+  // Ends the command when the row is missing or malformed (the registry was edited by hand).
+  ChunkView ReadChunkForShare(const SnapshotTable& table, int32_t chunk_no, uint64_t version);
+  // Inside the open applier transaction: records that `tx` was left out of `chunk_no` (pending).
+  void RecordSkip(const SnapshotTable& table, int32_t chunk_no, const TxIdentity& tx);
+  // In its own transaction: the hold is `reached` (applied_lsn = origin progress) or `passed`.
+  // False when the hold is no longer requested (the holder removed it or gave up).
+  bool MarkHold(const std::string& hold_id, const char* state);
+  // The hold lock, shared, at session level (docs/snapshot.md "Locks"): true once taken.
+  bool TryHoldLock();
+  void ReleaseHoldLock();
 
  private:
   const FlowConfig& config_;

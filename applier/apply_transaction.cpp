@@ -40,10 +40,26 @@ ApplyDecision Applier::Decide(const ReadyTransaction& ready, const TargetEvidenc
 
 // ---- one transaction -----------------------------------------------------------------
 
-// Runs one planned change inside the open transaction. Returns the cause when the target
-// refused it; a lost connection ends the command (nothing of the transaction committed).
+// Runs one captured change inside the open transaction. Returns the cause when the target
+// refused it; a lost connection ends the command (nothing of the transaction committed). A change
+// of a table under snapshot goes through the handoff rule first (apply_snapshot.cpp), which may
+// read chunk states FOR SHARE, record skips, and replace the change by what applies of it.
 std::optional<QuarantineCause> Applier::ExecuteChange(const Change& change, const std::vector<RelationInfo>& relations,
                                              const TxIdentity& tx) {
+  if (UnderSnapshot(change, relations)) {
+    SnapshotRewrite rewrite = RewriteForSnapshot(change, relations, tx, /*in_transaction=*/true);
+    if (rewrite.cause) return rewrite.cause;
+    for (const auto& [table, chunk_no] : rewrite.skips) {
+      session_.RecordSkip(*table, chunk_no, tx);
+      counters_.snapshot_skips++;
+    }
+    counters_.snapshot_in_copy += rewrite.left_out;
+    if (rewrite.plans.empty()) return std::nullopt;
+    if (auto cause = session_.CheckRelationsOf(change, relations)) return cause;
+    for (const ChangePlan& plan : rewrite.plans)
+      if (auto cause = ExecutePlan(plan, tx)) return cause;
+    return std::nullopt;
+  }
   auto plan = PlanChange(change, relations);
   if (!plan) {
     QuarantineCause cause;
@@ -57,19 +73,24 @@ std::optional<QuarantineCause> Applier::ExecuteChange(const Change& change, cons
     return std::nullopt;
   }
   if (auto cause = session_.CheckRelationsOf(change, relations)) return cause;
+  return ExecutePlan(*plan, tx);
+}
+
+// Runs one planned statement inside the open transaction.
+std::optional<QuarantineCause> Applier::ExecutePlan(const ChangePlan& plan, const TxIdentity& tx) {
   // The row count is checked by the target itself (RowCheckedSql): a wrong match is an error.
-  const auto [name, must_prepare] = session_.StatementFor(*plan);
+  const auto [name, must_prepare] = session_.StatementFor(plan);
   PgResult result;
   if (must_prepare) {
-    result = conn_->Prepare(name, RowCheckedSql(*plan), static_cast<int>(plan->params.size()));
-    if (!result.ok()) session_.ForgetStatement(plan->statement_key);
+    result = conn_->Prepare(name, RowCheckedSql(plan), static_cast<int>(plan.params.size()));
+    if (!result.ok()) session_.ForgetStatement(plan.statement_key);
   }
-  if (!must_prepare || result.ok()) result = conn_->ExecPrepared(name, plan->params);
+  if (!must_prepare || result.ok()) result = conn_->ExecPrepared(name, plan.params);
   counters_.statements++;
   if (!result.ok()) {
     // Transient (deadlock, lost connection, ...): retried by the apply loop, never quarantined.
     ThrowIfTransient(result, *conn_, "applying a change of " + DescribeTransaction(tx));
-    return CauseOf(result, *plan);
+    return CauseOf(result, plan);
   }
   return std::nullopt;
 }
@@ -89,11 +110,28 @@ Result<std::vector<uint8_t>> Applier::ReadChunkFrame(uint64_t offset) {
   return std::move((*record)->payload);
 }
 
-// BEGIN .. COMMIT of one verified transaction. Returns nullopt once COMMIT returned, or the
-// cause after ROLLBACK.
-std::optional<QuarantineCause> Applier::ApplyInTransaction(const ReadyTransaction& ready, bool resolves_quarantine) {
+// BEGIN .. COMMIT of one verified transaction. Committed once COMMIT returned; Failed with the
+// cause after ROLLBACK; RegistryChanged when control_check refused the transaction (TR010: the
+// snapshot registry moved), rolled back before anything of it ran — the caller reloads the
+// registry and tries again (never a quarantine, never a failure).
+Attempt Applier::ApplyInTransaction(const ReadyTransaction& ready, bool resolves_quarantine) {
   const TxIdentity& tx = ready.tx;
   Must(conn_->Exec("BEGIN"), "BEGIN for " + DescribeTransaction(tx));
+  pending_locked_.clear();  // FOR SHARE locks of an earlier transaction are gone
+  // First statement of every applier transaction (docs/snapshot.md "Locks"): holds the control
+  // lock shared until COMMIT, so no registration commits in between, and refuses a stale registry.
+  {
+    PgResult check = conn_->ExecPrepared("trellara_control_check", session_.ControlCheckParams(registry_.version()));
+    if (!check.ok()) {
+      ThrowIfTransient(check, *conn_, "trellara.control_check for " + DescribeTransaction(tx));
+      session_.EndFailedTransaction(DescribeTransaction(tx));
+      if (check.sqlstate() == kRegistryChangedSqlstate) return Attempt{Attempt::Kind::RegistryChanged, {}};
+      Fail("trellara.control_check(" + config_.flow_name + ", " + std::to_string(registry_.version()) +
+           ") failed on the target " + conn_->Describe() + " before " + DescribeTransaction(tx) + ": " +
+           check.Describe() + "; nothing of it was applied. Check the trellara schema on the target "
+           "(sql/trellara_target.sql) and rerun trellara apply");
+    }
+  }
   std::optional<QuarantineCause> failure;
   auto step = [&](PgResult r, const char* what) {
     if (r.ok() || failure) return;
@@ -144,11 +182,13 @@ std::optional<QuarantineCause> Applier::ApplyInTransaction(const ReadyTransactio
     // A COMMIT can fail too (a deferred constraint trigger, a serialization failure at commit):
     // the server has then rolled the transaction back, and it is a failure like any other.
     step(conn_->Exec("COMMIT"), "COMMIT");
-    if (!failure) return std::nullopt;
+    pending_locked_.clear();  // the chunk rows read FOR SHARE are unlocked: their state may move
+    if (!failure) return Attempt{Attempt::Kind::Committed, {}};
   }
   // Every failure, including the COMMIT's, leaves through here.
   session_.EndFailedTransaction(DescribeTransaction(tx));
-  return failure;
+  pending_locked_.clear();
+  return Attempt{Attempt::Kind::Failed, *failure};
 }
 
 void Applier::Quarantine(const ReadyTransaction& ready, const QuarantineCause& cause, uint32_t previous_attempts) {
@@ -179,6 +219,7 @@ Outcome Applier::Process(const ReadyTransaction& ready) {
     switch (decision.action) {
       case ApplyAction::SkipDuplicate:
         counters_.skipped_duplicates++;
+        Retired(ready.tx.commit_lsn);
         return Outcome::SkippedDuplicate;
       case ApplyAction::WaitReplayReady: {
         const std::string message =
@@ -196,11 +237,21 @@ Outcome Applier::Process(const ReadyTransaction& ready) {
         continue;
       case ApplyAction::Apply: {
         const bool resolves = evidence.target.quarantine == QuarantineState::ReplayReady;
-        auto failure = ApplyInTransaction(ready, resolves);
-        if (!failure) {
+        const Attempt attempt = ApplyInTransaction(ready, resolves);
+        if (attempt.kind == Attempt::Kind::RegistryChanged) {
+          // The registry moved (a table registered, chunks replaced, a hold requested or removed):
+          // read it again and retry with it — after stopping at a hold it now names, since
+          // everything before this transaction is committed.
+          LoadRegistry();
+          if (!StopAtHolds(ready.tx.commit_lsn)) return Outcome::Stopped;
+          continue;
+        }
+        if (attempt.kind == Attempt::Kind::Committed) {
           counters_.applied++;
+          Retired(ready.tx.commit_lsn);
           return Outcome::Applied;
         }
+        const std::optional<QuarantineCause> failure = attempt.cause;
         Quarantine(ready, *failure, evidence.previous_attempts);
         // Negative control (tests only, TRELLARA_FAULTS=defect.apply_skip_quarantined:1:defect):
         // move past the quarantined transaction instead of halting there, which the fail-closed

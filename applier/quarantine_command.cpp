@@ -95,7 +95,7 @@ std::optional<QuarantineState> StateFromName(const std::string& name) {
 }
 
 QuarantineReason ReasonFromName(const std::string& name) {
-  for (int i = 0; i <= static_cast<int>(QuarantineReason::BarrierFailure); i++) {
+  for (int i = 0; i <= static_cast<int>(kLastQuarantineReason); i++) {
     const auto reason = static_cast<QuarantineReason>(i);
     if (name == QuarantineReasonName(reason)) return reason;
   }

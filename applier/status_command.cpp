@@ -271,6 +271,9 @@ void Print(const FlowConfig& config, const FlowStatus& s, OutputFormat format) {
                     {"since", s.applier_state->since}};
     else
       j["retry"] = nullptr;
+    // Stopped at a hold of verify / reseed --where (docs/snapshot.md): what it waits for.
+    j["held"] = s.applier_state && s.applier_state->state == "held" ? nlohmann::ordered_json(s.applier_state->last_error)
+                                                                      : nlohmann::ordered_json();
     j["status_updated_at"] = s.updated_at ? nlohmann::ordered_json(*s.updated_at) : nlohmann::ordered_json();
     if (s.blocking) {
       j["blocked_at"] = {{"xid", std::stoull(s.blocking->xid)},
@@ -314,6 +317,8 @@ void Print(const FlowConfig& config, const FlowStatus& s, OutputFormat format) {
               << ", since " << s.applier_state->since << "): " << s.applier_state->last_error
               << (s.applier_state->sqlstate.empty() ? std::string() : " (SQLSTATE " + s.applier_state->sqlstate + ")")
               << "\n";
+  if (s.applier_state && s.applier_state->state == "held")
+    std::cout << "applier:             " << s.applier_state->last_error << "\n";
   for (const SnapshotRow& t : s.snapshot) {
     std::cout << "snapshot:            " << t.table << " " << t.state << " (run " << t.run_id << "): " << t.chunks_copied
               << "/" << t.chunks << " chunks, " << t.rows_copied << " rows, " << t.bytes_copied << " bytes";

@@ -59,6 +59,7 @@ const char* QuarantineReasonName(QuarantineReason reason) {
     case QuarantineReason::MissingDedupEvidence: return "missing_dedup_evidence";
     case QuarantineReason::PlanError: return "plan_error";
     case QuarantineReason::BarrierFailure: return "barrier_failure";
+    case QuarantineReason::SnapshotPartialUpdate: return "snapshot_partial_update";
   }
   return "?";
 }
@@ -200,6 +201,12 @@ QuarantineRecord BuildQuarantine(const TxIdentity& tx, const Sha256& checksum, c
       what = "the log holds no complete verified copy of it: " + Shorten(cause.detail);
       q.next_step = "it cannot be applied from this log; reseed the affected tables (trellara reseed), then "
                     "record the decision with " + call;
+      break;
+    case QuarantineReason::SnapshotPartialUpdate:
+      what = op + on + " cannot be applied under the snapshot handoff (snapshot_partial_update): " +
+             Shorten(cause.detail);
+      q.next_step = "reseed the table (trellara reseed --table " + (cause.relation.empty() ? std::string("T") : cause.relation) +
+                    ") or insert the row's current source values on the target, then " + call;
       break;
   }
   q.message = "quarantined " + Boundary(tx.xid, tx.commit_lsn) + " of flow " + tx.flow + ": " + what + "; " +

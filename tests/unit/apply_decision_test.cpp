@@ -220,7 +220,7 @@ TEST_CASE("quarantine_messages_name_the_boundary_the_cause_and_the_next_step", "
   CHECK_THAT(BuildQuarantine(Tx(1, 0x10), Sum(1), full, 0).message, Catch::Contains("matched 0 rows for row (at, n)"));
 
   // Every reason yields a message with the boundary and a next step that names the replay call.
-  for (int r = 0; r <= static_cast<int>(QuarantineReason::BarrierFailure); r++) {
+  for (int r = 0; r <= static_cast<int>(kLastQuarantineReason); r++) {
     QuarantineCause c;
     c.reason = static_cast<QuarantineReason>(r);
     c.operation = "DELETE";

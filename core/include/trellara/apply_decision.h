@@ -60,7 +60,10 @@ enum class QuarantineReason : uint8_t {
   MissingDedupEvidence, // commit LSN at or below the checkpoint without a dedup row
   PlanError,            // the planner cannot express a change (no identity, type without equality)
   BarrierFailure,       // the log holds no complete verified copy of the transaction
+  SnapshotPartialUpdate,  // only the new row of a key-moving UPDATE applies under the snapshot handoff,
+                          // and it carries an unchanged TOASTed value the stream did not send
 };
+inline constexpr QuarantineReason kLastQuarantineReason = QuarantineReason::SnapshotPartialUpdate;
 const char* QuarantineReasonName(QuarantineReason reason);  // snake_case, stored in the table
 
 // What went wrong, as the applier observed it. Fields not relevant to the reason stay empty.

@@ -41,9 +41,10 @@
 
 namespace trellara {
 
-// Statements a transaction costs in a batch beyond its planned changes: BEGIN, the dedup row with
-// the origin progress, COMMIT.
-inline constexpr size_t kBatchStatementsPerTransaction = 3;
+// Statements a transaction costs in a batch beyond its planned changes: BEGIN, the snapshot
+// registry check (trellara.control_check, docs/snapshot.md), the dedup row with the origin
+// progress, COMMIT.
+inline constexpr size_t kBatchStatementsPerTransaction = 4;
 
 struct PipelineLimits {
   size_t batch_transactions_max = 256;  // transactions in one batch
@@ -56,6 +57,7 @@ struct PipelineTx {
   uint64_t offset_after = 0;      // the consumer offset that is safe once it is applied
   std::vector<ChangePlan> plans;  // the adapter's plans, filled while a batch is formed
   bool duplicate = false;         // admitted as already applied: nothing is sent for it
+  size_t snapshot_in_copy = 0;    // row changes the adapter left out because a snapshot copy holds them
 };
 
 // What the adapter found out about a candidate of the batch being formed.
