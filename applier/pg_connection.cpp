@@ -75,7 +75,86 @@ Result<std::unique_ptr<PgConnection>> PgConnection::Connect(const std::string& c
   return std::unique_ptr<PgConnection>(new PgConnection(conn));
 }
 
-PgConnection::~PgConnection() { PQfinish(conn_); }
+Result<std::unique_ptr<PgConnection>> PgConnection::ConnectReplication(const std::string& conninfo,
+                                                                       const std::string& application_name) {
+  // The same connection string with replication=database: the walsender accepts both SQL and
+  // replication commands (CREATE_REPLICATION_SLOT ... SNAPSHOT 'export').
+  const char* keywords[] = {"dbname", "application_name", "replication", nullptr};
+  const char* values[] = {conninfo.c_str(), application_name.c_str(), "database", nullptr};
+  PGconn* conn = PQconnectdbParams(keywords, values, 1);
+  if (conn == nullptr) return MakeError("cannot allocate a libpq connection (out of memory)");
+  if (PQstatus(conn) != CONNECTION_OK) {
+    std::string message = TrimNewline(PQerrorMessage(conn));
+    PQfinish(conn);
+    return MakeError("cannot open a replication connection to the source (" + message +
+                     "); the role needs the REPLICATION attribute and pg_hba.conf must allow it");
+  }
+  PQsetNoticeProcessor(conn, PrintNotice, nullptr);
+  return std::unique_ptr<PgConnection>(new PgConnection(conn));
+}
+
+PgConnection::~PgConnection() {
+  if (copy_buffer_) PQfreemem(copy_buffer_);
+  PQfinish(conn_);
+}
+
+PgResult PgConnection::StartCopy(const std::string& sql) {
+  PGresult* raw = PQexec(conn_, sql.c_str());
+  const ExecStatusType status = raw ? PQresultStatus(raw) : PGRES_FATAL_ERROR;
+  if (status == PGRES_COPY_OUT || status == PGRES_COPY_IN) {
+    PgResult out;
+    out.result_ = std::shared_ptr<pg_result>(raw, [](PGresult* r) { PQclear(r); });
+    out.ok_ = true;
+    return out;
+  }
+  PgResult out = Collect(raw);
+  if (out.ok_) {  // a statement that was not a COPY: a caller's bug, never silently accepted
+    out.ok_ = false;
+    out.message_ = "the statement did not start a COPY";
+  }
+  return out;
+}
+
+Result<int> PgConnection::GetCopyData(const char** data, size_t* length) {
+  if (copy_buffer_) {
+    PQfreemem(copy_buffer_);
+    copy_buffer_ = nullptr;
+  }
+  const int n = PQgetCopyData(conn_, &copy_buffer_, 0);
+  if (n >= 0) {
+    *data = copy_buffer_;
+    *length = static_cast<size_t>(n);
+    return 1;
+  }
+  if (n == -1) return 0;
+  return MakeError("reading COPY data from " + Describe() + " failed: " + TrimNewline(PQerrorMessage(conn_)));
+}
+
+Status PgConnection::PutCopyData(const char* data, size_t length) {
+  if (PQputCopyData(conn_, data, static_cast<int>(length)) != 1)
+    return MakeError("sending COPY data to " + Describe() + " failed: " + TrimNewline(PQerrorMessage(conn_)));
+  return Status::Ok();
+}
+
+Status PgConnection::PutCopyEnd(const char* abort_message) {
+  if (PQputCopyEnd(conn_, abort_message) != 1)
+    return MakeError("ending the COPY on " + Describe() + " failed: " + TrimNewline(PQerrorMessage(conn_)));
+  return Status::Ok();
+}
+
+PgResult PgConnection::FinishCopy() {
+  PGresult* first = PQgetResult(conn_);
+  PgResult out = Collect(first);
+  // Drain: a COPY ends with exactly one result, then NULL; anything else is read and dropped so
+  // the connection is ready for the next statement (its error, if any, is already in `out`).
+  while (PGresult* extra = PQgetResult(conn_)) {
+    const ExecStatusType status = PQresultStatus(extra);
+    PQclear(extra);
+    // Still in a COPY: the caller abandons this connection (never loop on it).
+    if (status == PGRES_COPY_OUT || status == PGRES_COPY_IN || status == PGRES_COPY_BOTH) break;
+  }
+  return out;
+}
 
 PgResult PgConnection::Collect(PGresult* raw) {
   PgResult out;

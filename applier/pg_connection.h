@@ -52,6 +52,10 @@ class PgConnection {
   // Connects with `conninfo`, overriding application_name. The error names the target.
   static Result<std::unique_ptr<PgConnection>> Connect(const std::string& conninfo,
                                                        const std::string& application_name);
+  // A replication connection (replication=database) to the same server, for replication commands
+  // such as CREATE_REPLICATION_SLOT; plain SQL works on it too.
+  static Result<std::unique_ptr<PgConnection>> ConnectReplication(const std::string& conninfo,
+                                                                  const std::string& application_name);
   ~PgConnection();
   PgConnection(const PgConnection&) = delete;
   PgConnection& operator=(const PgConnection&) = delete;
@@ -86,6 +90,21 @@ class PgConnection {
   };
   PipelineResult NextResult();
 
+  // ---- COPY streaming (snapshot: source COPY TO STDOUT into target COPY FROM STDIN) ----
+  // Starts a COPY statement; the result is ok when the server entered COPY OUT or COPY IN.
+  PgResult StartCopy(const std::string& sql);
+  // COPY OUT: the next row (one data message, as the server sent it) in `data`/`length`, valid
+  // until the next call on this connection. Returns 1 with a row, 0 at the end of the data (the
+  // COPY's final result is then read with FinishCopy), or an error naming the connection.
+  Result<int> GetCopyData(const char** data, size_t* length);
+  // COPY IN: queues one buffer (blocking only while libpq's output buffer is full).
+  Status PutCopyData(const char* data, size_t length);
+  // COPY IN: ends the data (abort_message set: makes the COPY fail with that message).
+  Status PutCopyEnd(const char* abort_message = nullptr);
+  // The COPY's final result (after GetCopyData returned 0, or after PutCopyEnd); drains the
+  // connection so it is ready for the next statement.
+  PgResult FinishCopy();
+
   bool connection_lost() const;
   // The session is inside a transaction block (open or failed), e.g. after a pipelined
   // transaction failed: the caller must ROLLBACK before anything else.
@@ -97,6 +116,7 @@ class PgConnection {
   explicit PgConnection(pg_conn* conn) : conn_(conn) {}
   PgResult Collect(pg_result* result);
   pg_conn* conn_;
+  char* copy_buffer_ = nullptr;  // the last row GetCopyData handed out (PQfreemem'd on the next call)
 };
 
 }  // namespace trellara::cli
