@@ -99,7 +99,8 @@ void HoldPoint::CreateSlot(int attempt) {
   // Columns: slot_name, consistent_point, snapshot_name, output_plugin.
   const auto point = ParseLsn(r.Value(0, 1).value_or(""));
   snapshot_name_ = r.Value(0, 2).value_or("");
-  if (!point || snapshot_name_.empty())
+  const bool name_ok = snapshot_name_.find_first_not_of("0123456789ABCDEFabcdef-") == std::string::npos;
+  if (!point || snapshot_name_.empty() || !name_ok)
     throw CommandFailed("could not " + purpose_ + " flow " + config_.flow_name +
                             ": CREATE_REPLICATION_SLOT answered no consistent point or snapshot name",
                         kExitCouldNotHold);
@@ -161,14 +162,17 @@ std::string HoldPoint::WaitAnswer(Clock::time_point deadline) {
       auto q = control_.ExecParams("SELECT xid::text, commit_lsn::text, message FROM trellara.quarantine "
                                    "WHERE flow = $1 AND state = 'quarantined' ORDER BY commit_lsn LIMIT 1",
                                    {config_.flow_name});
-      const std::string which = q.ok() && q.rows() == 1 ? "transaction " + q.Value(0, 0).value_or("") + " (commit " +
-                                                              q.Value(0, 1).value_or("") + "): " + q.Value(0, 2).value_or("")
-                                                        : "a quarantined transaction";
-      throw CommandFailed("could not " + purpose_ + " flow " + config_.flow_name +
-                              ": the applier is halted at quarantined " + which + at +
-                              "; resolve the quarantine (trellara quarantine list --config " + config_.path +
-                              ") or re-copy the table with trellara reseed --config " + config_.path +
-                              " --table T (no --where), then rerun",
+      std::string which = "a quarantined transaction", replay;
+      if (q.ok() && q.rows() == 1) {
+        which = "quarantined transaction " + q.Value(0, 0).value_or("") + " (commit " + q.Value(0, 1).value_or("") +
+                "): " + q.Value(0, 2).value_or("");
+        replay = "; after repairing the target: trellara quarantine replay-ready --config " + config_.path + " --xid " +
+                 q.Value(0, 0).value_or("") + " --commit-lsn " + q.Value(0, 1).value_or("");
+      }
+      throw CommandFailed("could not " + purpose_ + " flow " + config_.flow_name + ": the flow is blocked, the applier "
+                              "halted at " + which + at + replay +
+                              "; or re-copy the table (trellara reseed --config " + config_.path +
+                              " --table T without --where), then rerun",
                           kExitCouldNotHold);
     }
     if (!running)
