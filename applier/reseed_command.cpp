@@ -54,7 +54,7 @@ uint64_t CopyIntoStage(PgConnection& source, PgConnection& target, const SourceT
               "starting the COPY into the staging table of " + t.name);
   auto out = source.StartCopy("COPY (" + select + ") TO STDOUT");
   if (!out.ok()) {
-    target.PutCopyEnd("the source COPY failed");
+    (void)target.PutCopyEnd("the source COPY failed");  // the COPY fails on purpose; its error is not ours to report
     target.FinishCopy();
     throw CommandFailed("reading the rows of " + t.name + " matching the filter on the source " + source.Describe() +
                         " failed: " + out.Describe() + "; check --where (SQL over the source's columns)");
@@ -64,7 +64,7 @@ uint64_t CopyIntoStage(PgConnection& source, PgConnection& target, const SourceT
     size_t length = 0;
     auto got = source.GetCopyData(&data, &length);
     if (!got) {
-      target.PutCopyEnd("the source COPY failed");
+      (void)target.PutCopyEnd("the source COPY failed");  // the COPY fails on purpose; its error is not ours to report
       target.FinishCopy();
       throw CommandFailed(got.error().message);
     }

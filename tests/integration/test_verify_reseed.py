@@ -36,6 +36,7 @@ Clusters are stopped by PID by the harness; the applier is our child, stopped by
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -281,7 +282,12 @@ def verify_names_corrupted_row_key_range():
         if "54321" not in text.stdout and str(r["lo"]) not in text.stdout:
             raise CaptureFailure(f"text output does not name the range: {text.stdout}")
         # The printed command repairs it.
-        subprocess.run(r["reseed"], shell=True, check=True, timeout=300)
+        if not r["reseed"].startswith("trellara reseed "):
+            raise CaptureFailure(f"unexpected reseed command: {r['reseed']}")
+        pair.settle()
+        # This build's binary, whatever `trellara` is on PATH.
+        subprocess.run(r["reseed"].replace("trellara", shlex.quote(TRELLARA_BIN), 1), shell=True, check=True,
+                       timeout=300)
         filler = pair.target.query("SELECT filler FROM pgbench_accounts WHERE aid = 54321")
         if "corrupted" in filler:
             raise CaptureFailure("reseed did not repair aid 54321")
