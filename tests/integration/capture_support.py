@@ -323,7 +323,8 @@ def verify_with_applier(config_path, args=(), timeout_s=300):
     """`trellara verify --config F *args` beside a daemon `trellara apply` (verify compares at a
     point the applier is held at: with no applier it exits 2). The applier is our child, stopped
     with SIGTERM by its Popen handle. Returns verify's CompletedProcess."""
-    applier = subprocess.Popen([TRELLARA_BIN, "apply", "--config", config_path], stdout=subprocess.DEVNULL,
+    apply_bin = os.environ.get("TRELLARA_APPLY_BIN", TRELLARA_BIN)  # another build may play the applier
+    applier = subprocess.Popen([apply_bin, "apply", "--config", config_path], stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
     try:
         def running():

@@ -26,6 +26,7 @@ lacks — a flow over all of them, and `trellara apply` as a daemon.
       `tags` (text primary key) is compared as one chunk; a damaged row makes verify exit 1 naming
       the whole table with a reseed command without --where.
 
+TRELLARA_APPLY_BIN: the applier's binary (default TRELLARA_BIN).
 TRELLARA_HOLD_SIMULATION=1: until the applier answers holds (applier/apply_*.cpp), a Python
 stand-in plays its part: it holds the applier's advisory lock (so apply_status says running),
 marks each requested hold `reached` and then waits on the hold lock shared, like the applier. The
@@ -50,6 +51,9 @@ from capture_support import (CaptureFailure, PsqlSession, TRELLARA_BIN, assert_n
 from harness import Cluster, PG_BIN  # noqa: E402
 
 SIMULATE = os.environ.get("TRELLARA_HOLD_SIMULATION") == "1"
+# The applier's binary (default: the one under test); another build may stand in for it while the
+# two sides of holds are developed apart.
+APPLY_BIN = os.environ.get("TRELLARA_APPLY_BIN", TRELLARA_BIN)
 EXIT_MISMATCH = 1
 EXIT_COULD_NOT_VERIFY = 2
 
@@ -66,7 +70,8 @@ TABLES = "pgbench_accounts, pgbench_branches, pgbench_tellers, pgbench_history, 
 
 def trellara(*args, expect=0, timeout_s=300):
     started = time.monotonic()
-    result = subprocess.run([TRELLARA_BIN, *args], capture_output=True, text=True, timeout=timeout_s)
+    binary = APPLY_BIN if args[0] == "apply" else TRELLARA_BIN
+    result = subprocess.run([binary, *args], capture_output=True, text=True, timeout=timeout_s)
     if result.returncode != expect:
         raise CaptureFailure(f"trellara {' '.join(args)} exited {result.returncode}, expected {expect}\n"
                              f"stdout: {result.stdout[-4000:]}\nstderr: {result.stderr[-4000:]}")
@@ -156,7 +161,7 @@ class VerifyPair:
         if SIMULATE:
             self.stand_in = HoldStandIn(self.target).__enter__()
             return
-        self.applier = subprocess.Popen([TRELLARA_BIN, "apply", "--config", self.config],
+        self.applier = subprocess.Popen([APPLY_BIN, "apply", "--config", self.config],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         wait_for("the applier to run", lambda: self.target.query(
             "SELECT applier_running FROM trellara.apply_status() WHERE flow = 'app'") == "t", 60)
