@@ -113,9 +113,11 @@ Outcome ReseedFiltered(const FlowConfig& config, const Options& o) {
   }
   MustSucceed(*target, target->Exec(std::string("ANALYZE pg_temp.") + kStageTable), what);
   auto deleted = MustSucceed(*target,
-                             target->Exec("DELETE FROM " + t.qualified + " AS t WHERE (" + *o.where +
+                             // ExecParams: one statement only, whatever the filter's text holds.
+                             target->ExecParams("DELETE FROM " + t.qualified + " AS t WHERE (" + *o.where +
                                           ") AND NOT EXISTS (SELECT 1 FROM pg_temp." + kStageTable + " AS s WHERE " +
-                                          key_match + ")"),
+                                          key_match + ")",
+                                          {}),
                              "deleting the target rows of " + t.name + " the source no longer has (--where evaluated "
                              "on the target)");
   out.deleted = deleted.affected();

@@ -278,7 +278,8 @@ struct Options {
   uint64_t chunk_rows = kChunkRowsDefault;
 };
 
-void Run(const Options& options) {
+// Compares and prints; returns the operator message when source and target differ.
+std::optional<std::string> Run(const Options& options) {
   const FlowConfig config = LoadConfigOrFail(options.config_path);
   if (config.source_conninfo.empty())
     throw CommandFailed("verify needs the source: set source.conninfo in " + config.path, kExitCouldNotHold);
@@ -410,14 +411,12 @@ void Run(const Options& options) {
               << " rows/s (" << static_cast<uint64_t>(rate(comparison.target_rows_read, comparison.target_seconds))
               << " per job)\n";
   }
-  if (!mismatching.empty()) {
-    std::string names;
-    for (const auto& name : mismatching) names += (names.empty() ? "" : ", ") + name;
-    throw CommandFailed("flow " + config.flow_name + ": source and target differ in " + std::to_string(mismatching.size()) +
-                            " of " + std::to_string(tables.size()) + " tables at " + FormatLsn(point) + ": " + names +
-                            "; repair with the reseed commands printed above and rerun verify",
-                        kExitMismatch);
-  }
+  if (mismatching.empty()) return std::nullopt;
+  std::string names;
+  for (const auto& name : mismatching) names += (names.empty() ? "" : ", ") + name;
+  return "flow " + config.flow_name + ": source and target differ in " + std::to_string(mismatching.size()) + " of " +
+         std::to_string(tables.size()) + " tables at " + FormatLsn(point) + ": " + names +
+         "; repair with the reseed commands printed above and rerun verify";
 }
 
 }  // namespace
@@ -434,7 +433,20 @@ void RegisterVerify(CLI::App& app) {
   cmd->add_option("--jobs", options->jobs, "chunks compared in parallel (default 4)")->check(CLI::Range(1, 64));
   cmd->add_option("--chunk-rows", options->chunk_rows, "about this many rows per compared chunk (default 100000)")
       ->check(CLI::Range(uint64_t{1000}, uint64_t{1} << 40));
-  cmd->callback([options] { Run(*options); });
+  cmd->callback([options] {
+    std::optional<std::string> mismatch;
+    // Exit 1 means "differs" and nothing else: any failure before the comparison finished (a lost
+    // connection, a refused statement) is "could not verify".
+    try {
+      mismatch = Run(*options);
+    } catch (const CommandFailed& e) {
+      if (e.exit_code == kExitCouldNotHold) throw;
+      throw CommandFailed(std::string("could not verify: ") + e.what(), kExitCouldNotHold);
+    } catch (const std::exception& e) {
+      throw CommandFailed(std::string("could not verify: ") + e.what(), kExitCouldNotHold);
+    }
+    if (mismatch) throw CommandFailed(*mismatch, kExitMismatch);
+  });
 }
 
 }  // namespace trellara::cli
