@@ -13,9 +13,14 @@
 // then COMMIT and the hold is released. The applier resumes after C: everything <= C is in the
 // copy or was already applied, everything > C is applied from the stream.
 //
-// Without --where the table is copied again by the snapshot machinery (a new run): not wired here
-// yet, see the message.
+// Without --where the table is copied again by the snapshot machinery: this process execs
+// `trellara snapshot --config F --table T --force` (a new run of that table; no hold is needed, each
+// chunk has its own exact boundary).
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -153,11 +158,21 @@ void Run(const Options& o) {
   const FlowConfig config = LoadConfigOrFail(o.config_path);
   if (config.source_conninfo.empty())
     throw CommandFailed("reseed needs the source: set source.conninfo in " + config.path, 2);
-  if (!o.where)
-    throw CommandFailed("reseed of the whole table " + o.table + " is a new snapshot run of that table: run trellara "
-                        "snapshot --config " + config.path + " --table " + o.table + " --force (this version does not "
-                        "start it from reseed yet); reseed --where copies only the rows a filter selects",
+  if (!o.where) {
+    // The whole table: a new snapshot run of that one table (chunks, per-chunk boundaries, no
+    // hold), i.e. exactly `trellara snapshot --table T --force`; this process becomes that command.
+    std::vector<std::string> args{"trellara", "snapshot", "--config", o.config_path, "--table", o.table, "--force",
+                                  "--format", o.format == OutputFormat::Json ? "json" : "text"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::cout.flush();
+    execv("/proc/self/exe", argv.data());
+    throw CommandFailed("reseed of the whole table " + o.table + " could not start trellara snapshot (" +
+                            std::strerror(errno) + "); run trellara snapshot --config " + config.path + " --table " +
+                            o.table + " --force",
                         2);
+  }
   const auto started = Clock::now();
   const Outcome out = ReseedFiltered(config, o);
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
