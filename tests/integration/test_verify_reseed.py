@@ -15,7 +15,10 @@ lacks — a flow over all of them, and `trellara apply` as a daemon.
       most 1000 rows that holds that aid, with the reseed command; running that command repairs it
       and verify exits 0.
   verify_without_applier_exits_2
-      with no applier running verify exits 2 saying so (within --timeout).
+      with no applier running verify exits 2 saying so (within --timeout), leaving no hold row.
+  verify_retries_a_passed_hold
+      (always with the stand-in below) the first two holds are answered 'passed': verify retries
+      with a new slot each time and matches at the third point.
   filtered_reseed_preserves_out_of_scope_rows
       target rows of `items` damaged inside (id <= 200: a changed row, a missing row, an extra row)
       and outside (id 500) the filter; `reseed --where 'id <= 200'` repairs the inside, leaves id
@@ -83,8 +86,9 @@ class HoldStandIn:
     """Plays the applier's side of holds (TRELLARA_HOLD_SIMULATION=1) against a target that
     nothing else writes while verify/reseed run."""
 
-    def __init__(self, target, flow="app"):
+    def __init__(self, target, flow="app", pass_first=0):
         self.target, self.flow = target, flow
+        self.pass_first = pass_first  # answer this many holds 'passed' first (the applier was beyond them)
         self.stop = threading.Event()
         self.running_lock = PsqlSession(target)
         self.holds = PsqlSession(target)
@@ -97,6 +101,13 @@ class HoldStandIn:
 
     def loop(self):
         while not self.stop.is_set():
+            if self.pass_first > 0:
+                if self.holds.query("UPDATE trellara.apply_holds SET state = 'passed', applied_lsn = lsn + 1, "
+                                    f"updated_at = now() WHERE flow = '{self.flow}' AND state = 'requested' "
+                                    "RETURNING hold_id"):
+                    self.pass_first -= 1
+                time.sleep(0.1)
+                continue
             answered = self.holds.query(
                 "UPDATE trellara.apply_holds SET state = 'reached', applied_lsn = lsn, updated_at = now() "
                 f"WHERE flow = '{self.flow}' AND state = 'requested' RETURNING hold_id")
@@ -302,6 +313,23 @@ def verify_names_corrupted_row_key_range():
         print("ok: verify_names_corrupted_row_key_range")
 
 
+def verify_retries_a_passed_hold():
+    """Always with the stand-in (no real applier): it answers the first two holds 'passed'; verify
+    retries with new slots and compares at the third point."""
+    with VerifyPair("verify-passed") as pair:
+        with HoldStandIn(pair.target, pass_first=2):
+            result = trellara("verify", "--config", pair.config, "--format", "json")
+        report = json.loads(result.stdout)
+        if not report["match"] or report["hold_attempts"] != 3:
+            raise CaptureFailure(f"verify after two passed holds: {report}")
+        if "retrying with a new slot" not in result.stderr:
+            raise CaptureFailure(f"verify did not say it retried: {result.stderr}")
+        left = pair.target.query("SELECT count(*) FROM trellara.apply_holds")
+        if left != "0":
+            raise CaptureFailure(f"verify left {left} hold rows behind")
+        print("ok: verify_retries_a_passed_hold")
+
+
 def verify_without_applier_exits_2():
     with VerifyPair("verify-noapplier") as pair:
         started = time.monotonic()
@@ -375,6 +403,6 @@ def verify_table_without_int_key_is_one_chunk():
 
 
 if __name__ == "__main__":
-    run_scenarios([verify_without_applier_exits_2, verify_table_without_int_key_is_one_chunk,
+    run_scenarios([verify_without_applier_exits_2, verify_retries_a_passed_hold, verify_table_without_int_key_is_one_chunk,
                    verify_names_corrupted_row_key_range, filtered_reseed_preserves_out_of_scope_rows,
                    verify_matches_while_source_and_applier_live])
