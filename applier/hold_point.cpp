@@ -27,6 +27,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int kHoldAttemptsMax = 4;  // a hold found 'passed' is retried with a new slot this often
 constexpr auto kPollInterval = std::chrono::milliseconds(100);
+// An applier started just before verify may not hold its lock yet: "not running" only after this long.
+constexpr auto kNotRunningGrace = std::chrono::seconds(5);
 
 const char* const kHoldLockSql = "SELECT pg_catalog.pg_advisory_lock(pg_catalog.hashtextextended('trellara hold ' || $1, 0))";
 const char* const kHoldUnlockSql =
@@ -137,6 +139,8 @@ void HoldPoint::RemoveHoldRow() {
 }
 
 std::string HoldPoint::WaitAnswer(Clock::time_point deadline) {
+  Clock::time_point not_running_since{};
+  bool was_running = true;
   for (;;) {
     auto hold = MustSucceed(control_,
                             control_.ExecParams("SELECT state, applied_lsn::text FROM trellara.apply_holds "
@@ -175,7 +179,9 @@ std::string HoldPoint::WaitAnswer(Clock::time_point deadline) {
                               " --table T without --where), then rerun",
                           kExitCouldNotHold);
     }
-    if (!running)
+    if (!running && was_running) not_running_since = Clock::now();
+    was_running = running;
+    if (!running && Clock::now() - not_running_since >= kNotRunningGrace)
       throw CommandFailed("could not " + purpose_ + " flow " + config_.flow_name + ": no applier is running" + at +
                               "; " + purpose_ + " compares against a live applier held at the source's point: start "
                               "trellara apply --config " + config_.path + " and rerun",
