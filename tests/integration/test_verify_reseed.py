@@ -25,6 +25,9 @@ lacks — a flow over all of them, and `trellara apply` as a daemon.
       500 as it was, keeps every row's target-owned `note`, resolves the open quarantine row naming
       items at or before its point (not the one naming tags); a second reseed of id 500 and verify
       exit 0 end it.
+  verify_does_not_compare_a_table_still_being_copied
+      (stand-in) a table whose snapshot_tables state is not handoff_ready is reported `copying`, not
+      compared: exit 2 naming it when the rest matches, 1 when another table differs.
   verify_table_without_int_key_is_one_chunk
       `tags` (text primary key) is compared as one chunk; a damaged row makes verify exit 1 naming
       the whole table with a reseed command without --where.
@@ -330,6 +333,28 @@ def verify_retries_a_passed_hold():
         print("ok: verify_retries_a_passed_hold")
 
 
+def verify_does_not_compare_a_table_still_being_copied():
+    """With the stand-in (a real applier would act on the registry row): a table whose snapshot
+    copy is not handoff_ready is not compared; verify exits 2 naming it although the others match,
+    and 1 when another table differs."""
+    with VerifyPair("verify-copying") as pair:
+        pair.target.psql("INSERT INTO trellara.snapshot_tables (flow, schema_name, table_name, run_id, state, chunks) "
+                         "VALUES ('app', 'public', 'tags', 'r1', 'copying', 1); "
+                         "UPDATE tags SET label = 'not yet copied' WHERE code = 'tag-1'")
+        with HoldStandIn(pair.target):
+            result = trellara("verify", "--config", pair.config, "--format", "json", expect=EXIT_COULD_NOT_VERIFY)
+            report = json.loads(result.stdout)
+            tags = table(report, "public.tags")
+            if tags["status"] != "copying" or tags["snapshot_state"] != "copying" or report["mismatching_tables"] \
+                    or "public.tags (snapshot copying)" not in result.stderr:
+                raise CaptureFailure(f"a table being copied: {tags} {result.stderr}")
+            pair.target.psql("UPDATE items SET qty = 99 WHERE id = 1")
+            result = trellara("verify", "--config", pair.config, expect=EXIT_MISMATCH)
+            if "COPYING   public.tags" not in result.stdout or "public.items" not in result.stderr:
+                raise CaptureFailure(f"a mismatch beside a table being copied: {result.stdout} {result.stderr}")
+        print("ok: verify_does_not_compare_a_table_still_being_copied")
+
+
 def verify_without_applier_exits_2():
     with VerifyPair("verify-noapplier") as pair:
         started = time.monotonic()
@@ -403,6 +428,7 @@ def verify_table_without_int_key_is_one_chunk():
 
 
 if __name__ == "__main__":
-    run_scenarios([verify_without_applier_exits_2, verify_retries_a_passed_hold, verify_table_without_int_key_is_one_chunk,
+    run_scenarios([verify_without_applier_exits_2, verify_retries_a_passed_hold,
+                   verify_does_not_compare_a_table_still_being_copied, verify_table_without_int_key_is_one_chunk,
                    verify_names_corrupted_row_key_range, filtered_reseed_preserves_out_of_scope_rows,
                    verify_matches_while_source_and_applier_live])
