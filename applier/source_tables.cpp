@@ -7,6 +7,26 @@
 #include "trellara/snapshot.h"
 
 namespace trellara::cli {
+namespace {
+
+// "a,\"b,c\",d" (quote_ident output joined with ',') -> {a, "b,c", d}: a comma inside double
+// quotes is part of the name.
+std::vector<std::string> SplitQuotedList(const std::string& text) {
+  std::vector<std::string> out;
+  if (text.empty()) return out;
+  bool quoted = false;
+  size_t start = 0;
+  for (size_t i = 0; i <= text.size(); i++) {
+    if (i < text.size() && text[i] == '"') quoted = !quoted;
+    if (i == text.size() || (text[i] == ',' && !quoted)) {
+      out.push_back(text.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 std::vector<SourceTable> ReadSourceTables(PgConnection& source, const FlowConfig& config,
                                           const std::vector<std::string>& selected) {
@@ -40,19 +60,7 @@ std::vector<SourceTable> ReadSourceTables(PgConnection& source, const FlowConfig
     t.name = r.Value(i, 0).value_or("");
     if (!selected.empty() && std::find(selected.begin(), selected.end(), t.name) == selected.end()) continue;
     t.qualified = r.Value(i, 1).value_or("");
-    t.columns = r.Value(i, 2).value_or("");
-    size_t start = 0;
-    while (start <= t.columns.size() && !t.columns.empty()) {
-      // quote_ident output never contains an unquoted comma; split respecting double quotes.
-      bool quoted = false;
-      size_t end = start;
-      for (; end < t.columns.size(); end++) {
-        if (t.columns[end] == '"') quoted = !quoted;
-        if (t.columns[end] == ',' && !quoted) break;
-      }
-      t.column_list.push_back(t.columns.substr(start, end - start));
-      start = end + 1;
-    }
+    t.column_list = SplitQuotedList(r.Value(i, 2).value_or(""));
     t.columns.clear();
     for (const auto& c : t.column_list) t.columns += (t.columns.empty() ? "" : ", ") + c;
     t.row_filter = r.Value(i, 3);
@@ -63,15 +71,7 @@ std::vector<SourceTable> ReadSourceTables(PgConnection& source, const FlowConfig
       const std::string cols = key->substr(0, bar1);
       const std::string type = key->substr(bar1 + 1, bar2 - bar1 - 1);
       t.split_key_plain = key->substr(bar2 + 1);
-      bool quoted = false;
-      size_t s = 0;
-      for (size_t e = 0; e <= cols.size(); e++) {
-        if (e < cols.size() && cols[e] == '"') quoted = !quoted;
-        if (e == cols.size() || (cols[e] == ',' && !quoted)) {
-          t.key_columns.push_back(cols.substr(s, e - s));
-          s = e + 1;
-        }
-      }
+      t.key_columns = SplitQuotedList(cols);
       if (SplittableKeyType(type)) t.split_key = t.key_columns.front();
     }
     tables.push_back(std::move(t));

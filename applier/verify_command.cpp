@@ -140,7 +140,7 @@ struct Worker {
 
 class Comparison {
  public:
-  Comparison(const FlowConfig& config, std::vector<TableState>& tables) : config_(config), tables_(tables) {}
+  explicit Comparison(std::vector<TableState>& tables) : tables_(tables) {}
 
   void Add(Task t) { queue_.push_back(std::move(t)); }
 
@@ -217,7 +217,6 @@ class Comparison {
     for (const ChunkRange& part : parts) queue_.push_back({task.table, part, true});
   }
 
-  const FlowConfig& config_;
   std::vector<TableState>& tables_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -338,7 +337,7 @@ std::optional<std::string> Run(const Options& options) {
     for (auto& ts : tables)
       if (ts.table.name == copying.Value(i, 0).value_or("")) ts.copy_state = copying.Value(i, 1).value_or("");
 
-  Comparison comparison(config, tables);
+  Comparison comparison(tables);
   for (size_t i = 0; i < tables.size(); i++)
     if (tables[i].compared()) PlanTable(workers.front(), tables[i], options.chunk_rows, comparison, i);
   comparison.Run(workers);

@@ -28,6 +28,9 @@ lacks — a flow over all of them, and `trellara apply` as a daemon.
   verify_does_not_compare_a_table_still_being_copied
       (stand-in) a table whose snapshot_tables state is not handoff_ready is reported `copying`, not
       compared: exit 2 naming it when the rest matches, 1 when another table differs.
+  verify_and_reseed_hostile_identifiers
+      (stand-in) schema, table and column names with a comma, a quote, a semicolon and mixed case:
+      chunks, narrowing and the printed (shell- and SQL-quoted) reseed command work.
   verify_table_without_int_key_is_one_chunk
       `tags` (text primary key) is compared as one chunk; a damaged row makes verify exit 1 naming
       the whole table with a reseed command without --where.
@@ -355,6 +358,38 @@ def verify_does_not_compare_a_table_still_being_copied():
         print("ok: verify_does_not_compare_a_table_still_being_copied")
 
 
+HOSTILE_DDL = """
+CREATE SCHEMA "We,ird";
+CREATE TABLE "We,ird"."Ta""ble" ("c,1" bigint PRIMARY KEY, "v;x" text, "Mixed" numeric);
+INSERT INTO "We,ird"."Ta""ble" SELECT g, 'it''s ' || g, g / 3.0 FROM generate_series(1, 3000) g;
+"""
+
+
+def verify_and_reseed_hostile_identifiers():
+    """With the stand-in: a table whose schema, name and columns need quoting (comma, quote,
+    semicolon, mixed case) is compared in chunks, a damaged row is narrowed, and the printed reseed
+    command (shell- and SQL-quoted) repairs it."""
+    with VerifyPair("verify-hostile") as pair:
+        pair.source.psql(HOSTILE_DDL)
+        pair.target.psql(HOSTILE_DDL)
+        pair.source.psql('ALTER PUBLICATION pub ADD TABLE "We,ird"."Ta""ble"')
+        name = 'We,ird.Ta"ble'
+        pair.target.psql('UPDATE "We,ird"."Ta""ble" SET "v;x" = \'damaged\' WHERE "c,1" = 2500')
+        with HoldStandIn(pair.target):
+            result = trellara("verify", "--config", pair.config, "--table", name, "--chunk-rows", "1000", "--format",
+                              "json", expect=EXIT_MISMATCH)
+            ranges = table(json.loads(result.stdout), name)["mismatching_ranges"]
+            lo, hi = ranges[0]["lo"], ranges[0]["hi"]  # None: unbounded (the last chunk)
+            if len(ranges) != 1 or not ((lo is None or lo <= 2500) and (hi is None or 2500 < hi)) \
+                    or max(ranges[0]["source_rows"], ranges[0]["target_rows"]) > 1000:
+                raise CaptureFailure(f"hostile table ranges: {ranges}")
+            subprocess.run(ranges[0]["reseed"].replace("trellara", shlex.quote(TRELLARA_BIN), 1), shell=True,
+                           check=True, timeout=300)
+            trellara("verify", "--config", pair.config, "--table", name)
+        print(f"hostile identifiers: {ranges[0]['reseed']}")
+        print("ok: verify_and_reseed_hostile_identifiers")
+
+
 def verify_without_applier_exits_2():
     with VerifyPair("verify-noapplier") as pair:
         started = time.monotonic()
@@ -429,6 +464,7 @@ def verify_table_without_int_key_is_one_chunk():
 
 if __name__ == "__main__":
     run_scenarios([verify_without_applier_exits_2, verify_retries_a_passed_hold,
-                   verify_does_not_compare_a_table_still_being_copied, verify_table_without_int_key_is_one_chunk,
+                   verify_does_not_compare_a_table_still_being_copied, verify_and_reseed_hostile_identifiers,
+                   verify_table_without_int_key_is_one_chunk,
                    verify_names_corrupted_row_key_range, filtered_reseed_preserves_out_of_scope_rows,
                    verify_matches_while_source_and_applier_live])
