@@ -38,16 +38,18 @@ void RegisterLogRecords(CLI::App& app);
 void RegisterStatus(CLI::App& app);
 // `quarantine list|replay-ready` (quarantine_command.cpp).
 void RegisterQuarantine(CLI::App& app);
-// `verify --config F [--format json]` (verify_command.cpp).
+// `verify --config F [--table T] [--format json]` (verify_command.cpp).
 void RegisterVerify(CLI::App& app);
 // `snapshot --config F [--table T ...] [--jobs N] [--run-id R] [--force]` (snapshot_command.cpp).
 void RegisterSnapshot(CLI::App& app);
+// `reseed --config F --table T [--where SQL]` (reseed_command.cpp).
+void RegisterReseed(CLI::App& app);
 
 // ---- shared by status, quarantine and verify (defined in status_command.cpp) ----------------
 
 // Exit codes the operator commands share with `apply`.
 constexpr int kExitFlowBlocked = 3;  // the flow is halted at a quarantined transaction
-constexpr int kExitMismatch = 4;  // verify: source and target differ
+constexpr int kExitMismatch = 1;  // verify: source and target differ (2: could not verify, hold_point.h)
 
 // The session settings every target/source session of the applier pins: text values round-trip
 // exactly only with the settings the output plugin pinned while decoding. One definition.

@@ -28,7 +28,6 @@ struct Planned {
   const char* summary;
 };
 constexpr Planned kPlanned[] = {
-    {"reseed", "re-copy a table after repair (--config F)"},
     {"check", "source safety preflight (--config F)"},
     {"chaos", "generate the correctness report from test results (chaos report --output FILE)"},
 };
@@ -58,6 +57,7 @@ int main(int argc, char** argv) {
   trellara::cli::RegisterQuarantine(app);
   trellara::cli::RegisterVerify(app);
   trellara::cli::RegisterSnapshot(app);
+  trellara::cli::RegisterReseed(app);
   trellara::cli::RegisterInspectTransaction(app);
   trellara::cli::RegisterLogCommands(app);
   trellara::cli::RegisterLogRecords(app);

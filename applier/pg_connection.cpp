@@ -75,6 +75,24 @@ Result<std::unique_ptr<PgConnection>> PgConnection::Connect(const std::string& c
   return std::unique_ptr<PgConnection>(new PgConnection(conn));
 }
 
+Result<std::unique_ptr<PgConnection>> PgConnection::ConnectReplication(const std::string& conninfo,
+                                                                       const std::string& application_name) {
+  // The same connection string with replication=database: the walsender accepts both SQL and
+  // replication commands (CREATE_REPLICATION_SLOT ... SNAPSHOT 'export').
+  const char* keywords[] = {"dbname", "application_name", "replication", nullptr};
+  const char* values[] = {conninfo.c_str(), application_name.c_str(), "database", nullptr};
+  PGconn* conn = PQconnectdbParams(keywords, values, 1);
+  if (conn == nullptr) return MakeError("cannot allocate a libpq connection (out of memory)");
+  if (PQstatus(conn) != CONNECTION_OK) {
+    std::string message = TrimNewline(PQerrorMessage(conn));
+    PQfinish(conn);
+    return MakeError("cannot open a replication connection to the source (" + message +
+                     "); the role needs the REPLICATION attribute and pg_hba.conf must allow it");
+  }
+  PQsetNoticeProcessor(conn, PrintNotice, nullptr);
+  return std::unique_ptr<PgConnection>(new PgConnection(conn));
+}
+
 PgConnection::~PgConnection() {
   if (copy_buffer_) PQfreemem(copy_buffer_);
   PQfinish(conn_);

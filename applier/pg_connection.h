@@ -52,6 +52,10 @@ class PgConnection {
   // Connects with `conninfo`, overriding application_name. The error names the target.
   static Result<std::unique_ptr<PgConnection>> Connect(const std::string& conninfo,
                                                        const std::string& application_name);
+  // A replication connection (replication=database) to the same server, for replication commands
+  // such as CREATE_REPLICATION_SLOT; plain SQL works on it too.
+  static Result<std::unique_ptr<PgConnection>> ConnectReplication(const std::string& conninfo,
+                                                                  const std::string& application_name);
   ~PgConnection();
   PgConnection(const PgConnection&) = delete;
   PgConnection& operator=(const PgConnection&) = delete;

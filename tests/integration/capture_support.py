@@ -317,3 +317,26 @@ def run_scenarios(scenarios):
             scenario()
             print(f"{scenario.__name__}: {time.monotonic() - t0:.1f}s")
     print(f"total {time.monotonic() - began:.1f}s")
+
+
+def verify_with_applier(config_path, args=(), timeout_s=300):
+    """`trellara verify --config F *args` beside a daemon `trellara apply` (verify compares at a
+    point the applier is held at: with no applier it exits 2). The applier is our child, stopped
+    with SIGTERM by its Popen handle. Returns verify's CompletedProcess."""
+    apply_bin = os.environ.get("TRELLARA_APPLY_BIN", TRELLARA_BIN)  # another build may play the applier
+    applier = subprocess.Popen([apply_bin, "apply", "--config", config_path], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        def running():
+            if applier.poll() is not None:
+                raise CaptureFailure(f"the applier beside verify exited {applier.returncode}: {applier.stderr.read()[-1500:]}")
+            status = subprocess.run([TRELLARA_BIN, "status", "--config", config_path, "--format", "json"],
+                                    capture_output=True, text=True, timeout=60)
+            return status.returncode == 0 and json.loads(status.stdout).get("applier_running")
+        wait_for("the applier beside verify to run", running, 60)
+        return subprocess.run([TRELLARA_BIN, "verify", "--config", config_path, *args], capture_output=True, text=True,
+                              timeout=timeout_s)
+    finally:
+        if applier.poll() is None:
+            applier.terminate()
+        applier.communicate(timeout=60)

@@ -6,10 +6,10 @@ Source: pgbench tables (copied to the target with pg_dump), a flow on a publicat
 tables, a short pgbench run. Then:
   - after `apply --until-caught-up`, `status` says caught_up with lag 0 and the origin progress;
     `verify` matches every table (exit 0);
-  - a row changed on the target makes `verify` exit 4 naming exactly that table;
+  - a row changed on the target makes `verify` exit 1 naming exactly that table;
   - a target row deleted before a source UPDATE needs it quarantines the transaction: `status`
     says blocked with the exact `quarantine replay-ready` command, `quarantine list` shows the
-    boundary, `verify` refuses (exit 3) instead of comparing, `replay-ready` with a wrong xid or
+    boundary, `verify` refuses (exit 2, could not verify) instead of comparing, `replay-ready` with a wrong xid or
     LSN is refused and marks nothing;
   - after the repair, `replay-ready` marks the boundary, `status` says stopped with "run trellara
     apply", the next apply applies it and what followed, `verify` matches and status is caught_up;
@@ -27,18 +27,28 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (CaptureFailure, assert_no_backend_crashes, setup_pgbench_apply, TRELLARA_BIN, log_records, lsn_to_int, run_pgbench,  # noqa: E402
+from capture_support import (CaptureFailure, assert_no_backend_crashes, setup_pgbench_apply, TRELLARA_BIN, log_records, lsn_to_int, run_pgbench, verify_with_applier,  # noqa: E402
                              wait_for)
 from harness import Cluster  # noqa: E402
 
 EXIT_BLOCKED = 3
-EXIT_MISMATCH = 4
+EXIT_MISMATCH = 1
+EXIT_COULD_NOT_VERIFY = 2
 
 
 def trellara(*args, expect=0):
     result = subprocess.run([TRELLARA_BIN, *args], capture_output=True, text=True, timeout=120)
     if result.returncode != expect:
         raise CaptureFailure(f"trellara {' '.join(args)} exited {result.returncode}, expected {expect}\n"
+                             f"stdout: {result.stdout[-3000:]}\nstderr: {result.stderr[-3000:]}")
+    return result
+
+
+def verify(config, *args, expect=0):
+    """verify beside a daemon applier (it compares at a point the applier is held at)."""
+    result = verify_with_applier(config, args, timeout_s=120)
+    if result.returncode != expect:
+        raise CaptureFailure(f"trellara verify {' '.join(args)} exited {result.returncode}, expected {expect}\n"
                              f"stdout: {result.stdout[-3000:]}\nstderr: {result.stderr[-3000:]}")
     return result
 
@@ -86,17 +96,17 @@ def operator_commands_report_verify_and_release_quarantine():
         for part in ("state:               caught_up", "lag:                 0 records, 0 bytes", "next action:"):
             if part not in text:
                 raise CaptureFailure(f"text status lacks {part!r}: {text}")
-        verified = json.loads(trellara("verify", "--config", config, "--format", "json").stdout)
+        verified = json.loads(verify(config, "--format", "json").stdout)
         if not verified["match"] or len(verified["tables"]) != 4 or verified["mismatching_tables"]:
             raise CaptureFailure(f"verify after apply did not match all four tables: {verified}")
         accounts = next(t for t in verified["tables"] if t["table"] == "public.pgbench_accounts")
-        if accounts["source"]["rows"] != 100000 or accounts["source"]["checksum"] != accounts["target"]["checksum"]:
+        if accounts["source"]["rows"] != 100000 or accounts["target"]["rows"] != 100000 or accounts["status"] != "match":
             raise CaptureFailure(f"verify of pgbench_accounts: {accounts}")
         print(f"verify matched: {[(t['table'], t['source']['rows']) for t in verified['tables']]}")
 
-        # 2. a changed target row: verify names exactly that table and exits 4.
+        # 2. a changed target row: verify names exactly that table and exits 1.
         target.query("UPDATE public.pgbench_branches SET bbalance = bbalance + 1 WHERE bid = 1")
-        differs = trellara("verify", "--config", config, expect=EXIT_MISMATCH)
+        differs = verify(config, expect=EXIT_MISMATCH)
         if "public.pgbench_branches" not in differs.stderr or "pgbench_accounts" in differs.stderr \
                 or "MISMATCH  public.pgbench_branches" not in differs.stdout:
             raise CaptureFailure(f"verify did not name exactly pgbench_branches: {differs.stdout} {differs.stderr}")
@@ -129,7 +139,8 @@ def operator_commands_report_verify_and_release_quarantine():
         if command not in listed_text or "public.pgbench_accounts" not in listed_text:
             raise CaptureFailure(f"quarantine list (text) lacks the command or the table: {listed_text}")
 
-        blocked_verify = trellara("verify", "--config", config, "--wait-seconds", "30", expect=EXIT_BLOCKED)
+        # No applier beside it: a blocked flow is named before a missing applier.
+        blocked_verify = trellara("verify", "--config", config, "--timeout", "30", expect=EXIT_COULD_NOT_VERIFY)
         if "blocked" not in blocked_verify.stderr or command not in blocked_verify.stderr:
             raise CaptureFailure(f"verify while blocked: {blocked_verify.stderr}")
 
@@ -161,7 +172,7 @@ def operator_commands_report_verify_and_release_quarantine():
         if "applied=2 " not in resumed.stdout:
             raise CaptureFailure(f"the resumed apply did not apply the two held transactions: {resumed.stdout}")
         expect_caught_up(config, target, "after replay")
-        final = trellara("verify", "--config", config)
+        final = verify(config)
         if final.stdout.count("match     ") != 4:
             raise CaptureFailure(f"verify after replay: {final.stdout}")
         print(final.stdout.strip())

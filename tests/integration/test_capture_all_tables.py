@@ -26,7 +26,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (TRELLARA_BIN, CaptureFailure, assert_no_backend_crashes, log_records,  # noqa: E402
-                             lsn_to_int, wait_for)
+                             lsn_to_int, verify_with_applier, wait_for)
 from harness import Cluster  # noqa: E402
 
 USER_DDL = """
@@ -151,8 +151,7 @@ def all_tables_flow_never_captures_trellara_relations():
         if target.query("SELECT count(*) FROM pg_tables WHERE schemaname = 'trellara' AND tablename = 'flows'") != "0":
             raise CaptureFailure("the target has a trellara.flows table: the source catalog was replicated")
 
-        verify = subprocess.run([TRELLARA_BIN, "verify", "--config", config], capture_output=True, text=True,
-                                timeout=120)
+        verify = verify_with_applier(config, timeout_s=120)
         print(f"verify: exit {verify.returncode}: {verify.stdout.strip()[-600:]}")
         if verify.returncode != 0 or "trellara." in verify.stdout:
             raise CaptureFailure(f"verify exited {verify.returncode} or listed a trellara relation: "

@@ -1,0 +1,34 @@
+// source_tables.h — what verify and reseed need to know of a flow's published tables on the source:
+// the published columns (source order), the publication's row filter, the key columns (primary key,
+// else replica identity index) and whether the leading key column can be split into ranges.
+//
+// Read-only; it decides nothing about data. Identifiers come back quoted for SQL.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "pg_connection.h"
+
+namespace trellara::cli {
+
+struct SourceTable {
+  std::string name;                     // schema.table as the operator reads it
+  std::string qualified;                // quoted for SQL
+  std::string columns;                  // quoted, comma-separated, source order
+  std::vector<std::string> column_list; // the same, one per column
+  std::optional<std::string> row_filter;  // the publication's row filter (source side only)
+  std::vector<std::string> key_columns;   // quoted; empty when the table has no usable key
+  std::optional<std::string> split_key;   // quoted leading key column when int2/int4/int8
+  std::string split_key_plain;            // the same unquoted, for messages
+};
+
+// The flow's publication tables (schema trellara excluded), optionally only `selected`
+// (schema.table; a name that is not published is an error naming the publication). Throws
+// CommandFailed.
+std::vector<SourceTable> ReadSourceTables(PgConnection& source, const FlowConfig& config,
+                                          const std::vector<std::string>& selected);
+
+}  // namespace trellara::cli
