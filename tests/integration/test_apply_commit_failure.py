@@ -126,7 +126,7 @@ def bootstrap(pair):
     run_apply(pair.config, 0)
 
 
-@scenario(suite="failed_target_transaction", invariants=("quarantined (23514) after a retry alone", "origin progress, dedup and consumer offset stay before it", "nothing after it applied", "applies once after replay-ready"))
+@scenario(seed_rows=("applier_before_target_commit",), suite="failed_target_transaction", invariants=("quarantined (23514) after a retry alone", "origin progress, dedup and consumer offset stay before it", "nothing after it applied", "applies once after replay-ready"))
 def commit_failure_in_a_pipelined_batch_is_quarantined_without_origin_dedup_or_offset(pair):
     set_commit_trigger(pair.target, rejecting=True)
     before_xid, before_lsn, _, _ = source_tx(pair, "INSERT INTO items VALUES (50, 'before', 1)")
