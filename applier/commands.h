@@ -40,6 +40,8 @@ void RegisterStatus(CLI::App& app);
 void RegisterQuarantine(CLI::App& app);
 // `verify --config F [--format json]` (verify_command.cpp).
 void RegisterVerify(CLI::App& app);
+// `chaos report --output FILE [--results DIR] [--matrix FILE] [--format html|json]` (chaos_command.cpp).
+void RegisterChaos(CLI::App& app);
 
 // ---- shared by status, quarantine and verify (defined in status_command.cpp) ----------------
 

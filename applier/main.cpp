@@ -31,7 +31,6 @@ constexpr Planned kPlanned[] = {
     {"snapshot", "copy the selected tables and hand off to the stream (--config F)"},
     {"reseed", "re-copy a table after repair (--config F)"},
     {"check", "source safety preflight (--config F)"},
-    {"chaos", "generate the correctness report from test results (chaos report --output FILE)"},
 };
 
 }  // namespace
@@ -58,6 +57,7 @@ int main(int argc, char** argv) {
   trellara::cli::RegisterStatus(app);
   trellara::cli::RegisterQuarantine(app);
   trellara::cli::RegisterVerify(app);
+  trellara::cli::RegisterChaos(app);
   trellara::cli::RegisterInspectTransaction(app);
   trellara::cli::RegisterLogCommands(app);
   trellara::cli::RegisterLogRecords(app);
