@@ -360,7 +360,10 @@ def _append_result(record):
 def _result_record(function, script, status, duration_s, error):
     meta = getattr(function, "trellara_scenario", None) or {}
     name = function.__name__
-    env = {key: os.environ[key] for key in ("TRELLARA_BIN", "TRELLARA_BUILD_DIR") if key in os.environ}
+    # Paths inside the source tree are written relative to it ($PWD = the source directory, where
+    # the command is run), so a report's commands work in any checkout.
+    env = {key: os.environ[key].replace(SOURCE_DIR + os.sep, "$PWD/") if os.environ[key].startswith(SOURCE_DIR + os.sep)
+           else os.environ[key] for key in ("TRELLARA_BIN", "TRELLARA_BUILD_DIR") if key in os.environ}
     prefix = " ".join(f"{key}={value}" for key, value in sorted(env.items()))
     command = f"python3 tests/integration/{script} {name}"
     defect = meta.get("defect")
