@@ -33,6 +33,20 @@ constexpr Planned kPlanned[] = {
     {"check", "source safety preflight (--config F)"},
 };
 
+// At exit, one stderr line per fault point that fired: `trellara: fault point P fired N times`
+// (tests/integration/capture_support.py reads it; a crash action reports itself before dying).
+// Nothing is printed when no fault fired, so runs without TRELLARA_FAULTS are unchanged.
+void ReportFiredFaults() {
+  for (const auto& [point, count] : trellara::fault::FiredCounts()) {
+    std::fprintf(stderr, "trellara: fault point %s fired %d times\n", point.c_str(), count);
+  }
+  std::fflush(stderr);
+}
+
+struct FiredFaultsAtExit {
+  ~FiredFaultsAtExit() { ReportFiredFaults(); }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -74,6 +88,7 @@ int main(int argc, char** argv) {
     });
   }
 
+  const FiredFaultsAtExit report_fired_faults;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

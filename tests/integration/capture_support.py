@@ -14,6 +14,7 @@ its command line, and never use anything beyond the standard library and tests/h
 
 import json
 import os
+import re
 import select
 import subprocess
 import sys
@@ -341,6 +342,24 @@ def record_fault_fired(point, count=1):
     "fault not observed" and does not cover its row. No-op outside run_scenarios."""
     if _current_faults is not None:
         _current_faults[point] = _current_faults.get(point, 0) + int(count)
+
+
+FAULT_FIRED_LINE = re.compile(r"trellara: fault point (\S+) fired (\d+) times")
+FAULT_CRASH_LINE = re.compile(r"trellara: fault point (\S+): crash")
+
+
+def record_faults_from_output(text):
+    """Records the faults a `trellara` process says fired in its stderr `text` (it prints
+    `trellara: fault point P fired N times` at exit, and `trellara: fault point P: crash` before a
+    crash action kills it). Returns {point: count} of what it found."""
+    found = {}
+    for point, count in FAULT_FIRED_LINE.findall(text or ""):
+        found[point] = found.get(point, 0) + int(count)
+    for point in FAULT_CRASH_LINE.findall(text or ""):
+        found[point] = found.get(point, 0) + 1
+    for point, count in found.items():
+        record_fault_fired(point, count)
+    return found
 
 
 def _append_result(record):

@@ -30,8 +30,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from capture_support import (CaptureFailure, TRELLARA_BIN, log_records, lsn_to_int, run_scenarios,  # noqa: E402
-                             scenario, wait_for)
+from capture_support import (CaptureFailure, TRELLARA_BIN, log_records, lsn_to_int, record_faults_from_output,  # noqa: E402
+                             run_scenarios, scenario, wait_for)
 from test_apply_robustness import (FlowPair, APPLY_TIMEOUT_S, assert_same_data,  # noqa: E402
                                    assert_each_transaction_applied_once, consumer_offset, run_apply,
                                    wait_log_covers_source, with_test_defects)
@@ -198,7 +198,8 @@ def commit_failure_of_a_chunked_transaction_is_quarantined_without_origin_dedup_
     print("ok: commit_failure_of_a_chunked_transaction_is_quarantined_without_origin_dedup_or_offset")
 
 
-@scenario(suite="failed_target_transaction", defect="apply_skip_origin_reset", pairs_with="commit_failure_in_a_pipelined_batch_is_quarantined_without_origin_dedup_or_offset", invariants=("the commit-failure checks fail when the session origin is not reset",))
+@scenario(suite="failed_target_transaction", defect="apply_skip_origin_reset",
+          fault_points=("defect.apply_skip_origin_reset",), pairs_with="commit_failure_in_a_pipelined_batch_is_quarantined_without_origin_dedup_or_offset", invariants=("the commit-failure checks fail when the session origin is not reset",))
 def negative_control_skipping_the_origin_reset_is_caught(pair):
     """With defect.apply_skip_origin_reset the failed transaction's origin LSN stays set in the
     session; the guarantees checked above must then fail. Runs last."""
@@ -208,6 +209,9 @@ def negative_control_skipping_the_origin_reset_is_caught(pair):
     source_tx(pair, "INSERT INTO items VALUES (70, 'after', 1)")
     command, env = defect_apply_command(pair.config, "defect.apply_skip_origin_reset")
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=APPLY_TIMEOUT_S)
+    if "defect.apply_skip_origin_reset" not in record_faults_from_output(result.stderr):
+        raise CaptureFailure(f"harness failure, not a caught defect: defect.apply_skip_origin_reset never fired "
+                             f"(exit {result.returncode}): {result.stderr[-500:]}")
     try:
         assert_commit_failure_left_no_trace(pair, xid, commit_lsn, offset, origin_before, lambda:
                                             pair.target.query("SELECT count(*) FROM public.items WHERE id = 70") == "0")

@@ -35,8 +35,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from capture_support import (CaptureFailure, log_records, lsn_to_int, record_fault_fired, run_scenarios,  # noqa: E402
-                             scenario, wait_for)
+from capture_support import (CaptureFailure, log_records, lsn_to_int, record_faults_from_output,  # noqa: E402
+                             run_scenarios, scenario, wait_for)
 from test_apply_robustness import (FlowPair, APPLY_TIMEOUT_S, apply_command, assert_same_data,  # noqa: E402
                                    assert_each_transaction_applied_once, consumer_offset, run_apply,
                                    wait_log_covers_source, with_test_defects)
@@ -178,10 +178,10 @@ def apply_worker_replays_safely_when_ack_fails_after_apply(pair):
             raise CaptureFailure("the fault fired before anything was committed: nothing to replay")
         if consumer_offset(pair.log_dir) != before_offset:
             raise CaptureFailure("the consumer offset moved although its write was faulted")
-        # Fired: the crash says so itself; the error is proven by the failed offset write above.
-        if action == "crash" and "fault point apply.after_commit_before_offset: crash" not in result.stderr:
-            raise CaptureFailure(f"the applier was killed but did not report the fault firing: {result.stderr[-500:]}")
-        record_fault_fired("apply.after_commit_before_offset")
+        # The applier says the fault fired (at exit, or before the crash action kills it).
+        if "apply.after_commit_before_offset" not in record_faults_from_output(result.stderr):
+            raise CaptureFailure(f"the applier does not report fault apply.after_commit_before_offset firing: "
+                                 f"{result.stderr[-500:]}")
         rerun = run_apply(pair.config, 0)
         line = [x for x in rerun.stdout.splitlines() if x.startswith("apply flow=")][-1]
         fields = dict(kv.split("=", 1) for kv in line.split()[1:])
@@ -300,7 +300,8 @@ def progress_is_shown_on_a_terminal(pair):
     print("ok: progress_is_shown_on_a_terminal")
 
 
-@scenario(seed_rows=("duplicate_transaction_replay",), suite="fail_closed", defect="apply_ignore_dedup", invariants=("a re-read skips every logged transaction as a duplicate", "with the defect the re-read check fails (both halves in this scenario)"))
+@scenario(seed_rows=("duplicate_transaction_replay",), suite="fail_closed", defect="apply_ignore_dedup",
+          fault_points=("defect.apply_ignore_dedup",), invariants=("a re-read skips every logged transaction as a duplicate", "with the defect the re-read check fails (both halves in this scenario)"))
 def rereading_the_log_skips_duplicates_and_its_negative_control(pair):
     """Without its consumer offset the applier re-reads the whole log and must skip every
     transaction as a duplicate (exit 0, nothing applied, data unchanged). Negative control:
@@ -326,6 +327,9 @@ def rereading_the_log_skips_duplicates_and_its_negative_control(pair):
 
     env = dict(os.environ, TRELLARA_FAULTS="defect.apply_ignore_dedup:1:defect")
     result, fields = reread(env)
+    if "defect.apply_ignore_dedup" not in record_faults_from_output(result.stderr):
+        raise CaptureFailure(f"harness failure, not a caught defect: defect.apply_ignore_dedup never fired "
+                             f"(exit {result.returncode}): {result.stderr[-500:]}")
     if result.returncode == 0 and fields.get("skipped_duplicates") == str(logged):
         raise CaptureFailure("negative control: an applier that applies duplicates again passed the re-read checks")
     print(f"negative control: with duplicates applied again the re-read exits {result.returncode} "
@@ -339,7 +343,7 @@ def rereading_the_log_skips_duplicates_and_its_negative_control(pair):
     print("ok: rereading_the_log_skips_duplicates_and_its_negative_control")
 
 
-@scenario(suite="fail_closed", defect="apply_skip_quarantined", pairs_with="update_delete_zero_row_match_fails_closed", invariants=("the fail-closed checks fail when the applier moves past a quarantine",))
+@scenario(suite="fail_closed", defect="apply_skip_quarantined", fault_points=("defect.apply_skip_quarantined",), pairs_with="update_delete_zero_row_match_fails_closed", invariants=("the fail-closed checks fail when the applier moves past a quarantine",))
 def negative_control_moving_past_a_quarantine_is_caught(pair):
     """Seed 002's negative control for the fail-closed checks: with the defect
     defect.apply_skip_quarantined the applier quarantines a zero-row UPDATE and then moves on instead
@@ -352,6 +356,9 @@ def negative_control_moving_past_a_quarantine_is_caught(pair):
     env = dict(os.environ, TRELLARA_FAULTS="defect.apply_skip_quarantined:1:defect")
     result = subprocess.run(with_test_defects(apply_command(pair.config), env), capture_output=True, text=True,
                             env=env, timeout=APPLY_TIMEOUT_S)
+    if "defect.apply_skip_quarantined" not in record_faults_from_output(result.stderr):
+        raise CaptureFailure(f"harness failure, not a caught defect: defect.apply_skip_quarantined never fired "
+                             f"(exit {result.returncode}): {result.stderr[-500:]}")
     try:
         assert_blocked_without_trace(pair, xid, commit_lsn, offset, "zero_rows_matched", lambda: pair.target.query(
             "SELECT count(*) FROM public.items WHERE id = 400") == "0")
