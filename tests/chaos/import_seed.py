@@ -68,7 +68,7 @@ MAPPING = {
     "broker_publish_failure": dict(
         proof=[ct("log_fsync_failure_recovery_never_trusts_page_cache_bytes"),
                ct("log_fsync_failure_in_a_writer_process_recovers_to_its_last_acknowledged_record")],
-        defect={"name": "trust page-cache bytes after a failed fsync",
+        defect={"name": "log_trust_rescan_after_fsync_failure",
                 "scenario": ct("log_fsync_failure_recovery_trusting_rescan_loses_records_negative_control")},
         note="analogue without a broker: the local log's fsync failure (fault log.fsync_fails) acknowledges "
              "nothing it could not make durable"),
@@ -269,6 +269,15 @@ DESIGN_ROWS = [
          proof=[it("deadlock_with_a_local_target_transaction_is_retried_and_applied", TRANSIENT)],
          defect={"name": "apply_transient_quarantined",
                  "scenario": it("negative_control_transient_failure_quarantined_is_caught", TRANSIENT)}),
+    dict(name="log_retention_keeps_what_consumers_need", boundary="log retention (DESIGN §2)",
+         invariant="a segment is deleted only when every registered consumer's durable offset is past it",
+         safety_property="retention never deletes an offset a registered consumer still needs; a size ceiling "
+                         "marks the overtaken consumer lost instead",
+         recovery="a lost consumer refuses to continue: trellara reseed",
+         proof=[ct("retention_keeps_every_offset_a_consumer_needs_and_the_defect_is_caught")],
+         defect={"name": "log_reclaim_past_consumer",
+                 "scenario": ct("retention_keeps_every_offset_a_consumer_needs_and_the_defect_is_caught")},
+         note="one property test runs both halves: clean, then with defect.log_reclaim_past_consumer"),
     dict(name="failed_target_commit_resets_origin", boundary="failed target transaction (DESIGN §2)",
          invariant="a failed COMMIT rolls back and resets the session's replication-origin state",
          safety_property="origin progress, dedup and consumer offset stay where they were; the quarantine "
