@@ -44,6 +44,8 @@ void RegisterVerify(CLI::App& app);
 void RegisterSnapshot(CLI::App& app);
 // `reseed --config F --table T [--where SQL]` (reseed_command.cpp).
 void RegisterReseed(CLI::App& app);
+// `chaos report --output FILE [--results DIR] [--matrix FILE] [--format html|json]` (chaos_command.cpp).
+void RegisterChaos(CLI::App& app);
 
 // ---- shared by status, quarantine and verify (defined in status_command.cpp) ----------------
 

@@ -29,7 +29,20 @@ struct Planned {
 };
 constexpr Planned kPlanned[] = {
     {"check", "source safety preflight (--config F)"},
-    {"chaos", "generate the correctness report from test results (chaos report --output FILE)"},
+};
+
+// At exit, one stderr line per fault point that fired: `trellara: fault point P fired N times`
+// (tests/integration/capture_support.py reads it; a crash action reports itself before dying).
+// Nothing is printed when no fault fired, so runs without TRELLARA_FAULTS are unchanged.
+void ReportFiredFaults() {
+  for (const auto& [point, count] : trellara::fault::FiredCounts()) {
+    std::fprintf(stderr, "trellara: fault point %s fired %d times\n", point.c_str(), count);
+  }
+  std::fflush(stderr);
+}
+
+struct FiredFaultsAtExit {
+  ~FiredFaultsAtExit() { ReportFiredFaults(); }
 };
 
 }  // namespace
@@ -58,6 +71,7 @@ int main(int argc, char** argv) {
   trellara::cli::RegisterVerify(app);
   trellara::cli::RegisterSnapshot(app);
   trellara::cli::RegisterReseed(app);
+  trellara::cli::RegisterChaos(app);
   trellara::cli::RegisterInspectTransaction(app);
   trellara::cli::RegisterLogCommands(app);
   trellara::cli::RegisterLogRecords(app);
@@ -74,6 +88,7 @@ int main(int argc, char** argv) {
     });
   }
 
+  const FiredFaultsAtExit report_fired_faults;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -195,6 +196,22 @@ int FiredCount(std::string_view point) {
   int fired = 0;
   for (const Rule& rule : registry.rules) {
     if (rule.point == point) fired += rule.fired;
+  }
+  return fired;
+}
+
+std::vector<std::pair<std::string, int>> FiredCounts() {
+  Registry& registry = GetRegistry();
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  std::vector<std::pair<std::string, int>> fired;
+  for (const Rule& rule : registry.rules) {
+    if (rule.fired <= 0) continue;
+    auto same = std::find_if(fired.begin(), fired.end(), [&](const auto& entry) { return entry.first == rule.point; });
+    if (same != fired.end()) {
+      same->second += rule.fired;
+    } else {
+      fired.emplace_back(rule.point, rule.fired);
+    }
   }
   return fired;
 }

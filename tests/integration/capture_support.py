@@ -14,6 +14,7 @@ its command line, and never use anything beyond the standard library and tests/h
 
 import json
 import os
+import re
 import select
 import subprocess
 import sys
@@ -306,16 +307,126 @@ def setup_pgbench_apply(source, target, work, flow="app"):
     return log_dir, config_path
 
 
-def run_scenarios(scenarios):
+# ---- machine-readable results (docs/correctness.md) ---------------------------------------------
+#
+# A scenario may declare what it proves with @scenario(...); run_scenarios() then appends one JSON
+# line per scenario run to $TRELLARA_RESULTS_DIR/scenarios.jsonl (nothing is written when the
+# variable is unset). Undecorated scenarios are recorded too, with empty metadata. The report
+# (`trellara chaos report`) reads these lines; a row is covered only by a passing line of this run.
+
+RESULTS_FILE = "scenarios.jsonl"
+_current_faults = None   # point -> times fired, for the scenario running now
+
+
+def scenario(seed_rows=(), suite="integration", fault_points=(), defect=None, pairs_with=None,
+             invariants=()):
+    """Declares what a scenario function proves, for the results file and the correctness report.
+
+    seed_rows: seed 000 row names this scenario truly proves (the clean run); fault_points: the
+    named fault points it injects (it must call record_fault_fired for each); defect: for a paired
+    defect run (negative control), the defect it switches on, and pairs_with: the name of the clean
+    scenario it pairs with. A defect scenario passes only when it caught its defect, so its status
+    is also whether the defect was caught. invariants: what it checks, in words the report shows."""
+    def mark(function):
+        function.trellara_scenario = {
+            "seed_rows": list(seed_rows), "suite": suite, "fault_points": list(fault_points),
+            "defect": defect, "pairs_with": pairs_with, "invariants": list(invariants)}
+        return function
+    return mark
+
+
+def record_fault_fired(point, count=1):
+    """Reports that fault point `point` fired `count` more times in the running scenario (from the
+    process's own output where it says so, otherwise from the scenario's own evidence that the
+    fault's effect happened). A scenario declaring a fault point with no count recorded is shown as
+    "fault not observed" and does not cover its row. No-op outside run_scenarios."""
+    if _current_faults is not None:
+        _current_faults[point] = _current_faults.get(point, 0) + int(count)
+
+
+FAULT_FIRED_LINE = re.compile(r"trellara: fault point (\S+) fired (\d+) times")
+FAULT_CRASH_LINE = re.compile(r"trellara: fault point (\S+): crash")
+
+
+def record_faults_from_output(text):
+    """Records the faults a `trellara` process says fired in its stderr `text` (it prints
+    `trellara: fault point P fired N times` at exit, and `trellara: fault point P: crash` before a
+    crash action kills it). Returns {point: count} of what it found."""
+    found = {}
+    for point, count in FAULT_FIRED_LINE.findall(text or ""):
+        found[point] = found.get(point, 0) + int(count)
+    for point in FAULT_CRASH_LINE.findall(text or ""):
+        found[point] = found.get(point, 0) + 1
+    for point, count in found.items():
+        record_fault_fired(point, count)
+    return found
+
+
+def _append_result(record):
+    directory = os.environ.get("TRELLARA_RESULTS_DIR")
+    if not directory:
+        return
+    os.makedirs(directory, exist_ok=True)
+    line = json.dumps(record, sort_keys=True) + "\n"
+    # One write of one line with O_APPEND: lines of concurrent writers do not interleave.
+    fd = os.open(os.path.join(directory, RESULTS_FILE), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def _result_record(function, script, status, duration_s, error):
+    meta = getattr(function, "trellara_scenario", None) or {}
+    name = function.__name__
+    # Paths inside the source tree are written relative to it ($PWD = the source directory, where
+    # the command is run), so a report's commands work in any checkout.
+    env = {key: os.environ[key].replace(SOURCE_DIR + os.sep, "$PWD/") if os.environ[key].startswith(SOURCE_DIR + os.sep)
+           else os.environ[key] for key in ("TRELLARA_BIN", "TRELLARA_BUILD_DIR") if key in os.environ}
+    prefix = " ".join(f"{key}={value}" for key, value in sorted(env.items()))
+    command = f"python3 tests/integration/{script} {name}"
+    defect = meta.get("defect")
+    return {
+        "kind": "integration", "name": name, "script": script, "suite": meta.get("suite", "integration"),
+        "seed_rows": meta.get("seed_rows", []), "status": status, "duration_s": round(duration_s, 3),
+        "command": f"{prefix} {command}" if prefix else command, "env": env,
+        "fault_points": meta.get("fault_points", []), "faults_fired": dict(_current_faults or {}),
+        "defect": defect, "pairs_with": meta.get("pairs_with"),
+        "defect_caught": (status == "passed") if defect else None,
+        "invariants": meta.get("invariants", []), "error": error,
+        "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def run_scenarios(scenarios, *args):
     """A test script's main: runs each scenario (or only those named on the command line), with
-    its duration; the first failure raises and ends the script non-zero."""
+    its duration; the first failure raises and ends the script non-zero. `args` are passed to every
+    scenario (e.g. a shared cluster pair). With TRELLARA_RESULTS_DIR set, one JSON line per
+    scenario run (passed or failed) is appended to its results file; scenarios not reached after a
+    failure have no line (the report shows them as "no result", never as passed)."""
+    global _current_faults
     only = sys.argv[1:]
+    known = {scenario.__name__ for scenario in scenarios}
+    if only and not known.intersection(only):
+        # Naming no scenario of this script must not pass silently having run nothing.
+        raise SystemExit(f"no scenario named {only}; this script runs: {sorted(known)}")
+    script = os.path.basename(sys.argv[0])
     began = time.monotonic()
-    for scenario in scenarios:
-        if not only or scenario.__name__ in only:
+    for scenario_function in scenarios:
+        if not only or scenario_function.__name__ in only:
+            _current_faults = {}
             t0 = time.monotonic()
-            scenario()
-            print(f"{scenario.__name__}: {time.monotonic() - t0:.1f}s")
+            try:
+                scenario_function(*args)
+            except BaseException as error:
+                status = "interrupted" if isinstance(error, (KeyboardInterrupt, SystemExit)) else "failed"
+                _append_result(_result_record(scenario_function, script, status, time.monotonic() - t0,
+                                              f"{type(error).__name__}: {error}"[:2000]))
+                _current_faults = None
+                raise
+            _append_result(_result_record(scenario_function, script, "passed", time.monotonic() - t0, None))
+            _current_faults = None
+            print(f"{scenario_function.__name__}: {time.monotonic() - t0:.1f}s")
     print(f"total {time.monotonic() - began:.1f}s")
 
 

@@ -30,7 +30,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from capture_support import CaptureFailure, TRELLARA_BIN, log_records, lsn_to_int, wait_for  # noqa: E402
+from capture_support import (CaptureFailure, TRELLARA_BIN, log_records, lsn_to_int, record_faults_from_output,  # noqa: E402
+                             run_scenarios, scenario, wait_for)
 from test_apply_robustness import (FlowPair, APPLY_TIMEOUT_S, assert_same_data,  # noqa: E402
                                    assert_each_transaction_applied_once, consumer_offset, run_apply,
                                    wait_log_covers_source, with_test_defects)
@@ -125,6 +126,7 @@ def bootstrap(pair):
     run_apply(pair.config, 0)
 
 
+@scenario(seed_rows=("applier_before_target_commit",), suite="failed_target_transaction", invariants=("quarantined (23514) after a retry alone", "origin progress, dedup and consumer offset stay before it", "nothing after it applied", "applies once after replay-ready"))
 def commit_failure_in_a_pipelined_batch_is_quarantined_without_origin_dedup_or_offset(pair):
     set_commit_trigger(pair.target, rejecting=True)
     before_xid, before_lsn, _, _ = source_tx(pair, "INSERT INTO items VALUES (50, 'before', 1)")
@@ -168,6 +170,7 @@ def commit_failure_in_a_pipelined_batch_is_quarantined_without_origin_dedup_or_o
     print("ok: commit_failure_in_a_pipelined_batch_is_quarantined_without_origin_dedup_or_offset")
 
 
+@scenario(suite="failed_target_transaction", invariants=("no row of the chunked transaction visible", "origin progress, dedup and consumer offset unmoved"))
 def commit_failure_of_a_chunked_transaction_is_quarantined_without_origin_dedup_or_offset(pair):
     set_commit_trigger(pair.target, rejecting=True)
     origin_before = origin_progress(pair.target)
@@ -195,6 +198,8 @@ def commit_failure_of_a_chunked_transaction_is_quarantined_without_origin_dedup_
     print("ok: commit_failure_of_a_chunked_transaction_is_quarantined_without_origin_dedup_or_offset")
 
 
+@scenario(suite="failed_target_transaction", defect="apply_skip_origin_reset",
+          fault_points=("defect.apply_skip_origin_reset",), pairs_with="commit_failure_in_a_pipelined_batch_is_quarantined_without_origin_dedup_or_offset", invariants=("the commit-failure checks fail when the session origin is not reset",))
 def negative_control_skipping_the_origin_reset_is_caught(pair):
     """With defect.apply_skip_origin_reset the failed transaction's origin LSN stays set in the
     session; the guarantees checked above must then fail. Runs last."""
@@ -204,6 +209,9 @@ def negative_control_skipping_the_origin_reset_is_caught(pair):
     source_tx(pair, "INSERT INTO items VALUES (70, 'after', 1)")
     command, env = defect_apply_command(pair.config, "defect.apply_skip_origin_reset")
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=APPLY_TIMEOUT_S)
+    if "defect.apply_skip_origin_reset" not in record_faults_from_output(result.stderr):
+        raise CaptureFailure(f"harness failure, not a caught defect: defect.apply_skip_origin_reset never fired "
+                             f"(exit {result.returncode}): {result.stderr[-500:]}")
     try:
         assert_commit_failure_left_no_trace(pair, xid, commit_lsn, offset, origin_before, lambda:
                                             pair.target.query("SELECT count(*) FROM public.items WHERE id = 70") == "0")
@@ -216,10 +224,12 @@ def negative_control_skipping_the_origin_reset_is_caught(pair):
     print("ok: negative_control_skipping_the_origin_reset_is_caught")
 
 
+SCENARIOS = (commit_failure_in_a_pipelined_batch_is_quarantined_without_origin_dedup_or_offset,
+             commit_failure_of_a_chunked_transaction_is_quarantined_without_origin_dedup_or_offset,
+             negative_control_skipping_the_origin_reset_is_caught)
+
 if __name__ == "__main__":
     with FlowPair("apply-commitfail", DDL, TABLES) as flow_pair:
         bootstrap(flow_pair)
-        commit_failure_in_a_pipelined_batch_is_quarantined_without_origin_dedup_or_offset(flow_pair)
-        commit_failure_of_a_chunked_transaction_is_quarantined_without_origin_dedup_or_offset(flow_pair)
-        negative_control_skipping_the_origin_reset_is_caught(flow_pair)
+        run_scenarios(SCENARIOS, flow_pair)
         flow_pair.check_no_crashes()

@@ -32,7 +32,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import CaptureFailure, TRELLARA_BIN, run_scenarios, wait_for  # noqa: E402
+from capture_support import CaptureFailure, TRELLARA_BIN, run_scenarios, scenario, wait_for  # noqa: E402
 from test_apply_robustness import (FlowPair, LEDGER_DDL, LEDGER_TABLES, assert_each_transaction_applied_once,  # noqa: E402
                                    assert_ledger_has_no_duplicate_effects, assert_same_data, run_ledger_workload,
                                    wait_log_covers_source)
@@ -106,6 +106,7 @@ def check_rewound_and_converged(pair, result, offset):
         raise CaptureFailure(f"no structured rewind line naming the consumer offset: {result.stderr[-2000:]}")
 
 
+@scenario(suite="continuity", invariants=("origin progress behind the consumer offset rewinds", "every transaction applied once after the rewind"))
 def target_restored_from_an_older_backup_rewinds_and_converges():
     with FlowPair("cont-rewind", LEDGER_DDL, LEDGER_TABLES) as pair:
         offset = restore_older_backup(pair)
@@ -117,6 +118,7 @@ def target_restored_from_an_older_backup_rewinds_and_converges():
     print("ok: target_restored_from_an_older_backup_rewinds_and_converges")
 
 
+@scenario(suite="continuity", defect="apply_continuity_unchecked", pairs_with="target_restored_from_an_older_backup_rewinds_and_converges", invariants=("the rewind checks fail when the consumer offset is trusted",))
 def negative_control_continuity_unchecked_is_caught():
     """With defect.apply_continuity_unchecked the applier trusts its consumer offset whatever the
     target holds: the restored-target scenario must fail (the target stays short)."""
@@ -145,6 +147,7 @@ def segments(log_dir):
     return sorted(name for name in os.listdir(log_dir) if name.startswith("segment-"))
 
 
+@scenario(suite="continuity", invariants=("refused naming the gap and the remedy", "nothing applied, origin and offset unmoved"))
 def target_behind_a_log_that_lost_its_early_segments_is_refused_with_the_gap():
     with FlowPair("cont-refuse", BIG_DDL, BIG_TABLES) as pair:
         run_ledger_workload(pair, 300)
@@ -185,6 +188,7 @@ def target_behind_a_log_that_lost_its_early_segments_is_refused_with_the_gap():
     print("ok: target_behind_a_log_that_lost_its_early_segments_is_refused_with_the_gap")
 
 
+@scenario(suite="continuity", invariants=("another flow's log is refused before anything is applied",))
 def config_pointing_at_another_flows_log_is_refused():
     with FlowPair("cont-otherflow", LEDGER_DDL + "CREATE TABLE public.other_t (id int PRIMARY KEY);\n",
                   LEDGER_TABLES) as pair:

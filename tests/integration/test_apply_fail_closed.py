@@ -35,7 +35,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from capture_support import CaptureFailure, log_records, lsn_to_int, wait_for  # noqa: E402
+from capture_support import (CaptureFailure, log_records, lsn_to_int, record_faults_from_output,  # noqa: E402
+                             run_scenarios, scenario, wait_for)
 from test_apply_robustness import (FlowPair, APPLY_TIMEOUT_S, apply_command, assert_same_data,  # noqa: E402
                                    assert_each_transaction_applied_once, consumer_offset, run_apply,
                                    wait_log_covers_source, with_test_defects)
@@ -81,6 +82,7 @@ def assert_blocked_without_trace(pair, xid, commit_lsn, offset, reason, later_ch
         raise CaptureFailure("a transaction after the quarantined one was applied")
 
 
+@scenario(seed_rows=("default_replica_identity_key_change_apply",), suite="fail_closed", invariants=("the old key is gone and the new key present on the target",))
 def key_changing_update_sets_new_key_and_matches_old_key(pair):
     pair.source.query("INSERT INTO items SELECT g, 'item ' || g, g FROM generate_series(1, 5) g")
     wait_log_covers_source(pair.source)
@@ -94,6 +96,7 @@ def key_changing_update_sets_new_key_and_matches_old_key(pair):
     print("ok: key_changing_update_sets_new_key_and_matches_old_key")
 
 
+@scenario(seed_rows=("target_update_delete_zero_rows", "repair_and_replay_ready"), suite="fail_closed", invariants=("quarantined as zero_rows_matched", "no dedup row, no origin progress, no consumer offset past it", "nothing after it applied", "a replay-ready naming a boundary quarantined in two flows is refused", "after repair + replay-ready it applies"))
 def update_delete_zero_row_match_fails_closed(pair):
     for op, sql in (("UPDATE", "UPDATE items SET qty = qty + 1 WHERE id = 2"), ("DELETE", "DELETE FROM items WHERE id = 3")):
         victim = 2 if op == "UPDATE" else 3
@@ -132,6 +135,7 @@ def update_delete_zero_row_match_fails_closed(pair):
     print("ok: update_delete_zero_row_match_fails_closed")
 
 
+@scenario(seed_rows=("target_schema_missing",), suite="fail_closed", invariants=("quarantined as missing_table", "no dedup row, no origin progress, no consumer offset past it", "nothing after it applied"))
 def missing_target_table_fails_closed_without_checkpoint_or_dedup(pair):
     pair.target.query("DROP TABLE public.audit")
     xid, commit_lsn, offset = source_tx(pair, "INSERT INTO audit VALUES (1, 'first')")
@@ -149,6 +153,7 @@ def missing_target_table_fails_closed_without_checkpoint_or_dedup(pair):
     print("ok: missing_target_table_fails_closed_without_checkpoint_or_dedup")
 
 
+@scenario(seed_rows=("applier_after_target_commit_before_stream_ack",), suite="fail_closed", fault_points=("apply.after_commit_before_offset",), invariants=("the rerun skips exactly the committed transactions as duplicates", "each logged transaction applied once", "data equals source"))
 def apply_worker_replays_safely_when_ack_fails_after_apply(pair):
     for round_no, (action, expect) in enumerate((("crash", -9), ("error", 1))):
         first = 1000 + 1000 * round_no
@@ -173,6 +178,10 @@ def apply_worker_replays_safely_when_ack_fails_after_apply(pair):
             raise CaptureFailure("the fault fired before anything was committed: nothing to replay")
         if consumer_offset(pair.log_dir) != before_offset:
             raise CaptureFailure("the consumer offset moved although its write was faulted")
+        # The applier says the fault fired (at exit, or before the crash action kills it).
+        if "apply.after_commit_before_offset" not in record_faults_from_output(result.stderr):
+            raise CaptureFailure(f"the applier does not report fault apply.after_commit_before_offset firing: "
+                                 f"{result.stderr[-500:]}")
         rerun = run_apply(pair.config, 0)
         line = [x for x in rerun.stdout.splitlines() if x.startswith("apply flow=")][-1]
         fields = dict(kv.split("=", 1) for kv in line.split()[1:])
@@ -184,6 +193,7 @@ def apply_worker_replays_safely_when_ack_fails_after_apply(pair):
     print("ok: apply_worker_replays_safely_when_ack_fails_after_apply")
 
 
+@scenario(suite="fail_closed")
 def whole_transaction_larger_than_a_batch_is_applied_alone(pair):
     """trellara.chunk_changes raised to 5 000 on the source: a 3 000-row transaction is one
     envelope, more statements than a pipelined batch may hold (1 024); it goes through the
@@ -217,6 +227,7 @@ def log_end(pair):
     return records[-1]["offset"] + 1 if records else 0
 
 
+@scenario(suite="fail_closed")
 def until_caught_up_stops_at_the_end_present_at_start(pair):
     """A source that keeps writing must not keep `apply --until-caught-up` from ending: it applies
     what was durable when it started and exits 0. The applier is held for 6 s right after it opened
@@ -266,6 +277,7 @@ def until_caught_up_stops_at_the_end_present_at_start(pair):
     print("ok: until_caught_up_stops_at_the_end_present_at_start")
 
 
+@scenario(suite="operator")
 def progress_is_shown_on_a_terminal(pair):
     """On a terminal the applier redraws one line (applied, rate, lag); the structured line ends it.
     `script` (util-linux, in every Debian) gives it a pseudo-terminal."""
@@ -288,6 +300,8 @@ def progress_is_shown_on_a_terminal(pair):
     print("ok: progress_is_shown_on_a_terminal")
 
 
+@scenario(seed_rows=("duplicate_transaction_replay",), suite="fail_closed", defect="apply_ignore_dedup",
+          fault_points=("defect.apply_ignore_dedup",), invariants=("a re-read skips every logged transaction as a duplicate", "with the defect the re-read check fails (both halves in this scenario)"))
 def rereading_the_log_skips_duplicates_and_its_negative_control(pair):
     """Without its consumer offset the applier re-reads the whole log and must skip every
     transaction as a duplicate (exit 0, nothing applied, data unchanged). Negative control:
@@ -313,6 +327,9 @@ def rereading_the_log_skips_duplicates_and_its_negative_control(pair):
 
     env = dict(os.environ, TRELLARA_FAULTS="defect.apply_ignore_dedup:1:defect")
     result, fields = reread(env)
+    if "defect.apply_ignore_dedup" not in record_faults_from_output(result.stderr):
+        raise CaptureFailure(f"harness failure, not a caught defect: defect.apply_ignore_dedup never fired "
+                             f"(exit {result.returncode}): {result.stderr[-500:]}")
     if result.returncode == 0 and fields.get("skipped_duplicates") == str(logged):
         raise CaptureFailure("negative control: an applier that applies duplicates again passed the re-read checks")
     print(f"negative control: with duplicates applied again the re-read exits {result.returncode} "
@@ -326,6 +343,7 @@ def rereading_the_log_skips_duplicates_and_its_negative_control(pair):
     print("ok: rereading_the_log_skips_duplicates_and_its_negative_control")
 
 
+@scenario(suite="fail_closed", defect="apply_skip_quarantined", fault_points=("defect.apply_skip_quarantined",), pairs_with="update_delete_zero_row_match_fails_closed", invariants=("the fail-closed checks fail when the applier moves past a quarantine",))
 def negative_control_moving_past_a_quarantine_is_caught(pair):
     """Seed 002's negative control for the fail-closed checks: with the defect
     defect.apply_skip_quarantined the applier quarantines a zero-row UPDATE and then moves on instead
@@ -338,6 +356,9 @@ def negative_control_moving_past_a_quarantine_is_caught(pair):
     env = dict(os.environ, TRELLARA_FAULTS="defect.apply_skip_quarantined:1:defect")
     result = subprocess.run(with_test_defects(apply_command(pair.config), env), capture_output=True, text=True,
                             env=env, timeout=APPLY_TIMEOUT_S)
+    if "defect.apply_skip_quarantined" not in record_faults_from_output(result.stderr):
+        raise CaptureFailure(f"harness failure, not a caught defect: defect.apply_skip_quarantined never fired "
+                             f"(exit {result.returncode}): {result.stderr[-500:]}")
     try:
         assert_blocked_without_trace(pair, xid, commit_lsn, offset, "zero_rows_matched", lambda: pair.target.query(
             "SELECT count(*) FROM public.items WHERE id = 400") == "0")
@@ -349,15 +370,14 @@ def negative_control_moving_past_a_quarantine_is_caught(pair):
     print("ok: negative_control_moving_past_a_quarantine_is_caught")
 
 
+SCENARIOS = (key_changing_update_sets_new_key_and_matches_old_key, update_delete_zero_row_match_fails_closed,
+             missing_target_table_fails_closed_without_checkpoint_or_dedup,
+             apply_worker_replays_safely_when_ack_fails_after_apply,
+             whole_transaction_larger_than_a_batch_is_applied_alone, until_caught_up_stops_at_the_end_present_at_start,
+             progress_is_shown_on_a_terminal, rereading_the_log_skips_duplicates_and_its_negative_control,
+             negative_control_moving_past_a_quarantine_is_caught)
+
 if __name__ == "__main__":
     with FlowPair("apply-failclosed", DDL, TABLES) as flow_pair:
-        key_changing_update_sets_new_key_and_matches_old_key(flow_pair)
-        update_delete_zero_row_match_fails_closed(flow_pair)
-        missing_target_table_fails_closed_without_checkpoint_or_dedup(flow_pair)
-        apply_worker_replays_safely_when_ack_fails_after_apply(flow_pair)
-        whole_transaction_larger_than_a_batch_is_applied_alone(flow_pair)
-        until_caught_up_stops_at_the_end_present_at_start(flow_pair)
-        progress_is_shown_on_a_terminal(flow_pair)
-        rereading_the_log_skips_duplicates_and_its_negative_control(flow_pair)
-        negative_control_moving_past_a_quarantine_is_caught(flow_pair)
+        run_scenarios(SCENARIOS, flow_pair)
         flow_pair.check_no_crashes()

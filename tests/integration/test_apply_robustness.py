@@ -61,7 +61,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (CaptureFailure, assert_no_backend_crashes, TRELLARA_BIN, log_records, log_transactions, lsn_to_int,  # noqa: E402
-                             run_pgbench, setup_flow, wait_for, run_scenarios)
+                             run_pgbench, setup_flow, wait_for, run_scenarios, scenario, record_fault_fired)
 from harness import Cluster, PG_BIN  # noqa: E402
 
 KILLS = int(os.environ.get("TRELLARA_KILLS", "20"))
@@ -298,6 +298,7 @@ def assert_kill9_converged(pair, committed, label):
         raise CaptureFailure(f"target ledger has {ledger_rows} rows, the source committed {committed}")
 
 
+@scenario(suite="apply_crash", invariants=("no loss", "no duplicate effect (ledger seq per account)", "each logged transaction applied once", "data equals source"))
 def applier_kill9_at_random_moments_converges_exactly_once():
     rng = random.Random(KILL_SEED)
     print(f"kill -9 test: seed {KILL_SEED} (TRELLARA_KILL_SEED={KILL_SEED} reproduces the delays), "
@@ -317,6 +318,7 @@ def applier_kill9_at_random_moments_converges_exactly_once():
     print("ok: applier_kill9_at_random_moments_converges_exactly_once")
 
 
+@scenario(suite="apply_crash", defect="apply_ack_before_commit", pairs_with="applier_kill9_at_random_moments_converges_exactly_once", invariants=("the kill -9 convergence checks fail when the consumer offset is written before COMMIT",))
 def negative_control_ack_before_commit_is_caught():
     """Seed 002's negative control for the kill -9 scenario: with the defect
     defect.apply_ack_before_commit the applier records its consumer offset past every transaction
@@ -542,6 +544,7 @@ def crash_target_while_applying(pair, env=None):
     return lost_total, []
 
 
+@scenario(suite="apply_crash", invariants=("no transaction below the consumer offset lost by a target crash", "nothing quarantined", "rerun converges exactly once"))
 def target_immediate_restart_while_applying_converges():
     """The target stops immediately (its backends die, unwritten WAL is lost) while the applier
     commits with synchronous_commit = off. The durability rule under test: the consumer offset never
@@ -578,6 +581,7 @@ def target_immediate_restart_while_applying_converges():
     print("ok: target_immediate_restart_while_applying_converges")
 
 
+@scenario(suite="apply_crash", defect="apply_offset_ignores_flush", pairs_with="target_immediate_restart_while_applying_converges", invariants=("a target crash leaves lost transactions below an offset that follows commits, not flushes",))
 def negative_control_offset_past_flush_is_caught():
     """Seed 002's negative control for the rule above: with the defect
     defect.apply_offset_ignores_flush the applier records its consumer offset as far as the target
@@ -612,6 +616,7 @@ BIG_ROWS = 5000
 CHUNKED_STALL_MS = 600000
 
 
+@scenario(seed_rows=("strict_chunk_target_crash_after_staging_before_commit",), suite="strict_chunk", fault_points=("apply.after_staging_before_commit",), invariants=("no partial chunked transaction visible", "applied whole exactly once after restart", "one dedup row"))
 def chunked_transaction_applies_atomically_and_once():
     with FlowPair("apply-chunked", BIG_DDL, BIG_TABLES) as pair:
         source, target = pair.source, pair.target
@@ -651,6 +656,8 @@ def chunked_transaction_applies_atomically_and_once():
                 return inside == "t"
             wait_for("the applier to hold the chunked transaction open with every change staged", in_transaction,
                      APPLY_TIMEOUT_S, 0.05)
+            # Fired: the applier holds the transaction open with every change staged (the stall).
+            record_fault_fired("apply.after_staging_before_commit")
             kill9(proc)
         finally:
             if proc.poll() is None:
@@ -689,6 +696,7 @@ def chunked_transaction_applies_atomically_and_once():
     print("ok: chunked_transaction_applies_atomically_and_once")
 
 
+@scenario(suite="fail_closed", invariants=("a duplicate whose checksum differs is quarantined as checksum_conflict", "nothing after it applied"))
 def conflicting_duplicate_is_quarantined():
     with FlowPair("apply-conflict", BIG_DDL, BIG_TABLES) as pair:
         source, target = pair.source, pair.target
@@ -726,6 +734,7 @@ HOSTILE_COLUMNS = ['Id"', "semi;colon", "MiXeD Case", "ñandú 名前", "c" * 63
                    "huge", "note"]
 
 
+@scenario(seed_rows=("unchanged_toast_columns_preserved",), suite="apply_values", invariants=("hostile names and values replicate exactly", "an UPDATE leaving a TOASTed column unchanged keeps the target value"))
 def hostile_identifiers_and_values_replicate_exactly():
     assert len(HOSTILE_TABLE.encode()) == 63 and len(HOSTILE_COLUMNS[4].encode()) == 63
     t = "public." + quote_ident(HOSTILE_TABLE)

@@ -45,7 +45,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (CaptureFailure, TRELLARA_BIN, log_records, log_transactions, wait_for, run_scenarios)  # noqa: E402
+from capture_support import (CaptureFailure, TRELLARA_BIN, log_records, log_transactions, wait_for, run_scenarios,  # noqa: E402
+                             scenario)
 import harness.cluster as hc  # noqa: E402
 from test_apply_robustness import (FlowPair, LEDGER_DDL, LEDGER_TABLES, assert_each_transaction_applied_once,  # noqa: E402
                                    assert_ledger_has_no_duplicate_effects, assert_same_data, run_ledger_workload,
@@ -150,6 +151,7 @@ def assert_converged(pair, label, committed=None):
         raise CaptureFailure(f"{label}: the target ledger does not hold every source transaction")
 
 
+@scenario(suite="transient_retry", invariants=("the daemon reconnects after a target restart and converges", "nothing quarantined"))
 def target_immediate_restart_while_daemon_applies_converges():
     with FlowPair("retry-target", LEDGER_DDL, LEDGER_TABLES) as pair:
         committed = run_ledger_workload(pair, 12000)
@@ -294,6 +296,7 @@ def check_deadlock_retried(pair, daemon, local, outcome):
     assert_each_transaction_applied_once(pair.target, pair.log_dir, "after the deadlock")
 
 
+@scenario(suite="transient_retry", invariants=("a deadlock is retried, never quarantined", "applied exactly once"))
 def deadlock_with_a_local_target_transaction_is_retried_and_applied():
     with FlowPair("retry-deadlock", DEADLOCK_DDL, DEADLOCK_TABLES) as pair:
         daemon = local = gate = None
@@ -313,6 +316,7 @@ def deadlock_with_a_local_target_transaction_is_retried_and_applied():
     print("ok: deadlock_with_a_local_target_transaction_is_retried_and_applied")
 
 
+@scenario(suite="transient_retry", defect="apply_transient_quarantined", pairs_with="deadlock_with_a_local_target_transaction_is_retried_and_applied", invariants=("the deadlock checks fail when a transient failure is quarantined",))
 def negative_control_transient_failure_quarantined_is_caught():
     """With defect.apply_transient_quarantined a transient failure is treated as the transaction's
     own (what the applier did before issue 9): the same deadlock must fail the checks above."""
@@ -337,6 +341,7 @@ def negative_control_transient_failure_quarantined_is_caught():
     print("ok: negative_control_transient_failure_quarantined_is_caught")
 
 
+@scenario(suite="transient_retry", invariants=("status shows reconnecting/retrying with the last error and next action",))
 def status_shows_reconnecting_and_retrying_with_the_last_error():
     with FlowPair("retry-status", LEDGER_DDL, LEDGER_TABLES) as pair:
         run_ledger_workload(pair, 400)
@@ -392,6 +397,7 @@ def status_shows_reconnecting_and_retrying_with_the_last_error():
     print("ok: status_shows_reconnecting_and_retrying_with_the_last_error")
 
 
+@scenario(suite="transient_retry", invariants=("a source restart does not stop the daemon from converging",))
 def source_restart_while_daemon_runs_converges():
     with FlowPair("retry-source", LEDGER_DDL, LEDGER_TABLES) as pair:
         first = run_ledger_workload(pair, 6000)

@@ -71,3 +71,17 @@ TEST_CASE("a_bad_fault_spec_names_the_entry", "[fault]") {
   CHECK_FALSE(fault::Configure("t.x:0:error").ok());
   fault::Clear();
 }
+
+TEST_CASE("fired_counts_list_only_points_that_fired_summed_per_point", "[fault]") {
+  fault::AllowDefects(false, "--enable-test-defects");
+  REQUIRE(fault::Configure("t.a:1:error,t.b:5:error,t.a:2:error").ok());
+  CHECK(fault::FiredCounts().empty());
+  fault::Hit("t.a");
+  fault::Hit("t.a");
+  fault::Hit("t.b");
+  const auto fired = fault::FiredCounts();
+  REQUIRE(fired.size() == 1);  // t.b was hit but never fired
+  CHECK(fired[0].first == "t.a");
+  CHECK(fired[0].second == 2);
+  fault::Clear();
+}

@@ -20,7 +20,10 @@
 // constructors are not allowed).
 #pragma once
 
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "trellara/result.h"
 
@@ -53,5 +56,10 @@ void Clear();
 
 // How many times `point` has fired its action (tests: "a scenario whose fault never fired fails").
 int FiredCount(std::string_view point);
+
+// Every configured point that has fired at least once, with how many times, in configuration
+// order (a point named twice is summed). Adapters report these at exit so a test can see its fault
+// fired from the process's own output.
+std::vector<std::pair<std::string, int>> FiredCounts();
 
 }  // namespace trellara::fault

@@ -1,0 +1,157 @@
+// chaos_command.cpp — `trellara chaos report --output FILE [--results DIR] [--matrix FILE]
+// [--format html|json]`: reads the correctness matrix and the results files of one run, asks core
+// (chaos_report.h) which rows are covered, and writes the report. An adapter only: it reads files,
+// the revision and the clock; every decision is core's. It must never write a report from a
+// matrix it could not read, nor from unreadable results (a missing result is shown as such, a
+// corrupt one stops the command).
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "commands.h"
+#include "trellara/chaos_report.h"
+
+namespace trellara::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+enum class ReportFormat { Html, Json };
+
+std::string ReadFileOrFail(const fs::path& path, const std::string& what) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    throw CommandFailed("cannot read " + what + " " + path.string() + ": " + std::strerror(errno), 2);
+  }
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+// The first line printed by `command`, or "" when it fails.
+std::string FirstLineOf(const char* command) {
+  FILE* pipe = ::popen(command, "r");
+  if (pipe == nullptr) return {};
+  char buffer[256] = {};
+  std::string line;
+  if (std::fgets(buffer, sizeof buffer, pipe) != nullptr) line = buffer;
+  const int status = ::pclose(pipe);
+  if (status != 0) return {};
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+  return line;
+}
+
+// TRELLARA_SOURCE_REVISION (CI sets it), else the checkout's HEAD, marked when the tree has
+// uncommitted changes (a report of a dirty tree does not describe that revision).
+std::string SourceRevision() {
+  if (const char* env = std::getenv("TRELLARA_SOURCE_REVISION"); env != nullptr && *env != '\0') return env;
+  std::string head = FirstLineOf("git rev-parse HEAD 2>/dev/null");
+  if (head.empty()) return "unknown (not a git checkout and TRELLARA_SOURCE_REVISION is unset)";
+  if (!FirstLineOf("git status --porcelain --untracked-files=no 2>/dev/null").empty()) {
+    head += " (with uncommitted changes)";
+  }
+  return head;
+}
+
+std::string UtcNow() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  ::gmtime_r(&now, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
+// Every *.jsonl file of the results directory, in name order (scenarios.jsonl from the
+// integration scripts, unit.jsonl and regress.jsonl from tests/run-all).
+std::vector<chaos::ScenarioResult> ReadResults(const fs::path& dir) {
+  std::vector<chaos::ScenarioResult> results;
+  std::error_code error;
+  if (!fs::is_directory(dir, error)) {
+    std::cerr << "trellara: chaos report: no results directory " << dir.string()
+              << "; every row with a scenario is reported as no_result (run tests/run-all, or set "
+                 "TRELLARA_RESULTS_DIR when running a test script)\n";
+    return results;
+  }
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.is_regular_file() && entry.path().extension() == ".jsonl") files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  for (const auto& file : files) {
+    auto parsed = chaos::ParseResults(ReadFileOrFail(file, "results file"), file.string());
+    if (!parsed.ok()) throw CommandFailed(parsed.error().message + "; fix or remove that file and rerun", 2);
+    for (auto& result : parsed.value()) results.push_back(std::move(result));
+  }
+  return results;
+}
+
+void WriteAtomically(const fs::path& path, const std::string& text) {
+  const fs::path temporary = path.string() + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    if (!out) throw CommandFailed("cannot write " + temporary.string() + ": " + std::strerror(errno), 1);
+    out << text;
+    out.flush();
+    if (!out) throw CommandFailed("cannot write " + temporary.string() + ": " + std::strerror(errno), 1);
+  }
+  std::error_code error;
+  fs::rename(temporary, path, error);
+  if (error) throw CommandFailed("cannot rename " + temporary.string() + " to " + path.string() + ": " + error.message(), 1);
+}
+
+struct ReportOptions {
+  std::string output;
+  std::string results_dir = "build/results";
+  std::string matrix = "tests/chaos/matrix.json";
+  ReportFormat format = ReportFormat::Html;
+};
+
+void RunReport(const ReportOptions& options) {
+  auto matrix = chaos::ParseMatrix(ReadFileOrFail(options.matrix, "matrix (--matrix)"));
+  if (!matrix.ok()) throw CommandFailed(options.matrix + ": " + matrix.error().message, 2);
+  const auto results = ReadResults(options.results_dir);
+  const chaos::Report report = chaos::Decide(matrix.value(), results);
+  const chaos::ReportIdentity identity{SourceRevision(), UtcNow(), options.results_dir, options.matrix};
+  WriteAtomically(options.output, options.format == ReportFormat::Json ? chaos::RenderJson(report, identity)
+                                                                       : chaos::RenderHtml(report, identity));
+  std::cout << "chaos report: overall " << report.overall << ", " << results.size() << " results";
+  for (const auto& [status, count] : report.counts) std::cout << ", " << status << " " << count;
+  std::cout << " -> " << options.output << "\n";
+  for (const auto& warning : report.warnings) std::cerr << "trellara: chaos report: warning: " << warning << "\n";
+  if (report.overall == "FAIL") {
+    throw CommandFailed("the report was written, and it says FAIL: a row failed or a test of this run failed "
+                        "(see " + options.output + ")", 1);
+  }
+}
+
+}  // namespace
+
+void RegisterChaos(CLI::App& app) {
+  auto* chaos = app.add_subcommand("chaos", "the correctness suite's report");
+  chaos->require_subcommand(1);
+  auto options = std::make_shared<ReportOptions>();
+  auto* report = chaos->add_subcommand(
+      "report", "write the correctness report (seed 000's matrices) from the results of a test run");
+  report->add_option("--output", options->output, "file to write (HTML or JSON)")->required();
+  report->add_option("--results", options->results_dir,
+                     "directory of *.jsonl results written by tests/run-all (default build/results)");
+  report->add_option("--matrix", options->matrix, "the row matrix (default tests/chaos/matrix.json)");
+  static const std::map<std::string, ReportFormat> kFormats{{"html", ReportFormat::Html},
+                                                            {"json", ReportFormat::Json}};
+  report->add_option("--format", options->format, "html or json (default html)")
+      ->transform(CLI::CheckedTransformer(kFormats, CLI::ignore_case));
+  report->callback([options] { RunReport(*options); });
+}
+
+}  // namespace trellara::cli

@@ -1,0 +1,368 @@
+#!/usr/bin/env python3
+"""tests/chaos/import_seed.py — builds tests/chaos/matrix.json from seed 000's tables plus the
+mapping below (which of our scenarios prove which row, the paired defect, or why a row is not
+built). Run it after editing MAPPING; the matrix it writes is committed and is what
+`trellara chaos report` reads. The seed's text (boundary, invariant, safety property, recovery,
+its own proof command) is copied verbatim; nothing here decides a row's status — the report does,
+from the results of a run.
+
+Usage: python3 tests/chaos/import_seed.py SEED_000_FILE > tests/chaos/matrix.json
+"""
+import json
+import sys
+
+# ---- what proves each row ---------------------------------------------------------------------
+# proof: the clean scenario(s), each {"kind": integration|ctest|pg_regress, "name", "script"?};
+# every one must pass in the run. defect: the paired defect and the scenario that must catch it
+# ("scenario": None = any result declaring pairs_with one of the proof scenarios). A row with no
+# defect can at best be "unpaired" in the report, never "covered".
+
+def it(name, script):
+    return {"kind": "integration", "name": name, "script": script}
+
+
+def ct(name):
+    return {"kind": "ctest", "name": name}
+
+
+def rg(name):
+    return {"kind": "pg_regress", "name": name}
+
+
+FAIL_CLOSED = "test_apply_fail_closed.py"
+ROBUSTNESS = "test_apply_robustness.py"
+COMMIT_FAILURE = "test_apply_commit_failure.py"
+SNAPSHOT = "test_snapshot*.py"
+RESEED = "test_verify_reseed.py"
+
+NO_SIMULATOR = ("the deterministic simulator (tests/sim, DESIGN §8 layer 2) is not built yet; "
+                "this row becomes a named seeded simulation there")
+NO_FAILOVER = ("failover slots (synced, enabled) are PostgreSQL 17 features and source promotion is "
+               "not supported by the PG15 relay; not built")
+NO_BROKER = "the replicated broker hop (trellara forward → NATS JetStream, DESIGN §9) is not built"
+NO_PARTITION = "partitioned mode (per-partition chunks, partition watermarks, DESIGN §9 'later') is not built"
+NO_FLEET = "fleet fan-in / lake epochs are not part of Trellara's design; not built"
+NO_DDL = "DDL capture (event trigger → transactional logical message, DESIGN §4/§6) is not built yet (schema-change issue)"
+NO_STREAMING = ("protocol-v2 streaming of in-progress transactions with spill files (DESIGN §4) is not built "
+                "yet (large-transaction issue)")
+SNAPSHOT_DEFECT = {"name": "snapshot_boundary (apply at/below the chunk boundary, or skip above it)",
+                   "scenario": None}
+
+MAPPING = {
+    # ---- curated failure matrix ----
+    "relay_before_broker_publish": dict(
+        proof=[it("relay_failing_after_decoding_does_not_advance_the_slot",
+                  "test_capture_standard_tools_and_failures.py")],
+        note="local-log analogue of the broker publish: fault relay.before_log_append; the script does not "
+             "report through run_scenarios yet, and no paired defect (confirm without append) exists"),
+    "relay_after_broker_publish_before_source_feedback": dict(
+        proof=[ct("restart_resumes_after_last_completing_frame"), ct("torn_chunked_tail_is_redecoded_not_skipped")],
+        note="relay restart rule (re-decode from the durable tail) at unit level; the real-process fault "
+             "relay.after_fsync_before_confirm and the skip_relay_tail_dedup defect are not run yet"),
+    "source_failover_after_publish_before_ack": dict(not_built=NO_FAILOVER),
+    "source_failover_slot_unsynced": dict(not_built=NO_FAILOVER),
+    "source_failover_slot_disabled": dict(not_built=NO_FAILOVER),
+    "source_slot_abandoned_idle_timeout": dict(
+        not_built="idle_replication_slot_timeout is PostgreSQL 18; `trellara check --config` (issue 13 item 5) "
+                  "is not built"),
+    "broker_publish_failure": dict(
+        proof=[ct("log_fsync_failure_recovery_never_trusts_page_cache_bytes"),
+               ct("log_fsync_failure_in_a_writer_process_recovers_to_its_last_acknowledged_record")],
+        defect={"name": "log_trust_rescan_after_fsync_failure",
+                "scenario": ct("log_fsync_failure_recovery_trusting_rescan_loses_records_negative_control")},
+        note="analogue without a broker: the local log's fsync failure (fault log.fsync_fails) acknowledges "
+             "nothing it could not make durable"),
+    "local_stream_index_rebuild": dict(
+        proof=[ct("missing_index_is_rebuilt_for_offset_replay"),
+               ct("stale_index_discovers_durable_tail_without_truncating"),
+               ct("inspect_reports_corrupt_index_rebuild"),
+               ct("inspect_reports_torn_tail_bytes_before_recovery_append")],
+        note="paired defect read_past_invalid_frame is not built yet"),
+    "local_stream_publish_ack_after_fsync_durability": dict(
+        proof=[ct("log_power_loss_never_loses_acknowledged_records")],
+        defect={"name": "acknowledge before fdatasync (simulated power loss)",
+                "scenario": ct("log_power_loss_without_fsync_loses_acknowledged_records_negative_control")}),
+    "applier_before_target_commit": dict(
+        proof=[it("commit_failure_in_a_pipelined_batch_is_quarantined_without_origin_dedup_or_offset",
+                  COMMIT_FAILURE)],
+        defect={"name": "apply_skip_origin_reset",
+                "scenario": it("negative_control_skipping_the_origin_reset_is_caught", COMMIT_FAILURE)}),
+    "applier_after_target_commit_before_stream_ack": dict(
+        proof=[it("apply_worker_replays_safely_when_ack_fails_after_apply", FAIL_CLOSED)],
+        note="fault apply.after_commit_before_offset (crash and error); the paired defect skip_dedup is not "
+             "yet run against this fault"),
+    "duplicate_transaction_replay": dict(
+        proof=[it("rereading_the_log_skips_duplicates_and_its_negative_control", FAIL_CLOSED)],
+        defect={"name": "apply_ignore_dedup",
+                "scenario": it("rereading_the_log_skips_duplicates_and_its_negative_control", FAIL_CLOSED)},
+        note="one scenario runs both halves: clean re-read, then the same re-read with the defect"),
+    "target_schema_missing": dict(
+        proof=[it("missing_target_table_fails_closed_without_checkpoint_or_dedup", FAIL_CLOSED)],
+        note="the fail-closed checker is shared with target_update_delete_zero_rows, whose negative control "
+             "runs it on a zero-row quarantine, not on a missing table; not claimed as this row's pair"),
+    "target_update_delete_zero_rows": dict(
+        proof=[it("update_delete_zero_row_match_fails_closed", FAIL_CLOSED)],
+        defect={"name": "apply_skip_quarantined",
+                "scenario": it("negative_control_moving_past_a_quarantine_is_caught", FAIL_CLOSED)}),
+    "filtered_reseed_preserves_out_of_scope_rows": dict(
+        proof=[it("filtered_reseed_preserves_out_of_scope_rows", RESEED)], defect=SNAPSHOT_DEFECT,
+        note="being built with issue 10"),
+    "pgoutput_schema_change_during_stream": dict(not_built=NO_DDL + "; a fingerprint change no DDL explains "
+                                                 "has no real-process scenario yet"),
+    "pgoutput_row_without_relation_metadata": dict(
+        proof=[ct("change_on_an_undescribed_relation_is_an_error")],
+        note="applier-side: a change on a relation without metadata fails closed"),
+    "source_schema_handoff_recovery": dict(not_built=NO_DDL + "; repair-plan/contract-test commands are not built"),
+    "pgoutput_dml_truncate_envelope_mapping": dict(
+        proof=[rg("plugin_ops"), ct("plans_truncate_in_source_order")]),
+    "pgoutput_ddl_only_boundary": dict(not_built=NO_DDL),
+    "pgoutput_mixed_ddl_dml_boundary": dict(not_built=NO_DDL),
+    "pgoutput_streamed_transaction_spills_until_commit": dict(not_built=NO_STREAMING),
+    "pgoutput_stream_abort_discards_partial_changes": dict(not_built=NO_STREAMING),
+    "pgoutput_keepalive_reports_last_durable_ack": dict(
+        proof=[ct("confirm_follows_last_fully_durable_transaction"), ct("confirmed_position_never_moves_backwards")],
+        note="no walsender: the relay confirms the slot itself; the confirm_before_fsync defect on real "
+             "processes (power-loss style check) is not built yet"),
+    "missing_replica_identity": dict(
+        untested="source check() reports tables without a key, but no test is bound to this row yet and "
+                 "`trellara check --config` (issue 13 item 5) is not built"),
+    "default_replica_identity_primary_key_apply": dict(proof=[ct("plans_update_with_key_predicate")]),
+    "default_replica_identity_key_change_apply": dict(
+        proof=[ct("key_changing_update_sets_new_key_and_matches_old_key"),
+               it("key_changing_update_sets_new_key_and_matches_old_key", FAIL_CLOSED)]),
+    "unchanged_toast_columns_preserved": dict(
+        proof=[ct("update_omits_absent_non_key_columns_for_unchanged_toast"),
+               ct("update_omits_explicit_unchanged_toast_marker"),
+               it("hostile_identifiers_and_values_replicate_exactly", ROBUSTNESS)],
+        note="paired defect unchanged_toast_as_null is not built yet"),
+    "snapshot_duplicate_copy_attempt": dict(proof=[it("snapshot_duplicate_copy_attempt", SNAPSHOT)],
+                                            defect=SNAPSHOT_DEFECT, note="being built with issue 10"),
+    "snapshot_incomplete_copy_resume": dict(proof=[it("snapshot_incomplete_copy_resume", SNAPSHOT)],
+                                            defect=SNAPSHOT_DEFECT, note="being built with issue 10"),
+    "snapshot_source_crash_during_copy": dict(proof=[it("snapshot_source_crash_during_copy", SNAPSHOT)],
+                                              defect=SNAPSHOT_DEFECT, note="being built with issue 10"),
+    "snapshot_relay_crash_during_copy": dict(proof=[it("snapshot_relay_crash_during_copy", SNAPSHOT)],
+                                             defect=SNAPSHOT_DEFECT, note="being built with issue 10"),
+    "snapshot_target_crash_during_copy": dict(proof=[it("snapshot_target_crash_during_copy", SNAPSHOT)],
+                                              defect=SNAPSHOT_DEFECT, note="being built with issue 10"),
+    "snapshot_copy_failure_marked_recoverable": dict(
+        proof=[it("snapshot_copy_failure_marked_recoverable", SNAPSHOT)], defect=SNAPSHOT_DEFECT,
+        note="being built with issue 10"),
+    "snapshot_invalid_state_regression": dict(proof=[it("snapshot_invalid_state_regression", SNAPSHOT)],
+                                              defect=SNAPSHOT_DEFECT, note="being built with issue 10"),
+    "snapshot_exported_visibility_boundary": dict(proof=[it("snapshot_exported_visibility_boundary", SNAPSHOT)],
+                                                  defect=SNAPSHOT_DEFECT, note="being built with issue 10"),
+    "partition_manifest_missing_chunk": dict(not_built=NO_PARTITION),
+    "partition_chunk_routing_header_mismatch": dict(not_built=NO_PARTITION),
+    "partition_commit_marker_ack_ambiguous": dict(not_built=NO_PARTITION),
+    "partition_commit_marker_manifest_mismatch": dict(not_built=NO_PARTITION),
+    "strict_chunk_manifest_missing_chunk": dict(
+        proof=[ct("strict_chunk_manifest_arrives_with_missing_chunk")],
+        note="paired defect apply_before_manifest is not built yet"),
+    "strict_chunk_out_of_order_arrival": dict(proof=[ct("strict_chunk_manifest_arrives_before_chunks")]),
+    "strict_chunk_relay_crash_after_chunks_before_manifest": dict(
+        proof=[ct("strict_chunk_relay_crash_after_chunks_before_manifest")],
+        note="barrier level; the real-process fault relay.after_chunks_before_manifest is not run by a scenario yet"),
+    "strict_chunk_partial_publish_failure": dict(proof=[ct("torn_chunked_tail_is_redecoded_not_skipped")]),
+    "strict_chunk_relay_crash_after_manifest_before_source_ack": dict(
+        proof=[ct("strict_chunk_relay_crash_after_manifest_before_marker_is_applied_once")]),
+    "strict_chunk_target_crash_after_staging_before_commit": dict(
+        proof=[it("chunked_transaction_applies_atomically_and_once", ROBUSTNESS)]),
+    "protocol_property_chunk_manifest_reconstruction": dict(
+        proof=[ct("barrier_property_generated_logs_yield_exactly_the_valid_transactions")]),
+    "strict_chunk_checksum_tampering": dict(proof=[ct("tampered_chunk_fails_closed")],
+                                            note="paired defect ignore_checksum is not built yet"),
+    "barrier_conflicting_duplicate_messages": dict(proof=[ct("conflicting_duplicate_chunk_fails_closed")]),
+    "partition_applier_before_ack": dict(not_built=NO_PARTITION),
+    "fleet_fanin_offline_stores_publish_with_gaps": dict(not_built=NO_FLEET),
+    "fleet_fanin_late_store_recovery": dict(not_built=NO_FLEET),
+    "fleet_fanin_duplicate_store_replay": dict(not_built=NO_FLEET),
+    "fleet_fanin_conflicting_duplicate_quarantine": dict(not_built=NO_FLEET),
+    "qualification_source_promotion_while_relay_disconnected": dict(not_built=NO_FAILOVER),
+    "qualification_broker_outage_quorum_loss": dict(not_built=NO_BROKER),
+    "qualification_target_restart_during_apply": dict(
+        untested="real-process target restarts exist (test_apply_robustness.py "
+                 "target_immediate_restart_while_applying_converges, test_apply_transient_retry.py), but none "
+                 "asserts that diagnostics name the replay boundary; not claimed"),
+    "qualification_object_store_success_catalog_timeout": dict(not_built=NO_FLEET),
+    "qualification_twenty_four_hour_soak_large_transaction_memory_ceiling": dict(
+        not_built=NO_STREAMING + "; no soak lane"),
+    "snapshot_ddl_during_copy": dict(not_built=NO_DDL),
+    "snapshot_handoff_recorded_before_stream_start": dict(
+        proof=[it("snapshot_handoff_recorded_before_stream_start", SNAPSHOT)], defect=SNAPSHOT_DEFECT,
+        note="being built with issue 10"),
+    "repair_and_replay_ready": dict(
+        proof=[it("update_delete_zero_row_match_fails_closed", FAIL_CLOSED)],
+        note="repair + replay-ready then apply; no paired defect yet"),
+    "quarantine_replay_ready_requires_exact_boundary": dict(
+        untested="replay-ready refusals are tested (test_apply_fail_closed.py: a boundary quarantined in two "
+                 "flows; tests/unit apply_decision_test.cpp) but none is bound to 'unknown boundary refused' "
+                 "yet"),
+}
+
+# Simulation rows: every one waits for the simulator. Boundary/invariant/safety/recovery come
+# from the curated row of the same scenario where the seed has one.
+SIM_TO_CURATED = {
+    "publish_ack_loss": "relay_after_broker_publish_before_source_feedback",
+    "crash_after_publish_before_source_ack": "relay_after_broker_publish_before_source_feedback",
+    "source_failover_after_publish_before_ack": "source_failover_after_publish_before_ack",
+    "duplicate_delivery": "duplicate_transaction_replay",
+    "target_failure_before_commit": "applier_before_target_commit",
+    "target_quarantine_repair_replay": "repair_and_replay_ready",
+    "checkpoint_failure_during_apply": "applier_before_target_commit",
+    "stream_ack_loss_after_apply": "applier_after_target_commit_before_stream_ack",
+    "snapshot_source_crash_during_table_copy": "snapshot_source_crash_during_copy",
+    "snapshot_relay_crash_during_table_copy": "snapshot_relay_crash_during_copy",
+    "snapshot_target_crash_during_table_copy": "snapshot_target_crash_during_copy",
+    "snapshot_duplicate_copy_attempt": "snapshot_duplicate_copy_attempt",
+    "snapshot_ddl_during_table_copy": "snapshot_ddl_during_copy",
+    "snapshot_handoff_recorded_before_stream_start": "snapshot_handoff_recorded_before_stream_start",
+    "strict_chunk_manifest_arrives_with_missing_chunk": "strict_chunk_manifest_missing_chunk",
+    "strict_chunk_manifest_arrives_before_chunks": "strict_chunk_out_of_order_arrival",
+    "fleet_fanin_late_store_recovery_completes_epoch": "fleet_fanin_late_store_recovery",
+    "fleet_fanin_duplicate_store_transaction_replay": "fleet_fanin_duplicate_store_replay",
+}
+SIM_SUITES = {
+    "Replayable Simulation Suite": "simulation_replayable",
+    "Snapshot Handoff Simulation Suite": "simulation_snapshot_handoff",
+    "Strict Chunk Simulation Suite": "simulation_strict_chunk",
+    "Fleet Fan-In Lake Simulation Suite": "simulation_fleet_fanin",
+    "Lane D Qualification Suite": "simulation_qualification",
+}
+SIM_NOT_BUILT_EXTRA = {
+    "simulation_fleet_fanin": NO_FLEET,
+}
+
+
+# Rows of our own: DESIGN §2 boundaries the seed has no row for, proven by real-process pairs.
+CONTINUITY = "test_apply_continuity.py"
+TRANSIENT = "test_apply_transient_retry.py"
+DESIGN_ROWS = [
+    dict(name="applier_kill9_at_random_moments", boundary="log → target (DESIGN §2)",
+         invariant="changes, dedup row and checkpoint commit in one target transaction",
+         safety_property="a kill -9 of the applier at any moment loses nothing and applies nothing twice; the "
+                         "consumer offset never passes an uncommitted transaction",
+         recovery="trellara apply --config <flow>",
+         proof=[it("applier_kill9_at_random_moments_converges_exactly_once", ROBUSTNESS)],
+         defect={"name": "apply_ack_before_commit",
+                 "scenario": it("negative_control_ack_before_commit_is_caught", ROBUSTNESS)}),
+    dict(name="target_crash_loses_asynchronous_commits", boundary="log → target with synchronous_commit = off",
+         invariant="consumer offset advances only to the origin's flushed progress",
+         safety_property="a target crash that loses asynchronously committed transactions never leaves them "
+                         "below the consumer offset; a rerun converges",
+         recovery="trellara apply --config <flow>",
+         proof=[it("target_immediate_restart_while_applying_converges", ROBUSTNESS)],
+         defect={"name": "apply_offset_ignores_flush",
+                 "scenario": it("negative_control_offset_past_flush_is_caught", ROBUSTNESS)}),
+    dict(name="target_restored_from_older_backup", boundary="continuity (DESIGN §2)",
+         invariant="the applier runs only when origin progress is not behind its consumer offset",
+         safety_property="a target restored from an older backup rewinds while the log holds the gap and "
+                         "converges exactly once",
+         recovery="automatic rewind; otherwise trellara reseed",
+         proof=[it("target_restored_from_an_older_backup_rewinds_and_converges", CONTINUITY)],
+         defect={"name": "apply_continuity_unchecked",
+                 "scenario": it("negative_control_continuity_unchecked_is_caught", CONTINUITY)}),
+    dict(name="transient_target_error_retried", boundary="transient target errors (DESIGN §2)",
+         invariant="serialization failure, deadlock, timeouts, lost connection are retried, never quarantined",
+         safety_property="a deadlock with a local target transaction is retried and applied exactly once",
+         recovery="automatic",
+         proof=[it("deadlock_with_a_local_target_transaction_is_retried_and_applied", TRANSIENT)],
+         defect={"name": "apply_transient_quarantined",
+                 "scenario": it("negative_control_transient_failure_quarantined_is_caught", TRANSIENT)}),
+    dict(name="log_retention_keeps_what_consumers_need", boundary="log retention (DESIGN §2)",
+         invariant="a segment is deleted only when every registered consumer's durable offset is past it",
+         safety_property="retention never deletes an offset a registered consumer still needs; a size ceiling "
+                         "marks the overtaken consumer lost instead",
+         recovery="a lost consumer refuses to continue: trellara reseed",
+         proof=[ct("retention_keeps_every_offset_a_consumer_needs_and_the_defect_is_caught")],
+         defect={"name": "log_reclaim_past_consumer",
+                 "scenario": ct("retention_keeps_every_offset_a_consumer_needs_and_the_defect_is_caught")},
+         note="one property test runs both halves: clean, then with defect.log_reclaim_past_consumer"),
+    dict(name="failed_target_commit_resets_origin", boundary="failed target transaction (DESIGN §2)",
+         invariant="a failed COMMIT rolls back and resets the session's replication-origin state",
+         safety_property="origin progress, dedup and consumer offset stay where they were; the quarantine "
+                         "record does not carry the failed transaction's origin LSN",
+         recovery="trellara quarantine replay-ready --config <flow> ...",
+         proof=[it("commit_failure_in_a_pipelined_batch_is_quarantined_without_origin_dedup_or_offset",
+                   COMMIT_FAILURE),
+                it("commit_failure_of_a_chunked_transaction_is_quarantined_without_origin_dedup_or_offset",
+                   COMMIT_FAILURE)],
+         defect={"name": "apply_skip_origin_reset",
+                 "scenario": it("negative_control_skipping_the_origin_reset_is_caught", COMMIT_FAILURE)}),
+]
+
+
+def cells(line):
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def parse(seed_text):
+    sims, curated = [], []
+    section = None
+    for line in seed_text.splitlines():
+        stripped = line.strip()
+        if stripped in SIM_SUITES or stripped == "Curated Failure Matrix":
+            section = stripped
+            continue
+        if section is None or not stripped or stripped.startswith("| Failure point") \
+                or stripped.startswith("| Scenario") or stripped.startswith("|---"):
+            continue
+        if section == "Curated Failure Matrix":
+            if not stripped.startswith("| "):
+                section = None
+                continue
+            c = cells(stripped)
+            curated.append({"name": c[0], "boundary": c[2], "invariant": c[3], "safety_property": c[4],
+                            "seed_proof": c[5], "recovery": c[6]})
+        else:
+            c = cells(stripped)
+            if not c or not c[0] or " " in c[0]:
+                section = None if not stripped.startswith(("|", c[0])) else section
+                continue
+            sims.append({"name": c[0], "suite": SIM_SUITES[section], "seed_proof": c[-1]})
+    return sims, curated
+
+
+def main():
+    with open(sys.argv[1]) as seed:
+        sims, curated = parse(seed.read())
+    by_name = {row["name"]: row for row in curated}
+    assert len(curated) == 63, len(curated)
+    assert len(sims) == 28, len(sims)
+    assert set(MAPPING) == set(by_name), set(MAPPING) ^ set(by_name)
+    rows = []
+    for sim in sims:
+        twin = by_name.get(SIM_TO_CURATED.get(sim["name"], sim["name"]))
+        reason = SIM_NOT_BUILT_EXTRA.get(sim["suite"], NO_SIMULATOR)
+        rows.append({
+            "name": sim["name"], "suite": sim["suite"], "failure_point": sim["name"],
+            "boundary": twin["boundary"] if twin else "", "invariant": twin["invariant"] if twin else "",
+            "safety_property": twin["safety_property"] if twin else "",
+            "recovery": twin["recovery"] if twin else "", "seed_proof": sim["seed_proof"],
+            "status": "not_built", "reason": reason, "proof": [], "defect": None,
+            "note": f"text from the curated row {twin['name']}" if twin else "the seed gives no boundary text"})
+    for row in curated:
+        m = MAPPING[row["name"]]
+        entry = {"name": row["name"], "suite": "curated", "failure_point": row["name"],
+                 "boundary": row["boundary"], "invariant": row["invariant"],
+                 "safety_property": row["safety_property"], "recovery": row["recovery"],
+                 "seed_proof": row["seed_proof"], "proof": m.get("proof", []), "defect": m.get("defect"),
+                 "note": m.get("note", "")}
+        if "not_built" in m:
+            entry.update(status="not_built", reason=m["not_built"])
+        elif "untested" in m:
+            entry.update(status="untested", reason=m["untested"])
+        else:
+            entry.update(status="planned", reason="")
+        rows.append(entry)
+    for extra in DESIGN_ROWS:
+        rows.append({"suite": "design", "failure_point": extra["name"], "seed_proof": "",
+                     "status": "planned", "reason": "", "note": "Trellara row (DESIGN §2), not in seed 000",
+                     **extra})
+    json.dump({"version": 1, "seed": "000_5ae7062de3ff6f0a", "rows": rows}, sys.stdout, indent=2,
+              ensure_ascii=False)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()

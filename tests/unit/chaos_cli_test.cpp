@@ -1,0 +1,107 @@
+// chaos_cli_test.cpp — `trellara chaos report` as an operator runs it (the real binary): it writes
+// the JSON/HTML report from a matrix and a results directory, exits 1 after writing a FAIL report,
+// 2 when the matrix or a results file cannot be read, and reports a missing results directory as
+// rows without results rather than as passed.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli_support.h"
+
+namespace fs = std::filesystem;
+using trellara::testing::RunTrellara;
+
+namespace {
+
+const char* kMatrix = R"({"rows": [
+  {"name": "row_a", "suite": "curated", "status": "planned",
+   "proof": [{"kind": "ctest", "name": "clean_a"}],
+   "defect": {"name": "defect_a", "scenario": {"kind": "ctest", "name": "negative_a"}}},
+  {"name": "row_b", "suite": "simulation_replayable", "status": "not_built", "reason": "no simulator"}]})";
+
+struct Workspace {
+  fs::path dir;
+  Workspace() {
+    dir = fs::temp_directory_path() / ("trellara-chaos-cli-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir / "results");
+    Write("matrix.json", kMatrix);
+  }
+  ~Workspace() { fs::remove_all(dir); }
+  void Write(const std::string& name, const std::string& text) const { std::ofstream(dir / name) << text; }
+  std::string Read(const std::string& name) const {
+    std::ifstream in(dir / name);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+  std::string Args(const std::string& output, const std::string& extra = "") const {
+    return "chaos report --matrix " + (dir / "matrix.json").string() + " --results " + (dir / "results").string() +
+           " --output " + (dir / output).string() + " " + extra;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("chaos_report_writes_json_with_the_rows_decided_from_the_results", "[chaos_report][cli]") {
+  Workspace ws;
+  ws.Write("results/unit.jsonl", R"({"kind": "ctest", "name": "clean_a", "status": "passed"})"
+                                 "\n"
+                                 R"({"kind": "ctest", "name": "negative_a", "status": "passed", "defect": "defect_a"})"
+                                 "\n");
+  auto run = RunTrellara(ws.Args("report.json", "--format json"));
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(run.out, Catch::Contains("overall PASS"));
+  auto report = nlohmann::json::parse(ws.Read("report.json"));
+  CHECK(report["overall"] == "PASS");
+  CHECK(report["rows"].size() == 2);
+  for (const auto& row : report["rows"]) {
+    if (row["name"] == "row_a") {
+      CHECK(row["status"] == "covered");
+      CHECK(row["defect_caught"] == true);
+    } else {
+      CHECK(row["status"] == "not_built");
+    }
+  }
+  auto html = RunTrellara(ws.Args("report.html"));
+  REQUIRE(html.exit_code == 0);
+  CHECK_THAT(ws.Read("report.html"), Catch::StartsWith("<!DOCTYPE html>") && Catch::Contains("no simulator"));
+}
+
+TEST_CASE("chaos_report_exits_1_after_writing_a_failing_report", "[chaos_report][cli]") {
+  Workspace ws;
+  ws.Write("results/unit.jsonl", R"({"kind": "ctest", "name": "clean_a", "status": "passed"})"
+                                 "\n"
+                                 R"({"kind": "ctest", "name": "negative_a", "status": "failed"})"
+                                 "\n");
+  auto run = RunTrellara(ws.Args("report.json", "--format json"));
+  CHECK(run.exit_code == 1);
+  CHECK_THAT(run.all, Catch::Contains("says FAIL"));
+  CHECK(nlohmann::json::parse(ws.Read("report.json"))["overall"] == "FAIL");
+}
+
+TEST_CASE("chaos_report_without_results_shows_no_result_never_pass", "[chaos_report][cli]") {
+  Workspace ws;
+  fs::remove_all(ws.dir / "results");
+  auto run = RunTrellara(ws.Args("report.json", "--format json"));
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(run.all, Catch::Contains("no results directory"));
+  auto report = nlohmann::json::parse(ws.Read("report.json"));
+  CHECK(report["overall"] == "INCOMPLETE");
+  CHECK(report["rows"][1]["status"] == "no_result");  // row_a (curated) after the simulation row
+}
+
+TEST_CASE("chaos_report_refuses_an_unreadable_matrix_or_results_file", "[chaos_report][cli]") {
+  Workspace ws;
+  ws.Write("results/scenarios.jsonl", "not json\n");
+  auto corrupt = RunTrellara(ws.Args("report.json"));
+  CHECK(corrupt.exit_code == 2);
+  CHECK_THAT(corrupt.all, Catch::Contains("scenarios.jsonl line 1"));
+  CHECK_FALSE(fs::exists(ws.dir / "report.json"));
+  auto missing = RunTrellara("chaos report --matrix /nonexistent/matrix.json --output " + (ws.dir / "r").string());
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.all, Catch::Contains("--matrix"));
+}
