@@ -568,6 +568,25 @@ std::optional<std::string> FinishTable(PgConnection& target, const FlowConfig& c
                                      chunks.Value(0, 2),
                                      std::to_string(to == SnapshotState::Copied ? seconds : 0.0)}),
                   "recording " + what + " as " + SnapshotStateName(to));
+      if (to == SnapshotState::HandoffReady) {
+        // An applier that ran before the table was registered halts at the first streamed change
+        // to a row the target did not hold yet (zero_rows_matched, duplicate_key...). The copy now
+        // holds that row as the source had it, so the transaction is retried (replay-ready), this
+        // time under the handoff rule; it quarantines again if it still cannot apply. Only row
+        // conflicts naming this table; never resolved here, only retried.
+        auto retried = MustSucceed(
+            target,
+            target.ExecParams("UPDATE trellara.quarantine SET state = 'replay_ready', replay_ready_at = now() "
+                              "WHERE flow = $1 AND state = 'quarantined' "
+                              "AND reason IN ('zero_rows_matched', 'many_rows_matched', 'duplicate_key') "
+                              "AND (strpos(detail, $2) > 0 OR strpos(message, $2) > 0 OR strpos(detail, $3) > 0 "
+                              "OR strpos(message, $3) > 0)",
+                              {config.flow_name, t.name, t.qualified}),
+            "marking the quarantined transactions of " + what + " replay-ready");
+        if (retried.affected() > 0)
+          std::cerr << "trellara: " << retried.affected() << " quarantined transaction(s) of " << what
+                    << " marked replay-ready: the copy now holds their rows; the applier retries them\n";
+      }
       MustSucceed(target, target.Exec("COMMIT"), "recording " + what + " as " + SnapshotStateName(to));
       return std::nullopt;
     } catch (...) {

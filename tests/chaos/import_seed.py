@@ -32,7 +32,8 @@ def rg(name):
 FAIL_CLOSED = "test_apply_fail_closed.py"
 ROBUSTNESS = "test_apply_robustness.py"
 COMMIT_FAILURE = "test_apply_commit_failure.py"
-SNAPSHOT = "test_snapshot*.py"
+SNAPSHOT = "test_snapshot.py"
+HANDOFF = "test_snapshot_handoff.py"
 RESEED = "test_verify_reseed.py"
 
 NO_SIMULATOR = ("the deterministic simulator (tests/sim, DESIGN §8 layer 2) is not built yet; "
@@ -45,8 +46,14 @@ NO_FLEET = "fleet fan-in / lake epochs are not part of Trellara's design; not bu
 NO_DDL = "DDL capture (event trigger → transactional logical message, DESIGN §4/§6) is not built yet (schema-change issue)"
 NO_STREAMING = ("protocol-v2 streaming of in-progress transactions with spill files (DESIGN §4) is not built "
                 "yet (large-transaction issue)")
-SNAPSHOT_DEFECT = {"name": "snapshot_boundary (apply at/below the chunk boundary, or skip above it)",
-                   "scenario": None}
+# The handoff's two paired defects (issue 10): apply a change the chunk's copy already holds, and
+# leave out one it does not. Rows whose failure they would not show stay unpaired (honest).
+APPLY_IN_COPY = {"name": "snapshot_apply_in_copy",
+                 "scenario": it("negative_control_snapshot_apply_in_copy_is_caught", HANDOFF)}
+SKIP_AFTER_COPY = {"name": "snapshot_skip_after_copy",
+                   "scenario": it("negative_control_snapshot_skip_after_copy_is_caught", HANDOFF)}
+SNAPSHOT_UNPAIRED = ("no paired defect yet: the copy side's own negative controls (a chunk recopied without "
+                     "re-registration, a state regression let through) are not built")
 
 MAPPING = {
     # ---- curated failure matrix ----
@@ -105,8 +112,8 @@ MAPPING = {
         defect={"name": "apply_skip_quarantined",
                 "scenario": it("negative_control_moving_past_a_quarantine_is_caught", FAIL_CLOSED)}),
     "filtered_reseed_preserves_out_of_scope_rows": dict(
-        proof=[it("filtered_reseed_preserves_out_of_scope_rows", RESEED)], defect=SNAPSHOT_DEFECT,
-        note="being built with issue 10"),
+        proof=[it("filtered_reseed_preserves_out_of_scope_rows", RESEED)],
+        note="no paired defect yet (a reseed that deletes out-of-scope rows is not built as a negative control)"),
     "pgoutput_schema_change_during_stream": dict(not_built=NO_DDL + "; a fingerprint change no DDL explains "
                                                  "has no real-process scenario yet"),
     "pgoutput_row_without_relation_metadata": dict(
@@ -136,22 +143,21 @@ MAPPING = {
                it("hostile_identifiers_and_values_replicate_exactly", ROBUSTNESS)],
         note="paired defect unchanged_toast_as_null is not built yet"),
     "snapshot_duplicate_copy_attempt": dict(proof=[it("snapshot_duplicate_copy_attempt", SNAPSHOT)],
-                                            defect=SNAPSHOT_DEFECT, note="being built with issue 10"),
+                                            note=SNAPSHOT_UNPAIRED),
     "snapshot_incomplete_copy_resume": dict(proof=[it("snapshot_incomplete_copy_resume", SNAPSHOT)],
-                                            defect=SNAPSHOT_DEFECT, note="being built with issue 10"),
+                                            note=SNAPSHOT_UNPAIRED),
     "snapshot_source_crash_during_copy": dict(proof=[it("snapshot_source_crash_during_copy", SNAPSHOT)],
-                                              defect=SNAPSHOT_DEFECT, note="being built with issue 10"),
+                                              note=SNAPSHOT_UNPAIRED),
     "snapshot_relay_crash_during_copy": dict(proof=[it("snapshot_relay_crash_during_copy", SNAPSHOT)],
-                                             defect=SNAPSHOT_DEFECT, note="being built with issue 10"),
+                                             note=SNAPSHOT_UNPAIRED),
     "snapshot_target_crash_during_copy": dict(proof=[it("snapshot_target_crash_during_copy", SNAPSHOT)],
-                                              defect=SNAPSHOT_DEFECT, note="being built with issue 10"),
+                                              note=SNAPSHOT_UNPAIRED),
     "snapshot_copy_failure_marked_recoverable": dict(
-        proof=[it("snapshot_copy_failure_marked_recoverable", SNAPSHOT)], defect=SNAPSHOT_DEFECT,
-        note="being built with issue 10"),
+        proof=[it("snapshot_copy_failure_marked_recoverable", SNAPSHOT)], note=SNAPSHOT_UNPAIRED),
     "snapshot_invalid_state_regression": dict(proof=[it("snapshot_invalid_state_regression", SNAPSHOT)],
-                                              defect=SNAPSHOT_DEFECT, note="being built with issue 10"),
-    "snapshot_exported_visibility_boundary": dict(proof=[it("snapshot_exported_visibility_boundary", SNAPSHOT)],
-                                                  defect=SNAPSHOT_DEFECT, note="being built with issue 10"),
+                                              note=SNAPSHOT_UNPAIRED),
+    "snapshot_exported_visibility_boundary": dict(proof=[it("snapshot_exported_visibility_boundary", HANDOFF)],
+                                                  defect=APPLY_IN_COPY),
     "partition_manifest_missing_chunk": dict(not_built=NO_PARTITION),
     "partition_chunk_routing_header_mismatch": dict(not_built=NO_PARTITION),
     "partition_commit_marker_ack_ambiguous": dict(not_built=NO_PARTITION),
@@ -189,8 +195,7 @@ MAPPING = {
         not_built=NO_STREAMING + "; no soak lane"),
     "snapshot_ddl_during_copy": dict(not_built=NO_DDL),
     "snapshot_handoff_recorded_before_stream_start": dict(
-        proof=[it("snapshot_handoff_recorded_before_stream_start", SNAPSHOT)], defect=SNAPSHOT_DEFECT,
-        note="being built with issue 10"),
+        proof=[it("snapshot_handoff_recorded_before_stream_start", HANDOFF)], defect=SKIP_AFTER_COPY),
     "repair_and_replay_ready": dict(
         proof=[it("update_delete_zero_row_match_fails_closed", FAIL_CLOSED)],
         note="repair + replay-ready then apply; no paired defect yet"),

@@ -62,7 +62,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (CaptureFailure, TRELLARA_BIN, assert_no_backend_crashes, lsn_to_int,  # noqa: E402
-                             run_scenarios, setup_flow, wait_for)
+                             run_scenarios, scenario, setup_flow, wait_for)
 from harness import Cluster, PG_BIN  # noqa: E402
 
 EXIT_BLOCKED = 3
@@ -439,6 +439,9 @@ def boundary_run(label, env=None):
         return result
 
 
+@scenario(seed_rows=["snapshot_exported_visibility_boundary"], suite="snapshot",
+          invariants=["a streamed change is applied iff its transaction is not visible in its chunk's snapshot",
+                      "target equals source"])
 def snapshot_exported_visibility_boundary():
     boundary_run("snap-boundary")
     print("ok: snapshot_exported_visibility_boundary")
@@ -448,6 +451,9 @@ def applied_count(pair):
     return int(pair.target.query("SELECT count(*) FROM trellara.applied_transactions"))
 
 
+@scenario(seed_rows=["snapshot_handoff_recorded_before_stream_start"], suite="snapshot",
+          invariants=["changes to pending chunks are recorded as skips and seen by the copy's snapshot",
+                      "target equals source"])
 def snapshot_handoff_recorded_before_stream_start(env=None, label="snap-stream"):
     with HandoffPair(label, SPARSE_ROWS) as pair:
         src = pair.source
@@ -738,11 +744,14 @@ def negative_control(defect):
                          f"that defect")
 
 
+@scenario(suite="snapshot", defect="snapshot_apply_in_copy", pairs_with="snapshot_exported_visibility_boundary")
 def negative_control_snapshot_apply_in_copy_is_caught():
     negative_control("defect.snapshot_apply_in_copy")
     print("ok: negative_control_snapshot_apply_in_copy_is_caught")
 
 
+@scenario(suite="snapshot", defect="snapshot_skip_after_copy",
+          pairs_with="snapshot_handoff_recorded_before_stream_start")
 def negative_control_snapshot_skip_after_copy_is_caught():
     negative_control("defect.snapshot_skip_after_copy")
     print("ok: negative_control_snapshot_skip_after_copy_is_caught")

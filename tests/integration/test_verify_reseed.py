@@ -56,7 +56,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (CaptureFailure, PsqlSession, TRELLARA_BIN, assert_no_backend_crashes,  # noqa: E402
-                             lsn_to_int, run_pgbench, run_scenarios, setup_flow, wait_for)
+                             lsn_to_int, run_pgbench, run_scenarios, scenario, setup_flow, wait_for)
 from harness import Cluster, PG_BIN  # noqa: E402
 
 SIMULATE = os.environ.get("TRELLARA_HOLD_SIMULATION") == "1"
@@ -405,6 +405,8 @@ def verify_without_applier_exits_2():
         print("ok: verify_without_applier_exits_2")
 
 
+@scenario(seed_rows=["filtered_reseed_preserves_out_of_scope_rows"], suite="snapshot",
+          invariants=["rows outside the filter and target-only columns keep their values", "verify exits 0 after"])
 def filtered_reseed_preserves_out_of_scope_rows():
     with VerifyPair("reseed-filter") as pair:
         pair.start_applier()
