@@ -324,6 +324,9 @@ def snapshot_kill9_repeated_while_source_writes():
     kill9_repeated_while_source_writes(applier_running=False)
 
 
+@scenario(suite="snapshot", invariants=["kill -9 of the snapshot process, repeated, while the source takes writes "
+                                        "and the applier runs: the last rerun finishes, verify exits 0",
+                                        "target equals source"])
 def snapshot_kill9_repeated_beside_running_applier():
     kill9_repeated_while_source_writes(applier_running=True)
 
@@ -392,6 +395,16 @@ def kill9_repeated_while_source_writes(applier_running):
             if applier.poll() is not None:
                 with open(os.path.join(p.work, "apply.log")) as log:
                     raise CaptureFailure(f"the applier stopped during the snapshot: {log.read()[-2000:]}")
+            # The ending: verify, live beside the applier, at one exact point.
+            wait_log_covers_source(p.source)
+            verify = subprocess.run([TRELLARA_BIN, "verify", "--config", p.config], capture_output=True, text=True,
+                                    timeout=300)
+            print(verify.stdout.strip()[-800:])
+            if verify.returncode != 0:
+                applier.send_signal(signal.SIGTERM)
+                applier.communicate(timeout=60)
+                raise CaptureFailure(f"verify after the repeated kills exited {verify.returncode}, expected 0: "
+                                     f"{verify.stdout[-1500:]} {verify.stderr[-1500:]}")
             applier.send_signal(signal.SIGTERM)
             try:
                 applier.communicate(timeout=60)
