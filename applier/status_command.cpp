@@ -235,6 +235,11 @@ FlowStatus ReadStatus(const FlowConfig& config, const std::string& config_path) 
   if (s.waiting) facts.waiting = StatusBoundary{s.waiting->xid, s.waiting->commit_lsn, s.waiting->message};
   facts.target_error = s.target_error;
   facts.retry = s.applier_state;
+  for (const SnapshotRow& t : s.snapshot) {
+    if (t.state == "handoff_ready") continue;
+    if (!facts.snapshot_tables_unfinished) facts.snapshot_unfinished_run = t.run_id;
+    facts.snapshot_tables_unfinished++;
+  }
   const ApplyStatusVerdict verdict = DecideApplyStatus(facts);
   s.state = verdict.state;
   s.next_action = verdict.next_action;

@@ -59,6 +59,11 @@ ApplyStatusVerdict DecideApplyStatus(const ApplyStatusFacts& s) {
       v.next_action = "run " + apply_cmd + " (" + std::to_string(s.lag_records) + " records, " +
                       std::to_string(s.lag_bytes) + " bytes to apply; add --until-caught-up to stop at the end)";
   }
+  if (s.snapshot_tables_unfinished > 0)
+    v.next_action += "; and the initial copy is not finished: " + std::to_string(s.snapshot_tables_unfinished) +
+                     " table(s) of snapshot run " + s.snapshot_unfinished_run +
+                     " are not handoff-ready: run trellara snapshot --config " + s.config_path + " --run-id " +
+                     s.snapshot_unfinished_run + " (it copies only the missing chunks)";
   return v;
 }
 

@@ -111,3 +111,16 @@ TEST_CASE("an_unreachable_target_without_a_retrying_applier_says_so", "[status]"
   CHECK(v.state == "target_unreachable");
   CHECK_THAT(v.next_action, Catch::Contains("connection refused") && Catch::Contains("[target] conninfo"));
 }
+
+TEST_CASE("an_unfinished_initial_copy_is_named_with_its_rerun", "[status]") {
+  ApplyStatusFacts f = Facts();
+  f.applier_running = true;
+  f.snapshot_tables_unfinished = 2;
+  f.snapshot_unfinished_run = "snap-1";
+  const ApplyStatusVerdict v = DecideApplyStatus(f);
+  CHECK(v.state == "caught_up");
+  CHECK(v.next_action.find("2 table(s) of snapshot run snap-1") != std::string::npos);
+  CHECK(v.next_action.find("--run-id snap-1") != std::string::npos);
+  f.snapshot_tables_unfinished = 0;
+  CHECK(DecideApplyStatus(f).next_action.find("snapshot") == std::string::npos);
+}

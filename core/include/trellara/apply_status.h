@@ -55,6 +55,10 @@ struct ApplyStatusFacts {
   std::string target_error;
   // The applier's state file (<log>/consumers/.applier.state) when its writer is alive.
   std::optional<ApplierRetryState> retry;
+  // Tables of this flow whose copy (trellara snapshot / reseed) is not handoff-ready, and the run
+  // that owns the first of them: the initial copy still has to be finished.
+  uint64_t snapshot_tables_unfinished = 0;
+  std::string snapshot_unfinished_run;
 };
 
 struct ApplyStatusVerdict {
