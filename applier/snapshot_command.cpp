@@ -30,6 +30,7 @@
 
 #include "commands.h"
 #include "snapshot_copy.h"
+#include "source_tables.h"
 #include "target_schema.h"
 #include "trellara/fault.h"
 #include "trellara/snapshot.h"
@@ -57,77 +58,29 @@ struct Options {
 
 std::vector<SnapshotTable> PublishedTables(PgConnection& source, const FlowConfig& config,
                                            const std::vector<std::string>& selected) {
-  auto flow = MustSucceed(source, source.ExecParams("SELECT publication FROM trellara.flows WHERE name = $1",
-                                                    {config.flow_name}),
-                          "reading flow " + config.flow_name + " from trellara.flows on the source");
-  if (flow.rows() != 1)
-    throw CommandFailed("flow " + config.flow_name + " does not exist on the source " + source.Describe() +
-                            " (trellara.flows); check flow.name and source.conninfo in " + config.path,
-                        2);
-  const std::string publication = flow.Value(0, 0).value_or("");
-  // pg_publication_tables expands FOR ALL TABLES / TABLES IN SCHEMA / FOR TABLE and column lists
-  // exactly as the plugin's publication does; generated columns are never published.
-  auto r = MustSucceed(
-      source,
-      source.ExecParams(
-          "SELECT p.schemaname, p.tablename, format('%I.%I', p.schemaname, p.tablename), "
-          "  (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) FROM pg_catalog.pg_attribute a "
-          "    WHERE a.attrelid = format('%I.%I', p.schemaname, p.tablename)::regclass AND a.attnum > 0 "
-          "      AND NOT a.attisdropped AND a.attgenerated = '' AND a.attname = ANY (p.attnames)), "
-          "  p.rowfilter "
-          "FROM pg_catalog.pg_publication_tables p WHERE p.pubname = $1 AND p.schemaname <> 'trellara' "
-          "ORDER BY p.schemaname, p.tablename",
-          {publication}),
-      "listing the tables of publication " + publication + " on the source");
-  std::vector<SnapshotTable> all;
-  for (int i = 0; i < r.rows(); i++) {
-    SnapshotTable t;
-    t.schema = r.Value(i, 0).value_or("");
-    t.table = r.Value(i, 1).value_or("");
-    t.name = t.schema + "." + t.table;
-    t.qualified = r.Value(i, 2).value_or("");
-    t.columns = r.Value(i, 3).value_or("");
-    t.row_filter = r.Value(i, 4);
-    all.push_back(std::move(t));
-  }
-  if (all.empty())
-    throw CommandFailed("publication " + publication + " of flow " + config.flow_name +
-                        " has no tables on the source; there is nothing to snapshot");
-  if (selected.empty()) return all;
+  // One reader of the publication for snapshot, verify and reseed (source_tables.h): the columns
+  // the stream carries, the row filter, and the leading key column when it can be split.
   std::vector<SnapshotTable> out;
-  std::set<std::string> seen;
-  for (const auto& name : selected) {
-    auto it = std::find_if(all.begin(), all.end(), [&](const SnapshotTable& t) { return t.name == name; });
-    if (it == all.end()) {
-      std::string names;
-      for (const auto& t : all) names += (names.empty() ? "" : ", ") + t.name;
-      throw CommandFailed("--table " + name + " is not in publication " + publication + " of flow " +
-                              config.flow_name + " on the source (it holds: " + names +
-                              "); name it as schema.table, or add it to the publication first",
-                          2);
+  for (SourceTable& s : ReadSourceTables(source, config, selected)) {
+    SnapshotTable t;
+    t.name = std::move(s.name);
+    t.schema = std::move(s.schema);
+    t.table = std::move(s.table);
+    t.qualified = std::move(s.qualified);
+    t.columns = std::move(s.columns);
+    t.row_filter = std::move(s.row_filter);
+    if (s.split_key) {
+      t.key_column = s.split_key_plain;
+      t.key_quoted = *s.split_key;
     }
-    if (seen.insert(name).second) out.push_back(*it);
+    out.push_back(std::move(t));
   }
   return out;
 }
 
-// The leading key column (primary key, else replica identity index) and, when it is splittable,
-// the table's chunks; otherwise one unbounded chunk.
+// The table's chunks on its splittable leading key column (PublishedTables); otherwise one
+// unbounded chunk.
 void PlanTable(PgConnection& source, SnapshotTable& t, uint64_t chunk_rows) {
-  auto key = MustSucceed(
-      source,
-      source.ExecParams("SELECT a.attname, quote_ident(a.attname), ty.typname FROM pg_catalog.pg_index i "
-                        "JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] "
-                        "JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid "
-                        "WHERE i.indrelid = $1::regclass AND (i.indisprimary OR i.indisreplident) "
-                        "ORDER BY i.indisprimary DESC LIMIT 1",
-                        {t.qualified}),
-      "reading the key of " + t.name + " on the source");
-  t.key_column.reset();
-  if (key.rows() == 1 && SplittableKeyType(key.Value(0, 2).value_or(""))) {
-    t.key_column = key.Value(0, 0);
-    t.key_quoted = key.Value(0, 1).value_or("");
-  }
   if (!t.key_column) {
     t.ranges = PlanChunkRanges(std::nullopt, std::nullopt, 0, chunk_rows);
     return;

@@ -1,4 +1,5 @@
-// source_tables.cpp — the published tables of a flow as verify and reseed read them (source_tables.h).
+// source_tables.cpp — the published tables of a flow as snapshot, verify and reseed read them
+// (source_tables.h).
 #include "source_tables.h"
 
 #include <algorithm>
@@ -42,13 +43,19 @@ std::vector<SourceTable> ReadSourceTables(PgConnection& source, const FlowConfig
       source,
       source.ExecParams(
           "SELECT p.schemaname || '.' || p.tablename, format('%I.%I', p.schemaname, p.tablename), "
-          "  array_to_string(ARRAY(SELECT quote_ident(a) FROM unnest(p.attnames) AS a), ','), p.rowfilter, "
+          // The columns the stream carries: published (attnames), never generated (the plugin, like
+          // pgoutput in PG15, does not send them; COPY cannot write them), in the source's order.
+          "  (SELECT array_to_string(ARRAY(SELECT quote_ident(a.attname) FROM pg_catalog.pg_attribute a "
+          "     WHERE a.attrelid = format('%I.%I', p.schemaname, p.tablename)::regclass AND a.attnum > 0 "
+          "       AND NOT a.attisdropped AND a.attgenerated = '' AND a.attname = ANY (p.attnames) "
+          "     ORDER BY a.attnum), ',')), p.rowfilter, "
           "  (SELECT array_to_string(ARRAY(SELECT quote_ident(a.attname) FROM unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) "
           "                                JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum ORDER BY k.n), ',') "
           "     || '|' || (SELECT t.typname || '|' || a.attname FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
           "                 WHERE a.attrelid = i.indrelid AND a.attnum = i.indkey[0]) "
           "     FROM pg_index i WHERE i.indrelid = format('%I.%I', p.schemaname, p.tablename)::regclass "
           "      AND (i.indisprimary OR i.indisreplident) ORDER BY i.indisprimary DESC LIMIT 1) "
+          ", p.schemaname, p.tablename "
           "FROM pg_catalog.pg_publication_tables p WHERE p.pubname = $1 "
           // Trellara's own relations are never captured (docs/capture.md).
           "AND p.schemaname <> 'trellara' ORDER BY p.schemaname, p.tablename",
@@ -60,6 +67,8 @@ std::vector<SourceTable> ReadSourceTables(PgConnection& source, const FlowConfig
     t.name = r.Value(i, 0).value_or("");
     if (!selected.empty() && std::find(selected.begin(), selected.end(), t.name) == selected.end()) continue;
     t.qualified = r.Value(i, 1).value_or("");
+    t.schema = r.Value(i, 5).value_or("");
+    t.table = r.Value(i, 6).value_or("");
     t.column_list = SplitQuotedList(r.Value(i, 2).value_or(""));
     t.columns.clear();
     for (const auto& c : t.column_list) t.columns += (t.columns.empty() ? "" : ", ") + c;
@@ -77,13 +86,17 @@ std::vector<SourceTable> ReadSourceTables(PgConnection& source, const FlowConfig
     tables.push_back(std::move(t));
   }
   for (const auto& name : selected)
-    if (std::none_of(tables.begin(), tables.end(), [&](const SourceTable& t) { return t.name == name; }))
+    if (std::none_of(tables.begin(), tables.end(), [&](const SourceTable& t) { return t.name == name; })) {
+      std::string names;
+      for (int i = 0; i < r.rows(); i++) names += (names.empty() ? "" : ", ") + r.Value(i, 0).value_or("");
       throw CommandFailed("table " + name + " is not in publication " + publication + " of flow " + config.flow_name +
-                              " on the source (name it as schema.table)",
+                              " on the source (it holds: " + names +
+                              "); name it as schema.table, or add it to the publication first",
                           2);
+    }
   if (tables.empty())
     throw CommandFailed("publication " + publication + " of flow " + config.flow_name +
-                            " has no tables on the source; there is nothing to compare",
+                            " has no tables on the source; there is nothing to copy or compare",
                         2);
   return tables;
 }

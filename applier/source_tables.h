@@ -1,6 +1,7 @@
-// source_tables.h — what verify and reseed need to know of a flow's published tables on the source:
-// the published columns (source order), the publication's row filter, the key columns (primary key,
-// else replica identity index) and whether the leading key column can be split into ranges.
+// source_tables.h — what snapshot, verify and reseed need to know of a flow's published tables on
+// the source (one reader for the three): the columns the stream carries (published, not generated,
+// source order), the publication's row filter, the key columns (primary key, else replica identity
+// index) and whether the leading key column can be split into ranges.
 //
 // Read-only; it decides nothing about data. Identifiers come back quoted for SQL.
 #pragma once
@@ -16,8 +17,9 @@ namespace trellara::cli {
 
 struct SourceTable {
   std::string name;                     // schema.table as the operator reads it
+  std::string schema, table;            // unquoted, as the catalog names them
   std::string qualified;                // quoted for SQL
-  std::string columns;                  // quoted, comma-separated, source order
+  std::string columns;                  // quoted, comma-separated, source order; never generated columns
   std::vector<std::string> column_list; // the same, one per column
   std::optional<std::string> row_filter;  // the publication's row filter (source side only)
   std::vector<std::string> key_columns;   // quoted; empty when the table has no usable key
@@ -26,8 +28,8 @@ struct SourceTable {
 };
 
 // The flow's publication tables (schema trellara excluded), optionally only `selected`
-// (schema.table; a name that is not published is an error naming the publication). Throws
-// CommandFailed.
+// (schema.table; a name that is not published is an error naming the publication and what it
+// holds). Throws CommandFailed.
 std::vector<SourceTable> ReadSourceTables(PgConnection& source, const FlowConfig& config,
                                           const std::vector<std::string>& selected);
 
