@@ -60,6 +60,9 @@ const char* QuarantineReasonName(QuarantineReason reason) {
     case QuarantineReason::PlanError: return "plan_error";
     case QuarantineReason::BarrierFailure: return "barrier_failure";
     case QuarantineReason::SnapshotPartialUpdate: return "snapshot_partial_update";
+    case QuarantineReason::DdlUnsupported: return "ddl_unsupported";
+    case QuarantineReason::DdlPolicyHalt: return "ddl_policy_halt";
+    case QuarantineReason::SchemaDrift: return "schema_drift";
   }
   return "?";
 }
@@ -207,6 +210,24 @@ QuarantineRecord BuildQuarantine(const TxIdentity& tx, const Sha256& checksum, c
              Shorten(cause.detail);
       q.next_step = "reseed the table (trellara reseed --table " + (cause.relation.empty() ? std::string("T") : cause.relation) +
                     ") or insert the row's current source values on the target, then " + call;
+      break;
+    case QuarantineReason::DdlUnsupported:
+      what = "its DDL on " + cause.relation + " cannot be reproduced exactly on the target (ddl_unsupported): " +
+             Shorten(cause.detail);
+      q.next_step = "follow trellara repair-plan --config <flow.toml> (change the target by hand or re-snapshot the "
+                    "table), then " + call;
+      break;
+    case QuarantineReason::DdlPolicyHalt:
+      what = "it holds DDL on " + cause.relation + " and [apply] ddl = \"halt\" (ddl_policy_halt): " +
+             Shorten(cause.detail);
+      q.next_step = "apply the change to the target yourself (trellara repair-plan --config <flow.toml> prints the "
+                    "steps), then " + call;
+      break;
+    case QuarantineReason::SchemaDrift:
+      what = "the definition of " + cause.relation + " changed with no DDL record that explains it (schema_drift): " +
+             Shorten(cause.detail);
+      q.next_step = "follow trellara repair-plan --config <flow.toml> (make the target match, run trellara "
+                    "contract-test), then " + call;
       break;
   }
   q.message = "quarantined " + Boundary(tx.xid, tx.commit_lsn) + " of flow " + tx.flow + ": " + what + "; " +

@@ -69,6 +69,52 @@ void HashValues(Sha256Stream& h, const std::vector<Value>& values) {
   }
 }
 
+// Everything a Ddl carries beyond its names (steps, definition, publications), so a record whose
+// DDL detail was altered fails its checksum like one whose values were.
+void HashDdlDetail(Sha256Stream& h, const Ddl& ddl) {
+  h.U32(ddl.relation_oid);
+  h.Str(ddl.relation_schema);
+  h.Str(ddl.relation_name);
+  h.U64(ddl.steps.size());
+  for (const DdlStep& st : ddl.steps) {
+    h.U8(static_cast<uint8_t>(st.kind));
+    h.Str(st.column);
+    h.Str(st.new_name);
+    h.Str(st.detail);
+    h.U8(st.using_expression ? 1 : 0);
+  }
+  h.U8(ddl.definition ? 1 : 0);
+  if (ddl.definition) {
+    const RelationDefinition& d = *ddl.definition;
+    h.U32(d.oid);
+    h.Str(d.schema);
+    h.Str(d.name);
+    h.Str(d.relkind);
+    h.U8(d.is_partition ? 1 : 0);
+    h.U64(d.columns.size());
+    for (const DdlColumn& c : d.columns) {
+      h.Str(c.name);
+      h.U32(c.type_oid);
+      h.Str(c.type_name);
+      h.U32(static_cast<uint32_t>(c.typmod));
+      h.U8(c.not_null ? 1 : 0);
+      h.U8(static_cast<uint8_t>(c.default_kind));
+      h.Str(c.default_expr);
+      h.Str(c.generated);
+      h.Str(c.identity);
+      h.Str(c.generation_expr);
+      h.Str(c.collation);
+    }
+    h.U64(d.primary_key.size());
+    for (const auto& k : d.primary_key) h.Str(k);
+    h.Str(d.primary_key_name);
+    h.U8(static_cast<uint8_t>(d.replica_identity));
+    h.Str(d.identity_index);
+  }
+  h.U64(ddl.publications.size());
+  for (const auto& p : ddl.publications) h.Str(p);
+}
+
 void HashRelationName(Sha256Stream& h, const RelationInfo* rel) {
   if (rel == nullptr) {
     h.U8(0);
@@ -145,6 +191,7 @@ void ChangeHasher::Add(const Change& change, const RelationInfo* relation,
       h.Str(change.ddl.schema);
       h.Str(change.ddl.object_identity);
       h.Str(change.ddl.sql);
+      HashDdlDetail(h, change.ddl);
       break;
   }
 }

@@ -115,6 +115,68 @@ class Encoder {
     return out;
   }
 
+  Trellara__Ddl* DdlMessage(const Ddl& ddl) {
+    Trellara__Ddl d = TRELLARA__DDL__INIT;
+    d.command_tag = Str(ddl.command_tag);
+    d.object_type = Str(ddl.object_type);
+    d.schema = Str(ddl.schema);
+    d.object_identity = Str(ddl.object_identity);
+    d.sql = Str(ddl.sql);
+    d.relation_oid = ddl.relation_oid;
+    d.relation_schema = Str(ddl.relation_schema);
+    d.relation_name = Str(ddl.relation_name);
+    d.n_steps = ddl.steps.size();
+    d.steps = Array<Trellara__DdlStep>(ddl.steps.size());
+    for (size_t i = 0; i < ddl.steps.size(); i++) {
+      const DdlStep& st = ddl.steps[i];
+      Trellara__DdlStep m = TRELLARA__DDL_STEP__INIT;
+      m.kind = static_cast<Trellara__DdlStepKind>(st.kind);
+      m.column = Str(st.column);
+      m.new_name = Str(st.new_name);
+      m.detail = Str(st.detail);
+      m.using_expression = st.using_expression;
+      d.steps[i] = New(m);
+    }
+    if (ddl.definition) {
+      const RelationDefinition& def = *ddl.definition;
+      Trellara__RelationDefinition m = TRELLARA__RELATION_DEFINITION__INIT;
+      m.oid = def.oid;
+      m.schema = Str(def.schema);
+      m.name = Str(def.name);
+      m.relkind = Str(def.relkind);
+      m.is_partition = def.is_partition;
+      m.n_columns = def.columns.size();
+      m.columns = Array<Trellara__DdlColumn>(def.columns.size());
+      for (size_t i = 0; i < def.columns.size(); i++) {
+        const DdlColumn& c = def.columns[i];
+        Trellara__DdlColumn col = TRELLARA__DDL_COLUMN__INIT;
+        col.name = Str(c.name);
+        col.type_oid = c.type_oid;
+        col.type_name = Str(c.type_name);
+        col.typmod = c.typmod;
+        col.not_null = c.not_null;
+        col.default_kind = static_cast<Trellara__DefaultKind>(c.default_kind);
+        col.default_expr = Str(c.default_expr);
+        col.generated = Str(c.generated);
+        col.identity = Str(c.identity);
+        col.generation_expr = Str(c.generation_expr);
+        col.collation = Str(c.collation);
+        m.columns[i] = New(col);
+      }
+      m.n_primary_key = def.primary_key.size();
+      m.primary_key = Array<char>(def.primary_key.size());
+      for (size_t i = 0; i < def.primary_key.size(); i++) m.primary_key[i] = Str(def.primary_key[i]);
+      m.primary_key_name = Str(def.primary_key_name);
+      m.replica_identity = static_cast<Trellara__ReplicaIdentity>(def.replica_identity);
+      m.identity_index = Str(def.identity_index);
+      d.definition = New(m);
+    }
+    d.n_publications = ddl.publications.size();
+    d.publications = Array<char>(ddl.publications.size());
+    for (size_t i = 0; i < ddl.publications.size(); i++) d.publications[i] = Str(ddl.publications[i]);
+    return New(d);
+  }
+
   Trellara__Change** Changes(const std::vector<Change>& changes) {
     auto** out = Array<Trellara__Change>(changes.size());
     for (size_t i = 0; i < changes.size(); i++) {
@@ -140,15 +202,7 @@ class Encoder {
         lm.content = Bin(c.message.content);
         m.message = New(lm);
       }
-      if (c.op == Op::Ddl) {
-        Trellara__Ddl d = TRELLARA__DDL__INIT;
-        d.command_tag = Str(c.ddl.command_tag);
-        d.object_type = Str(c.ddl.object_type);
-        d.schema = Str(c.ddl.schema);
-        d.object_identity = Str(c.ddl.object_identity);
-        d.sql = Str(c.ddl.sql);
-        m.ddl = New(d);
-      }
+      if (c.op == Op::Ddl) m.ddl = DdlMessage(c.ddl);
       out[i] = New(m);
     }
     return out;
@@ -296,6 +350,66 @@ class Decoder {
     return out;
   }
 
+  Ddl DdlModel(const Trellara__Ddl* m, const std::string& label) {
+    Ddl d;
+    d.command_tag = S(m->command_tag);
+    d.object_type = S(m->object_type);
+    d.schema = S(m->schema);
+    d.object_identity = S(m->object_identity);
+    d.sql = S(m->sql);
+    d.relation_oid = m->relation_oid;
+    d.relation_schema = S(m->relation_schema);
+    d.relation_name = S(m->relation_name);
+    for (size_t i = 0; i < m->n_steps; i++) {
+      const Trellara__DdlStep* st = m->steps[i];
+      int kind = static_cast<int>(st->kind);
+      if (kind < 1 || kind > static_cast<int>(kLastDdlStepKind)) {
+        Fail(label + " DDL step " + std::to_string(i) + " has unknown kind " + std::to_string(kind));
+        return d;
+      }
+      d.steps.push_back(DdlStep{static_cast<DdlStepKind>(kind), S(st->column), S(st->new_name), S(st->detail),
+                                st->using_expression != 0});
+    }
+    if (m->definition != nullptr) {
+      const Trellara__RelationDefinition* def = m->definition;
+      RelationDefinition r;
+      r.oid = def->oid;
+      r.schema = S(def->schema);
+      r.name = S(def->name);
+      r.relkind = S(def->relkind);
+      r.is_partition = def->is_partition != 0;
+      if (r.oid == 0 || r.name.empty()) Fail(label + " DDL definition has no relation oid or name");
+      int ri = static_cast<int>(def->replica_identity);
+      if (ri < 1 || ri > 4) Fail(label + " DDL definition has unknown replica identity " + std::to_string(ri));
+      r.replica_identity = static_cast<ReplicaIdentity>(ri < 1 || ri > 4 ? 1 : ri);
+      for (size_t i = 0; i < def->n_columns; i++) {
+        const Trellara__DdlColumn* c = def->columns[i];
+        DdlColumn col;
+        col.name = S(c->name);
+        col.type_oid = c->type_oid;
+        col.type_name = S(c->type_name);
+        col.typmod = c->typmod;
+        col.not_null = c->not_null != 0;
+        int dk = static_cast<int>(c->default_kind);
+        if (dk < 0 || dk > 2) Fail(label + " DDL column " + col.name + " has unknown default kind " + std::to_string(dk));
+        col.default_kind = static_cast<DefaultKind>(dk < 0 || dk > 2 ? 0 : dk);
+        col.default_expr = S(c->default_expr);
+        col.generated = S(c->generated);
+        col.identity = S(c->identity);
+        col.generation_expr = S(c->generation_expr);
+        col.collation = S(c->collation);
+        if (col.name.empty() || col.type_name.empty()) Fail(label + " DDL definition has a column without name or type");
+        r.columns.push_back(std::move(col));
+      }
+      for (size_t i = 0; i < def->n_primary_key; i++) r.primary_key.push_back(S(def->primary_key[i]));
+      r.primary_key_name = S(def->primary_key_name);
+      r.identity_index = S(def->identity_index);
+      d.definition = std::move(r);
+    }
+    for (size_t i = 0; i < m->n_publications; i++) d.publications.push_back(S(m->publications[i]));
+    return d;
+  }
+
   std::vector<Change> Changes(Trellara__Change** changes, size_t n, const std::vector<RelationInfo>& rels) {
     std::vector<Change> out;
     out.reserve(n);
@@ -377,8 +491,18 @@ class Decoder {
             Fail(label + " has no DDL body");
             break;
           }
-          c.ddl = Ddl{S(m->ddl->command_tag), S(m->ddl->object_type), S(m->ddl->schema),
-                      S(m->ddl->object_identity), S(m->ddl->sql)};
+          c.ddl = DdlModel(m->ddl, label);
+          if (c.relation_oid != 0) {
+            const RelationInfo* rel = find(c.relation_oid);
+            if (rel == nullptr)
+              Fail(label + " refers to relation oid " + std::to_string(c.relation_oid) +
+                   " but the record carries no RelationInfo for it");
+            else if (!c.ddl.definition)
+              Fail(label + " refers to relation " + rel->schema + "." + rel->name + " but carries no definition");
+            else if (c.ddl.definition->oid != c.relation_oid)
+              Fail(label + " refers to relation oid " + std::to_string(c.relation_oid) + " but its definition is of oid " +
+                   std::to_string(c.ddl.definition->oid));
+          }
           break;
       }
       if ((c.op == Op::Truncate || c.op == Op::Message || c.op == Op::Ddl) &&
@@ -720,6 +844,26 @@ Status SealEnvelope(Envelope& envelope) {
     return MakeError("cannot seal envelope of xid " + std::to_string(envelope.tx.xid) + ": " + sum.error().message);
   envelope.checksum = *sum;
   return Status::Ok();
+}
+
+Result<std::string> EncodeDdl(const Ddl& ddl) {
+  Encoder enc;
+  Trellara__Ddl* m = enc.DdlMessage(ddl);
+  if (enc.bad_text()) return MakeError("DDL record of " + ddl.object_identity + " holds a NUL byte in a text field");
+  std::string out(trellara__ddl__get_packed_size(m), '\0');
+  trellara__ddl__pack(m, reinterpret_cast<uint8_t*>(out.data()));
+  return out;
+}
+
+Result<Ddl> DecodeDdl(std::string_view bytes) {
+  Trellara__Ddl* m =
+      trellara__ddl__unpack(nullptr, bytes.size(), reinterpret_cast<const uint8_t*>(bytes.data()));
+  if (m == nullptr) return MakeError("DDL record of " + std::to_string(bytes.size()) + " bytes is not a valid protobuf Ddl");
+  Decoder dec;
+  Ddl d = dec.DdlModel(m, "DDL record");
+  trellara__ddl__free_unpacked(m, nullptr);
+  if (dec.failed()) return dec.error();
+  return d;
 }
 
 Status SealChunk(Chunk& chunk) {

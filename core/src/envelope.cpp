@@ -19,6 +19,28 @@ const char* OpName(Op op) {
   return "unknown";
 }
 
+const char* DdlStepKindName(DdlStepKind kind) {
+  switch (kind) {
+    case DdlStepKind::CreateTable: return "create_table";
+    case DdlStepKind::AddColumn: return "add_column";
+    case DdlStepKind::DropColumn: return "drop_column";
+    case DdlStepKind::RenameColumn: return "rename_column";
+    case DdlStepKind::RenameTable: return "rename_table";
+    case DdlStepKind::AlterColumnType: return "alter_column_type";
+    case DdlStepKind::SetNotNull: return "set_not_null";
+    case DdlStepKind::DropNotNull: return "drop_not_null";
+    case DdlStepKind::SetDefault: return "set_default";
+    case DdlStepKind::DropDefault: return "drop_default";
+    case DdlStepKind::AddPrimaryKey: return "add_primary_key";
+    case DdlStepKind::DropPrimaryKey: return "drop_primary_key";
+    case DdlStepKind::ReplicaIdentity: return "replica_identity";
+    case DdlStepKind::DropTable: return "drop_table";
+    case DdlStepKind::NoShapeChange: return "no_shape_change";
+    case DdlStepKind::Unsupported: return "unsupported";
+  }
+  return "unknown";
+}
+
 const char* ReplicaIdentityName(ReplicaIdentity ri) {
   switch (ri) {
     case ReplicaIdentity::Default: return "default";

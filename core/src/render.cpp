@@ -141,6 +141,47 @@ ordered_json ChangesJson(const std::vector<Change>& changes, const std::vector<R
         j["schema"] = Name(c.ddl.schema);
         j["object_identity"] = Name(c.ddl.object_identity);
         j["sql"] = Name(c.ddl.sql);
+        if (c.ddl.relation_oid != 0) j["relation_oid"] = c.ddl.relation_oid;
+        j["relation"] = Name(c.ddl.relation_schema) + "." + Name(c.ddl.relation_name);
+        {
+          nlohmann::ordered_json steps = nlohmann::ordered_json::array();
+          for (const auto& st : c.ddl.steps) {
+            nlohmann::ordered_json sj;
+            sj["kind"] = DdlStepKindName(st.kind);
+            if (!st.column.empty()) sj["column"] = Name(st.column);
+            if (!st.new_name.empty()) sj["new_name"] = Name(st.new_name);
+            if (!st.detail.empty()) sj["detail"] = Name(st.detail);
+            if (st.using_expression) sj["using_expression"] = true;
+            steps.push_back(std::move(sj));
+          }
+          j["steps"] = std::move(steps);
+        }
+        if (c.ddl.definition) {
+          const auto& d = *c.ddl.definition;
+          nlohmann::ordered_json dj;
+          dj["relation"] = Name(d.schema) + "." + Name(d.name);
+          dj["relkind"] = d.relkind;
+          nlohmann::ordered_json cols = nlohmann::ordered_json::array();
+          for (const auto& col : d.columns) {
+            nlohmann::ordered_json cj;
+            cj["name"] = Name(col.name);
+            cj["type"] = Name(col.type_name);
+            cj["not_null"] = col.not_null;
+            if (!col.default_expr.empty()) {
+              cj["default"] = Name(col.default_expr);
+              cj["default_kind"] = col.default_kind == DefaultKind::Immutable ? "immutable" : "mutable";
+            }
+            if (!col.generated.empty()) cj["generated"] = Name(col.generation_expr);
+            if (!col.identity.empty()) cj["identity"] = col.identity == "a" ? "always" : "by default";
+            cols.push_back(std::move(cj));
+          }
+          dj["columns"] = std::move(cols);
+          nlohmann::ordered_json pk = nlohmann::ordered_json::array();
+          for (const auto& k : d.primary_key) pk.push_back(Name(k));
+          dj["primary_key"] = std::move(pk);
+          dj["replica_identity"] = ReplicaIdentityName(d.replica_identity);
+          j["definition"] = std::move(dj);
+        }
         break;
     }
     out.push_back(std::move(j));

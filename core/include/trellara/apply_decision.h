@@ -62,8 +62,11 @@ enum class QuarantineReason : uint8_t {
   BarrierFailure,       // the log holds no complete verified copy of the transaction
   SnapshotPartialUpdate,  // only the new row of a key-moving UPDATE applies under the snapshot handoff,
                           // and it carries an unchanged TOASTed value the stream did not send
+  DdlUnsupported,   // a captured DDL the applier cannot reproduce exactly on the target (ddl_apply.h)
+  DdlPolicyHalt,    // a captured DDL under [apply] ddl = "halt"
+  SchemaDrift,      // a relation's fingerprint changed with no DDL record that explains it
 };
-inline constexpr QuarantineReason kLastQuarantineReason = QuarantineReason::SnapshotPartialUpdate;
+inline constexpr QuarantineReason kLastQuarantineReason = QuarantineReason::SchemaDrift;
 const char* QuarantineReasonName(QuarantineReason reason);  // snake_case, stored in the table
 
 // What went wrong, as the applier observed it. Fields not relevant to the reason stay empty.

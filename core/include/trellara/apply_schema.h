@@ -37,6 +37,8 @@ struct TargetColumn {
 struct TargetRelation {
   bool exists = false;
   std::vector<TargetColumn> columns;
+  std::vector<std::string> primary_key;  // column names in key order; empty when none
+  std::string primary_key_name;          // the primary key constraint's name
 };
 
 // Source type as the plugin recorded it (format_type_with_typemod) against the target column's

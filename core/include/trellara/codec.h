@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "trellara/envelope.h"
 #include "trellara/result.h"
@@ -35,5 +36,11 @@ Status VerifyRecordChecksum(const Record& record);
 // (and leaves the checksum zero) if a change refers to a relation the record does not describe.
 Status SealEnvelope(Envelope& envelope);
 Status SealChunk(Chunk& chunk);
+
+// One Ddl alone (proto Ddl): what the extension's event trigger puts in the WAL as the content of
+// a transactional logical message with prefix kDdlMessagePrefix, and what the plugin decodes.
+inline constexpr char kDdlMessagePrefix[] = "trellara.ddl";
+Result<std::string> EncodeDdl(const Ddl& ddl);
+Result<Ddl> DecodeDdl(std::string_view bytes);
 
 }  // namespace trellara

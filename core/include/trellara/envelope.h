@@ -75,18 +75,76 @@ struct LogicalMessage {
   bool operator==(const LogicalMessage&) const = default;
 };
 
+// DDL captured by the extension's event triggers (proto Ddl; docs/schema-changes.md). One Ddl is
+// what one command did to one relation: structured steps and the relation's definition after it.
+enum class DdlStepKind : uint8_t {
+  CreateTable = 1, AddColumn = 2, DropColumn = 3, RenameColumn = 4, RenameTable = 5, AlterColumnType = 6,
+  SetNotNull = 7, DropNotNull = 8, SetDefault = 9, DropDefault = 10, AddPrimaryKey = 11, DropPrimaryKey = 12,
+  ReplicaIdentity = 13, DropTable = 14, NoShapeChange = 15, Unsupported = 16,
+};
+inline constexpr DdlStepKind kLastDdlStepKind = DdlStepKind::Unsupported;
+const char* DdlStepKindName(DdlStepKind kind);  // "create_table", "add_column", ...
+
+struct DdlStep {
+  DdlStepKind kind = DdlStepKind::Unsupported;
+  std::string column;    // the column it names (RenameColumn: old name; RenameTable: old table name;
+                         // DropPrimaryKey: the constraint name)
+  std::string new_name;  // RenameColumn / RenameTable
+  std::string detail;    // the subcommand as a person reads it
+  bool using_expression = false;  // AlterColumnType with USING
+  bool operator==(const DdlStep&) const = default;
+};
+
+enum class DefaultKind : uint8_t { None = 0, Immutable = 1, Mutable = 2 };
+
+struct DdlColumn {
+  std::string name;
+  uint32_t type_oid = 0;
+  std::string type_name;  // format_type(atttypid, atttypmod)
+  int32_t typmod = -1;
+  bool not_null = false;
+  DefaultKind default_kind = DefaultKind::None;
+  std::string default_expr;     // "" when none
+  std::string generated;        // "s" stored generated, "" otherwise
+  std::string identity;         // "a" / "d" / ""
+  std::string generation_expr;  // generated columns
+  std::string collation;        // non-default collation, "" otherwise
+  bool operator==(const DdlColumn&) const = default;
+};
+
+struct RelationDefinition {
+  uint32_t oid = 0;
+  std::string schema;
+  std::string name;
+  std::string relkind = "r";
+  bool is_partition = false;
+  std::vector<DdlColumn> columns;  // attribute order, dropped excluded, generated included
+  std::vector<std::string> primary_key;
+  std::string primary_key_name;
+  ReplicaIdentity replica_identity = ReplicaIdentity::Default;
+  std::string identity_index;
+  bool operator==(const RelationDefinition&) const = default;
+};
+
 struct Ddl {
   std::string command_tag;
   std::string object_type;
   std::string schema;
   std::string object_identity;
   std::string sql;
+  uint32_t relation_oid = 0;
+  std::string relation_schema;  // before the command
+  std::string relation_name;
+  std::vector<DdlStep> steps;
+  std::optional<RelationDefinition> definition;  // after; nullopt after DROP TABLE
+  std::vector<std::string> publications;
   bool operator==(const Ddl&) const = default;
 };
 
 struct Change {
   Op op = Op::Insert;
-  uint32_t relation_oid = 0;  // Insert/Update/Delete; 0 for Truncate/Message/Ddl
+  uint32_t relation_oid = 0;  // Insert/Update/Delete; Ddl: the relation after the command (0 after
+                              // DROP TABLE); 0 for Truncate/Message
   OldImage old_image = OldImage::None;
   std::vector<Value> old_tuple;  // Key: key columns in column order; Full: every column
   std::vector<Value> new_tuple;  // Insert/Update: every column
