@@ -26,7 +26,13 @@ const std::map<std::string, std::map<std::string, KeySpec>>& Schema() {
        {{"session_replication_role", {false, "\"replica\" (default) or \"origin\""}},
         {"synchronous_commit",
          {false, "\"off\" (default: the consumer offset then follows the target's flushed origin progress), "
-                 "\"local\", \"remote_write\", \"on\" or \"remote_apply\""}}}},
+                 "\"local\", \"remote_write\", \"on\" or \"remote_apply\""}},
+        {"ddl",
+         {false, "\"apply\" (default: supported DDL is applied to the target in the source transaction's order) or "
+                 "\"halt\" (every transaction holding DDL is quarantined as ddl_policy_halt)"}},
+        {"ddl_drop_table",
+         {false, "\"keep\" (default: DROP TABLE leaves the target's table and rows) or \"apply\" (DROP TABLE "
+                 "drops the target's table too, irreversibly)"}}}},
   };
   return kSchema;
 }
@@ -114,6 +120,22 @@ Result<FlowConfig> LoadFlowConfig(const std::string& path) {
     if (*sync != "off" && *sync != "local" && *sync != "remote_write" && *sync != "on" && *sync != "remote_apply")
       return SettingError(path, "apply.synchronous_commit", "is \"" + *sync + "\"");
     config.synchronous_commit = *sync;
+  }
+  if (auto ddl = get("apply", "ddl")) {
+    if (*ddl == "apply")
+      config.ddl = DdlPolicy::Apply;
+    else if (*ddl == "halt")
+      config.ddl = DdlPolicy::Halt;
+    else
+      return SettingError(path, "apply.ddl", "is \"" + *ddl + "\"");
+  }
+  if (auto drop = get("apply", "ddl_drop_table")) {
+    if (*drop == "keep")
+      config.ddl_drop_table = DropTablePolicy::Keep;
+    else if (*drop == "apply")
+      config.ddl_drop_table = DropTablePolicy::Apply;
+    else
+      return SettingError(path, "apply.ddl_drop_table", "is \"" + *drop + "\"");
   }
   return config;
 }

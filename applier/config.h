@@ -9,6 +9,17 @@
 //              default for its apply worker) a COMMIT returns before the target flushed it, so the
 //              consumer offset only passes what pg_replication_origin_progress(origin, true)
 //              reports as flushed; a target crash then loses nothing the log no longer holds.
+//            ddl = "apply" (default) | "halt"
+//              what the applier does with a captured DDL change (docs/schema-changes.md): "apply"
+//              carries the supported changes to the target inside the source transaction's own
+//              target transaction; "halt" quarantines every transaction holding DDL
+//              (ddl_policy_halt) so a person applies it. A halted transaction the operator marks
+//              replay-ready is then planned as under "apply": a DDL already applied by hand is a
+//              no-op, the rest is carried out.
+//            ddl_drop_table = "keep" (default) | "apply"
+//              DROP TABLE of a published table: "keep" leaves the target's table and its rows (the
+//              flow stops following it); "apply" drops it on the target too. Dropping target data
+//              cannot be undone, so the DBA opts in.
 //
 // Loading is strict: an unknown table or key, a missing required setting, a wrong type or a value
 // outside the accepted set is an error naming the setting and what it accepts. Nothing is
@@ -17,6 +28,7 @@
 
 #include <string>
 
+#include "trellara/ddl_apply.h"
 #include "trellara/result.h"
 
 namespace trellara::cli {
@@ -29,6 +41,8 @@ struct FlowConfig {
   std::string target_conninfo; // [target] conninfo
   std::string session_replication_role = "replica";  // [apply] session_replication_role
   std::string synchronous_commit = "off";            // [apply] synchronous_commit
+  DdlPolicy ddl = DdlPolicy::Apply;                  // [apply] ddl
+  DropTablePolicy ddl_drop_table = DropTablePolicy::Keep;  // [apply] ddl_drop_table
 };
 
 Result<FlowConfig> LoadFlowConfig(const std::string& path);

@@ -199,6 +199,25 @@ BEGIN
 END
 $grant$;
 
+-- ---- schema changes (docs/schema-changes.md) ---------------------------------------------------
+-- What the flow knows of each source relation (core ddl_apply.h "Drift"): the fingerprint of the
+-- definition the applier last accepted for that source oid, written in the target transaction that
+-- first applied a change of it (after the target catalog check) or that applied a DDL changing it,
+-- and deleted with the transaction that applied its DROP TABLE. A change whose relation carries
+-- another fingerprint with no DDL record before it is schema_drift. Never edited by the applier
+-- outside an apply transaction; deleting a row makes the next change of that relation a first
+-- sight again (the target catalog check decides).
+CREATE TABLE IF NOT EXISTS trellara.relation_schemas (
+  flow               text        NOT NULL,
+  source_oid         oid         NOT NULL,
+  schema             text        NOT NULL,
+  name               text        NOT NULL,
+  fingerprint        bytea       NOT NULL,
+  updated_commit_lsn pg_lsn      NOT NULL,
+  updated_at         timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (flow, source_oid)
+);
+
 -- ---- snapshot, handoff and verify coordination (docs/snapshot.md) --------------------------
 -- The initial copy (`trellara snapshot`) and reseeds (`trellara reseed`): one row per run, per
 -- table and per key-range chunk. A chunk's rows and its row here (state 'copied' and the source

@@ -44,6 +44,12 @@ TEST_CASE("configuration_errors_name_the_setting_and_the_accepted_values", "[cli
       {"bad_sync", kFlow + kTarget + "[apply]\nsynchronous_commit = \"maybe\"\n",
        {"apply.synchronous_commit is \"maybe\"", "\"off\" (default", "\"remote_apply\""}},
       {"not_string", kFlow + kTarget + "[apply]\nsynchronous_commit = true\n", {"apply.synchronous_commit must be a string"}},
+      {"bad_ddl", kFlow + kTarget + "[apply]\nddl = \"ignore\"\n",
+       {"setting apply.ddl is \"ignore\"", "\"apply\" (default", "\"halt\""}},
+      {"bad_ddl_case", kFlow + kTarget + "[apply]\nddl = \"Apply\"\n", {"setting apply.ddl is \"Apply\""}},
+      {"bad_drop", kFlow + kTarget + "[apply]\nddl_drop_table = \"drop\"\n",
+       {"setting apply.ddl_drop_table is \"drop\"", "\"keep\" (default", "\"apply\" (DROP TABLE"}},
+      {"ddl_not_string", kFlow + kTarget + "[apply]\nddl = false\n", {"apply.ddl must be a string"}},
       {"bad_toml", "[flow\nname = \"app\"\n", {"is not valid TOML at line 1"}},
   };
   for (const auto& c : cases) {
@@ -60,7 +66,8 @@ TEST_CASE("configuration_errors_name_the_setting_and_the_accepted_values", "[cli
 TEST_CASE("valid_configuration_with_every_apply_setting_is_accepted", "[cli][config]") {
   const std::string path =
       WriteConfig("valid", kFlow + "[source]\nconninfo = \"dbname=src\"\n" + kTarget +
-                               "[apply]\nsession_replication_role = \"origin\"\nsynchronous_commit = \"on\"\n");
+                               "[apply]\nsession_replication_role = \"origin\"\nsynchronous_commit = \"on\"\n"
+                               "ddl = \"halt\"\nddl_drop_table = \"apply\"\n");
   auto run = RunTrellara("apply --config " + path + " --until-caught-up");
   INFO(run.all);
   // Loading succeeded: what fails is the log directory, named, with exit 1.
