@@ -4,7 +4,8 @@
 // Its parts live in one file per concern:
 //   apply_command.cpp      the CLI, the main loop over the log, the consumer offset
 //   apply_transaction.cpp  the one-at-a-time path: one transaction, decided by core, applied or
-//                          quarantined
+//                          quarantined; captured DDL (core PlanDdl) and schema drift (core
+//                          CheckKnownRelation) are decided there, in transaction order
 //   apply_pipeline.cpp     batches of whole transactions through one libpq pipeline segment
 //   apply_session.cpp      the target session and the trellara state tables
 //   apply_snapshot.cpp     the snapshot handoff rule for tables being copied, and holds
@@ -110,6 +111,15 @@ class Applier {
   std::optional<QuarantineCause> ExecuteChange(const Change& change, const std::vector<RelationInfo>& relations,
                                                const TxIdentity& tx);
   std::optional<QuarantineCause> ExecutePlan(const ChangePlan& plan, const TxIdentity& tx);
+  std::optional<QuarantineCause> CheckDrift(const Change& change, const std::vector<RelationInfo>& relations,
+                                            const TxIdentity& tx);
+  std::optional<QuarantineCause> PrecheckDrift(const std::vector<const Change*>& changes,
+                                               const std::vector<RelationInfo>& relations);
+  std::optional<QuarantineCause> ExecuteDdl(const Change& change, const std::vector<RelationInfo>& relations,
+                                            const TxIdentity& tx);
+  // The batch path's question: does every relation `change` names carry the fingerprint the flow
+  // knows (no first sight, no drift, no DDL)? Otherwise the transaction goes alone.
+  bool KnownShapes(const Change& change, const std::vector<RelationInfo>& relations);
   Result<std::vector<uint8_t>> ReadChunkFrame(uint64_t offset);
   Attempt ApplyInTransaction(const ReadyTransaction& ready, bool resolves_quarantine);
   void Quarantine(const ReadyTransaction& ready, const QuarantineCause& cause, uint32_t previous_attempts);
@@ -166,6 +176,14 @@ class Applier {
   SnapshotRegistry registry_;
   // Chunks read pending FOR SHARE in the open target transaction (still pending until it ends).
   std::set<std::pair<const SnapshotTable*, int32_t>> pending_locked_;
+  // The one-at-a-time attempt in flight: replayed after the operator marked it replay-ready (drift
+  // and DDL are then decided as docs/schema-changes.md says), and what its DDL changes did, counted
+  // and logged only once its COMMIT succeeded.
+  bool replay_ready_ = false;
+  uint64_t attempt_ddl_applied_ = 0;
+  uint64_t attempt_ddl_no_target_change_ = 0;
+  std::vector<std::string> attempt_ddl_notes_;
+  bool attempt_registry_changed_ = false;  // a DDL withheld a snapshot handoff: reload after COMMIT
   uint64_t applied_lsn_ = 0;  // the highest commit LSN the target holds (origin progress, then retired)
   uint64_t covered_lsn_ = 0;  // the LSN of the last transaction end or progress marker read
 };

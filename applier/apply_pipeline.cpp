@@ -25,8 +25,9 @@ namespace trellara::cli::apply {
 // one batch is in flight: the next batch's evidence is read only after the previous batch's
 // results.
 
-// The adapter's verdict on one candidate of a batch: core's DecideApply, then the planner and the
-// target's schema (CheckRelationsOf). Fills tx.plans for an Apply.
+// The adapter's verdict on one candidate of a batch: core's DecideApply, then what the flow knows of
+// each relation (KnownShapes: DDL, first sight and drift go alone), the planner and the target's
+// schema (CheckRelationsOf). Fills tx.plans for an Apply.
 Admission Applier::Classify(PipelineTx& tx, const Evidence& evidence) {
   const ApplyDecision decision = Decide(tx.ready, evidence.target);
   if (decision.action == ApplyAction::SkipDuplicate) return Admission::Duplicate;
@@ -36,6 +37,10 @@ Admission Applier::Classify(PipelineTx& tx, const Evidence& evidence) {
   tx.plans.clear();
   tx.snapshot_in_copy = 0;
   for (const auto& change : tx.ready.envelope->changes) {
+    // DDL, a relation seen for the first time or with another fingerprint (drift): the
+    // one-at-a-time path decides it in transaction order (apply_transaction.cpp) and moves what the
+    // flow knows of the relation only once that transaction committed.
+    if (!KnownShapes(change, tx.ready.envelope->relations)) return Admission::Alone;
     if (UnderSnapshot(change, tx.ready.envelope->relations)) {
       // The handoff rule with what the registry has cached: a chunk not known to be copied (its
       // state must be read FOR SHARE) or a skip to record sends the transaction alone.

@@ -21,6 +21,10 @@ struct Counters {
   // because the chunk's copy holds them, and skips recorded for chunks still pending.
   uint64_t snapshot_in_copy = 0;
   uint64_t snapshot_skips = 0;
+  // Captured DDL (docs/schema-changes.md), counted once its transaction committed: statements run
+  // on the target, or nothing to run (an index, a kept DROP TABLE, a step the target reflects).
+  uint64_t ddl_applied = 0;
+  uint64_t ddl_no_target_change = 0;
 };
 
 // Where the applier stands in the log, for a progress line.

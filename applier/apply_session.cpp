@@ -6,6 +6,9 @@
 #include <ctime>
 #include <iostream>
 
+#include <nlohmann/json.hpp>
+
+#include "trellara/apply_plan.h"
 #include "trellara/apply_retry.h"
 #include "trellara/fault.h"
 #include "target_schema.h"
@@ -80,6 +83,8 @@ void ApplySession::Disconnect() {
   conn_.reset();
   statements_.clear();
   accepted_relations_.clear();
+  known_.clear();
+  pending_known_.clear();
 }
 
 void ApplySession::Connect(bool reconnecting) {
@@ -163,14 +168,22 @@ void ApplySession::Connect(bool reconnecting) {
        "preparing the dedup insert");
   Must(conn_->Prepare("trellara_flushed_progress", "SELECT pg_replication_origin_progress($1, true)", 1),
        "preparing the flushed-progress lookup");
+  // Columns in attribute order; every row also carries the primary key's columns (in key order)
+  // and constraint name, NULL when there is none.
   Must(conn_->Prepare("trellara_target_columns",
                       "SELECT c.oid IS NOT NULL, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, "
-                      "a.atthasdef, a.attidentity <> '', a.attgenerated <> '' "
+                      "a.atthasdef, a.attidentity <> '', a.attgenerated <> '', "
+                      "(SELECT array_to_json(array_agg(ka.attname ORDER BY k.ord))::text "
+                      "   FROM pg_catalog.pg_constraint pk, unnest(pk.conkey) WITH ORDINALITY AS k(attnum, ord) "
+                      "   JOIN pg_catalog.pg_attribute ka ON ka.attrelid = pk.conrelid AND ka.attnum = k.attnum "
+                      "  WHERE pk.conrelid = c.oid AND pk.contype = 'p'), "
+                      "(SELECT pk.conname FROM pg_catalog.pg_constraint pk WHERE pk.conrelid = c.oid AND pk.contype = 'p') "
                       "FROM (SELECT to_regclass($1) AS oid) AS c "
                       "LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 "
-                      "AND NOT a.attisdropped",
+                      "AND NOT a.attisdropped ORDER BY a.attnum",
                       1),
        "preparing the target schema lookup");
+  LoadKnownRelations();
   // The first statement of every applier transaction (docs/snapshot.md "Locks"): waits while a
   // registration holds the control lock, refuses (TR010) when the registry moved.
   Must(conn_->Prepare("trellara_control_check", "SELECT trellara.control_check($1, $2)", 2),
@@ -288,10 +301,21 @@ uint64_t ApplySession::FlushedProgress() {
 std::optional<QuarantineCause> ApplySession::CheckRelation(const RelationInfo& relation) {
   const std::string key = HexEncode(relation.fingerprint);
   if (accepted_relations_.contains(key)) return std::nullopt;
-  auto qualified = QualifiedName(relation);
-  if (!qualified) return std::nullopt;  // the planner reports it as a plan error
-  auto r = Must(conn_->ExecPrepared("trellara_target_columns", {*qualified}),
-                "reading the target's definition of " + DisplayName(relation));
+  if (!QualifiedName(relation)) return std::nullopt;  // the planner reports it as a plan error
+  const TargetRelation target = ReadTargetRelation(relation.schema, relation.name);
+  auto cause = CheckTargetRelation(relation, target);
+  if (!cause) accepted_relations_.insert(key);
+  return cause;
+}
+
+TargetRelation ApplySession::ReadTargetRelation(const std::string& schema, const std::string& name) {
+  const std::string display = schema + "." + name;
+  auto quoted_schema = QuoteIdentifier(schema);
+  auto quoted_name = QuoteIdentifier(name);
+  if (!quoted_schema || !quoted_name)
+    Fail("cannot read the target's definition of " + display + ": the name cannot be quoted as an identifier");
+  auto r = Must(conn_->ExecPrepared("trellara_target_columns", {*quoted_schema + "." + *quoted_name}),
+                "reading the target's definition of " + display);
   TargetRelation target;
   target.exists = r.Value(0, 0) == std::optional<std::string>("t");
   for (int i = 0; target.exists && i < r.rows(); i++) {
@@ -305,9 +329,107 @@ std::optional<QuarantineCause> ApplySession::CheckRelation(const RelationInfo& r
     column.generated = r.Value(i, 6) == std::optional<std::string>("t");
     target.columns.push_back(std::move(column));
   }
-  auto cause = CheckTargetRelation(relation, target);
-  if (!cause) accepted_relations_.insert(key);
-  return cause;
+  if (target.exists) {
+    if (auto key = r.Value(0, 7)) {
+      auto parsed = nlohmann::json::parse(*key, nullptr, false);
+      if (!parsed.is_array())
+        Fail("the target's primary key of " + display + " could not be read (" + *key + ")");
+      for (const auto& column : parsed) target.primary_key.push_back(column.get<std::string>());
+    }
+    target.primary_key_name = r.Value(0, 8).value_or("");
+  }
+  return target;
+}
+
+// ---- what the flow knows of each source relation -------------------------------------------
+
+void ApplySession::LoadKnownRelations() {
+  known_.clear();
+  pending_known_.clear();
+  auto r = Must(conn_->ExecParams("SELECT source_oid, schema, name, encode(fingerprint, 'hex') "
+                                  "FROM trellara.relation_schemas WHERE flow = $1",
+                                  {config_.flow_name}),
+                "reading what flow " + config_.flow_name + " knows of its source relations (trellara.relation_schemas)");
+  for (int i = 0; i < r.rows(); i++) {
+    KnownRelation known;
+    known.oid = static_cast<uint32_t>(std::stoul(r.Value(i, 0).value_or("0")));
+    known.schema = r.Value(i, 1).value_or("");
+    known.name = r.Value(i, 2).value_or("");
+    auto fingerprint = ParseChecksumHex(r.Value(i, 3).value_or(""));
+    if (!fingerprint)
+      Fail("the row of source relation oid " + std::to_string(known.oid) + " (" + known.schema + "." + known.name +
+           ") of flow " + config_.flow_name + " in trellara.relation_schemas has a malformed fingerprint; it was "
+           "edited by hand: delete that row (the next change of the relation is then checked against the target's "
+           "catalog again) and rerun trellara apply");
+    known.fingerprint = *fingerprint;
+    known_[known.oid] = std::move(known);
+  }
+}
+
+std::optional<KnownRelation> ApplySession::Known(uint32_t oid) const {
+  if (auto pending = pending_known_.find(oid); pending != pending_known_.end()) return pending->second;
+  if (auto found = known_.find(oid); found != known_.end()) return found->second;
+  return std::nullopt;
+}
+
+void ApplySession::RecordKnown(const RelationInfo& relation, const TxIdentity& tx) {
+  Must(conn_->ExecParams("INSERT INTO trellara.relation_schemas AS r (flow, source_oid, schema, name, fingerprint, "
+                         "updated_commit_lsn, updated_at) VALUES ($1, $2, $3, $4, $5::bytea, $6::pg_lsn, now()) "
+                         "ON CONFLICT (flow, source_oid) DO UPDATE SET schema = EXCLUDED.schema, name = EXCLUDED.name, "
+                         "fingerprint = EXCLUDED.fingerprint, updated_commit_lsn = EXCLUDED.updated_commit_lsn, "
+                         "updated_at = now()",
+                         {config_.flow_name, std::to_string(relation.oid), relation.schema, relation.name,
+                          ChecksumParam(relation.fingerprint), FormatLsn(tx.commit_lsn)}),
+       "recording the definition of " + DisplayName(relation) + " for " + DescribeTransaction(tx) +
+           " (trellara.relation_schemas)");
+  pending_known_[relation.oid] = KnownRelation{relation.oid, relation.schema, relation.name, relation.fingerprint};
+}
+
+void ApplySession::ForgetKnown(uint32_t oid, const TxIdentity& tx) {
+  Must(conn_->ExecParams("DELETE FROM trellara.relation_schemas WHERE flow = $1 AND source_oid = $2",
+                         {config_.flow_name, std::to_string(oid)}),
+       "forgetting source relation oid " + std::to_string(oid) + " for " + DescribeTransaction(tx) +
+           " (trellara.relation_schemas)");
+  pending_known_[oid] = std::nullopt;
+}
+
+void ApplySession::CommitKnown() {
+  for (auto& [oid, known] : pending_known_) {
+    if (known)
+      known_[oid] = std::move(*known);
+    else
+      known_.erase(oid);
+  }
+  pending_known_.clear();
+}
+
+bool ApplySession::WithholdSnapshotHandoff(const std::string& schema, const std::string& name, const TxIdentity& tx,
+                                           const std::string& ddl_description) {
+  const std::string& flow = config_.flow_name;
+  const std::string display = schema + "." + name;
+  const std::string what = "withholding the snapshot handoff of " + display + " after " + ddl_description + " in " +
+                           DescribeTransaction(tx);
+  // docs/snapshot.md "Locks": a registry change is made under the control lock taken exclusive and
+  // bumps the control version. This transaction already holds it shared (control_check); nobody
+  // else of this flow applies, so the upgrade waits only for registrations in flight.
+  Must(conn_->ExecParams("SELECT pg_advisory_xact_lock(hashtextextended('trellara control ' || $1, 0))", {flow}),
+       what + ": taking the control lock");
+  const std::string error =
+      display + " changed under its snapshot copy: " + ddl_description + " (" + DescribeTransaction(tx) +
+      ") was applied to the target before every chunk was copied, so chunks copied before it may hold rows of the old "
+      "definition; copy it again under the new one: trellara snapshot --config " + config_.path + " --table " +
+      display + " --force";
+  auto r = Must(conn_->ExecParams("UPDATE trellara.snapshot_tables SET state = 'failed_recoverable', run_id = $4, "
+                                  "last_error = $5, updated_at = now() WHERE flow = $1 AND schema_name = $2 AND "
+                                  "table_name = $3 AND state <> 'handoff_ready'",
+                                  {flow, schema, name, "ddl@" + FormatLsn(tx.commit_lsn), error}),
+                what);
+  if (r.affected() == 0) return false;
+  Must(conn_->ExecParams("INSERT INTO trellara.apply_control AS c (flow, version, updated_at) VALUES ($1, 1, now()) "
+                         "ON CONFLICT (flow) DO UPDATE SET version = c.version + 1, updated_at = now()",
+                         {flow}),
+       what + ": bumping the control version (trellara.apply_control)");
+  return true;
 }
 
 // Every relation a change writes to, checked (CheckRelation).

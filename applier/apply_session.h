@@ -3,7 +3,8 @@
 // flow's advisory lock, the state schema, the replication origin, the prepared statements), and
 // every statement the applier runs against the trellara state tables: the evidence of a batch of
 // commit LSNs, the apply status, quarantine records, the origin's flushed progress, the target's
-// definition of a relation, and the prepared-statement cache of planned changes.
+// definition of a relation, the prepared-statement cache of planned changes, and what the flow
+// knows of each source relation (trellara.relation_schemas, core ddl_apply.h "Drift").
 //
 // It decides nothing: core's DecideApply, CheckTargetRelation and BuildQuarantine decide; this
 // file reads what they need and writes what they built. It never commits anything of a source
@@ -29,6 +30,7 @@
 #include "trellara/apply_plan.h"
 #include "trellara/apply_schema.h"
 #include "trellara/barrier.h"
+#include "trellara/ddl_apply.h"
 
 namespace trellara::cli::apply {
 
@@ -120,6 +122,33 @@ class ApplySession {
   // Every relation a change writes to, checked (CheckRelation).
   std::optional<QuarantineCause> CheckRelationsOf(const Change& change, const std::vector<RelationInfo>& relations);
 
+  // The target's definition of schema.name as it is now (inside the open transaction when there is
+  // one): columns, primary key columns in key order and the key's constraint name.
+  TargetRelation ReadTargetRelation(const std::string& schema, const std::string& name);
+  // The target's definition changed (a DDL ran): every accepted fingerprint is checked again.
+  void ForgetAcceptedRelations() { accepted_relations_.clear(); }
+
+  // ---- what the flow knows of each source relation (trellara.relation_schemas) ----
+  // Loaded by Connect. Inside an open apply transaction, RecordKnown / ForgetKnown write the row
+  // and keep the change in a pending layer that Known reads first; CommitKnown merges it once the
+  // COMMIT succeeded, DiscardKnown drops it on every other way out (a rolled-back transaction
+  // leaves the cache as it was).
+  std::optional<KnownRelation> Known(uint32_t oid) const;
+  void RecordKnown(const RelationInfo& relation, const TxIdentity& tx);
+  void ForgetKnown(uint32_t oid, const TxIdentity& tx);
+  void CommitKnown();
+  void DiscardKnown() { pending_known_.clear(); }
+
+  // Inside the open apply transaction: a DDL `ddl_description` of `tx` changes schema.name while
+  // its snapshot copy is not finished (docs/schema-changes.md "Snapshot"). Under the control lock
+  // taken exclusive, with the control version bumped (every session reloads its registry), the
+  // table's row becomes failed_recoverable with an error naming the DDL and the rerun command, and
+  // leaves its run (run_id 'ddl@<commit LSN>', never a valid run id), so no copy that started
+  // under the old schema can make it handoff_ready: only `trellara snapshot --table T --force`
+  // copies it again, every chunk, under the new schema. Returns whether a table was withheld.
+  bool WithholdSnapshotHandoff(const std::string& schema, const std::string& name, const TxIdentity& tx,
+                               const std::string& ddl_description);
+
   // The prepared statement of `plan`, queued or run: its name, and whether it must be prepared.
   std::pair<std::string, bool> StatementFor(const ChangePlan& plan);
   // The statement of `statement_key` was not prepared after all (its Parse failed or was skipped).
@@ -156,12 +185,17 @@ class ApplySession {
   void ReleaseHoldLock();
 
  private:
+  void LoadKnownRelations();  // Connect: the flow's rows of trellara.relation_schemas
+
   const FlowConfig& config_;
   std::string origin_name_;
   std::unique_ptr<PgConnection> conn_;
   std::unordered_map<std::string, std::string> statements_;  // statement_key -> prepared name
   std::unordered_set<std::string> accepted_relations_;       // fingerprints the target can take
   uint64_t statement_serial_ = 0;  // names prepared statements; never reused
+  std::unordered_map<uint32_t, KnownRelation> known_;  // committed rows of trellara.relation_schemas
+  // The open transaction's changes to known_: nullopt = forgotten (DROP TABLE).
+  std::unordered_map<uint32_t, std::optional<KnownRelation>> pending_known_;
 };
 
 }  // namespace trellara::cli::apply

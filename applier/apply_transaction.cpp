@@ -2,18 +2,50 @@
 // decided by core (DecideApply), applied in its own BEGIN .. COMMIT with its dedup row and origin
 // progress, or rolled back and quarantined (BuildQuarantine) in its own transaction, halting there.
 //
-// Chunked transactions, transactions being replayed after a quarantine, and transactions a batch
-// failed on always take this path. It never commits anything of a transaction that failed.
+// Chunked transactions, transactions being replayed after a quarantine, transactions a batch
+// failed on, and transactions holding DDL or naming a relation the flow sees for the first time or
+// with another fingerprint always take this path. It never commits anything of a transaction that
+// failed.
+//
+// Schema changes (docs/schema-changes.md, core ddl_apply.h), in the source transaction's order:
+// every change naming relations is first checked against what the flow knows of them
+// (trellara.relation_schemas): first sight -> the target catalog check, then the row is recorded in
+// the same target transaction; drift -> schema_drift, before anything of the transaction commits.
+// A Ddl change is planned by core PlanDdl against the target's definition read inside the
+// transaction, and its statements run there; the relation's row moves with it. The session's
+// cache of known relations moves only once the COMMIT succeeded.
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <thread>
+#include <unordered_map>
 
 #include "applier.h"
+#include "trellara/ddl_apply.h"
 #include "trellara/fault.h"
 
 namespace trellara::cli::apply {
 namespace {
 constexpr auto kReplayReadyPollInterval = std::chrono::seconds(1);
+
+// The relations a change names (Insert/Update/Delete: its relation; Truncate: every truncated one).
+std::vector<uint32_t> NamedRelations(const Change& change) {
+  if (change.op == Op::Truncate) return change.truncate.relation_oids;
+  if (change.op == Op::Insert || change.op == Op::Update || change.op == Op::Delete) return {change.relation_oid};
+  return {};
+}
+
+const RelationInfo* RelationOf(const std::vector<RelationInfo>& relations, uint32_t oid) {
+  for (const auto& relation : relations)
+    if (relation.oid == oid) return &relation;
+  return nullptr;
+}
+
+std::string Quoted(std::string text) {
+  for (auto& c : text)
+    if (c == '"' || c == '\n') c = '\'';
+  return "\"" + text + "\"";
+}
 }  // namespace
 
 // A statement's failure as a quarantine cause, with what the plan knows about the change.
@@ -46,6 +78,8 @@ ApplyDecision Applier::Decide(const ReadyTransaction& ready, const TargetEvidenc
 // read chunk states FOR SHARE, record skips, and replace the change by what applies of it.
 std::optional<QuarantineCause> Applier::ExecuteChange(const Change& change, const std::vector<RelationInfo>& relations,
                                              const TxIdentity& tx) {
+  if (change.op == Op::Ddl) return ExecuteDdl(change, relations, tx);
+  if (auto cause = CheckDrift(change, relations, tx)) return cause;
   if (UnderSnapshot(change, relations)) {
     SnapshotRewrite rewrite = RewriteForSnapshot(change, relations, tx, /*in_transaction=*/true);
     if (rewrite.cause) return rewrite.cause;
@@ -74,6 +108,146 @@ std::optional<QuarantineCause> Applier::ExecuteChange(const Change& change, cons
   }
   if (auto cause = session_.CheckRelationsOf(change, relations)) return cause;
   return ExecutePlan(*plan, tx);
+}
+
+// Drift (core CheckKnownRelation): every relation the change names against what the flow knows of
+// it, as moved by the earlier changes of this transaction. A relation seen for the first time
+// passes the target catalog check (CheckRelation) and is recorded in this transaction.
+std::optional<QuarantineCause> Applier::CheckDrift(const Change& change, const std::vector<RelationInfo>& relations,
+                                                   const TxIdentity& tx) {
+  for (uint32_t oid : NamedRelations(change)) {
+    const RelationInfo* relation = RelationOf(relations, oid);
+    if (relation == nullptr) continue;  // the planner quarantines it as plan_error, naming the oid
+    const std::optional<KnownRelation> known = session_.Known(oid);
+    switch (CheckKnownRelation(known, *relation, replay_ready_)) {
+      case RelationVerdict::Known: break;
+      case RelationVerdict::Drift: {
+        QuarantineCause cause = DriftCause(*known, *relation);
+        cause.operation = OpName(change.op);
+        return cause;
+      }
+      case RelationVerdict::FirstSight:
+        if (auto cause = session_.CheckRelation(*relation)) {
+          cause->operation = OpName(change.op);
+          return cause;
+        }
+        session_.RecordKnown(*relation, tx);
+        break;
+    }
+  }
+  return std::nullopt;
+}
+
+// The same check over a whole transaction before anything of it runs (a whole envelope: its
+// changes are at hand), with the known fingerprints moved by its DDL changes as they will be:
+// drift is quarantined without a statement of the transaction reaching the target. First sights
+// pass here; CheckDrift, in order inside the transaction, stays the authority.
+std::optional<QuarantineCause> Applier::PrecheckDrift(const std::vector<const Change*>& changes,
+                                                      const std::vector<RelationInfo>& relations) {
+  std::unordered_map<uint32_t, std::optional<KnownRelation>> moved;
+  auto known_of = [&](uint32_t oid) {
+    auto found = moved.find(oid);
+    return found != moved.end() ? found->second : session_.Known(oid);
+  };
+  for (const Change* change : changes) {
+    if (change->op == Op::Ddl) {
+      const RelationInfo* after = change->relation_oid != 0 ? RelationOf(relations, change->relation_oid) : nullptr;
+      if (after != nullptr)
+        moved[after->oid] = KnownRelation{after->oid, after->schema, after->name, after->fingerprint};
+      else
+        moved[change->ddl.relation_oid] = std::nullopt;
+      continue;
+    }
+    for (uint32_t oid : NamedRelations(*change)) {
+      const RelationInfo* relation = RelationOf(relations, oid);
+      if (relation == nullptr) continue;
+      const std::optional<KnownRelation> known = known_of(oid);
+      if (CheckKnownRelation(known, *relation, replay_ready_) == RelationVerdict::Drift) {
+        QuarantineCause cause = DriftCause(*known, *relation);
+        cause.operation = OpName(change->op);
+        return cause;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+bool Applier::KnownShapes(const Change& change, const std::vector<RelationInfo>& relations) {
+  if (change.op == Op::Ddl) return false;
+  for (uint32_t oid : NamedRelations(change)) {
+    const RelationInfo* relation = RelationOf(relations, oid);
+    if (relation == nullptr) return false;
+    if (CheckKnownRelation(session_.Known(oid), *relation, false) != RelationVerdict::Known) return false;
+  }
+  return true;
+}
+
+// One captured DDL change inside the open transaction (core PlanDdl decides; docs/schema-changes.md).
+std::optional<QuarantineCause> Applier::ExecuteDdl(const Change& change, const std::vector<RelationInfo>& relations,
+                                                   const TxIdentity& tx) {
+  // Negative control (tests only, TRELLARA_FAULTS=defect.ddl_record_dropped:N:defect): the DDL
+  // change is ignored as if it were not in the log, which the migration test must catch.
+  if (fault::Hit("defect.ddl_record_dropped") == fault::Action::Defect) return std::nullopt;
+  const Ddl& ddl = change.ddl;
+  const std::string description = DescribeDdl(ddl);
+  const RelationInfo* captured = nullptr;
+  if (change.relation_oid != 0) {
+    captured = RelationOf(relations, change.relation_oid);
+    if (captured == nullptr) {
+      QuarantineCause cause;
+      cause.reason = QuarantineReason::PlanError;
+      cause.operation = "DDL";
+      cause.relation = ddl.relation_schema + "." + ddl.relation_name;
+      cause.detail = description + ": the DDL change names relation oid " + std::to_string(change.relation_oid) +
+                     " which the record does not describe";
+      return cause;
+    }
+  }
+  // Replayed after the operator marked it replay-ready: the operator reviewed the DDL, so it is
+  // planned as under ddl = "apply" (a step already applied by hand is then a no-op).
+  const DdlPolicy policy = replay_ready_ ? DdlPolicy::Apply : config_.ddl;
+  const TargetRelation target = session_.ReadTargetRelation(ddl.relation_schema, ddl.relation_name);
+  const DdlPlan plan = PlanDdl(ddl, captured, target, policy, config_.ddl_drop_table);
+  if (plan.action == DdlAction::Quarantine) return plan.cause;
+
+  const std::optional<KnownRelation> known = session_.Known(ddl.relation_oid);
+  const bool shape_changed =
+      plan.action == DdlAction::Execute || plan.forget_relation || captured == nullptr || !known ||
+      known->fingerprint != captured->fingerprint;
+  // A table whose snapshot copy is not finished is copied again under the new definition
+  // (apply_session.h WithholdSnapshotHandoff); the handoff rule keeps applying to it meanwhile.
+  if (shape_changed && registry_.Find(ddl.relation_schema, ddl.relation_name) != nullptr &&
+      session_.WithholdSnapshotHandoff(ddl.relation_schema, ddl.relation_name, tx, description)) {
+    attempt_registry_changed_ = true;
+    attempt_ddl_notes_.push_back("the snapshot of " + ddl.relation_schema + "." + ddl.relation_name +
+                                 " was not finished: it is failed_recoverable until trellara snapshot --table " +
+                                 ddl.relation_schema + "." + ddl.relation_name + " --force copies it again");
+  }
+  for (const std::string& statement : plan.statements) {
+    PgResult result = conn_->Exec(statement);
+    counters_.statements++;
+    if (result.ok()) continue;
+    ThrowIfTransient(result, *conn_, "applying " + description + " of " + DescribeTransaction(tx));
+    QuarantineCause cause = CauseFromStatementError(result.sqlstate(), result.message(), result.detail());
+    cause.operation = "DDL";
+    cause.relation = ddl.relation_schema + "." + ddl.relation_name;
+    cause.detail = description + ": the target refused " + statement + ": " + result.message() +
+                   (result.detail().empty() ? std::string() : " (" + result.detail() + ")");
+    return cause;
+  }
+  // Fault point (tests): the DDL's statements ran in the open target transaction, COMMIT not sent.
+  if (!plan.statements.empty()) fault::Hit("apply.after_ddl_statement");
+  if (plan.forget_relation)
+    session_.ForgetKnown(ddl.relation_oid, tx);
+  else if (captured != nullptr)
+    session_.RecordKnown(*captured, tx);
+  if (!plan.statements.empty()) session_.ForgetAcceptedRelations();  // the target's definition moved
+  if (plan.action == DdlAction::Execute)
+    attempt_ddl_applied_++;
+  else
+    attempt_ddl_no_target_change_++;
+  for (const std::string& note : plan.notes) attempt_ddl_notes_.push_back(description + ": " + note);
+  return std::nullopt;
 }
 
 // Runs one planned statement inside the open transaction.
@@ -111,11 +285,29 @@ Result<std::vector<uint8_t>> Applier::ReadChunkFrame(uint64_t offset) {
 }
 
 // BEGIN .. COMMIT of one verified transaction. Committed once COMMIT returned; Failed with the
-// cause after ROLLBACK; RegistryChanged when control_check refused the transaction (TR010: the
+// cause after ROLLBACK (or before BEGIN: drift found by PrecheckDrift); RegistryChanged when control_check refused the transaction (TR010: the
 // snapshot registry moved), rolled back before anything of it ran — the caller reloads the
 // registry and tries again (never a quarantine, never a failure).
 Attempt Applier::ApplyInTransaction(const ReadyTransaction& ready, bool resolves_quarantine) {
   const TxIdentity& tx = ready.tx;
+  replay_ready_ = resolves_quarantine;
+  attempt_ddl_applied_ = 0;
+  attempt_ddl_no_target_change_ = 0;
+  attempt_ddl_notes_.clear();
+  attempt_registry_changed_ = false;
+  session_.DiscardKnown();
+  // A whole transaction's changes in the order they run. Negative control (tests only,
+  // TRELLARA_FAULTS=defect.ddl_dml_before_ddl:N:defect): the transaction's DDL changes run after its
+  // other changes, which the migration test must catch.
+  std::vector<const Change*> order;
+  if (ready.envelope) {
+    const std::vector<Change>& changes = ready.envelope->changes;
+    for (const auto& change : changes) order.push_back(&change);
+    if (std::any_of(changes.begin(), changes.end(), [](const Change& c) { return c.op == Op::Ddl; }) &&
+        fault::Hit("defect.ddl_dml_before_ddl") == fault::Action::Defect)
+      std::stable_partition(order.begin(), order.end(), [](const Change* c) { return c->op != Op::Ddl; });
+    if (auto drift = PrecheckDrift(order, ready.envelope->relations)) return Attempt{Attempt::Kind::Failed, *drift};
+  }
   Must(conn_->Exec("BEGIN"), "BEGIN for " + DescribeTransaction(tx));
   pending_locked_.clear();  // FOR SHARE locks of an earlier transaction are gone
   // First statement of every applier transaction (docs/snapshot.md "Locks"): holds the control
@@ -148,8 +340,8 @@ Attempt Applier::ApplyInTransaction(const ReadyTransaction& ready, bool resolves
   step(conn_->ExecPrepared("trellara_commit_record", session_.CommitRecordParams(ready)),
        "INSERT of the dedup row with the origin progress");
   if (!failure && ready.envelope) {
-    for (const auto& change : ready.envelope->changes) {
-      failure = ExecuteChange(change, ready.envelope->relations, tx);
+    for (const Change* change : order) {
+      failure = ExecuteChange(*change, ready.envelope->relations, tx);
       if (failure) break;
     }
   } else if (!failure) {
@@ -183,9 +375,22 @@ Attempt Applier::ApplyInTransaction(const ReadyTransaction& ready, bool resolves
     // the server has then rolled the transaction back, and it is a failure like any other.
     step(conn_->Exec("COMMIT"), "COMMIT");
     pending_locked_.clear();  // the chunk rows read FOR SHARE are unlocked: their state may move
-    if (!failure) return Attempt{Attempt::Kind::Committed, {}};
+    if (!failure) {
+      session_.CommitKnown();
+      counters_.ddl_applied += attempt_ddl_applied_;
+      counters_.ddl_no_target_change += attempt_ddl_no_target_change_;
+      for (const std::string& note : attempt_ddl_notes_)
+        std::cerr << "apply flow=" << config_.flow_name << " event=ddl_note xid=" << tx.xid
+                  << " commit_lsn=" << FormatLsn(tx.commit_lsn) << " note=" << Quoted(note) << std::endl;
+      // A DDL withheld a snapshot handoff (the control version moved in this transaction).
+      if (attempt_registry_changed_) LoadRegistry();
+      return Attempt{Attempt::Kind::Committed, {}};
+    }
   }
-  // Every failure, including the COMMIT's, leaves through here.
+  // Every failure, including the COMMIT's, leaves through here. A DDL of it may have made the
+  // session accept fingerprints the target no longer has after the rollback: checked again.
+  session_.DiscardKnown();
+  session_.ForgetAcceptedRelations();
   session_.EndFailedTransaction(DescribeTransaction(tx));
   pending_locked_.clear();
   return Attempt{Attempt::Kind::Failed, *failure};
