@@ -1,0 +1,410 @@
+#!/usr/bin/env python3
+"""Integration: the applier carries captured DDL to the target in the source's transaction order,
+halts at it by policy, and fails closed on drift (issue 11, docs/schema-changes.md).
+
+Every scenario starts its own source cluster (the trellara extension, its DDL event triggers, a
+flow on `FOR TABLES IN SCHEMA app`) and target cluster (no extension: the applier bootstraps its
+state), with the same schema `app` on both.
+
+  migration_under_load_converges_with_applier_killed
+      a pgbench writer keeps writing while the source runs ADD COLUMN with a DEFAULT, RENAME
+      COLUMN, ALTER COLUMN TYPE int -> bigint, CREATE TABLE in the published schema + INSERT in the
+      same transaction (with an UPDATE of another table), DROP COLUMN and CREATE INDEX, then writes
+      the new column; the daemon applier is killed with kill -9 several times (once exactly
+      between a DDL's statements and its COMMIT, fault point apply.after_ddl_statement); at the
+      end every table's columns on the target are the source's and `trellara verify` exits 0.
+  negative_control_ddl_record_dropped_is_caught
+  negative_control_dml_before_ddl_is_caught
+      the same workload with defect.ddl_record_dropped (a Ddl change ignored) or
+      defect.ddl_dml_before_ddl (a transaction's DDL run after its DML): the same check must fail.
+  ddl_halt_stops_at_the_ddl_transaction_and_resumes_after_repair
+      [apply] ddl = "halt": quarantine ddl_policy_halt at exactly the DDL transaction (its xid and
+      commit LSN), nothing after it applied; the operator applies the DDL on the target and marks
+      it replay-ready; the applier resumes (the DDL already applied is a no-op) and converges.
+  rolled_back_ddl_leaves_no_trace
+      a DDL (and DML) in a transaction that rolls back: nothing of it on the target.
+  drift_without_ddl_record_is_quarantined_before_anything_applies
+      the DDL event trigger disabled, ALTER TABLE ADD COLUMN + INSERT on the source: schema_drift
+      at that transaction, nothing of it applied; the target repaired + replay-ready -> it goes on.
+  unsupported_ddl_is_quarantined
+      ALTER COLUMN TYPE ... USING: ddl_unsupported at that transaction, nothing of it applied.
+
+It must never signal a process it did not start (the applier is our child, killed by its Popen
+handle; clusters are stopped by the harness by PID) and never leave a cluster running.
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from capture_support import (CaptureFailure, TRELLARA_BIN, assert_no_backend_crashes, lsn_to_int,  # noqa: E402
+                             record_fault_fired, record_faults_from_output, run_pgbench, run_scenarios, scenario,
+                             setup_flow, verify_with_applier, wait_for)
+from harness import Cluster, PG_BIN  # noqa: E402
+
+EXIT_BLOCKED = 3
+APPLY_TIMEOUT_S = 120
+
+SCHEMA_DDL = """
+CREATE SCHEMA app;
+CREATE TABLE app.accounts (id int PRIMARY KEY, balance int NOT NULL, note text, legacy text);
+CREATE TABLE app.events (id bigint PRIMARY KEY, account int NOT NULL, amount int NOT NULL);
+CREATE SEQUENCE app.events_seq;
+INSERT INTO app.accounts SELECT g, 0, 'note ' || g, 'legacy' FROM generate_series(1, 50) g;
+"""
+# The writer touches only columns every migration step keeps.
+WRITER_SCRIPT = """\\set a random(1, 50)
+\\set d random(-100, 100)
+BEGIN;
+UPDATE app.accounts SET balance = balance + :d WHERE id = :a;
+INSERT INTO app.events VALUES (nextval('app.events_seq'), :a, :d);
+END;
+"""
+MIGRATION = [
+    "ALTER TABLE app.accounts ADD COLUMN tier text NOT NULL DEFAULT 'basic'",
+    "ALTER TABLE app.accounts RENAME COLUMN note TO memo",
+    "ALTER TABLE app.accounts ALTER COLUMN balance TYPE bigint",
+    "BEGIN; CREATE TABLE app.audit (id int PRIMARY KEY, what text NOT NULL); "
+    "INSERT INTO app.audit VALUES (1, 'created'), (2, 'written in the same transaction'); "
+    "UPDATE app.accounts SET memo = 'migrated' WHERE id <= 5; COMMIT",
+    "ALTER TABLE app.accounts DROP COLUMN legacy",
+    "CREATE INDEX events_account ON app.events (account)",
+    "UPDATE app.accounts SET tier = 'gold' WHERE id % 7 = 0",
+]
+
+
+class SchemaPair:
+    """A source with a flow over schema app and a target with the same schema; stops both by PID."""
+
+    def __init__(self, name, apply_settings=""):
+        self.name, self.apply_settings = name, apply_settings
+
+    def __enter__(self):
+        self.source = Cluster(f"{self.name}-source")
+        self.target = Cluster(f"{self.name}-target", preload=False)
+        self.work = tempfile.TemporaryDirectory(prefix=f"trellara-{self.name}-")
+        try:
+            self.source.start()
+            self.target.start()
+            self.source.psql(SCHEMA_DDL)
+            self.target.psql(SCHEMA_DDL)
+            self.log_dir = setup_flow(self.source, "CREATE PUBLICATION pub FOR TABLES IN SCHEMA app", truth=False)
+            self.config = os.path.join(self.work.name, "flow.toml")
+            with open(self.config, "w") as config:
+                config.write(f'[flow]\nname = "app"\nlog_directory = "{self.log_dir}"\n\n'
+                             f'[source]\nconninfo = "{self.source.conninfo()}"\n\n'
+                             f'[target]\nconninfo = "{self.target.conninfo()}"\n'
+                             + (f"\n[apply]\n{self.apply_settings}\n" if self.apply_settings else ""))
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        for cluster in (self.source, self.target):
+            cluster.__exit__(exc_type, exc, tb)
+        self.work.cleanup()
+        return False
+
+
+def trellara_command(args, env):
+    """`trellara args`, with the explicit test-only switch when `env` switches a defect on."""
+    if env and "defect." in env.get("TRELLARA_FAULTS", ""):
+        return [TRELLARA_BIN, "--enable-test-defects", *args]
+    return [TRELLARA_BIN, *args]
+
+
+def wait_log_covers_source(source, timeout_s=90):
+    target_lsn = lsn_to_int(source.query("SELECT pg_current_wal_lsn()"))
+
+    def covered():
+        text = source.query("SELECT log_durable_lsn FROM trellara.status() WHERE flow = 'app'")
+        return text and lsn_to_int(text) >= target_lsn
+    wait_for("the log of flow app to cover the source's WAL position", covered, timeout_s)
+
+
+def apply_until_caught_up(pair, env=None):
+    result = subprocess.run(trellara_command(["apply", "--config", pair.config, "--until-caught-up"], env),
+                            capture_output=True, text=True, timeout=APPLY_TIMEOUT_S, env=env)
+    record_faults_from_output(result.stderr)
+    last = [line for line in result.stdout.splitlines() if line.startswith("apply flow=")]
+    print(f"apply --until-caught-up: exit {result.returncode}: {last[-1] if last else result.stderr.strip()[-600:]}")
+    return result
+
+
+def applied_count(target):
+    out = target.psql("SELECT count(*) FROM trellara.applied_transactions", check=False)
+    return int(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip() else 0
+
+
+def applier_session_gone(target):
+    return target.query("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'trellara/app'") == "0"
+
+
+def kill_applier_while_applying(pair, env=None, faults=None):
+    """Starts the daemon applier, waits (a condition) until it committed something new and kills it
+    with kill -9 — or, with `faults`, until the fault point crashed it. Returns its stderr."""
+    wait_for("the previous applier's target session to end", lambda: applier_session_gone(pair.target), 30)
+    before = applied_count(pair.target)
+    run_env = dict(env or os.environ)
+    if faults:
+        run_env["TRELLARA_FAULTS"] = faults
+    proc = subprocess.Popen(trellara_command(["apply", "--config", pair.config], run_env), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=run_env)
+    try:
+        if faults:
+            wait_for(f"the applier to crash at {faults}", lambda: proc.poll() is not None, 60)
+        else:
+            wait_for("the applier to commit something new",
+                     lambda: proc.poll() is not None or applied_count(pair.target) > before, 60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _, stderr = proc.communicate(timeout=30)
+    record_faults_from_output(stderr)
+    return stderr
+
+
+def columns(cluster):
+    """Every table of schema app: its columns (name and type) in attribute order."""
+    return cluster.query("SELECT c.relname || ': ' || string_agg(a.attname || ' ' || format_type(a.atttypid, "
+                         "a.atttypmod), ', ' ORDER BY a.attnum) FROM pg_class c JOIN pg_namespace n ON n.oid = "
+                         "c.relnamespace JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT "
+                         "a.attisdropped WHERE n.nspname = 'app' AND c.relkind = 'r' GROUP BY c.relname "
+                         "ORDER BY c.relname")
+
+
+def quarantine_rows(target):
+    return target.query("SELECT xid, commit_lsn, reason, state FROM trellara.quarantine WHERE flow = 'app' "
+                        "ORDER BY commit_lsn")
+
+
+def run_migration(pair, env=None, kills=True):
+    """The migration workload under a pgbench writer, the applier killed between steps. Returns
+    (problems, stderr of the runs): what differs between source and target at the end."""
+    script = os.path.join(pair.work.name, "writer.sql")
+    with open(script, "w") as out:
+        out.write(WRITER_SCRIPT)
+    writer = subprocess.Popen([os.path.join(PG_BIN, "pgbench"), "-h", pair.source.socket_dir, "-p",
+                               str(pair.source.port), "-U", "postgres", "-n", "-c", "2", "-j", "2", "-t", "400",
+                               "-f", script, "postgres"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stderr = ""
+    try:
+        def events():
+            return int(pair.source.query("SELECT count(*) FROM app.events"))
+        for n, step in enumerate(MIGRATION):
+            seen = events()
+            # The writer makes progress between the steps (a condition, not a sleep).
+            wait_for(f"the writer to write before migration step {n}",
+                     lambda: writer.poll() is not None or events() >= seen + 20, 60)
+            pair.source.psql(step + ";")
+            print(f"source: {step}")
+            if kills and n in (1, 3, 5):
+                stderr += kill_applier_while_applying(pair, env)
+            if kills and n == 2:
+                # Exactly between a DDL's statements and its COMMIT (the next DDL the applier meets).
+                stderr += kill_applier_while_applying(pair, env, faults="apply.after_ddl_statement:1:crash")
+        out, err = writer.communicate(timeout=180)
+        if writer.returncode != 0:
+            raise CaptureFailure(f"the pgbench writer failed (exit {writer.returncode}): {err[-1500:]}")
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.communicate(timeout=30)
+    wait_log_covers_source(pair.source)
+    problems = []
+    result = apply_until_caught_up(pair, env)
+    stderr += result.stderr
+    if result.returncode != 0:
+        problems.append(f"apply --until-caught-up exited {result.returncode}: {result.stderr.strip()[-800:]} "
+                        f"(quarantine: {quarantine_rows(pair.target)})")
+    want, have = columns(pair.source), columns(pair.target)
+    print(f"source columns:\n{want}\ntarget columns:\n{have}")
+    if want != have:
+        problems.append(f"target columns differ from the source's:\nsource:\n{want}\ntarget:\n{have}")
+    if not problems:
+        verify = verify_with_applier(pair.config)
+        print(f"verify: exit {verify.returncode}: {verify.stdout.strip()[-600:]}")
+        if verify.returncode != 0:
+            problems.append(f"trellara verify exited {verify.returncode}: {verify.stdout[-1500:]} {verify.stderr[-800:]}")
+    return problems, stderr
+
+
+@scenario(seed_rows=("pgoutput_ddl_only_boundary", "pgoutput_mixed_ddl_dml_boundary"), suite="schema_changes",
+          fault_points=("apply.after_ddl_statement",),
+          invariants=("DDL applied in source transaction order under load", "target columns equal the source's",
+                      "verify exit 0 after kill -9 of the applier, once between DDL statements and COMMIT"))
+def migration_under_load_converges_with_applier_killed():
+    with SchemaPair("schema-migration") as pair:
+        problems, stderr = run_migration(pair)
+        if "apply.after_ddl_statement" not in stderr:
+            raise CaptureFailure("fault point apply.after_ddl_statement never crashed the applier: the kill between "
+                                 "a DDL's statements and its COMMIT was not exercised")
+        if problems:
+            raise CaptureFailure("migration did not converge:\n" + "\n".join(problems))
+        counters = [line for line in stderr.splitlines() if "event=ddl_note" in line]
+        print(f"ddl notes: {len(counters)}")
+        assert_no_backend_crashes(pair.source, pair.target)
+
+
+def negative_control(defect):
+    env = dict(os.environ, TRELLARA_FAULTS=f"defect.{defect}:1:defect")
+    with SchemaPair(f"schema-{defect.replace('_', '-')}") as pair:
+        problems, stderr = run_migration(pair, env=env, kills=False)
+        if f"defect.{defect}" not in stderr:
+            raise CaptureFailure(f"harness failure, not a caught defect: defect.{defect} never fired")
+        if not problems:
+            raise CaptureFailure(f"with defect.{defect} the migration check still passed: it cannot catch that defect")
+        print(f"defect.{defect} caught: {problems[0][:300]}")
+
+
+@scenario(suite="schema_changes", defect="ddl_record_dropped",
+          pairs_with="migration_under_load_converges_with_applier_killed",
+          fault_points=("defect.ddl_record_dropped",), invariants=("with the defect the migration check fails",))
+def negative_control_ddl_record_dropped_is_caught():
+    negative_control("ddl_record_dropped")
+
+
+@scenario(suite="schema_changes", defect="ddl_dml_before_ddl",
+          pairs_with="migration_under_load_converges_with_applier_killed",
+          fault_points=("defect.ddl_dml_before_ddl",), invariants=("with the defect the migration check fails",))
+def negative_control_dml_before_ddl_is_caught():
+    negative_control("ddl_dml_before_ddl")
+
+
+def source_tx(pair, body):
+    """Runs `body` in one source transaction; returns its xid."""
+    return int(pair.source.query(f"BEGIN; {body}; SELECT txid_current() % 4294967296; COMMIT;"))
+
+
+def expect_quarantine(pair, reason, xid):
+    """Exactly one open quarantine row, for `xid`, with `reason`; returns its commit LSN."""
+    rows = quarantine_rows(pair.target).splitlines()
+    print(f"quarantine: {rows}")
+    if len(rows) != 1:
+        raise CaptureFailure(f"expected one quarantine row ({reason} at xid {xid}), found {rows}")
+    q_xid, q_lsn, q_reason, q_state = rows[0].split("|")
+    if int(q_xid) != xid or q_reason != reason or q_state != "quarantined":
+        raise CaptureFailure(f"expected {reason} quarantined at xid {xid}, found {rows[0]}")
+    later = pair.target.query(f"SELECT count(*) FROM trellara.applied_transactions WHERE flow = 'app' AND "
+                              f"commit_lsn >= '{q_lsn}'")
+    if later != "0":
+        raise CaptureFailure(f"{later} transactions at or after the quarantined boundary {q_lsn} were applied")
+    return q_lsn
+
+
+def replay_ready(pair, xid, lsn):
+    result = subprocess.run([TRELLARA_BIN, "quarantine", "replay-ready", "--config", pair.config, "--xid", str(xid),
+                             "--commit-lsn", lsn], capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        raise CaptureFailure(f"quarantine replay-ready exited {result.returncode}: {result.stderr}")
+
+
+def assert_converged(pair, label):
+    result = apply_until_caught_up(pair)
+    if result.returncode != 0:
+        raise CaptureFailure(f"{label}: apply exited {result.returncode}: {result.stderr[-1500:]}")
+    want, have = columns(pair.source), columns(pair.target)
+    if want != have:
+        raise CaptureFailure(f"{label}: columns differ:\nsource:\n{want}\ntarget:\n{have}")
+    for table in ("app.accounts", "app.events"):
+        digest = (f"SELECT count(*) || ' ' || coalesce(md5(string_agg(md5(t::text), ',' ORDER BY md5(t::text))), '-') "
+                  f"FROM {table} t")
+        if pair.source.query(digest) != pair.target.query(digest):
+            raise CaptureFailure(f"{label}: {table} differs between source and target")
+    if pair.target.query("SELECT count(*) FROM trellara.quarantine WHERE state <> 'resolved'") != "0":
+        raise CaptureFailure(f"{label}: open quarantine rows remain: {quarantine_rows(pair.target)}")
+
+
+@scenario(suite="schema_changes", invariants=("ddl = halt quarantines ddl_policy_halt at the DDL transaction",
+                                              "nothing after it applied", "resumes after repair + replay-ready"))
+def ddl_halt_stops_at_the_ddl_transaction_and_resumes_after_repair():
+    with SchemaPair("schema-halt", apply_settings='ddl = "halt"') as pair:
+        pair.source.psql("INSERT INTO app.events VALUES (1, 1, 10);")
+        xid = source_tx(pair, "ALTER TABLE app.accounts ADD COLUMN region text")
+        pair.source.psql("UPDATE app.accounts SET region = 'eu' WHERE id = 1; INSERT INTO app.events VALUES (2, 1, 20);")
+        wait_log_covers_source(pair.source)
+        result = apply_until_caught_up(pair)
+        if result.returncode != EXIT_BLOCKED:
+            raise CaptureFailure(f"expected exit {EXIT_BLOCKED} at the DDL transaction, got {result.returncode}: "
+                                 f"{result.stderr[-1500:]}")
+        lsn = expect_quarantine(pair, "ddl_policy_halt", xid)
+        if pair.target.query("SELECT count(*) FROM app.events") != "1":
+            raise CaptureFailure("only the transaction before the DDL may be applied")
+        if "region" in columns(pair.target):
+            raise CaptureFailure("the halted DDL reached the target")
+        # The operator's repair: the DDL by hand, then replay-ready.
+        pair.target.psql("ALTER TABLE app.accounts ADD COLUMN region text;")
+        replay_ready(pair, xid, lsn)
+        assert_converged(pair, "after the operator's repair")
+
+
+@scenario(suite="schema_changes", invariants=("a rolled-back DDL leaves no trace on the target",))
+def rolled_back_ddl_leaves_no_trace():
+    with SchemaPair("schema-rollback") as pair:
+        pair.source.psql("BEGIN; ALTER TABLE app.accounts ADD COLUMN junk int DEFAULT 7; "
+                         "CREATE TABLE app.junk (id int PRIMARY KEY); INSERT INTO app.junk VALUES (1); "
+                         "INSERT INTO app.events VALUES (1, 1, 1); ROLLBACK;"
+                         "INSERT INTO app.events VALUES (2, 2, 2);")
+        wait_log_covers_source(pair.source)
+        assert_converged(pair, "after a rolled-back DDL")
+        if "junk" in columns(pair.target):
+            raise CaptureFailure("the rolled-back DDL left a trace on the target")
+
+
+@scenario(seed_rows=("pgoutput_schema_change_during_stream",), suite="schema_changes",
+          invariants=("drift quarantined as schema_drift before anything of the transaction applied",
+                      "repair + replay-ready continues"))
+def drift_without_ddl_record_is_quarantined_before_anything_applies():
+    with SchemaPair("schema-drift") as pair:
+        pair.source.psql("INSERT INTO app.events VALUES (1, 1, 10); UPDATE app.accounts SET balance = 1 WHERE id = 1;")
+        wait_log_covers_source(pair.source)
+        first = apply_until_caught_up(pair)
+        if first.returncode != 0:
+            raise CaptureFailure(f"the first run must apply: exit {first.returncode}: {first.stderr[-1500:]}")
+        pair.source.psql("ALTER EVENT TRIGGER trellara_ddl_command_end DISABLE;"
+                         "ALTER TABLE app.accounts ADD COLUMN region text;"
+                         "ALTER EVENT TRIGGER trellara_ddl_command_end ENABLE;")
+        xid = source_tx(pair, "INSERT INTO app.events VALUES (2, 2, 20); "
+                              "UPDATE app.accounts SET region = 'eu', balance = 2 WHERE id = 2")
+        pair.source.psql("INSERT INTO app.events VALUES (3, 3, 30);")
+        wait_log_covers_source(pair.source)
+        result = apply_until_caught_up(pair)
+        if result.returncode != EXIT_BLOCKED:
+            raise CaptureFailure(f"expected exit {EXIT_BLOCKED} at the drifted transaction, got {result.returncode}: "
+                                 f"{result.stderr[-1500:]}")
+        lsn = expect_quarantine(pair, "schema_drift", xid)
+        if pair.target.query("SELECT count(*) FROM app.events") != "1":
+            raise CaptureFailure("something of (or after) the drifted transaction was applied")
+        pair.target.psql("ALTER TABLE app.accounts ADD COLUMN region text;")
+        replay_ready(pair, xid, lsn)
+        assert_converged(pair, "after repairing the drift")
+
+
+@scenario(suite="schema_changes", invariants=("ALTER COLUMN TYPE ... USING is quarantined as ddl_unsupported",))
+def unsupported_ddl_is_quarantined():
+    with SchemaPair("schema-unsupported") as pair:
+        pair.source.psql("INSERT INTO app.events VALUES (1, 1, 10);")
+        xid = source_tx(pair, "ALTER TABLE app.accounts ALTER COLUMN balance TYPE bigint USING balance * 2")
+        wait_log_covers_source(pair.source)
+        result = apply_until_caught_up(pair)
+        if result.returncode != EXIT_BLOCKED:
+            raise CaptureFailure(f"expected exit {EXIT_BLOCKED}, got {result.returncode}: {result.stderr[-1500:]}")
+        expect_quarantine(pair, "ddl_unsupported", xid)
+        if "balance bigint" in columns(pair.target):
+            raise CaptureFailure("the unsupported DDL reached the target")
+
+
+if __name__ == "__main__":
+    run_scenarios([
+        migration_under_load_converges_with_applier_killed,
+        negative_control_ddl_record_dropped_is_caught,
+        negative_control_dml_before_ddl_is_caught,
+        ddl_halt_stops_at_the_ddl_transaction_and_resumes_after_repair,
+        rolled_back_ddl_leaves_no_trace,
+        drift_without_ddl_record_is_quarantined_before_anything_applies,
+        unsupported_ddl_is_quarantined,
+    ])
