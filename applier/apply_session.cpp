@@ -174,7 +174,7 @@ void ApplySession::Connect(bool reconnecting) {
                       "SELECT c.oid IS NOT NULL, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, "
                       "a.atthasdef, a.attidentity <> '', a.attgenerated <> '', "
                       "(SELECT array_to_json(array_agg(ka.attname ORDER BY k.ord))::text "
-                      "   FROM pg_catalog.pg_constraint pk, unnest(pk.conkey) WITH ORDINALITY AS k(attnum, ord) "
+                      "   FROM pg_catalog.pg_constraint pk CROSS JOIN LATERAL unnest(pk.conkey) WITH ORDINALITY AS k(attnum, ord) "
                       "   JOIN pg_catalog.pg_attribute ka ON ka.attrelid = pk.conrelid AND ka.attnum = k.attnum "
                       "  WHERE pk.conrelid = c.oid AND pk.contype = 'p'), "
                       "(SELECT pk.conname FROM pg_catalog.pg_constraint pk WHERE pk.conrelid = c.oid AND pk.contype = 'p') "
