@@ -28,6 +28,12 @@ state), with the same schema `app` on both.
       at that transaction, nothing of it applied; the target repaired + replay-ready -> it goes on.
   unsupported_ddl_is_quarantined
       ALTER COLUMN TYPE ... USING: ddl_unsupported at that transaction, nothing of it applied.
+  ddl_during_snapshot_copy_withholds_handoff
+      `trellara snapshot` of app.accounts held inside its first chunk's COPY (fault point
+      snapshot.during_table_copy, stall) while the source adds a column and writes it; the applier
+      applies the DDL: the table becomes failed_recoverable naming the DDL and the --force rerun,
+      the run that was copying it cannot make it handoff_ready; the --force rerun copies it under
+      the new definition and `trellara verify` exits 0.
 
 It must never signal a process it did not start (the applier is our child, killed by its Popen
 handle; clusters are stopped by the harness by PID) and never leave a cluster running.
@@ -398,6 +404,58 @@ def unsupported_ddl_is_quarantined():
             raise CaptureFailure("the unsupported DDL reached the target")
 
 
+@scenario(seed_rows=("snapshot_ddl_during_copy",), suite="schema_changes",
+          fault_points=("snapshot.during_table_copy",),
+          invariants=("a DDL applied while the table's copy is unfinished withholds its handoff",
+                      "only snapshot --force copies it again; verify exit 0 after it"))
+def ddl_during_snapshot_copy_withholds_handoff():
+    with SchemaPair("schema-snapshot") as pair:
+        pair.target.psql("TRUNCATE app.accounts;")
+        env = dict(os.environ, TRELLARA_FAULTS="snapshot.during_table_copy:1:stall", TRELLARA_FAULT_STALL_MS="5000")
+        snap = subprocess.Popen([TRELLARA_BIN, "snapshot", "--config", pair.config, "--table", "app.accounts",
+                                 "--jobs", "1", "--chunk-rows", "20"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            wait_for("the first chunk's COPY in flight", lambda: snap.poll() is not None or pair.target.query(
+                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'COPY %FROM STDIN'") != "0", 60)
+            if snap.poll() is not None:
+                raise CaptureFailure(f"snapshot ended before its stall: {snap.communicate()}")
+            xid = source_tx(pair, "ALTER TABLE app.accounts ADD COLUMN tier text NOT NULL DEFAULT 'basic'")
+            pair.source.psql("UPDATE app.accounts SET tier = 'gold' WHERE id % 5 = 0;")
+            wait_log_covers_source(pair.source)
+            applied = apply_until_caught_up(pair)
+            if applied.returncode != 0:
+                raise CaptureFailure(f"apply exited {applied.returncode}: {applied.stderr[-1500:]}")
+            out, err = snap.communicate(timeout=180)
+        finally:
+            if snap.poll() is None:
+                snap.kill()
+                snap.communicate(timeout=30)
+        record_fault_fired("snapshot.during_table_copy")
+        print(f"snapshot during the DDL: exit {snap.returncode}: {err.strip()[-600:]}")
+        row = pair.target.query("SELECT state, run_id, last_error FROM trellara.snapshot_tables "
+                                "WHERE schema_name = 'app' AND table_name = 'accounts'")
+        print(f"table row after the DDL: {row}")
+        state, run_id, last_error = row.split("|", 2)
+        if state == "handoff_ready" or snap.returncode == 0:
+            raise CaptureFailure(f"app.accounts handed off although a DDL changed it during its copy: {row}")
+        if state != "failed_recoverable" or not run_id.startswith("ddl@") or "--force" not in last_error \
+                or str(xid) not in last_error:
+            raise CaptureFailure(f"the withheld table does not name the DDL ({xid}) and the --force rerun: {row}")
+        again = subprocess.run([TRELLARA_BIN, "snapshot", "--config", pair.config, "--table", "app.accounts", "--force",
+                                "--chunk-rows", "20"], capture_output=True, text=True, timeout=180)
+        if again.returncode != 0:
+            raise CaptureFailure(f"snapshot --force exited {again.returncode}: {again.stderr[-1500:]}")
+        state = pair.target.query("SELECT state FROM trellara.snapshot_tables WHERE schema_name = 'app' AND "
+                                  "table_name = 'accounts'")
+        if state != "handoff_ready":
+            raise CaptureFailure(f"after snapshot --force app.accounts is {state}")
+        verify = verify_with_applier(pair.config)
+        print(f"verify: exit {verify.returncode}: {verify.stdout.strip()[-400:]}")
+        if verify.returncode != 0:
+            raise CaptureFailure(f"verify exited {verify.returncode}: {verify.stdout[-1500:]} {verify.stderr[-600:]}")
+
+
 if __name__ == "__main__":
     run_scenarios([
         migration_under_load_converges_with_applier_killed,
@@ -407,4 +465,5 @@ if __name__ == "__main__":
         rolled_back_ddl_leaves_no_trace,
         drift_without_ddl_record_is_quarantined_before_anything_applies,
         unsupported_ddl_is_quarantined,
+        ddl_during_snapshot_copy_withholds_handoff,
     ])
