@@ -767,12 +767,15 @@ void AddDdlChange(State* s, LogicalDecodingContext* ctx, XLogRecPtr lsn, Size sz
   Change c;
   c.op = Op::Ddl;
   c.ddl = std::move(*decoded);
+  // The record names every publication that contained the table when the command ran (the
+  // position of this message). None of this session's: nothing to emit, and no Lookup, which would
+  // fail on a session publication that did not exist yet at this position.
+  bool in_session_publication = false;
+  for (const auto& pub : c.ddl.publications)
+    for (const auto& mine : s->options.publication_names) in_session_publication |= pub == mine;
+  if (!in_session_publication) return;
   if (!c.ddl.definition) {
-    // DROP TABLE: the relation is gone; published when it was in one of this session's publications.
-    bool published = false;
-    for (const auto& pub : c.ddl.publications)
-      for (const auto& mine : s->options.publication_names) published |= pub == mine;
-    if (!published) return;
+    // DROP TABLE: the relation is gone; published because it was in one of this session's publications.
     c.relation_oid = 0;
     snprintf(current_tx.relation, sizeof current_tx.relation, "%s.%s", c.ddl.relation_schema.c_str(),
              c.ddl.relation_name.c_str());
