@@ -302,6 +302,20 @@ RelationDefinition DescribeDefinition(Oid relid) {
   return def;
 }
 
+// The parse tree spells a type as written (pg_catalog.int4); once the definition is known, an
+// ADD COLUMN / ALTER COLUMN TYPE step names the column's type as format_type prints it (integer).
+void NameTypesInDetails(Ddl& d) {
+  for (DdlStep& s : d.steps) {
+    if (s.kind != DdlStepKind::AddColumn && s.kind != DdlStepKind::AlterColumnType) continue;
+    for (const DdlColumn& c : d.definition->columns) {
+      if (c.name != s.column) continue;
+      s.detail = (s.kind == DdlStepKind::AddColumn ? "ADD COLUMN " : "ALTER COLUMN ") + c.name +
+                 (s.kind == DdlStepKind::AddColumn ? " " : " TYPE ") + c.type_name +
+                 (s.using_expression ? " USING ..." : "");
+    }
+  }
+}
+
 // --- steps from parse trees ----------------------------------------------------------------------
 
 DdlStep Step(DdlStepKind kind, std::string detail, std::string column = {}, std::string new_name = {}) {
@@ -503,7 +517,7 @@ std::vector<DdlStep> SimpleSteps(const Node* tree, const std::string& tag, const
 // What one statement did to one table, built up over the statement's commands.
 struct TableDdl {
   Ddl ddl;
-  bool has_row = false;  // object_type etc. taken from the first command that named the table
+  bool has_row = false;  // object_type etc. taken from the first command that reached the table
 };
 
 struct CommandRow {
@@ -644,7 +658,10 @@ void CaptureDdlCommands(FunctionCallInfo fcinfo) {
       d.relation_schema = NamespaceName(PGCALL(get_rel_namespace(relid)));
     }
     TableDdl& t = it->second;
-    if (!t.has_row && t.ddl.relation_oid == row.table) {
+    // A table reached only through a subcommand that recursed to it (a partition or inheritance
+    // child) keeps the identity of the command's object, its parent: the plugin recognises the
+    // recursion of a statement on a partition root by it.
+    if (!t.has_row) {
       t.has_row = true;
       t.ddl.object_type = row.object_type;
       t.ddl.schema = row.schema;
@@ -707,14 +724,10 @@ void CaptureDdlCommands(FunctionCallInfo fcinfo) {
   for (Oid relid : order) {
     TableDdl& t = tables[relid];
     Ddl& d = t.ddl;
-    if (!t.has_row) {  // only reached through a subcommand that recursed to it (a child table)
-      d.object_type = "table";
-      d.schema = d.relation_schema;
-      d.object_identity = d.relation_schema + "." + d.relation_name;
-    }
     d.publications = PublicationsOf(relid);
     if (d.publications.empty()) continue;  // no decoding session can publish it
     d.definition = DescribeDefinition(relid);
+    NameTypesInDetails(d);
     out.push_back(std::move(d));
   }
   pinned.Restore();

@@ -794,17 +794,27 @@ void AddDdlChange(State* s, LogicalDecodingContext* ctx, XLogRecPtr lsn, Size sz
   std::exception_ptr failure;
   try {
     CachedRelation& entry = Lookup(s, relation);
-    if (IsPublished(entry)) {
-      CachedRelation own;  // a partition published via its root: the record describes the partition
-      const RelationInfo* info = &entry.info;
-      if (entry.publish_as_relid != relid) {
-        std::string root = PGCALL(get_rel_name(entry.publish_as_relid));
+    bool emit = IsPublished(entry);
+    CachedRelation own;  // a partition published via its root: the record describes the partition
+    const RelationInfo* info = &entry.info;
+    if (emit && entry.publish_as_relid != relid) {
+      const Oid root_oid = entry.publish_as_relid;
+      std::string root = pg::CallPostgres([root_oid] {
+        return quote_qualified_identifier(get_namespace_name(get_rel_namespace(root_oid)), get_rel_name(root_oid));
+      });
+      if (c.ddl.object_type == "table" && c.ddl.object_identity == root) {
+        // A statement on the root that recursed to this partition: the root's own record carries
+        // it for this session, which publishes the partition's rows as the root's.
+        emit = false;
+      } else {
         c.ddl.steps.push_back(DdlStep{DdlStepKind::Unsupported, {}, {},
                                       "DDL on partition " + c.ddl.definition->schema + "." + c.ddl.definition->name +
                                           ", which is published via its root " + root});
         Describe(relation, own);
         info = &own.info;
       }
+    }
+    if (emit) {
       c.relation_oid = relid;
       snprintf(current_tx.relation, sizeof current_tx.relation, "%s.%s", info->schema.c_str(), info->name.c_str());
       CheckAssemblerStatus(s->assembler.AddChange(std::move(c), info, {}, SinkFor(ctx)), s->assembler, "DDL");
