@@ -187,6 +187,23 @@ DROP PUBLICATION regress_ddl_root;
 DROP PUBLICATION regress_ddl_leaves;
 DROP TABLE ddl_part;
 
+-- DDL run by the table's owner without superuser is captured the same way (the trigger functions
+-- need no EXECUTE grant).
+CREATE ROLE regress_ddl_owner;
+CREATE TABLE ddl_owned (id int PRIMARY KEY);
+ALTER TABLE ddl_owned OWNER TO regress_ddl_owner;
+CREATE PUBLICATION regress_ddl_owned FOR TABLE ddl_owned;
+SELECT 'init' FROM pg_create_logical_replication_slot('regress_ddl_owned', 'trellara');
+SET ROLE regress_ddl_owner;
+ALTER TABLE ddl_owned ADD COLUMN v text NOT NULL DEFAULT 'x';
+RESET ROLE;
+SELECT op, relation, detail->'steps' AS steps, detail->'definition'->'columns' AS columns
+  FROM pg_temp.changes('regress_ddl_owned', 'publication', 'regress_ddl_owned');
+SELECT 'drop' FROM pg_drop_replication_slot('regress_ddl_owned');
+DROP PUBLICATION regress_ddl_owned;
+DROP TABLE ddl_owned;
+DROP ROLE regress_ddl_owner;
+
 -- A 'trellara.ddl' message that is not a valid Ddl stops decoding with an ERROR naming its LSN
 -- (shown here with the LSN masked); it is never skipped.
 CREATE TABLE ddl_bad (id int PRIMARY KEY);
