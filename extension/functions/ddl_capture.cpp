@@ -116,7 +116,10 @@ constexpr char kPublicationsQuery[] =
     "                      OR k.oid IN (SELECT a.relid FROM pg_catalog.pg_partition_ancestors($1) a))) "
     "ORDER BY 1";
 
-// The tables this DROP removed, each with the publications it was in: its dropped publication
+// The tables this DROP removed — named by the statement (original) or reached by CASCADE through a
+// normal dependency (DROP SCHEMA ... CASCADE, DROP OWNED, inheritance children), not partitions
+// dropped with their parent (auto dependency: the parent's record covers them) — each with the
+// publications it was in: its dropped publication
 // memberships (FOR TABLE), TABLES IN SCHEMA publications of its schema (dropped with it or
 // still there) and FOR ALL TABLES publications.
 constexpr char kDroppedQuery[] =
@@ -134,7 +137,7 @@ constexpr char kDroppedQuery[] =
     "        JOIN pg_catalog.pg_namespace s ON s.oid = n.pnnspid WHERE s.nspname = t.schema_name"
     "    ) u ORDER BY 1) AS pubs "
     "FROM d t "
-    "WHERE t.object_type = 'table' AND t.original AND NOT t.is_temporary "
+    "WHERE t.object_type = 'table' AND (t.original OR t.normal) AND NOT t.is_temporary "
     "  AND t.schema_name NOT IN ('trellara', 'pg_catalog', 'information_schema') "
     "  AND t.schema_name NOT LIKE 'pg\\_toast%' "
     "ORDER BY t.ordinality";

@@ -151,7 +151,7 @@ DROP PUBLICATION regress_ddl_all;
 DROP TABLE ddl_ctas;
 
 -- Fail closed: ADD IDENTITY and SET SCHEMA are unsupported steps naming them; SET SCHEMA's record
--- names the table in its old schema.
+-- names the table in its old schema. COMMENT is no shape change.
 CREATE SCHEMA ddl_other;
 CREATE TABLE ddl_u (id int NOT NULL, v text);
 CREATE PUBLICATION regress_ddl_u FOR TABLE ddl_u;
@@ -159,11 +159,12 @@ SELECT 'init' FROM pg_create_logical_replication_slot('regress_ddl_u', 'trellara
 ALTER TABLE ddl_u ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY;
 ALTER TABLE ddl_u SET SCHEMA ddl_other;
 COMMENT ON TABLE ddl_other.ddl_u IS 'no shape change';
+-- A table dropped by DROP SCHEMA ... CASCADE is recorded like DROP TABLE (with the statement's tag).
+DROP SCHEMA ddl_other CASCADE;
 SELECT op, relation, detail->'tag' AS tag, detail->'steps' AS steps, detail->'definition'->'relation' AS after
   FROM pg_temp.changes('regress_ddl_u', 'publication', 'regress_ddl_u');
 SELECT 'drop' FROM pg_drop_replication_slot('regress_ddl_u');
 DROP PUBLICATION regress_ddl_u;
-DROP SCHEMA ddl_other CASCADE;
 
 -- Partitions. Published via the root: a statement on the root is one record, the root's (its
 -- recursion to the partitions adds nothing); DDL on a partition alone carries an unsupported step
