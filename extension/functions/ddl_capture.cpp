@@ -344,12 +344,21 @@ std::string ReplicaIdentityText(const ReplicaIdentityStmt* stmt) {
   }
 }
 
+// Whether an ALTER TABLE subcommand's definition (Constraint or IndexStmt) is a primary key.
+bool IsPrimaryKeyDef(const Node* def) {
+  if (def == nullptr) return false;
+  if (IsA(def, Constraint)) return castNode(Constraint, def)->contype == CONSTR_PRIMARY;
+  if (IsA(def, IndexStmt)) return castNode(IndexStmt, def)->primary;
+  return false;
+}
+
 // One ALTER TABLE subcommand. `table_has_pk` / `adds_pk` decide DROP CONSTRAINT (see below).
 DdlStep AlterTableStep(const AlterTableCmd* cmd, bool table_has_pk, bool adds_pk, Oid relid) {
   const std::string name = Str(cmd->name);
   switch (cmd->subtype) {
     case AT_AddColumn:
     case AT_AddColumnRecurse: {
+      if (cmd->def == nullptr || !IsA(cmd->def, ColumnDef)) return Unsupported("ADD COLUMN of an unknown form");
       const ColumnDef* col = castNode(ColumnDef, cmd->def);
       return Step(DdlStepKind::AddColumn, "ADD COLUMN " + Str(col->colname) + " " + TypeNameText(col->typeName),
                   Str(col->colname));
@@ -358,6 +367,7 @@ DdlStep AlterTableStep(const AlterTableCmd* cmd, bool table_has_pk, bool adds_pk
     case AT_DropColumnRecurse:
       return Step(DdlStepKind::DropColumn, "DROP COLUMN " + name, name);
     case AT_AlterColumnType: {
+      if (cmd->def == nullptr || !IsA(cmd->def, ColumnDef)) return Unsupported("ALTER COLUMN " + name + " TYPE of an unknown form");
       const ColumnDef* col = castNode(ColumnDef, cmd->def);
       DdlStep s = Step(DdlStepKind::AlterColumnType, "ALTER COLUMN " + name + " TYPE " + TypeNameText(col->typeName),
                        name);
@@ -381,18 +391,17 @@ DdlStep AlterTableStep(const AlterTableCmd* cmd, bool table_has_pk, bool adds_pk
       return Step(DdlStepKind::SetDefault, "ALTER COLUMN " + column + " SET DEFAULT", column);
     }
     case AT_AddConstraint:
-    case AT_AddConstraintRecurse: {
-      const Constraint* con = castNode(Constraint, cmd->def);
-      if (con->contype == CONSTR_PRIMARY) return Step(DdlStepKind::AddPrimaryKey, "ADD PRIMARY KEY");
-      return NoShapeChange("ADD CONSTRAINT " + Str(con->conname));
-    }
+    case AT_AddConstraintRecurse:
     case AT_AddIndex:
-    case AT_AddIndexConstraint: {
-      const IndexStmt* index = castNode(IndexStmt, cmd->def);
-      if (index->primary) return Step(DdlStepKind::AddPrimaryKey, "ADD PRIMARY KEY");
-      return NoShapeChange(index->isconstraint ? "ADD CONSTRAINT " + Str(index->idxname)
-                                               : "ADD INDEX " + Str(index->idxname));
-    }
+    case AT_AddIndexConstraint:
+      if (IsPrimaryKeyDef(cmd->def)) return Step(DdlStepKind::AddPrimaryKey, "ADD PRIMARY KEY");
+      if (cmd->def != nullptr && IsA(cmd->def, Constraint))
+        return NoShapeChange("ADD CONSTRAINT " + Str(castNode(Constraint, cmd->def)->conname));
+      if (cmd->def != nullptr && IsA(cmd->def, IndexStmt)) {
+        const IndexStmt* index = castNode(IndexStmt, cmd->def);
+        return NoShapeChange((index->isconstraint ? "ADD CONSTRAINT " : "ADD INDEX ") + Str(index->idxname));
+      }
+      return Unsupported("ALTER TABLE ADD constraint or index of an unknown form");
     case AT_DropConstraint:
     case AT_DropConstraintRecurse:
       // The constraint is gone, so whether it was the primary key cannot be read any more. It may
@@ -402,6 +411,7 @@ DdlStep AlterTableStep(const AlterTableCmd* cmd, bool table_has_pk, bool adds_pk
       if (!table_has_pk || adds_pk) return Step(DdlStepKind::DropPrimaryKey, "DROP CONSTRAINT " + name, name);
       return NoShapeChange("DROP CONSTRAINT " + name);
     case AT_ReplicaIdentity:
+      if (cmd->def == nullptr || !IsA(cmd->def, ReplicaIdentityStmt)) return Step(DdlStepKind::ReplicaIdentity, "REPLICA IDENTITY");
       return Step(DdlStepKind::ReplicaIdentity, ReplicaIdentityText(castNode(ReplicaIdentityStmt, cmd->def)));
     case AT_SetStatistics: return NoShapeChange("ALTER COLUMN " + name + " SET STATISTICS");
     case AT_SetOptions: return NoShapeChange("ALTER COLUMN " + name + " SET (...)");
@@ -683,10 +693,9 @@ void CaptureDdlCommands(FunctionCallInfo fcinfo) {
       foreach (lc, cmd->d.alterTable.subcmds) {
         const CollectedATSubcmd* sub = static_cast<CollectedATSubcmd*>(lfirst(lc));
         const AlterTableCmd* at = castNode(AlterTableCmd, sub->parsetree);
-        if ((at->subtype == AT_AddConstraint || at->subtype == AT_AddConstraintRecurse) &&
-            castNode(Constraint, at->def)->contype == CONSTR_PRIMARY)
-          adds_pk = true;
-        if ((at->subtype == AT_AddIndex || at->subtype == AT_AddIndexConstraint) && castNode(IndexStmt, at->def)->primary)
+        if ((at->subtype == AT_AddConstraint || at->subtype == AT_AddConstraintRecurse || at->subtype == AT_AddIndex ||
+             at->subtype == AT_AddIndexConstraint) &&
+            IsPrimaryKeyDef(at->def))
           adds_pk = true;
       }
       foreach (lc, cmd->d.alterTable.subcmds) {
