@@ -195,7 +195,7 @@ def run_migration(pair, env=None, kills=True):
     with open(script, "w") as out:
         out.write(WRITER_SCRIPT)
     writer = subprocess.Popen([os.path.join(PG_BIN, "pgbench"), "-h", pair.source.socket_dir, "-p",
-                               str(pair.source.port), "-U", "postgres", "-n", "-c", "2", "-j", "2", "-t", "400",
+                               str(pair.source.port), "-U", "postgres", "-n", "-c", "2", "-j", "2", "-T", "12", "-R", "150",
                                "-f", script, "postgres"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stderr = ""
     try:
