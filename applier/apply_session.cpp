@@ -416,8 +416,8 @@ bool ApplySession::WithholdSnapshotHandoff(const std::string& schema, const std:
        what + ": taking the control lock");
   const std::string error =
       display + " changed under its snapshot copy: " + ddl_description + " (" + DescribeTransaction(tx) +
-      ") was applied to the target before every chunk was copied, so chunks copied before it may hold rows of the old "
-      "definition; copy it again under the new one: trellara snapshot --config " + config_.path + " --table " +
+      ") was applied to the target before its copy was handed off, so chunks copied before it may hold rows read "
+      "with the old definition; copy it again under the new one: trellara snapshot --config " + config_.path + " --table " +
       display + " --force";
   auto r = Must(conn_->ExecParams("UPDATE trellara.snapshot_tables SET state = 'failed_recoverable', run_id = $4, "
                                   "last_error = $5, updated_at = now() WHERE flow = $1 AND schema_name = $2 AND "

@@ -29,11 +29,11 @@ state), with the same schema `app` on both.
   unsupported_ddl_is_quarantined
       ALTER COLUMN TYPE ... USING: ddl_unsupported at that transaction, nothing of it applied.
   ddl_during_snapshot_copy_withholds_handoff
-      `trellara snapshot` of app.accounts held inside its first chunk's COPY (fault point
-      snapshot.during_table_copy, stall) while the source adds a column and writes it; the applier
-      applies the DDL: the table becomes failed_recoverable naming the DDL and the --force rerun,
-      the run that was copying it cannot make it handoff_ready; the --force rerun copies it under
-      the new definition and `trellara verify` exits 0.
+      `trellara snapshot` of app.accounts killed after its chunks were copied, before its handoff
+      record (fault point snapshot.before_handoff_record, crash); the source adds a column and
+      writes it; the applier applies the DDL: the table becomes failed_recoverable naming the DDL
+      and the --force rerun, and resuming the run that copied it cannot make it handoff_ready; the
+      --force rerun copies it under the new definition and `trellara verify` exits 0.
 
 It must never signal a process it did not start (the applier is our child, killed by its Popen
 handle; clusters are stopped by the harness by PID) and never leave a cluster running.
@@ -405,49 +405,49 @@ def unsupported_ddl_is_quarantined():
 
 
 @scenario(seed_rows=("snapshot_ddl_during_copy",), suite="schema_changes",
-          fault_points=("snapshot.during_table_copy",),
+          fault_points=("snapshot.before_handoff_record",),
           invariants=("a DDL applied while the table's copy is unfinished withholds its handoff",
                       "only snapshot --force copies it again; verify exit 0 after it"))
 def ddl_during_snapshot_copy_withholds_handoff():
     with SchemaPair("schema-snapshot") as pair:
         pair.target.psql("TRUNCATE app.accounts;")
-        env = dict(os.environ, TRELLARA_FAULTS="snapshot.during_table_copy:1:stall", TRELLARA_FAULT_STALL_MS="5000")
-        snap = subprocess.Popen([TRELLARA_BIN, "snapshot", "--config", pair.config, "--table", "app.accounts",
-                                 "--jobs", "1", "--chunk-rows", "20"], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env)
-        try:
-            wait_for("the first chunk's COPY in flight", lambda: snap.poll() is not None or pair.target.query(
-                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'COPY %FROM STDIN'") != "0", 60)
-            if snap.poll() is not None:
-                raise CaptureFailure(f"snapshot ended before its stall: {snap.communicate()}")
-            xid = source_tx(pair, "ALTER TABLE app.accounts ADD COLUMN tier text NOT NULL DEFAULT 'basic'")
-            pair.source.psql("UPDATE app.accounts SET tier = 'gold' WHERE id % 5 = 0;")
-            wait_log_covers_source(pair.source)
-            applied = apply_until_caught_up(pair)
-            if applied.returncode != 0:
-                raise CaptureFailure(f"apply exited {applied.returncode}: {applied.stderr[-1500:]}")
-            out, err = snap.communicate(timeout=180)
-        finally:
-            if snap.poll() is None:
-                snap.kill()
-                snap.communicate(timeout=30)
-        record_fault_fired("snapshot.during_table_copy")
-        print(f"snapshot during the DDL: exit {snap.returncode}: {err.strip()[-600:]}")
+        # The copy of every chunk committed, the table not yet handoff_ready: the snapshot command is
+        # killed there (fault point snapshot.before_handoff_record, crash = SIGKILL).
+        env = dict(os.environ, TRELLARA_FAULTS="snapshot.before_handoff_record:1:crash")
+        snap = subprocess.run([TRELLARA_BIN, "snapshot", "--config", pair.config, "--table", "app.accounts",
+                               "--chunk-rows", "20", "--run-id", "r1"], capture_output=True, text=True, env=env,
+                              timeout=180)
+        record_faults_from_output(snap.stderr)
+        state = pair.target.query("SELECT state FROM trellara.snapshot_tables WHERE table_name = 'accounts'")
+        if state != "copied":
+            raise CaptureFailure(f"harness failure: the snapshot did not stop before its handoff record "
+                                 f"(exit {snap.returncode}, state {state}): {snap.stderr[-800:]}")
+        # The DDL (and a write of the new column) reaches the target while the copy is unfinished.
+        xid = source_tx(pair, "ALTER TABLE app.accounts ADD COLUMN tier text NOT NULL DEFAULT 'basic'")
+        pair.source.psql("UPDATE app.accounts SET tier = 'gold' WHERE id % 5 = 0;")
+        wait_log_covers_source(pair.source)
+        applied = apply_until_caught_up(pair)
+        if applied.returncode != 0:
+            raise CaptureFailure(f"apply exited {applied.returncode}: {applied.stderr[-1500:]}")
         row = pair.target.query("SELECT state, run_id, last_error FROM trellara.snapshot_tables "
                                 "WHERE schema_name = 'app' AND table_name = 'accounts'")
         print(f"table row after the DDL: {row}")
         state, run_id, last_error = row.split("|", 2)
-        if state == "handoff_ready" or snap.returncode == 0:
-            raise CaptureFailure(f"app.accounts handed off although a DDL changed it during its copy: {row}")
         if state != "failed_recoverable" or not run_id.startswith("ddl@") or "--force" not in last_error \
-                or str(xid) not in last_error:
-            raise CaptureFailure(f"the withheld table does not name the DDL ({xid}) and the --force rerun: {row}")
+                or f"xid {xid}" not in last_error:
+            raise CaptureFailure(f"the withheld table does not name the DDL (xid {xid}) and the --force rerun: {row}")
+        # The run that copied it under the old definition cannot hand it off any more.
+        resumed = subprocess.run([TRELLARA_BIN, "snapshot", "--config", pair.config, "--table", "app.accounts",
+                                  "--run-id", "r1"], capture_output=True, text=True, timeout=180)
+        state = pair.target.query("SELECT state FROM trellara.snapshot_tables WHERE table_name = 'accounts'")
+        print(f"resuming run r1: exit {resumed.returncode}, table {state}: {resumed.stderr.strip()[-300:]}")
+        if resumed.returncode == 0 or state == "handoff_ready":
+            raise CaptureFailure(f"run r1 handed off app.accounts after the DDL (exit {resumed.returncode}, {state})")
         again = subprocess.run([TRELLARA_BIN, "snapshot", "--config", pair.config, "--table", "app.accounts", "--force",
                                 "--chunk-rows", "20"], capture_output=True, text=True, timeout=180)
         if again.returncode != 0:
             raise CaptureFailure(f"snapshot --force exited {again.returncode}: {again.stderr[-1500:]}")
-        state = pair.target.query("SELECT state FROM trellara.snapshot_tables WHERE schema_name = 'app' AND "
-                                  "table_name = 'accounts'")
+        state = pair.target.query("SELECT state FROM trellara.snapshot_tables WHERE table_name = 'accounts'")
         if state != "handoff_ready":
             raise CaptureFailure(f"after snapshot --force app.accounts is {state}")
         verify = verify_with_applier(pair.config)
