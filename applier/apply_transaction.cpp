@@ -216,12 +216,35 @@ std::optional<QuarantineCause> Applier::ExecuteDdl(const Change& change, const s
       known->fingerprint != captured->fingerprint;
   // A table whose snapshot copy is not finished is copied again under the new definition
   // (apply_session.h WithholdSnapshotHandoff); the handoff rule keeps applying to it meanwhile.
-  if (shape_changed && registry_.Find(ddl.relation_schema, ddl.relation_name) != nullptr &&
-      session_.WithholdSnapshotHandoff(ddl.relation_schema, ddl.relation_name, tx, description)) {
-    attempt_registry_changed_ = true;
-    attempt_ddl_notes_.push_back("the snapshot of " + ddl.relation_schema + "." + ddl.relation_name +
-                                 " was not finished: it is failed_recoverable until trellara snapshot --table " +
-                                 ddl.relation_schema + "." + ddl.relation_name + " --force copies it again");
+  SnapshotTable* copied = shape_changed ? registry_.Find(ddl.relation_schema, ddl.relation_name) : nullptr;
+  if (copied != nullptr) {
+    const std::string display = ddl.relation_schema + "." + ddl.relation_name;
+    if (session_.WithholdSnapshotHandoff(ddl.relation_schema, ddl.relation_name, tx, description)) {
+      attempt_registry_changed_ = true;
+      attempt_ddl_notes_.push_back("the snapshot of " + display + " was not finished: it is failed_recoverable "
+                                   "until trellara snapshot --table " + display + " --force copies it again");
+    } else if (!replay_ready_) {
+      // Handed off already, yet a chunk was read in a source snapshot that sees this DDL: the copy
+      // ran after the DDL committed on the source but before it reached the target, so it was
+      // read with the column list of before (a column list of after would not have fit the
+      // target). Its rows may miss what the stream now skips as "in the copy": fail closed.
+      // Read inside this transaction (a chunk copied since the registry was loaded is not cached).
+      for (const ChunkRange& range : copied->ranges) {
+        const int32_t chunk_no = range.chunk_no;
+        const ChunkView view = session_.ReadChunkForShare(*copied, chunk_no, registry_.version());
+        if (view.kind != ChunkView::Kind::Copied || !VisibleIn(view.snapshot, tx.xid)) continue;
+        QuarantineCause cause;
+        cause.reason = QuarantineReason::DdlUnsupported;
+        cause.operation = "DDL";
+        cause.relation = display;
+        cause.detail = description + ": chunk " + std::to_string(chunk_no) + " of the finished snapshot of " + display +
+                       " was copied in a source snapshot that already saw this DDL, with the definition before it, "
+                       "so the copy may lack what the stream leaves to it; mark this transaction replay-ready (it "
+                       "is then applied), then copy the table again: trellara snapshot --config " + config_.path +
+                       " --table " + display + " --force";
+        return cause;
+      }
+    }
   }
   for (const std::string& statement : plan.statements) {
     PgResult result = conn_->Exec(statement);
