@@ -28,6 +28,9 @@ state), with the same schema `app` on both.
       at that transaction, nothing of it applied; the target repaired + replay-ready -> it goes on.
   unsupported_ddl_is_quarantined
       ALTER COLUMN TYPE ... USING: ddl_unsupported at that transaction, nothing of it applied.
+  drop_table_keeps_or_drops_the_target_table_by_policy
+      DROP TABLE on the source: under ddl_drop_table = "keep" (default) the target keeps the table
+      and its rows and the flow forgets the relation; under "apply" the target's table is dropped.
   ddl_during_snapshot_copy_withholds_handoff
       `trellara snapshot` of app.accounts killed after its chunks were copied, before its handoff
       record (fault point snapshot.before_handoff_record, crash); the source adds a column and
@@ -404,6 +407,37 @@ def unsupported_ddl_is_quarantined():
             raise CaptureFailure("the unsupported DDL reached the target")
 
 
+@scenario(suite="schema_changes", invariants=("ddl_drop_table = keep leaves the target table and rows",
+                                              "ddl_drop_table = apply drops it", "the flow forgets the relation"))
+def drop_table_keeps_or_drops_the_target_table_by_policy():
+    for policy, kept in (("keep", True), ("apply", False)):
+        with SchemaPair(f"schema-drop-{policy}", apply_settings=f'ddl_drop_table = "{policy}"') as pair:
+            pair.source.psql("INSERT INTO app.events VALUES (1, 1, 10);")
+            wait_log_covers_source(pair.source)
+            if apply_until_caught_up(pair).returncode != 0 or pair.target.query(
+                    "SELECT count(*) FROM trellara.relation_schemas WHERE name = 'events'") != "1":
+                raise CaptureFailure("the first write of app.events did not record it in trellara.relation_schemas")
+            pair.source.psql("DROP TABLE app.events;")
+            pair.source.psql("UPDATE app.accounts SET balance = 5 WHERE id = 1;")
+            wait_log_covers_source(pair.source)
+            result = apply_until_caught_up(pair)
+            if result.returncode != 0:
+                raise CaptureFailure(f"ddl_drop_table = {policy}: apply exited {result.returncode}: "
+                                     f"{result.stderr[-1500:]}")
+            exists = pair.target.query("SELECT to_regclass('app.events') IS NOT NULL")
+            rows = pair.target.query("SELECT count(*) FROM app.events") if exists == "t" else "-"
+            known = pair.target.query("SELECT count(*) FROM trellara.relation_schemas WHERE name = 'events'")
+            print(f"ddl_drop_table = {policy}: target app.events exists {exists}, rows {rows}, flow knows it {known}")
+            if kept and (exists != "t" or rows != "1"):
+                raise CaptureFailure(f"ddl_drop_table = keep: the target's app.events was not kept ({exists}, {rows})")
+            if not kept and exists != "f":
+                raise CaptureFailure("ddl_drop_table = apply: the target's app.events was not dropped")
+            if known != "0":
+                raise CaptureFailure(f"ddl_drop_table = {policy}: the flow still knows the dropped relation")
+            if pair.target.query("SELECT balance FROM app.accounts WHERE id = 1") != "5":
+                raise CaptureFailure(f"ddl_drop_table = {policy}: the transaction after the DROP was not applied")
+
+
 @scenario(seed_rows=("snapshot_ddl_during_copy",), suite="schema_changes",
           fault_points=("snapshot.before_handoff_record",),
           invariants=("a DDL applied while the table's copy is unfinished withholds its handoff",
@@ -465,5 +499,6 @@ if __name__ == "__main__":
         rolled_back_ddl_leaves_no_trace,
         drift_without_ddl_record_is_quarantined_before_anything_applies,
         unsupported_ddl_is_quarantined,
+        drop_table_keeps_or_drops_the_target_table_by_policy,
         ddl_during_snapshot_copy_withholds_handoff,
     ])
