@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
   trellara::cli::RegisterSnapshot(app);
   trellara::cli::RegisterReseed(app);
   trellara::cli::RegisterChaos(app);
+  trellara::cli::RegisterContractTest(app);
   trellara::cli::RegisterInspectTransaction(app);
   trellara::cli::RegisterLogCommands(app);
   trellara::cli::RegisterLogRecords(app);
