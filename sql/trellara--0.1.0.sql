@@ -732,3 +732,34 @@ BEGIN
 END
 $$;
 REVOKE ALL ON FUNCTION trellara._check_log_retention(trellara.flows) FROM PUBLIC;
+
+-- ============================================================================================
+-- DDL capture (docs/schema-changes.md "Capture"): two event triggers write each DDL command on a
+-- table that a publication contains into the WAL as a transactional logical message with prefix
+-- 'trellara.ddl' (a protobuf Ddl: steps, and the table's definition after the command), so the
+-- output plugin emits it in order with the DML of the same transaction. Created last, so that the
+-- rest of this script runs without them. They are members of the extension (DROP EXTENSION
+-- removes them). Event triggers call their function without an EXECUTE check, so the functions
+-- stay unexecutable by anyone else. A DBA may ALTER EVENT TRIGGER ... DISABLE them only knowing
+-- that DDL run meanwhile is invisible to the applier (it then quarantines the drift).
+-- ============================================================================================
+CREATE FUNCTION trellara.ddl_command_end()
+RETURNS event_trigger
+AS 'MODULE_PATHNAME', 'trellara_ddl_command_end'
+LANGUAGE C;
+REVOKE ALL ON FUNCTION trellara.ddl_command_end() FROM PUBLIC;
+
+CREATE FUNCTION trellara.sql_drop()
+RETURNS event_trigger
+AS 'MODULE_PATHNAME', 'trellara_sql_drop'
+LANGUAGE C;
+REVOKE ALL ON FUNCTION trellara.sql_drop() FROM PUBLIC;
+
+CREATE EVENT TRIGGER trellara_ddl_command_end ON ddl_command_end
+  EXECUTE FUNCTION trellara.ddl_command_end();
+CREATE EVENT TRIGGER trellara_sql_drop ON sql_drop
+  EXECUTE FUNCTION trellara.sql_drop();
+COMMENT ON EVENT TRIGGER trellara_ddl_command_end IS
+  'Trellara: records DDL on published tables in the WAL for the output plugin (trellara.ddl messages)';
+COMMENT ON EVENT TRIGGER trellara_sql_drop IS
+  'Trellara: records DROP of published tables in the WAL for the output plugin (trellara.ddl messages)';

@@ -374,3 +374,167 @@ TEST_CASE("long_and_non_ascii_names_survive_encoding_from_the_relation_cache", "
     CHECK(std::get<Envelope>(*back) == e);
   }
 }
+
+// ---- DDL records ---------------------------------------------------------------------------
+
+namespace {
+
+// ALTER TABLE public.orders ADD COLUMN status ..., RENAME note TO memo: steps and the definition
+// after the command, as the event trigger records them.
+Ddl SampleAlterOrders() {
+  Ddl d;
+  d.command_tag = "ALTER TABLE";
+  d.object_type = "table";
+  d.schema = "public";
+  d.object_identity = "public.orders";
+  d.sql = "ALTER TABLE orders ADD COLUMN status varchar(20) COLLATE \"C\" NOT NULL DEFAULT 'new'";
+  d.relation_oid = 16384;
+  d.relation_schema = "public";
+  d.relation_name = "orders";
+  d.steps = {DdlStep{DdlStepKind::AddColumn, "status", "", "ADD COLUMN status", false},
+             DdlStep{DdlStepKind::AlterColumnType, "amount", "", "ALTER COLUMN amount TYPE numeric(14,2)", true}};
+  RelationDefinition def;
+  def.oid = 16384;
+  def.schema = "public";
+  def.name = "orders";
+  DdlColumn id{"id", 20, "bigint", -1, true, DefaultKind::Mutable, "nextval('orders_id_seq'::regclass)", "", "", "", ""};
+  DdlColumn status{"status", 1043, "character varying(20)", 24, true, DefaultKind::Immutable,
+                   "'new'::character varying", "", "", "", "C"};
+  DdlColumn upper{"upper_note", 25, "text", -1, false, DefaultKind::None, "", "s", "", "upper(note)", ""};
+  DdlColumn seq{"seq", 23, "integer", -1, true, DefaultKind::None, "", "", "d", "", ""};
+  def.columns = {id, status, upper, seq};
+  def.primary_key = {"id"};
+  def.primary_key_name = "orders_pkey";
+  def.replica_identity = ReplicaIdentity::Index;
+  def.identity_index = "orders_pkey";
+  d.definition = def;
+  d.publications = {"pub_app", "pub_all"};
+  return d;
+}
+
+Envelope EnvelopeWithDdl() {
+  Envelope e;
+  e.tx = TxIdentity{"app", 7301234567890123456ull, 7500, 0x3B00000};
+  e.begin_lsn = 0x3AFFF00;
+  e.relations = {SampleOrders()};
+  Change ddl;
+  ddl.op = Op::Ddl;
+  ddl.relation_oid = 16384;
+  ddl.ddl = SampleAlterOrders();
+  Change ins;
+  ins.op = Op::Insert;
+  ins.relation_oid = 16384;
+  ins.new_tuple = {Value::Text("1"), Value::Text("n"), Value::Text("1.00"), Value::Null()};
+  e.changes = {ddl, ins};
+  REQUIRE(SealEnvelope(e).ok());
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("ddl_change_with_steps_and_definition_round_trips_inside_an_envelope", "[codec][ddl]") {
+  Envelope e = EnvelopeWithDdl();
+  std::string bytes = Encode(Record(e));
+  auto back = DecodeRecord(bytes);
+  REQUIRE(back.ok());
+  REQUIRE(std::holds_alternative<Envelope>(*back));
+  const Envelope& got = std::get<Envelope>(*back);
+  CHECK(got == e);
+  REQUIRE(got.changes[0].ddl.definition.has_value());
+  CHECK(got.changes[0].ddl.steps.size() == 2);
+  CHECK(got.changes[0].ddl.steps[1].using_expression);
+  CHECK(got.changes[0].ddl.definition->columns[1].collation == "C");
+  CHECK(got.changes[0].ddl.definition->columns[2].generation_expr == "upper(note)");
+  CHECK(VerifyRecordChecksum(*back).ok());
+  CHECK(Encode(*back) == bytes);
+}
+
+TEST_CASE("ddl_alone_round_trips_through_encode_ddl_and_decode_ddl", "[codec][ddl]") {
+  const Ddl ddl = SampleAlterOrders();
+  auto bytes = EncodeDdl(ddl);
+  REQUIRE(bytes.ok());
+  auto back = DecodeDdl(*bytes);
+  REQUIRE(back.ok());
+  CHECK(*back == ddl);
+  // DROP TABLE carries no definition, and stays without one.
+  Ddl drop = ddl;
+  drop.command_tag = "DROP TABLE";
+  drop.steps = {DdlStep{DdlStepKind::DropTable, "", "", "DROP TABLE orders", false}};
+  drop.definition.reset();
+  auto drop_bytes = EncodeDdl(drop);
+  REQUIRE(drop_bytes.ok());
+  auto drop_back = DecodeDdl(*drop_bytes);
+  REQUIRE(drop_back.ok());
+  CHECK(*drop_back == drop);
+  CHECK_FALSE(drop_back->definition.has_value());
+}
+
+TEST_CASE("ddl_decode_refuses_an_unknown_step_kind_and_an_undescribed_relation", "[codec][ddl][hostile]") {
+  SECTION("unknown step kind, alone") {
+    Ddl ddl = SampleAlterOrders();
+    ddl.steps[1].kind = static_cast<DdlStepKind>(99);
+    auto bytes = EncodeDdl(ddl);
+    REQUIRE(bytes.ok());
+    auto back = DecodeDdl(*bytes);
+    REQUIRE_FALSE(back.ok());
+    INFO(back.error().message);
+    CHECK(back.error().message.find("step 1 has unknown kind 99") != std::string::npos);
+  }
+  SECTION("unknown step kind, inside an envelope") {
+    Envelope e = EnvelopeWithDdl();
+    e.changes[0].ddl.steps[0].kind = static_cast<DdlStepKind>(0);
+    auto back = DecodeRecord(Encode(Record(e)));
+    REQUIRE_FALSE(back.ok());
+    INFO(back.error().message);
+    CHECK(back.error().message.find("unknown kind 0") != std::string::npos);
+  }
+  SECTION("ddl change whose relation has no RelationInfo") {
+    Envelope e = EnvelopeWithDdl();
+    e.changes = {e.changes[0]};
+    e.changes[0].relation_oid = 16999;
+    e.changes[0].ddl.definition->oid = 16999;
+    auto back = DecodeRecord(Encode(Record(e)));
+    REQUIRE_FALSE(back.ok());
+    INFO(back.error().message);
+    CHECK(back.error().message.find("relation oid 16999") != std::string::npos);
+    CHECK(back.error().message.find("no RelationInfo") != std::string::npos);
+  }
+}
+
+TEST_CASE("checksum_changes_when_a_ddl_step_or_definition_is_altered", "[codec][ddl]") {
+  const Envelope base = EnvelopeWithDdl();
+  const Sha256 sum = base.checksum;
+  CHECK(ChecksumOf(base) == sum);
+  SECTION("a step's column") {
+    Envelope e = base;
+    e.changes[0].ddl.steps[0].column = "state";
+    CHECK(ChecksumOf(e) != sum);
+  }
+  SECTION("a step's kind") {
+    Envelope e = base;
+    e.changes[0].ddl.steps[0].kind = DdlStepKind::DropColumn;
+    CHECK(ChecksumOf(e) != sum);
+  }
+  SECTION("a step's USING flag") {
+    Envelope e = base;
+    e.changes[0].ddl.steps[1].using_expression = false;
+    CHECK(ChecksumOf(e) != sum);
+  }
+  SECTION("the order of steps") {
+    Envelope e = base;
+    std::swap(e.changes[0].ddl.steps[0], e.changes[0].ddl.steps[1]);
+    CHECK(ChecksumOf(e) != sum);
+  }
+  SECTION("a default in the definition") {
+    Envelope e = base;
+    e.changes[0].ddl.definition->columns[1].default_kind = DefaultKind::Mutable;
+    CHECK(ChecksumOf(e) != sum);
+  }
+  SECTION("an altered step fails the verification of the decoded record") {
+    Envelope e = base;
+    e.changes[0].ddl.steps[0].new_name = "x";  // checksum not resealed
+    auto back = DecodeRecord(Encode(Record(e)));
+    REQUIRE(back.ok());
+    CHECK_FALSE(VerifyRecordChecksum(*back).ok());
+  }
+}

@@ -17,6 +17,13 @@
 //            whose object is missing is ddl_unsupported naming it. After the last step the simulated
 //            target must accept the captured relation (CheckTargetRelation) — a DDL record that
 //            does not explain the definition it carries is never applied half-way.
+//            "Already reflected" is checked before a step is refused (a column already there with
+//            an accepted type, a type the target already takes even where USING was given), so
+//            planning is idempotent: a transaction replayed after the operator changed the target
+//            by hand plans no-ops for what was done. (Under ddl = "halt" the policy alone decides;
+//            the applier chooses what a replay-ready transaction is planned with.)
+//            ALTER COLUMN TYPE to another typmod of the same type is always executed (the same
+//            cast runs on both sides), never left to the target's typmod, which could round.
 //
 //   Drift    Every change that names a relation is checked, in order, against what the flow knows
 //            (trellara.relation_schemas on the target: the last fingerprint the applier accepted

@@ -1,0 +1,631 @@
+// ddl_apply.cpp — what the applier does with a captured DDL change, and the drift verdict
+// (ddl_apply.h).
+//
+// Must never return statements that leave the target half-way through a DDL record: every step is
+// first played on a simulated copy of the target's definition, and the copy must accept the
+// captured relation before any statement is handed out. Never emits an unquoted identifier, never
+// creates a default whose value depends on where it runs, and never calls a relation known unless
+// its fingerprint is equal. Talks to no database.
+#include "trellara/ddl_apply.h"
+
+#include <algorithm>
+
+#include "trellara/apply_plan.h"
+
+namespace trellara {
+
+const char* DdlPolicyName(DdlPolicy policy) {
+  switch (policy) {
+    case DdlPolicy::Apply: return "apply";
+    case DdlPolicy::Halt: return "halt";
+  }
+  return "?";
+}
+
+const char* DropTablePolicyName(DropTablePolicy policy) {
+  switch (policy) {
+    case DropTablePolicy::Keep: return "keep";
+    case DropTablePolicy::Apply: return "apply";
+  }
+  return "?";
+}
+
+namespace {
+
+// Fingerprints in messages: enough hex to tell two apart at a glance.
+constexpr size_t kShortFingerprintHexChars = 12;
+
+// What an operator does about a DDL the applier will not reproduce.
+constexpr char kUnsupportedRemedy[] =
+    "re-snapshot the table, or change the target by hand and mark the transaction replay-ready "
+    "(trellara repair-plan --config <flow.toml> prints the steps)";
+
+// The relation as the record names it before the command (CREATE TABLE: the new table).
+std::string RelationDisplay(const Ddl& ddl) {
+  if (!ddl.relation_name.empty()) return ddl.relation_schema + "." + ddl.relation_name;
+  if (ddl.definition) return ddl.definition->schema + "." + ddl.definition->name;
+  return ddl.object_identity;
+}
+
+std::string DescribeStep(const DdlStep& step) {
+  std::string out = DdlStepKindName(step.kind);
+  if (step.kind == DdlStepKind::Unsupported || step.kind == DdlStepKind::NoShapeChange) {
+    if (!step.detail.empty()) out += " (" + step.detail + ")";
+    return out;
+  }
+  if (!step.column.empty()) out += " " + step.column;
+  if (!step.new_name.empty()) out += " -> " + step.new_name;
+  if (step.using_expression) out += " using an expression";
+  return out;
+}
+
+std::string DescribeSteps(const std::vector<DdlStep>& steps) {
+  if (steps.empty()) return "no steps";
+  std::string out;
+  for (const DdlStep& step : steps) {
+    if (!out.empty()) out += ", ";
+    out += DescribeStep(step);
+  }
+  return out;
+}
+
+// Whether two type names share a base type (they differ at most in typmod): TargetTypeAccepts'
+// widenings go one way only, so mutual acceptance means the same base type.
+bool SameBaseType(const std::string& a, const std::string& b) {
+  return TargetTypeAccepts(a, b) && TargetTypeAccepts(b, a);
+}
+
+// Plays a Ddl's steps on a simulated copy of the target, collecting statements and notes. Every
+// step returns an Error whose message says why the step cannot be reproduced exactly.
+class DdlPlanner {
+ public:
+  // `captured` is non-null unless the Ddl drops the table (PlanDdl refuses it before).
+  DdlPlanner(const Ddl& ddl, const RelationInfo* captured, const TargetRelation& target, DropTablePolicy drop_table,
+             DdlPlan& plan)
+      : ddl_(ddl), captured_(captured), sim_(target), drop_table_(drop_table), plan_(plan),
+        schema_(ddl.relation_schema), name_(ddl.relation_name) {}
+
+  bool dropped() const { return dropped_; }
+  const TargetRelation& simulated() const { return sim_; }
+  std::string current_display() const { return schema_ + "." + name_; }
+
+  Status Step(const DdlStep& step) {
+    if (dropped_)
+      return MakeError("the record holds step " + DescribeStep(step) + " after DROP TABLE; the record is malformed");
+    switch (step.kind) {
+      case DdlStepKind::CreateTable: return CreateTable();
+      case DdlStepKind::DropTable: return DropTable();
+      case DdlStepKind::NoShapeChange:
+        plan_.notes.push_back((step.detail.empty() ? std::string("the command") : step.detail) + " on " +
+                              current_display() + " does not change the replicated columns; not carried to the target");
+        return Status::Ok();
+      case DdlStepKind::Unsupported:
+        return MakeError("the command does " + (step.detail.empty() ? std::string("something") : step.detail) +
+                         " to " + current_display() + ", which the applier does not reproduce");
+      default: break;
+    }
+    if (!sim_.exists) return MakeError("the target has no table " + current_display());
+    switch (step.kind) {
+      case DdlStepKind::AddColumn: return AddColumn(step);
+      case DdlStepKind::DropColumn: return DropColumn(step);
+      case DdlStepKind::RenameColumn: return RenameColumn(step);
+      case DdlStepKind::RenameTable: return RenameTable(step);
+      case DdlStepKind::AlterColumnType: return AlterColumnType(step);
+      case DdlStepKind::SetNotNull: return SetNotNull(step, true);
+      case DdlStepKind::DropNotNull: return SetNotNull(step, false);
+      case DdlStepKind::SetDefault: return SetDefault(step);
+      case DdlStepKind::DropDefault: return DropDefault(step);
+      case DdlStepKind::AddPrimaryKey: return AddPrimaryKey();
+      case DdlStepKind::DropPrimaryKey: return DropPrimaryKey(step);
+      case DdlStepKind::ReplicaIdentity:
+        plan_.notes.push_back("replica identity of " + current_display() +
+                              " is not carried to the target: the applier matches rows by the captured key, so the "
+                              "target's own replica identity does not matter for applying");
+        return Status::Ok();
+      default: break;
+    }
+    return MakeError("step " + DescribeStep(step) + " has an unknown kind");
+  }
+
+ private:
+  Result<std::string> Quote(const std::string& name, const char* what) const {
+    auto q = QuoteIdentifier(name);
+    if (!q.ok()) return MakeError(std::string(what) + " \"" + name + "\": " + q.error().message);
+    return q;
+  }
+
+  Result<std::string> Table() const {
+    auto schema = Quote(schema_, "schema");
+    if (!schema.ok()) return schema.error();
+    auto name = Quote(name_, "table name");
+    if (!name.ok()) return name.error();
+    return *schema + "." + *name;
+  }
+
+  TargetColumn* TargetCol(const std::string& name) {
+    for (auto& c : sim_.columns)
+      if (c.name == name) return &c;
+    return nullptr;
+  }
+
+  Result<const DdlColumn*> DefinedCol(const DdlStep& step) const {
+    if (ddl_.definition)
+      for (const auto& c : ddl_.definition->columns)
+        if (c.name == step.column) return &c;
+    return MakeError("the record's definition of " + RelationDisplay(ddl_) + " has no column " + step.column +
+                     ", though step " + DescribeStep(step) + " names it; the record is malformed");
+  }
+
+  static TargetColumn SimulatedColumn(const DdlColumn& c) {
+    TargetColumn t;
+    t.name = c.name;
+    t.type_name = c.type_name;
+    t.identity = !c.identity.empty();
+    t.generated = !c.generated.empty();
+    t.not_null = c.not_null || t.identity;
+    t.has_default = c.default_kind == DefaultKind::Immutable;
+    return t;
+  }
+
+  std::string MutableDefaultNote(const DdlColumn& c) const {
+    return "default " + c.default_expr + " of " + c.name + " is evaluated on the source; replicated rows carry its "
+           "values (not created on the target's " + current_display() + ")";
+  }
+
+  // "name" type [COLLATE "c"] [GENERATED ...] [NOT NULL] [DEFAULT expr]; a mutable default is left
+  // out (the caller notes it).
+  Result<std::string> ColumnSql(const DdlColumn& c) const {
+    auto name = Quote(c.name, "column");
+    if (!name.ok()) return name.error();
+    if (c.type_name.empty()) return MakeError("column " + c.name + " has no type in the record; the record is malformed");
+    std::string sql = *name + " " + c.type_name;
+    if (!c.collation.empty()) {
+      auto collation = Quote(c.collation, "collation");
+      if (!collation.ok()) return collation.error();
+      sql += " COLLATE " + *collation;
+    }
+    if (c.generated == "s") {
+      if (c.generation_expr.empty())
+        return MakeError("generated column " + c.name + " has no expression in the record; the record is malformed");
+      sql += " GENERATED ALWAYS AS (" + c.generation_expr + ") STORED";
+    } else if (!c.generated.empty()) {
+      return MakeError("column " + c.name + " is generated of unknown kind '" + c.generated + "'");
+    }
+    if (c.identity == "a") {
+      sql += " GENERATED ALWAYS AS IDENTITY";
+    } else if (c.identity == "d") {
+      sql += " GENERATED BY DEFAULT AS IDENTITY";
+    } else if (!c.identity.empty()) {
+      return MakeError("column " + c.name + " is an identity of unknown kind '" + c.identity + "'");
+    }
+    if (c.not_null) sql += " NOT NULL";
+    if (c.default_kind == DefaultKind::Immutable) {
+      if (c.default_expr.empty())
+        return MakeError("column " + c.name + " has a constant default without an expression in the record; the "
+                         "record is malformed");
+      sql += " DEFAULT " + c.default_expr;
+    }
+    return sql;
+  }
+
+  Result<std::string> KeyList(const std::vector<std::string>& columns) const {
+    std::string out;
+    for (const auto& c : columns) {
+      auto q = Quote(c, "key column");
+      if (!q.ok()) return q.error();
+      if (!out.empty()) out += ", ";
+      out += *q;
+    }
+    return out;
+  }
+
+  Status CreateTable() {
+    if (!ddl_.definition) return MakeError("CREATE TABLE carries no definition; the record is malformed");
+    const RelationDefinition& def = *ddl_.definition;
+    schema_ = def.schema;
+    name_ = def.name;
+    if (def.relkind == "p" || def.is_partition)
+      return MakeError(current_display() + " is " +
+                       (def.relkind == "p" ? std::string("a partitioned table") : std::string("a partition")) +
+                       ", which the applier does not create");
+    if (def.relkind != "r")
+      return MakeError(current_display() + " has relkind '" + def.relkind + "', which the applier does not create");
+    if (sim_.exists) {
+      if (captured_ == nullptr)
+        return MakeError("CREATE TABLE " + current_display() + " carries no relation description; the record is malformed");
+      auto refusal = CheckTargetRelation(*captured_, sim_);
+      if (refusal)
+        return MakeError("table " + current_display() + " already exists on the target but cannot take the captured "
+                         "definition: " + refusal->detail);
+      plan_.notes.push_back("table " + current_display() +
+                            " already exists on the target and accepts the captured definition; not created");
+      return Status::Ok();
+    }
+    auto table = Table();
+    if (!table.ok()) return table.error();
+    std::string body;
+    TargetRelation created;
+    created.exists = true;
+    for (const DdlColumn& c : def.columns) {
+      auto column = ColumnSql(c);
+      if (!column.ok()) return column.error();
+      if (c.default_kind == DefaultKind::Mutable) plan_.notes.push_back(MutableDefaultNote(c));
+      if (!body.empty()) body += ", ";
+      body += *column;
+      created.columns.push_back(SimulatedColumn(c));
+    }
+    if (!def.primary_key.empty()) {
+      auto keys = KeyList(def.primary_key);
+      if (!keys.ok()) return keys.error();
+      std::string constraint;
+      if (!def.primary_key_name.empty()) {
+        auto pk = Quote(def.primary_key_name, "primary key constraint");
+        if (!pk.ok()) return pk.error();
+        constraint = "CONSTRAINT " + *pk + " ";
+      }
+      if (!body.empty()) body += ", ";
+      body += constraint + "PRIMARY KEY (" + *keys + ")";
+      created.primary_key = def.primary_key;
+      created.primary_key_name = def.primary_key_name;
+    }
+    plan_.statements.push_back("CREATE TABLE " + *table + " (" + body + ")");
+    sim_ = std::move(created);
+    return Status::Ok();
+  }
+
+  Status DropTable() {
+    dropped_ = true;
+    plan_.forget_relation = true;
+    if (drop_table_ == DropTablePolicy::Keep) {
+      plan_.notes.push_back("DROP TABLE " + current_display() +
+                            " is not applied: [apply] ddl_drop_table = \"keep\" keeps the target's copy, which no "
+                            "longer receives changes");
+      return Status::Ok();
+    }
+    if (!sim_.exists) {
+      plan_.notes.push_back("table " + current_display() + " is already absent on the target; nothing to drop");
+      return Status::Ok();
+    }
+    auto table = Table();
+    if (!table.ok()) return table.error();
+    plan_.statements.push_back("DROP TABLE " + *table);
+    sim_ = TargetRelation{};
+    return Status::Ok();
+  }
+
+  Status AddColumn(const DdlStep& step) {
+    auto def = DefinedCol(step);
+    if (!def.ok()) return def.error();
+    const DdlColumn& c = **def;
+    // A column the target already has with an accepted type is what the step would make: checked
+    // first, so a transaction replayed after the operator added the column by hand goes through.
+    if (const TargetColumn* t = TargetCol(c.name)) {
+      if (!TargetTypeAccepts(c.type_name, t->type_name))
+        return MakeError("column " + c.name + " already exists on the target's " + current_display() + " as " +
+                         t->type_name + ", which cannot take the source's " + c.type_name + " exactly");
+      plan_.notes.push_back("column " + c.name + " already exists on the target's " + current_display() + " as " +
+                            t->type_name + ", which takes " + c.type_name + "; not added");
+      return Status::Ok();
+    }
+    if (!c.identity.empty())
+      return MakeError("ADD COLUMN " + c.name + " on " + current_display() +
+                       " adds an identity column: the source's existing rows got per-row values the target cannot "
+                       "reproduce");
+    if (c.default_kind == DefaultKind::Mutable)
+      return MakeError("ADD COLUMN " + c.name + " on " + current_display() + " has the default " + c.default_expr +
+                       ", which gave the source's existing rows per-row values the target cannot reproduce");
+    auto table = Table();
+    if (!table.ok()) return table.error();
+    auto column = ColumnSql(c);
+    if (!column.ok()) return column.error();
+    plan_.statements.push_back("ALTER TABLE " + *table + " ADD COLUMN " + *column);
+    sim_.columns.push_back(SimulatedColumn(c));
+    return Status::Ok();
+  }
+
+  Status DropColumn(const DdlStep& step) {
+    auto it = std::find_if(sim_.columns.begin(), sim_.columns.end(),
+                           [&](const TargetColumn& c) { return c.name == step.column; });
+    if (it == sim_.columns.end()) {
+      plan_.notes.push_back("column " + step.column + " does not exist on the target's " + current_display() +
+                            "; nothing to drop");
+      return Status::Ok();
+    }
+    auto table = Table();
+    if (!table.ok()) return table.error();
+    auto column = Quote(step.column, "column");
+    if (!column.ok()) return column.error();
+    plan_.statements.push_back("ALTER TABLE " + *table + " DROP COLUMN " + *column);
+    sim_.columns.erase(it);
+    // Postgres drops the constraints that involve the column, the primary key among them.
+    if (std::find(sim_.primary_key.begin(), sim_.primary_key.end(), step.column) != sim_.primary_key.end()) {
+      sim_.primary_key.clear();
+      sim_.primary_key_name.clear();
+    }
+    return Status::Ok();
+  }
+
+  Status RenameColumn(const DdlStep& step) {
+    TargetColumn* old_column = TargetCol(step.column);
+    const bool has_new = TargetCol(step.new_name) != nullptr;
+    if (old_column == nullptr && has_new) {
+      plan_.notes.push_back("column " + step.new_name + " already exists on the target's " + current_display() +
+                            "; not renamed");
+      return Status::Ok();
+    }
+    if (old_column == nullptr)
+      return MakeError("RENAME COLUMN " + step.column + " TO " + step.new_name + ": the target's " +
+                       current_display() + " has neither column");
+    if (has_new)
+      return MakeError("RENAME COLUMN " + step.column + " TO " + step.new_name + ": the target's " +
+                       current_display() + " has both columns");
+    auto table = Table();
+    if (!table.ok()) return table.error();
+    auto from = Quote(step.column, "column");
+    if (!from.ok()) return from.error();
+    auto to = Quote(step.new_name, "new column name");
+    if (!to.ok()) return to.error();
+    plan_.statements.push_back("ALTER TABLE " + *table + " RENAME COLUMN " + *from + " TO " + *to);
+    old_column->name = step.new_name;
+    for (auto& key : sim_.primary_key)
+      if (key == step.column) key = step.new_name;
+    return Status::Ok();
+  }
+
+  Status RenameTable(const DdlStep& step) {
+    if (!step.column.empty() && step.column != name_)
+      return MakeError("RENAME TO " + step.new_name + " names the old table " + step.column + " but the record's "
+                       "relation is " + current_display() + "; the record is malformed");
+    auto table = Table();
+    if (!table.ok()) return table.error();
+    auto to = Quote(step.new_name, "new table name");
+    if (!to.ok()) return to.error();
+    plan_.statements.push_back("ALTER TABLE " + *table + " RENAME TO " + *to);
+    name_ = step.new_name;
+    return Status::Ok();
+  }
+
+  Status AlterColumnType(const DdlStep& step) {
+    TargetColumn* t = TargetCol(step.column);
+    if (t == nullptr) return MakeError("column " + step.column + " does not exist on the target's " + current_display());
+    auto def = DefinedCol(step);
+    if (!def.ok()) return def.error();
+    const DdlColumn& c = **def;
+    const std::string& from = t->type_name;
+    const std::string& to = c.type_name;
+    if (from == to) {
+      plan_.notes.push_back("column " + c.name + " of the target's " + current_display() + " is already " + to);
+      return Status::Ok();
+    }
+    // Another typmod of the same base type: the same cast runs on both sides, so the target
+    // reproduces it exactly (and a scale or precision the target kept would round values).
+    const bool same_base = SameBaseType(from, to);
+    if (!same_base && TargetTypeAccepts(to, from)) {
+      plan_.notes.push_back("column " + c.name + " of the target's " + current_display() + " is " + from +
+                            ", which already takes every value of " + to + "; not altered");
+      return Status::Ok();
+    }
+    if (step.using_expression)
+      return MakeError("ALTER COLUMN " + c.name + " TYPE " + to + " on " + current_display() +
+                       " converts existing rows with a USING expression the applier cannot reproduce exactly");
+    if (!same_base && !TargetTypeAccepts(from, to))
+      return MakeError("ALTER COLUMN " + c.name + " TYPE " + to + " on " + current_display() + " narrows or converts " +
+                       from + ", which cannot be reproduced exactly on the target");
+    auto table = Table();
+    if (!table.ok()) return table.error();
+    auto column = Quote(c.name, "column");
+    if (!column.ok()) return column.error();
+    std::string sql = "ALTER TABLE " + *table + " ALTER COLUMN " + *column + " TYPE " + to;
+    if (!c.collation.empty()) {
+      auto collation = Quote(c.collation, "collation");
+      if (!collation.ok()) return collation.error();
+      sql += " COLLATE " + *collation;
+    }
+    plan_.statements.push_back(std::move(sql));
+    t->type_name = to;
+    return Status::Ok();
+  }
+
+  Status SetNotNull(const DdlStep& step, bool not_null) {
+    TargetColumn* t = TargetCol(step.column);
+    if (t == nullptr) return MakeError("column " + step.column + " does not exist on the target's " + current_display());
+    if (t->not_null == not_null) {
+      plan_.notes.push_back("column " + step.column + " of the target's " + current_display() + " already is " +
+                            (not_null ? "NOT NULL" : "nullable"));
+      return Status::Ok();
+    }
+    auto table = Table();
+    if (!table.ok()) return table.error();
+    auto column = Quote(step.column, "column");
+    if (!column.ok()) return column.error();
+    plan_.statements.push_back("ALTER TABLE " + *table + " ALTER COLUMN " + *column +
+                               (not_null ? " SET NOT NULL" : " DROP NOT NULL"));
+    t->not_null = not_null;
+    return Status::Ok();
+  }
+
+  Status SetDefault(const DdlStep& step) {
+    TargetColumn* t = TargetCol(step.column);
+    if (t == nullptr) return MakeError("column " + step.column + " does not exist on the target's " + current_display());
+    auto def = DefinedCol(step);
+    if (!def.ok()) return def.error();
+    const DdlColumn& c = **def;
+    if (c.default_kind == DefaultKind::Mutable) {
+      plan_.notes.push_back(MutableDefaultNote(c));
+      return Status::Ok();
+    }
+    if (c.default_kind != DefaultKind::Immutable || c.default_expr.empty())
+      return MakeError("SET DEFAULT on column " + c.name + " of " + current_display() +
+                       ", but the record's definition has no default for it; the record is malformed");
+    auto table = Table();
+    if (!table.ok()) return table.error();
+    auto column = Quote(c.name, "column");
+    if (!column.ok()) return column.error();
+    plan_.statements.push_back("ALTER TABLE " + *table + " ALTER COLUMN " + *column + " SET DEFAULT " + c.default_expr);
+    t->has_default = true;
+    return Status::Ok();
+  }
+
+  Status DropDefault(const DdlStep& step) {
+    TargetColumn* t = TargetCol(step.column);
+    if (t == nullptr) return MakeError("column " + step.column + " does not exist on the target's " + current_display());
+    if (!t->has_default) {
+      plan_.notes.push_back("column " + step.column + " of the target's " + current_display() +
+                            " has no default; nothing to drop");
+      return Status::Ok();
+    }
+    auto table = Table();
+    if (!table.ok()) return table.error();
+    auto column = Quote(step.column, "column");
+    if (!column.ok()) return column.error();
+    plan_.statements.push_back("ALTER TABLE " + *table + " ALTER COLUMN " + *column + " DROP DEFAULT");
+    t->has_default = false;
+    return Status::Ok();
+  }
+
+  Status AddPrimaryKey() {
+    if (!ddl_.definition || ddl_.definition->primary_key.empty())
+      return MakeError("ADD PRIMARY KEY on " + current_display() +
+                       ", but the record's definition has no primary key; the record is malformed");
+    const RelationDefinition& def = *ddl_.definition;
+    if (sim_.primary_key == def.primary_key) {
+      plan_.notes.push_back("the target's " + current_display() + " already has the primary key on the same columns");
+      return Status::Ok();
+    }
+    for (const auto& key : def.primary_key)
+      if (TargetCol(key) == nullptr)
+        return MakeError("primary key column " + key + " does not exist on the target's " + current_display());
+    auto table = Table();
+    if (!table.ok()) return table.error();
+    auto keys = KeyList(def.primary_key);
+    if (!keys.ok()) return keys.error();
+    if (!sim_.primary_key.empty()) {
+      auto existing = Quote(sim_.primary_key_name, "the target's primary key constraint");
+      if (!existing.ok()) return existing.error();
+      plan_.statements.push_back("ALTER TABLE " + *table + " DROP CONSTRAINT " + *existing);
+    }
+    std::string constraint = " ADD ";
+    if (!def.primary_key_name.empty()) {
+      auto pk = Quote(def.primary_key_name, "primary key constraint");
+      if (!pk.ok()) return pk.error();
+      constraint = " ADD CONSTRAINT " + *pk + " ";
+    }
+    plan_.statements.push_back("ALTER TABLE " + *table + constraint + "PRIMARY KEY (" + *keys + ")");
+    sim_.primary_key = def.primary_key;
+    sim_.primary_key_name = def.primary_key_name;
+    for (const auto& key : def.primary_key) TargetCol(key)->not_null = true;  // a key implies NOT NULL
+    return Status::Ok();
+  }
+
+  Status DropPrimaryKey(const DdlStep& step) {
+    if (sim_.primary_key.empty() || sim_.primary_key_name != step.column) {
+      plan_.notes.push_back("the target's " + current_display() + " has no primary key constraint " + step.column +
+                            "; nothing to drop");
+      return Status::Ok();
+    }
+    auto table = Table();
+    if (!table.ok()) return table.error();
+    auto constraint = Quote(step.column, "primary key constraint");
+    if (!constraint.ok()) return constraint.error();
+    plan_.statements.push_back("ALTER TABLE " + *table + " DROP CONSTRAINT " + *constraint);
+    sim_.primary_key.clear();
+    sim_.primary_key_name.clear();
+    return Status::Ok();
+  }
+
+  const Ddl& ddl_;
+  const RelationInfo* captured_;
+  TargetRelation sim_;
+  DropTablePolicy drop_table_;
+  DdlPlan& plan_;
+  std::string schema_;
+  std::string name_;
+  bool dropped_ = false;
+};
+
+DdlPlan Refuse(DdlPlan plan, QuarantineReason reason, const std::string& relation, std::string detail) {
+  plan.action = DdlAction::Quarantine;
+  plan.statements.clear();  // never half a DDL
+  plan.forget_relation = false;
+  plan.cause = QuarantineCause{};
+  plan.cause.reason = reason;
+  plan.cause.relation = relation;
+  plan.cause.detail = std::move(detail);
+  return plan;
+}
+
+}  // namespace
+
+std::string DescribeDdl(const Ddl& ddl) {
+  std::string tag = ddl.command_tag.empty() ? std::string("DDL") : ddl.command_tag;
+  return tag + " " + RelationDisplay(ddl) + (ddl.steps.empty() ? std::string() : ": " + DescribeSteps(ddl.steps));
+}
+
+DdlPlan PlanDdl(const Ddl& ddl, const RelationInfo* captured, const TargetRelation& target, DdlPolicy policy,
+                DropTablePolicy drop_table) {
+  DdlPlan plan;
+  const std::string relation = RelationDisplay(ddl);
+  const std::string statement = " — statement: " + ddl.sql;
+  if (policy == DdlPolicy::Halt)
+    return Refuse(std::move(plan), QuarantineReason::DdlPolicyHalt, relation, DescribeDdl(ddl) + statement);
+
+  auto unsupported = [&](const std::string& why) {
+    return Refuse(std::move(plan), QuarantineReason::DdlUnsupported, relation,
+                  why + "; " + kUnsupportedRemedy + " — " + DescribeDdl(ddl) + statement);
+  };
+  const bool drops = std::any_of(ddl.steps.begin(), ddl.steps.end(),
+                                 [](const DdlStep& s) { return s.kind == DdlStepKind::DropTable; });
+  if (!drops && captured == nullptr)
+    return unsupported("the record carries no relation description for " + relation + " after the command; the "
+                       "record is malformed");
+  if (!drops && !ddl.definition)
+    return unsupported("the record carries no definition of " + relation + " after the command; the record is "
+                       "malformed");
+  const bool creates = std::any_of(ddl.steps.begin(), ddl.steps.end(),
+                                   [](const DdlStep& s) { return s.kind == DdlStepKind::CreateTable; });
+  if (!creates && ddl.relation_name.empty())
+    return unsupported("the record does not name the relation the command changed; the record is malformed");
+
+  DdlPlanner planner(ddl, captured, target, drop_table, plan);
+  for (const DdlStep& step : ddl.steps) {
+    Status s = planner.Step(step);
+    if (!s.ok()) return unsupported(s.error().message);
+  }
+  if (!planner.dropped()) {
+    // The simulated target after every step must take the relation's DML from now on; a record
+    // whose steps do not explain its own definition is never applied half-way.
+    auto refusal = CheckTargetRelation(*captured, planner.simulated());
+    if (refusal)
+      return unsupported("after " + DescribeSteps(ddl.steps) + " the target's " + planner.current_display() +
+                         " would still not accept the captured definition: " + refusal->detail);
+  }
+  plan.action = plan.statements.empty() ? DdlAction::NoTargetChange : DdlAction::Execute;
+  return plan;
+}
+
+// ---- drift ------------------------------------------------------------------------------------
+
+RelationVerdict CheckKnownRelation(const std::optional<KnownRelation>& known, const RelationInfo& relation,
+                                   bool replay_ready) {
+  if (!known) return RelationVerdict::FirstSight;
+  if (known->fingerprint == relation.fingerprint) return RelationVerdict::Known;
+  return replay_ready ? RelationVerdict::FirstSight : RelationVerdict::Drift;
+}
+
+QuarantineCause DriftCause(const KnownRelation& known, const RelationInfo& relation) {
+  QuarantineCause cause;
+  cause.reason = QuarantineReason::SchemaDrift;
+  cause.relation = DisplayName(relation);
+  std::string detail = "relation " + cause.relation + " (oid " + std::to_string(relation.oid) +
+                       ") arrives with definition fingerprint " +
+                       HexEncode(relation.fingerprint).substr(0, kShortFingerprintHexChars) +
+                       " but the flow last accepted " + HexEncode(known.fingerprint).substr(0, kShortFingerprintHexChars);
+  if (known.schema != relation.schema || known.name != relation.name)
+    detail += " as " + known.schema + "." + known.name;
+  detail += ", and no DDL record explains the change; DDL ran while trellara's event trigger was disabled, or the "
+            "source was restored from another schema; run trellara repair-plan --config <flow.toml>";
+  cause.detail = std::move(detail);
+  return cause;
+}
+
+}  // namespace trellara

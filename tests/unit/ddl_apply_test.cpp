@@ -1,0 +1,585 @@
+// ddl_apply_test.cpp — the applier's DDL decisions (PlanDdl step by step on a simulated target,
+// the final acceptance guard, halt policy, quoting) and the schema drift verdict (ddl_apply.h).
+#include <catch2/catch.hpp>
+
+#include "trellara/checksum.h"
+#include "trellara/ddl_apply.h"
+
+using namespace trellara;
+
+namespace {
+
+struct Col {
+  std::string name;
+  std::string type;
+  bool key = false;
+};
+
+RelationInfo Captured(const std::string& schema, const std::string& name, const std::vector<Col>& cols) {
+  RelationInfo r;
+  r.oid = 16384;
+  r.schema = schema;
+  r.name = name;
+  for (const auto& c : cols) r.columns.push_back(Column{c.name, 0, c.type, -1, c.key});
+  r.fingerprint = ComputeFingerprint(r);
+  return r;
+}
+
+DdlColumn DefCol(const std::string& name, const std::string& type, bool not_null = false) {
+  DdlColumn c;
+  c.name = name;
+  c.type_name = type;
+  c.not_null = not_null;
+  return c;
+}
+
+TargetColumn TCol(const std::string& name, const std::string& type, bool not_null = false, bool has_default = false) {
+  return TargetColumn{name, type, not_null, has_default, false, false};
+}
+
+// public.orders: id bigint primary key (orders_pkey), note text.
+RelationDefinition OrdersDef() {
+  RelationDefinition d;
+  d.oid = 16384;
+  d.schema = "public";
+  d.name = "orders";
+  d.columns = {DefCol("id", "bigint", true), DefCol("note", "text")};
+  d.primary_key = {"id"};
+  d.primary_key_name = "orders_pkey";
+  return d;
+}
+
+TargetRelation OrdersTarget() {
+  TargetRelation t;
+  t.exists = true;
+  t.columns = {TCol("id", "bigint", true), TCol("note", "text")};
+  t.primary_key = {"id"};
+  t.primary_key_name = "orders_pkey";
+  return t;
+}
+
+// The RelationInfo the plugin would capture for `def` (generated columns excluded).
+RelationInfo CapturedOf(const RelationDefinition& def) {
+  std::vector<Col> cols;
+  for (const auto& c : def.columns) {
+    if (!c.generated.empty()) continue;
+    bool key = std::find(def.primary_key.begin(), def.primary_key.end(), c.name) != def.primary_key.end();
+    cols.push_back({c.name, c.type_name, key});
+  }
+  return Captured(def.schema, def.name, cols);
+}
+
+Ddl AlterOrders(std::vector<DdlStep> steps, RelationDefinition def, const std::string& sql) {
+  Ddl d;
+  d.command_tag = "ALTER TABLE";
+  d.object_type = "table";
+  d.schema = def.schema;
+  d.object_identity = def.schema + "." + def.name;
+  d.sql = sql;
+  d.relation_oid = def.oid;
+  d.relation_schema = "public";
+  d.relation_name = "orders";
+  d.steps = std::move(steps);
+  d.definition = std::move(def);
+  return d;
+}
+
+DdlStep Step(DdlStepKind kind, const std::string& column = "", const std::string& new_name = "",
+             const std::string& detail = "") {
+  return DdlStep{kind, column, new_name, detail, false};
+}
+
+DdlPlan Plan(const Ddl& ddl, const TargetRelation& target, DdlPolicy policy = DdlPolicy::Apply,
+             DropTablePolicy drop = DropTablePolicy::Keep) {
+  RelationInfo captured = CapturedOf(*ddl.definition);
+  return PlanDdl(ddl, &captured, target, policy, drop);
+}
+
+bool Contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+bool NotesContain(const DdlPlan& plan, const std::string& needle) {
+  for (const auto& n : plan.notes)
+    if (Contains(n, needle)) return true;
+  return false;
+}
+
+void RequireUnsupported(const DdlPlan& plan, const std::string& fragment) {
+  INFO(plan.cause.detail);
+  REQUIRE(plan.action == DdlAction::Quarantine);
+  CHECK(plan.cause.reason == QuarantineReason::DdlUnsupported);
+  CHECK(plan.statements.empty());
+  CHECK(Contains(plan.cause.detail, fragment));
+  CHECK(Contains(plan.cause.detail, "re-snapshot the table"));
+  CHECK(Contains(plan.cause.detail, "replay-ready"));
+}
+
+Ddl AddNoteColumnDdl(DdlColumn column) {
+  RelationDefinition def = OrdersDef();
+  def.columns.push_back(column);
+  return AlterOrders({Step(DdlStepKind::AddColumn, column.name)}, def, "ALTER TABLE orders ADD COLUMN ...");
+}
+
+}  // namespace
+
+// ---- policy and unsupported steps --------------------------------------------------------------
+
+TEST_CASE("halt_policy_quarantines_every_ddl_with_its_statement", "[ddl]") {
+  Ddl ddl = AlterOrders({Step(DdlStepKind::NoShapeChange, "", "", "CREATE INDEX")}, OrdersDef(),
+                        "CREATE INDEX ON orders (note)");
+  DdlPlan plan = Plan(ddl, OrdersTarget(), DdlPolicy::Halt);
+  REQUIRE(plan.action == DdlAction::Quarantine);
+  CHECK(plan.cause.reason == QuarantineReason::DdlPolicyHalt);
+  CHECK(plan.cause.relation == "public.orders");
+  CHECK(plan.cause.detail == DescribeDdl(ddl) + " — statement: CREATE INDEX ON orders (note)");
+  CHECK(plan.statements.empty());
+  CHECK_FALSE(plan.forget_relation);
+  // The same record under apply is a no-op, so the halt is the policy's doing.
+  CHECK(Plan(ddl, OrdersTarget()).action == DdlAction::NoTargetChange);
+}
+
+TEST_CASE("unsupported_step_is_quarantined_naming_the_subcommand_and_the_remedy", "[ddl]") {
+  Ddl ddl = AlterOrders({Step(DdlStepKind::AddColumn, "extra"), Step(DdlStepKind::Unsupported, "", "", "SET SCHEMA archive")},
+                        OrdersDef(), "ALTER TABLE orders SET SCHEMA archive");
+  ddl.definition->columns.push_back(DefCol("extra", "integer"));
+  DdlPlan plan = Plan(ddl, OrdersTarget());
+  RequireUnsupported(plan, "SET SCHEMA archive");
+  CHECK(plan.cause.relation == "public.orders");
+  CHECK(Contains(plan.cause.detail, "statement: ALTER TABLE orders SET SCHEMA archive"));
+}
+
+TEST_CASE("missing_capture_or_definition_for_a_non_drop_ddl_is_a_malformed_record", "[ddl]") {
+  Ddl ddl = AlterOrders({Step(DdlStepKind::DropColumn, "note")}, OrdersDef(), "ALTER TABLE orders DROP COLUMN note");
+  ddl.definition->columns.pop_back();
+  RequireUnsupported(PlanDdl(ddl, nullptr, OrdersTarget(), DdlPolicy::Apply, DropTablePolicy::Keep), "malformed");
+  RelationInfo captured = CapturedOf(*ddl.definition);
+  ddl.definition.reset();
+  RequireUnsupported(PlanDdl(ddl, &captured, OrdersTarget(), DdlPolicy::Apply, DropTablePolicy::Keep), "malformed");
+}
+
+// ---- CREATE TABLE ------------------------------------------------------------------------------
+
+namespace {
+
+Ddl CreateEvents() {
+  RelationDefinition def;
+  def.oid = 20000;
+  def.schema = "public";
+  def.name = "events";
+  DdlColumn id = DefCol("id", "bigint", true);
+  id.default_kind = DefaultKind::Mutable;
+  id.default_expr = "nextval('events_id_seq'::regclass)";
+  DdlColumn seq = DefCol("seq", "integer", true);
+  seq.identity = "d";
+  DdlColumn name = DefCol("name", "text", true);
+  name.collation = "C";
+  name.default_kind = DefaultKind::Immutable;
+  name.default_expr = "'none'::text";
+  DdlColumn upper = DefCol("upper_name", "text");
+  upper.generated = "s";
+  upper.generation_expr = "upper(name)";
+  def.columns = {id, seq, name, upper};
+  def.primary_key = {"id"};
+  def.primary_key_name = "events_pkey";
+  Ddl d;
+  d.command_tag = "CREATE TABLE";
+  d.object_type = "table";
+  d.schema = "public";
+  d.object_identity = "public.events";
+  d.sql = "CREATE TABLE events (...)";
+  d.relation_oid = def.oid;
+  d.relation_schema = "public";
+  d.relation_name = "events";
+  d.steps = {Step(DdlStepKind::CreateTable)};
+  d.definition = def;
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("create_table_creates_columns_key_and_only_immutable_defaults", "[ddl]") {
+  DdlPlan plan = Plan(CreateEvents(), TargetRelation{});
+  INFO(plan.cause.detail);
+  REQUIRE(plan.action == DdlAction::Execute);
+  REQUIRE(plan.statements.size() == 1);
+  CHECK(plan.statements[0] ==
+        "CREATE TABLE \"public\".\"events\" (\"id\" bigint NOT NULL, "
+        "\"seq\" integer GENERATED BY DEFAULT AS IDENTITY NOT NULL, "
+        "\"name\" text COLLATE \"C\" NOT NULL DEFAULT 'none'::text, "
+        "\"upper_name\" text GENERATED ALWAYS AS (upper(name)) STORED, "
+        "CONSTRAINT \"events_pkey\" PRIMARY KEY (\"id\"))");
+  CHECK(NotesContain(plan, "default nextval('events_id_seq'::regclass) of id is evaluated on the source; replicated "
+                           "rows carry its values"));
+  CHECK_FALSE(plan.forget_relation);
+  // Deterministic text: the same record plans the same statements.
+  CHECK(Plan(CreateEvents(), TargetRelation{}).statements == plan.statements);
+}
+
+TEST_CASE("create_table_of_a_partitioned_table_or_partition_is_unsupported", "[ddl]") {
+  Ddl partitioned = CreateEvents();
+  partitioned.definition->relkind = "p";
+  RequireUnsupported(Plan(partitioned, TargetRelation{}), "partitioned table");
+  Ddl partition = CreateEvents();
+  partition.definition->is_partition = true;
+  RequireUnsupported(Plan(partition, TargetRelation{}), "a partition");
+}
+
+TEST_CASE("create_table_that_the_target_already_has_is_a_no_op_or_refused_naming_why", "[ddl]") {
+  TargetRelation existing;
+  existing.exists = true;
+  existing.columns = {TCol("id", "bigint", true), TCol("seq", "bigint", true), TCol("name", "text", true),
+                      TCol("upper_name", "text")};
+  DdlPlan plan = Plan(CreateEvents(), existing);
+  REQUIRE(plan.action == DdlAction::NoTargetChange);
+  CHECK(plan.statements.empty());
+  CHECK(NotesContain(plan, "already exists on the target and accepts"));
+
+  existing.columns[2].type_name = "integer";  // cannot take text
+  DdlPlan refused = Plan(CreateEvents(), existing);
+  RequireUnsupported(refused, "already exists on the target but cannot take the captured definition");
+  CHECK(Contains(refused.cause.detail, "column name of public.events is text on the source but integer"));
+}
+
+// ---- columns -------------------------------------------------------------------------------
+
+TEST_CASE("add_column_adds_type_collation_not_null_and_constant_default", "[ddl]") {
+  DdlColumn c = DefCol("status", "character varying(20)", true);
+  c.collation = "C";
+  c.default_kind = DefaultKind::Immutable;
+  c.default_expr = "'new'::character varying";
+  DdlPlan plan = Plan(AddNoteColumnDdl(c), OrdersTarget());
+  INFO(plan.cause.detail);
+  REQUIRE(plan.action == DdlAction::Execute);
+  CHECK(plan.statements == std::vector<std::string>{
+                               "ALTER TABLE \"public\".\"orders\" ADD COLUMN \"status\" character varying(20) COLLATE "
+                               "\"C\" NOT NULL DEFAULT 'new'::character varying"});
+}
+
+TEST_CASE("add_column_with_identity_or_volatile_default_is_unsupported", "[ddl]") {
+  DdlColumn identity = DefCol("n", "bigint", true);
+  identity.identity = "a";
+  RequireUnsupported(Plan(AddNoteColumnDdl(identity), OrdersTarget()), "identity");
+  DdlColumn stamped = DefCol("at", "timestamp with time zone");
+  stamped.default_kind = DefaultKind::Mutable;
+  stamped.default_expr = "now()";
+  RequireUnsupported(Plan(AddNoteColumnDdl(stamped), OrdersTarget()), "default now()");
+}
+
+TEST_CASE("add_column_already_on_the_target_is_a_no_op_when_its_type_is_accepted", "[ddl]") {
+  TargetRelation target = OrdersTarget();
+  target.columns.push_back(TCol("qty", "bigint"));
+  DdlPlan plan = Plan(AddNoteColumnDdl(DefCol("qty", "integer")), target);
+  REQUIRE(plan.action == DdlAction::NoTargetChange);
+  CHECK(NotesContain(plan, "already exists"));
+
+  target.columns.back().type_name = "smallint";  // narrower than integer
+  RequireUnsupported(Plan(AddNoteColumnDdl(DefCol("qty", "integer")), target), "cannot take the source's integer");
+}
+
+TEST_CASE("drop_column_drops_or_notes_a_column_the_target_lacks", "[ddl]") {
+  RelationDefinition def = OrdersDef();
+  def.columns.pop_back();
+  Ddl ddl = AlterOrders({Step(DdlStepKind::DropColumn, "note")}, def, "ALTER TABLE orders DROP COLUMN note");
+  DdlPlan plan = Plan(ddl, OrdersTarget());
+  CHECK(plan.action == DdlAction::Execute);
+  CHECK(plan.statements == std::vector<std::string>{"ALTER TABLE \"public\".\"orders\" DROP COLUMN \"note\""});
+
+  TargetRelation without = OrdersTarget();
+  without.columns.pop_back();
+  DdlPlan noop = Plan(ddl, without);
+  CHECK(noop.action == DdlAction::NoTargetChange);
+  CHECK(NotesContain(noop, "does not exist on the target"));
+}
+
+TEST_CASE("rename_column_renames_skips_or_refuses_by_what_the_target_has", "[ddl]") {
+  RelationDefinition def = OrdersDef();
+  def.columns[1].name = "memo";
+  Ddl ddl = AlterOrders({Step(DdlStepKind::RenameColumn, "note", "memo")}, def,
+                        "ALTER TABLE orders RENAME note TO memo");
+  DdlPlan plan = Plan(ddl, OrdersTarget());
+  CHECK(plan.statements ==
+        std::vector<std::string>{"ALTER TABLE \"public\".\"orders\" RENAME COLUMN \"note\" TO \"memo\""});
+
+  TargetRelation renamed = OrdersTarget();
+  renamed.columns[1].name = "memo";
+  CHECK(Plan(ddl, renamed).action == DdlAction::NoTargetChange);
+
+  TargetRelation neither = OrdersTarget();
+  neither.columns[1].name = "other";
+  RequireUnsupported(Plan(ddl, neither), "has neither column");
+}
+
+TEST_CASE("rename_table_addresses_the_old_name_and_needs_the_target_table", "[ddl]") {
+  RelationDefinition def = OrdersDef();
+  def.name = "purchases";
+  Ddl ddl = AlterOrders({Step(DdlStepKind::RenameTable, "orders", "purchases")}, def,
+                        "ALTER TABLE orders RENAME TO purchases");
+  DdlPlan plan = Plan(ddl, OrdersTarget());
+  CHECK(plan.statements == std::vector<std::string>{"ALTER TABLE \"public\".\"orders\" RENAME TO \"purchases\""});
+  CHECK(plan.action == DdlAction::Execute);
+  RequireUnsupported(Plan(ddl, TargetRelation{}), "the target has no table public.orders");
+}
+
+TEST_CASE("alter_column_type_widens_skips_or_refuses_what_cannot_be_exact", "[ddl]") {
+  auto alter = [](const std::string& new_type, bool using_expression) {
+    RelationDefinition def = OrdersDef();
+    def.columns.push_back(DefCol("qty", new_type));
+    DdlStep step = Step(DdlStepKind::AlterColumnType, "qty");
+    step.using_expression = using_expression;
+    return AlterOrders({step}, def, "ALTER TABLE orders ALTER qty TYPE " + new_type);
+  };
+  auto target_with = [](const std::string& type) {
+    TargetRelation t = OrdersTarget();
+    t.columns.push_back(TCol("qty", type));
+    return t;
+  };
+  SECTION("widening integer to bigint is altered") {
+    DdlPlan plan = Plan(alter("bigint", false), target_with("integer"));
+    CHECK(plan.statements ==
+          std::vector<std::string>{"ALTER TABLE \"public\".\"orders\" ALTER COLUMN \"qty\" TYPE bigint"});
+  }
+  SECTION("a target that already takes the new type is left alone") {
+    DdlPlan plan = Plan(alter("bigint", false), target_with("numeric"));
+    CHECK(plan.action == DdlAction::NoTargetChange);
+    CHECK(Plan(alter("bigint", true), target_with("bigint")).action == DdlAction::NoTargetChange);
+  }
+  SECTION("another typmod of the same type is altered to the source's, never left to round") {
+    DdlPlan plan = Plan(alter("numeric(12,4)", false), target_with("numeric(10,2)"));
+    CHECK(plan.statements ==
+          std::vector<std::string>{"ALTER TABLE \"public\".\"orders\" ALTER COLUMN \"qty\" TYPE numeric(12,4)"});
+  }
+  SECTION("USING is unsupported") {
+    RequireUnsupported(Plan(alter("bigint", true), target_with("integer")), "USING");
+  }
+  SECTION("a narrower new type is taken by the wider target as it is") {
+    DdlPlan plan = Plan(alter("integer", false), target_with("bigint"));
+    CHECK(plan.action == DdlAction::NoTargetChange);
+    CHECK(NotesContain(plan, "already takes every value of integer"));
+  }
+  SECTION("converting is unsupported") {
+    RequireUnsupported(Plan(alter("text", false), target_with("integer")), "narrows or converts integer");
+    RequireUnsupported(Plan(alter("jsonb", false), target_with("json")), "narrows or converts json");
+  }
+}
+
+TEST_CASE("not_null_and_defaults_follow_the_definition_and_skip_what_the_target_has", "[ddl]") {
+  auto one = [](DdlStepKind kind, DdlColumn note) {
+    RelationDefinition def = OrdersDef();
+    def.columns[1] = note;
+    return AlterOrders({Step(kind, "note")}, def, "ALTER TABLE orders ALTER note ...");
+  };
+  TargetRelation target = OrdersTarget();
+  CHECK(Plan(one(DdlStepKind::SetNotNull, DefCol("note", "text", true)), target).statements ==
+        std::vector<std::string>{"ALTER TABLE \"public\".\"orders\" ALTER COLUMN \"note\" SET NOT NULL"});
+  CHECK(Plan(one(DdlStepKind::DropNotNull, DefCol("note", "text")), target).action == DdlAction::NoTargetChange);
+  TargetRelation strict = OrdersTarget();
+  strict.columns[1].not_null = true;
+  CHECK(Plan(one(DdlStepKind::SetNotNull, DefCol("note", "text", true)), strict).action == DdlAction::NoTargetChange);
+  CHECK(Plan(one(DdlStepKind::DropNotNull, DefCol("note", "text")), strict).statements ==
+        std::vector<std::string>{"ALTER TABLE \"public\".\"orders\" ALTER COLUMN \"note\" DROP NOT NULL"});
+
+  DdlColumn constant = DefCol("note", "text");
+  constant.default_kind = DefaultKind::Immutable;
+  constant.default_expr = "''::text";
+  CHECK(Plan(one(DdlStepKind::SetDefault, constant), target).statements ==
+        std::vector<std::string>{"ALTER TABLE \"public\".\"orders\" ALTER COLUMN \"note\" SET DEFAULT ''::text"});
+  DdlColumn clock = DefCol("note", "text");
+  clock.default_kind = DefaultKind::Mutable;
+  clock.default_expr = "(now())::text";
+  DdlPlan mutable_default = Plan(one(DdlStepKind::SetDefault, clock), target);
+  CHECK(mutable_default.action == DdlAction::NoTargetChange);
+  CHECK(NotesContain(mutable_default, "default (now())::text of note is evaluated on the source"));
+
+  CHECK(Plan(one(DdlStepKind::DropDefault, DefCol("note", "text")), target).action == DdlAction::NoTargetChange);
+  TargetRelation defaulted = OrdersTarget();
+  defaulted.columns[1].has_default = true;
+  CHECK(Plan(one(DdlStepKind::DropDefault, DefCol("note", "text")), defaulted).statements ==
+        std::vector<std::string>{"ALTER TABLE \"public\".\"orders\" ALTER COLUMN \"note\" DROP DEFAULT"});
+}
+
+// ---- keys, identity, drop -----------------------------------------------------------------
+
+TEST_CASE("add_primary_key_replaces_another_key_and_skips_an_equal_one", "[ddl]") {
+  RelationDefinition def = OrdersDef();
+  def.primary_key = {"id", "note"};
+  def.primary_key_name = "orders_id_note_pkey";
+  def.columns[1].not_null = true;
+  Ddl ddl = AlterOrders({Step(DdlStepKind::AddPrimaryKey)}, def, "ALTER TABLE orders ADD PRIMARY KEY (id, note)");
+  DdlPlan replaced = Plan(ddl, OrdersTarget());
+  CHECK(replaced.statements ==
+        std::vector<std::string>{"ALTER TABLE \"public\".\"orders\" DROP CONSTRAINT \"orders_pkey\"",
+                                 "ALTER TABLE \"public\".\"orders\" ADD CONSTRAINT \"orders_id_note_pkey\" PRIMARY KEY "
+                                 "(\"id\", \"note\")"});
+  TargetRelation keyless = OrdersTarget();
+  keyless.primary_key.clear();
+  keyless.primary_key_name.clear();
+  CHECK(Plan(ddl, keyless).statements ==
+        std::vector<std::string>{"ALTER TABLE \"public\".\"orders\" ADD CONSTRAINT \"orders_id_note_pkey\" PRIMARY KEY "
+                                 "(\"id\", \"note\")"});
+  TargetRelation same = OrdersTarget();
+  same.primary_key = {"id", "note"};
+  CHECK(Plan(ddl, same).action == DdlAction::NoTargetChange);
+}
+
+TEST_CASE("drop_primary_key_drops_the_named_constraint_or_notes_its_absence", "[ddl]") {
+  RelationDefinition def = OrdersDef();
+  def.primary_key.clear();
+  def.primary_key_name.clear();
+  Ddl ddl = AlterOrders({Step(DdlStepKind::DropPrimaryKey, "orders_pkey")}, def,
+                        "ALTER TABLE orders DROP CONSTRAINT orders_pkey");
+  CHECK(Plan(ddl, OrdersTarget()).statements ==
+        std::vector<std::string>{"ALTER TABLE \"public\".\"orders\" DROP CONSTRAINT \"orders_pkey\""});
+  TargetRelation other = OrdersTarget();
+  other.primary_key_name = "orders_pk";
+  DdlPlan noop = Plan(ddl, other);
+  CHECK(noop.action == DdlAction::NoTargetChange);
+  CHECK(NotesContain(noop, "no primary key constraint orders_pkey"));
+}
+
+TEST_CASE("replica_identity_is_a_no_op_with_a_note", "[ddl]") {
+  RelationDefinition def = OrdersDef();
+  def.replica_identity = ReplicaIdentity::Full;
+  DdlPlan plan = Plan(AlterOrders({Step(DdlStepKind::ReplicaIdentity)}, def, "ALTER TABLE orders REPLICA IDENTITY FULL"),
+                      OrdersTarget());
+  CHECK(plan.action == DdlAction::NoTargetChange);
+  CHECK(plan.statements.empty());
+  CHECK(NotesContain(plan, "matches rows by the captured key"));
+}
+
+TEST_CASE("drop_table_is_kept_or_applied_by_policy_and_always_forgotten", "[ddl]") {
+  Ddl ddl;
+  ddl.command_tag = "DROP TABLE";
+  ddl.object_type = "table";
+  ddl.object_identity = "public.orders";
+  ddl.sql = "DROP TABLE orders";
+  ddl.relation_oid = 16384;
+  ddl.relation_schema = "public";
+  ddl.relation_name = "orders";
+  ddl.steps = {Step(DdlStepKind::DropTable)};
+  DdlPlan keep = PlanDdl(ddl, nullptr, OrdersTarget(), DdlPolicy::Apply, DropTablePolicy::Keep);
+  CHECK(keep.action == DdlAction::NoTargetChange);
+  CHECK(keep.forget_relation);
+  CHECK(NotesContain(keep, "ddl_drop_table = \"keep\""));
+  DdlPlan apply = PlanDdl(ddl, nullptr, OrdersTarget(), DdlPolicy::Apply, DropTablePolicy::Apply);
+  CHECK(apply.action == DdlAction::Execute);
+  CHECK(apply.forget_relation);
+  CHECK(apply.statements == std::vector<std::string>{"DROP TABLE \"public\".\"orders\""});
+}
+
+TEST_CASE("no_shape_change_runs_nothing", "[ddl]") {
+  DdlPlan plan = Plan(AlterOrders({Step(DdlStepKind::NoShapeChange, "", "", "CREATE INDEX orders_note_idx")},
+                                  OrdersDef(), "CREATE INDEX orders_note_idx ON orders (note)"),
+                      OrdersTarget());
+  CHECK(plan.action == DdlAction::NoTargetChange);
+  CHECK(plan.statements.empty());
+  CHECK_FALSE(plan.forget_relation);
+}
+
+// ---- quoting, sequences, the final guard ------------------------------------------------
+
+TEST_CASE("odd_names_are_quoted_and_an_unquotable_name_is_unsupported", "[ddl]") {
+  RelationDefinition def;
+  def.oid = 30000;
+  def.schema = "My Schema";
+  def.name = "we\"ird";
+  def.columns = {DefCol("Upper Case", "integer"), DefCol("has\"quote", "text")};
+  Ddl ddl;
+  ddl.command_tag = "ALTER TABLE";
+  ddl.relation_oid = def.oid;
+  ddl.relation_schema = def.schema;
+  ddl.relation_name = def.name;
+  ddl.sql = "ALTER TABLE ...";
+  ddl.steps = {Step(DdlStepKind::RenameColumn, "lower", "Upper Case"), Step(DdlStepKind::AddColumn, "has\"quote")};
+  ddl.definition = def;
+  TargetRelation target;
+  target.exists = true;
+  target.columns = {TCol("lower", "integer")};
+  DdlPlan plan = Plan(ddl, target);
+  INFO(plan.cause.detail);
+  REQUIRE(plan.action == DdlAction::Execute);
+  CHECK(plan.statements ==
+        std::vector<std::string>{
+            "ALTER TABLE \"My Schema\".\"we\"\"ird\" RENAME COLUMN \"lower\" TO \"Upper Case\"",
+            "ALTER TABLE \"My Schema\".\"we\"\"ird\" ADD COLUMN \"has\"\"quote\" text"});
+
+  Ddl too_long = ddl;
+  const std::string long_name(64, 'x');
+  too_long.steps = {Step(DdlStepKind::RenameColumn, "lower", long_name)};
+  too_long.definition->columns = {DefCol(long_name, "integer")};
+  RequireUnsupported(Plan(too_long, target), "63 bytes");
+}
+
+TEST_CASE("steps_play_in_order_on_the_simulated_target", "[ddl]") {
+  // Rename then add, then SET NOT NULL on the renamed column: each step sees the previous ones.
+  RelationDefinition def = OrdersDef();
+  def.columns[1] = DefCol("memo", "text", true);
+  def.columns.push_back(DefCol("qty", "integer"));
+  Ddl ddl = AlterOrders({Step(DdlStepKind::RenameColumn, "note", "memo"), Step(DdlStepKind::AddColumn, "qty"),
+                         Step(DdlStepKind::SetNotNull, "memo"), Step(DdlStepKind::RenameTable, "orders", "purchases")},
+                        def, "...");
+  ddl.definition->name = "purchases";
+  DdlPlan plan = Plan(ddl, OrdersTarget());
+  INFO(plan.cause.detail);
+  REQUIRE(plan.action == DdlAction::Execute);
+  CHECK(plan.statements == std::vector<std::string>{
+                               "ALTER TABLE \"public\".\"orders\" RENAME COLUMN \"note\" TO \"memo\"",
+                               "ALTER TABLE \"public\".\"orders\" ADD COLUMN \"qty\" integer",
+                               "ALTER TABLE \"public\".\"orders\" ALTER COLUMN \"memo\" SET NOT NULL",
+                               "ALTER TABLE \"public\".\"orders\" RENAME TO \"purchases\""});
+  // A step after the rename addresses the new table name.
+  ddl.steps.push_back(Step(DdlStepKind::DropDefault, "memo"));
+  TargetRelation defaulted = OrdersTarget();
+  defaulted.columns[1].has_default = true;
+  DdlPlan renamed = Plan(ddl, defaulted);
+  REQUIRE(renamed.statements.size() == 5);
+  CHECK(renamed.statements[4] == "ALTER TABLE \"public\".\"purchases\" ALTER COLUMN \"memo\" DROP DEFAULT");
+}
+
+TEST_CASE("a_definition_the_steps_do_not_explain_is_never_applied_half_way", "[ddl]") {
+  // The definition (and the captured relation) carry a column `extra` no step adds.
+  RelationDefinition def = OrdersDef();
+  def.columns.push_back(DefCol("qty", "integer"));
+  def.columns.push_back(DefCol("extra", "integer"));
+  Ddl ddl = AlterOrders({Step(DdlStepKind::AddColumn, "qty")}, def, "ALTER TABLE orders ADD COLUMN qty integer");
+  DdlPlan plan = Plan(ddl, OrdersTarget());
+  RequireUnsupported(plan, "would still not accept the captured definition");
+  CHECK(Contains(plan.cause.detail, "after add_column qty the target's public.orders"));
+  CHECK(Contains(plan.cause.detail, "column extra"));
+  // With `extra` already on the target the same record is applied.
+  TargetRelation ahead = OrdersTarget();
+  ahead.columns.push_back(TCol("extra", "integer"));
+  CHECK(Plan(ddl, ahead).action == DdlAction::Execute);
+}
+
+TEST_CASE("describe_ddl_names_the_command_relation_and_steps", "[ddl]") {
+  Ddl ddl = AlterOrders({Step(DdlStepKind::AddColumn, "note"), Step(DdlStepKind::RenameColumn, "a", "b")}, OrdersDef(),
+                        "...");
+  CHECK(DescribeDdl(ddl) == "ALTER TABLE public.orders: add_column note, rename_column a -> b");
+  CHECK(std::string(DdlPolicyName(DdlPolicy::Halt)) == "halt");
+  CHECK(std::string(DdlPolicyName(DdlPolicy::Apply)) == "apply");
+  CHECK(std::string(DropTablePolicyName(DropTablePolicy::Keep)) == "keep");
+  CHECK(std::string(DropTablePolicyName(DropTablePolicy::Apply)) == "apply");
+}
+
+// ---- drift ---------------------------------------------------------------------------------
+
+TEST_CASE("drift_verdicts_known_first_sight_drift_and_replay_ready", "[ddl]") {
+  RelationInfo now = Captured("public", "orders", {{"id", "bigint", true}, {"note", "text"}});
+  RelationInfo before = Captured("public", "orders", {{"id", "bigint", true}});
+  KnownRelation known{now.oid, "public", "orders", now.fingerprint};
+  CHECK(CheckKnownRelation(known, now, false) == RelationVerdict::Known);
+  CHECK(CheckKnownRelation(std::nullopt, now, false) == RelationVerdict::FirstSight);
+  KnownRelation stale{now.oid, "public", "orders", before.fingerprint};
+  CHECK(CheckKnownRelation(stale, now, false) == RelationVerdict::Drift);
+  CHECK(CheckKnownRelation(stale, now, true) == RelationVerdict::FirstSight);
+
+  QuarantineCause cause = DriftCause(stale, now);
+  CHECK(cause.reason == QuarantineReason::SchemaDrift);
+  CHECK(cause.relation == "public.orders");
+  CHECK(Contains(cause.detail, HexEncode(now.fingerprint).substr(0, 12)));
+  CHECK(Contains(cause.detail, HexEncode(before.fingerprint).substr(0, 12)));
+  CHECK_FALSE(Contains(cause.detail, HexEncode(now.fingerprint).substr(0, 13)));
+  CHECK(Contains(cause.detail, "DDL ran while trellara's event trigger was disabled"));
+  CHECK(Contains(cause.detail, "trellara repair-plan --config <flow.toml>"));
+}
