@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
   trellara::cli::RegisterReseed(app);
   trellara::cli::RegisterChaos(app);
   trellara::cli::RegisterContractTest(app);
+  trellara::cli::RegisterRepairPlan(app);
   trellara::cli::RegisterInspectTransaction(app);
   trellara::cli::RegisterLogCommands(app);
   trellara::cli::RegisterLogRecords(app);
