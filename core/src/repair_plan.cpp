@@ -124,14 +124,19 @@ void RepairSchemaCommands(const Context& ctx, const RepairTransaction& tx, std::
                   (ctx.facts.contract_error.empty() ? std::string("reports no error for these tables now")
                                                     : "could not be read (" + ctx.facts.contract_error + ")") +
                   ": change the target as the quarantine message says");
-  // Drift means the target's rows may follow another definition than the source's: copy them
-  // again under the new one (seed source_schema_handoff_recovery).
-  const bool drift = tx.reason == QuarantineReasonName(QuarantineReason::SchemaDrift);
-  out.push_back(drift ? "# the definitions differed with no DDL record to explain it: copy the tables again under "
-                        "the new definition, with an exact handoff:"
-                      : "# if the target lost data with its definition (a column dropped there), also copy the "
-                        "tables again with an exact handoff:");
-  for (const auto& r : tx.relations) out.push_back((drift ? "" : "# ") + ctx.Snapshot(r));
+  // The target's existing rows cannot be repaired in place when the source's definition changed
+  // without the target following it: drift (no DDL record says what happened), a column the
+  // source added (its existing rows got the column's default or a rewrite the target never saw),
+  // a table the target lacks (its rows were never copied). Copy them again under the new
+  // definition with an exact handoff (seed source_schema_handoff_recovery). A type mismatch alone
+  // leaves the values as they were: the copy is then only an alternative.
+  const bool recopy = IsOneOf(tx.reason, {QuarantineReason::SchemaDrift, QuarantineReason::MissingColumn,
+                                          QuarantineReason::MissingTable});
+  out.push_back(recopy ? "# then copy the tables again under the new definition, with an exact handoff (rows the "
+                         "source changed with its definition cannot be repaired in place):"
+                       : "# if the target lost data with its definition (a column dropped there), also copy the "
+                         "tables again with an exact handoff:");
+  for (const auto& r : tx.relations) out.push_back((recopy ? "" : "# ") + ctx.Snapshot(r));
 }
 
 void RepairRowCommands(const Context& ctx, const RepairTransaction& tx, std::vector<std::string>& out) {

@@ -23,6 +23,13 @@ FlowPair (test_apply_robustness.py), with [source] conninfo added to the flow's 
       snapshot --force, replay-ready, apply, verify — and the flow resumes: the quarantine row is
       resolved, later source transactions arrive, verify exits 0, the tables are equal, repair-plan
       says nothing to repair. An unreachable target: repair-plan exits 2.
+  source_schema_change_recovered_by_following_the_repair_plan  (seed source_schema_handoff_recovery)
+      the source adds a column with a default and writes it; the target does not follow: apply
+      exits 3 (missing_column, or schema_drift where drift detection runs). repair-plan's repair
+      step is exactly the target ALTER (contract-test's fix) and `snapshot --force`; the test runs
+      the plan as printed — psql \\d on both sides, the ALTER, contract-test (now exit 0), the fresh
+      snapshot handoff, replay-ready, apply, verify — and the flow resumes: the existing rows carry
+      the source's default, a later UPDATE arrives, the tables are equal.
 
 Clusters are stopped by PID by the harness; the applier is our child, stopped by its Popen handle.
 """
@@ -251,8 +258,99 @@ def repair_plan_scripts_recovery_from_a_quarantined_transaction():
     print("ok: repair_plan_scripts_recovery_from_a_quarantined_transaction")
 
 
+def run_shell_line(command, psql_bin):
+    """Runs one psql line of a repair plan exactly as printed (PG_BIN's psql for `psql`)."""
+    argv = shlex.split(command)
+    if argv[0] != "psql":
+        raise CaptureFailure(f"not a psql command: {command}")
+    print(f"$ {command}")
+    result = subprocess.run([psql_bin, "-X"] + argv[1:], capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        raise CaptureFailure(f"{command} exited {result.returncode}: {result.stderr}")
+    return result
+
+
+@scenario(seed_rows=("source_schema_handoff_recovery",), suite="operator_commands", invariants=(
+    "a source schema change the target does not follow halts the flow at that transaction",
+    "repair-plan scripts discover, contract-test, the target ALTER, a fresh snapshot handoff, replay-ready, "
+    "resume and verify",
+    "following it exactly: contract-test exits 0, the flow resumes, verify exits 0, tables equal"))
+def source_schema_change_recovered_by_following_the_repair_plan():
+    from harness import PG_BIN
+    psql_bin = os.path.join(PG_BIN, "psql")
+    with ContractPair("schema-handoff", DDL, TABLES) as pair:
+        source, target = pair.source, pair.target
+        source.psql("INSERT INTO public.orders SELECT g, 'order ' || g, g FROM generate_series(1, 40) g")
+        wait_log_covers_source(source)
+        run_apply(pair.config, 0)
+        # The source adds a column with a default (existing rows get 'new' there, never on the target)
+        # and writes it; the target does not follow.
+        source.psql("ALTER TABLE public.orders ADD COLUMN status text DEFAULT 'new'")
+        source.psql("UPDATE public.orders SET status = 'paid' WHERE id = 3; INSERT INTO public.orders VALUES "
+                    "(41, 'with status', 1, 'open')")
+        wait_log_covers_source(source)
+        run_apply(pair.config, EXIT_BLOCKED)
+        row = target.query("SELECT xid, commit_lsn, reason FROM trellara.quarantine WHERE flow = 'app' "
+                           "AND state = 'quarantined'")
+        print(f"quarantined: {row}")
+        q_xid, q_lsn, reason = row.split("|")
+        if reason not in ("missing_column", "schema_drift"):
+            raise CaptureFailure(f"the schema change was quarantined as {reason}")
+        trellara("contract-test", "--config", pair.config, expect=1)
+
+        plan = json.loads(trellara("repair-plan", "--config", pair.config, "--format", "json", expect=0).stdout)
+        print(trellara("repair-plan", "--config", pair.config, expect=0).stdout)
+        config = f"'{pair.config}'"
+        repair = commands(step(plan, "repair"))
+        want_alter = ('psql \'' + target.conninfo() + '\' -v ON_ERROR_STOP=1 -c '
+                      '\'ALTER TABLE "public"."orders" ADD COLUMN "status" text\'')
+        want_snapshot = f"trellara snapshot --config {config} --table 'public.orders' --force"
+        if repair != [want_alter, want_snapshot]:
+            raise CaptureFailure(f"repair step is {repair}, expected {[want_alter, want_snapshot]}")
+        discover = commands(step(plan, "discover the schema on both sides"))
+        if len(discover) != 2 or any(not c.startswith("psql ") for c in discover):
+            raise CaptureFailure(f"discover step: {discover}")
+
+        # Follow the plan as printed: discover, ALTER, contract-test (now clean), fresh snapshot
+        # handoff, replay-ready, resume, verify.
+        for c in discover:
+            shown = run_shell_line(c, psql_bin).stdout
+            if "status" not in shown and c == discover[0]:
+                raise CaptureFailure(f"the source's \\d does not show the new column: {shown}")
+        run_shell_line(repair[0], psql_bin)
+        run_plan_command(commands(step(plan, "contract test"))[0], expect=0)
+        run_plan_command(repair[1])
+        run_plan_command(commands(step(plan, "mark the exact boundary replay-ready"))[0])
+        if commands(step(plan, "mark the exact boundary replay-ready")) != [
+                f"trellara quarantine replay-ready --config {config} --xid {q_xid} --commit-lsn {q_lsn}"]:
+            raise CaptureFailure("the replay-ready step does not name the exact boundary")
+        resume = commands(step(plan, "resume"))
+        applier = subprocess.Popen([TRELLARA_BIN] + shlex.split(resume[0])[1:], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for("the quarantined schema change to be resolved", lambda: target.query(
+                f"SELECT state FROM trellara.quarantine WHERE flow = 'app' AND commit_lsn = '{q_lsn}'") == "resolved",
+                90)
+            source.psql("UPDATE public.orders SET status = 'shipped' WHERE id = 41")
+            wait_log_covers_source(source)
+            wait_for("the transaction after the repair to be applied", lambda: target.query(
+                "SELECT status FROM public.orders WHERE id = 41") == "shipped", 90)
+            print(run_plan_command(commands(step(plan, "verify"))[0]).stdout.strip()[-400:])
+        finally:
+            if applier.poll() is None:
+                applier.terminate()  # our own child, by its Popen handle
+            _, err = applier.communicate(timeout=60)
+            print(f"applier stopped: {err.strip()[-300:]}")
+        assert_same_data(source, target, TABLES, "after the schema handoff")
+        if target.query("SELECT count(*) FROM public.orders WHERE status = 'new'") != "39":
+            raise CaptureFailure("the existing rows did not get the source's default through the fresh handoff")
+        pair.check_no_crashes()
+    print("ok: source_schema_change_recovered_by_following_the_repair_plan")
+
+
 SCENARIOS = (contract_test_names_each_defect_and_exits_by_severity,
-             repair_plan_scripts_recovery_from_a_quarantined_transaction)
+             repair_plan_scripts_recovery_from_a_quarantined_transaction,
+             source_schema_change_recovered_by_following_the_repair_plan)
 
 if __name__ == "__main__":
     run_scenarios(SCENARIOS)

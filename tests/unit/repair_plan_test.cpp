@@ -147,6 +147,18 @@ TEST_CASE("repair_plan_for_schema_drift_runs_the_contract_fixes_and_recopies", "
                     "\"note2\" text'"));
   CHECK(All(plan).find("\"other\"") == std::string::npos);
   CHECK(Has(repair, "trellara snapshot --config '/etc/trellara/app.toml' --table 'public.orders' --force"));
+  // A column the source added: its existing rows cannot be repaired in place, so the copy is a step.
+  f.open = {Quarantined("missing_column")};
+  CHECK(Has(Step(BuildRepairPlan(f), "repair"),
+            "trellara snapshot --config '/etc/trellara/app.toml' --table 'public.orders' --force"));
+  // A type the target cannot take: values are unchanged, the copy is only a commented alternative.
+  f.open = {Quarantined("schema_mismatch")};
+  const RepairPlan mismatch = BuildRepairPlan(f);
+  INFO(All(mismatch));
+  CHECK_FALSE(Has(Step(mismatch, "repair"),
+                  "trellara snapshot --config '/etc/trellara/app.toml' --table 'public.orders' --force"));
+  CHECK(Has(Step(mismatch, "repair"),
+            "# trellara snapshot --config '/etc/trellara/app.toml' --table 'public.orders' --force"));
 }
 
 TEST_CASE("repair_plan_skips_replay_ready_for_boundaries_already_marked_and_reruns_failed_copies", "[repair_plan]") {
