@@ -186,7 +186,7 @@ void Print(const ContractFacts& facts, const ContractReport& report, OutputForma
 // Throws CommandFailed.
 ContractFacts ReadContractFacts(const FlowConfig& config, const std::vector<std::string>& tables) {
   if (config.source_conninfo.empty())
-    throw CommandFailed("contract-test needs the source: set source.conninfo in " + config.path, kExitCouldNotCheck);
+    throw CommandFailed("the source is not configured: set conninfo under [source] in " + config.path, kExitCouldNotCheck);
   ContractFacts facts;
   facts.flow = config.flow_name;
   facts.config_path = config.path;
