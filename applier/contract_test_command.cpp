@@ -1,6 +1,6 @@
 // contract_test_command.cpp — `trellara contract-test --config F [--format text|json]`: whether the
 // flow's source and target can run it, relation by relation (issue 11 item 4,
-// docs/schema-changes-operations.md).
+// docs/schema-changes.md "Operator commands in detail").
 //
 // This file only reads catalogs: the flow's publication and its tables on the source (the table list
 // through ReadSourceTables, the one reader of published tables), their columns, replica identity and

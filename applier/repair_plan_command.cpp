@@ -1,6 +1,6 @@
 // repair_plan_command.cpp — `trellara repair-plan --config F [--format text|json]`: the numbered,
 // copy-pasteable way out of a halted flow (issue 11 item 5, seed source_schema_handoff_recovery,
-// docs/schema-changes-operations.md).
+// docs/schema-changes.md "Operator commands in detail").
 //
 // This file reads facts and prints core's plan (repair_plan.h BuildRepairPlan): the flow's open
 // quarantine rows, failed snapshot tables and apply status on the target; each quarantined

@@ -1,5 +1,5 @@
 // contract.h — whether a flow's source and target can run it, relation by relation, decided from
-// catalog facts (`trellara contract-test`, issue 11 item 4, docs/schema-changes-operations.md).
+// catalog facts (`trellara contract-test`, issue 11 item 4, docs/schema-changes.md "Operator commands in detail").
 //
 // The command reads the source's publication and catalog and the target's catalog into the plain
 // structs below; CheckContract decides. Nothing here talks to a server. Every finding names the

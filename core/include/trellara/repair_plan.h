@@ -1,5 +1,5 @@
 // repair_plan.h — the numbered, copy-pasteable way out of a halted flow (`trellara repair-plan`,
-// issue 11 item 5, seed `source_schema_handoff_recovery`, docs/schema-changes-operations.md).
+// issue 11 item 5, seed `source_schema_handoff_recovery`, docs/schema-changes.md "Operator commands in detail").
 //
 // The command reads the facts: the flow's open quarantine rows on the target (trellara.quarantine:
 // xid, commit LSN, reason, message), the log records of each quarantined transaction (found by
