@@ -284,8 +284,11 @@ def source_schema_change_recovered_by_following_the_repair_plan():
         wait_log_covers_source(source)
         run_apply(pair.config, 0)
         # The source adds a column with a default (existing rows get 'new' there, never on the target)
-        # and writes it; the target does not follow.
+        # while Trellara's DDL event trigger is disabled (a DBA's maintenance script did it), and
+        # writes it: no DDL record explains the new definition, so the target does not follow.
+        source.psql("ALTER EVENT TRIGGER trellara_ddl_command_end DISABLE")
         source.psql("ALTER TABLE public.orders ADD COLUMN status text DEFAULT 'new'")
+        source.psql("ALTER EVENT TRIGGER trellara_ddl_command_end ENABLE")
         source.psql("UPDATE public.orders SET status = 'paid' WHERE id = 3; INSERT INTO public.orders VALUES "
                     "(41, 'with status', 1, 'open')")
         wait_log_covers_source(source)
@@ -294,7 +297,7 @@ def source_schema_change_recovered_by_following_the_repair_plan():
                            "AND state = 'quarantined'")
         print(f"quarantined: {row}")
         q_xid, q_lsn, reason = row.split("|")
-        if reason not in ("missing_column", "schema_drift"):
+        if reason != "schema_drift":
             raise CaptureFailure(f"the schema change was quarantined as {reason}")
         trellara("contract-test", "--config", pair.config, expect=1)
 
