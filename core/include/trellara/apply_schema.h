@@ -39,6 +39,8 @@ struct TargetRelation {
   std::vector<TargetColumn> columns;
   std::vector<std::string> primary_key;  // column names in key order; empty when none
   std::string primary_key_name;          // the primary key constraint's name
+  bool has_rows = false;                 // read only for a DDL's table (PlanDdl: CREATE TABLE of a name the
+                                         // target already holds); CheckTargetRelation ignores it
 };
 
 // Source type as the plugin recorded it (format_type_with_typemod) against the target column's
