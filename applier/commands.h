@@ -46,6 +46,10 @@ void RegisterSnapshot(CLI::App& app);
 void RegisterReseed(CLI::App& app);
 // `chaos report --output FILE [--results DIR] [--matrix FILE] [--format html|json]` (chaos_command.cpp).
 void RegisterChaos(CLI::App& app);
+// `contract-test --config F [--format text|json]` (contract_test_command.cpp).
+void RegisterContractTest(CLI::App& app);
+// `repair-plan --config F [--format text|json]` (repair_plan_command.cpp).
+void RegisterRepairPlan(CLI::App& app);
 
 // ---- shared by status, quarantine and verify (defined in status_command.cpp) ----------------
 

@@ -72,6 +72,8 @@ int main(int argc, char** argv) {
   trellara::cli::RegisterSnapshot(app);
   trellara::cli::RegisterReseed(app);
   trellara::cli::RegisterChaos(app);
+  trellara::cli::RegisterContractTest(app);
+  trellara::cli::RegisterRepairPlan(app);
   trellara::cli::RegisterInspectTransaction(app);
   trellara::cli::RegisterLogCommands(app);
   trellara::cli::RegisterLogRecords(app);

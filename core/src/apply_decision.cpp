@@ -171,15 +171,18 @@ QuarantineRecord BuildQuarantine(const TxIdentity& tx, const Sha256& checksum, c
       break;
     case QuarantineReason::MissingTable:
       what = "table " + cause.relation + " does not exist on the target" + state;
-      q.next_step = "create it on the target with the source's definition, then " + call;
+      q.next_step = "create it on the target with the source's definition (trellara repair-plan --config <flow.toml> "
+                    "prints the steps), then " + call;
       break;
     case QuarantineReason::MissingColumn:
       what = "column " + cause.column + " of " + cause.relation + " does not exist on the target" + state;
-      q.next_step = "add the column on the target with the source's type, then " + call;
+      q.next_step = "add the column on the target with the source's type (trellara repair-plan --config <flow.toml> "
+                    "prints the steps), then " + call;
       break;
     case QuarantineReason::SchemaMismatch:
       what = "the target's " + cause.relation + " cannot accept the source schema: " + Shorten(cause.detail);
-      q.next_step = "alter the target table to match the source, then " + call;
+      q.next_step = "alter the target table to match the source (trellara repair-plan --config <flow.toml> prints the "
+                    "steps), then " + call;
       break;
     case QuarantineReason::SqlError:
       what = op + on + " failed" + state + ": " + Shorten(cause.detail);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "trellara/apply_plan.h"
@@ -30,6 +31,56 @@ std::string BaseType(const std::string& type) {
   return out;
 }
 
+// The integer arguments of every parenthesised group: "numeric(10,2)" -> {10, 2};
+// "timestamp(3) with time zone" -> {3}; "text" -> {}; a non-numeric argument -> nullopt.
+std::optional<std::vector<long>> TypmodArgs(const std::string& type) {
+  std::vector<long> out;
+  size_t i = 0;
+  while ((i = type.find('(', i)) != std::string::npos) {
+    size_t end = type.find(')', i);
+    if (end == std::string::npos) return std::nullopt;
+    std::string inner = type.substr(i + 1, end - i - 1);
+    size_t start = 0;
+    while (start <= inner.size()) {
+      size_t comma = inner.find(',', start);
+      std::string part = inner.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      while (!part.empty() && part.front() == ' ') part.erase(part.begin());
+      while (!part.empty() && part.back() == ' ') part.pop_back();
+      if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+      out.push_back(std::stol(part));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    i = end + 1;
+  }
+  return out;
+}
+
+// Same base type, different modifiers: the target takes every source value unchanged only when
+// its modifier is at least as wide. An unconstrained target takes everything; a constrained target
+// never takes an unconstrained source. numeric(p,s): scale and integer digits both at least the
+// source's (a smaller scale would round silently); every other modifier (varchar/char/bit length,
+// timestamp/time/interval precision — a smaller precision rounds silently) must not shrink.
+bool ModifierWidens(const std::string& base, const std::string& source_type, const std::string& target_type) {
+  auto src = TypmodArgs(source_type);
+  auto dst = TypmodArgs(target_type);
+  if (!src || !dst) return false;
+  if (dst->empty()) return true;
+  // timestamp/time/interval without a precision keep microseconds: the same as precision 6.
+  if (src->empty() && (base.starts_with("timestamp") || base.starts_with("time") || base.starts_with("interval")))
+    src->push_back(6);
+  if (src->empty()) return false;
+  if (base == "numeric" || base == "numeric[]") {
+    long sp = (*src)[0], ss = src->size() > 1 ? (*src)[1] : 0;
+    long tp = (*dst)[0], ts = dst->size() > 1 ? (*dst)[1] : 0;
+    return ts >= ss && tp - ts >= sp - ss;
+  }
+  if (src->size() != dst->size()) return false;
+  for (size_t i = 0; i < src->size(); i++)
+    if ((*dst)[i] < (*src)[i]) return false;
+  return true;
+}
+
 bool Widens(const std::string& from, const std::string& to) {
   static const std::map<std::string, std::set<std::string>> kWidenings{
       {"smallint", {"integer", "bigint", "numeric"}},
@@ -49,7 +100,7 @@ bool TargetTypeAccepts(const std::string& source_type, const std::string& target
   if (source_type == target_type) return true;
   const std::string from = BaseType(source_type);
   const std::string to = BaseType(target_type);
-  if (from == to) return true;
+  if (from == to) return ModifierWidens(from, source_type, target_type);
   const bool from_array = from.ends_with("[]");
   const bool to_array = to.ends_with("[]");
   if (from_array != to_array) return false;

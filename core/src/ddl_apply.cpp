@@ -237,6 +237,13 @@ class DdlPlanner {
       if (refusal)
         return MakeError("table " + current_display() + " already exists on the target but cannot take the captured "
                          "definition: " + refusal->detail);
+      // A table the source has just created holds nothing the stream has not yet to deliver: rows
+      // already in the target's table of that name (a copy kept by ddl_drop_table = "keep" after an
+      // earlier DROP TABLE, or rows written on the target) would stay there beside the new table's.
+      if (sim_.has_rows)
+        return MakeError("table " + current_display() + " already exists on the target and holds rows, but the source "
+                         "has just created it empty (a copy kept by ddl_drop_table = \"keep\" after an earlier DROP "
+                         "TABLE?); rename, empty or drop the target's table, then mark the boundary replay-ready");
       plan_.notes.push_back("table " + current_display() +
                             " already exists on the target and accepts the captured definition; not created");
       return Status::Ok();

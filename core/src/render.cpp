@@ -142,7 +142,7 @@ ordered_json ChangesJson(const std::vector<Change>& changes, const std::vector<R
         j["object_identity"] = Name(c.ddl.object_identity);
         j["sql"] = Name(c.ddl.sql);
         if (c.ddl.relation_oid != 0) j["relation_oid"] = c.ddl.relation_oid;
-        j["relation"] = Name(c.ddl.relation_schema) + "." + Name(c.ddl.relation_name);
+        if (!c.ddl.relation_name.empty()) j["relation"] = Name(c.ddl.relation_schema) + "." + Name(c.ddl.relation_name);
         {
           nlohmann::ordered_json steps = nlohmann::ordered_json::array();
           for (const auto& st : c.ddl.steps) {

@@ -35,6 +35,8 @@ COMMIT_FAILURE = "test_apply_commit_failure.py"
 SNAPSHOT = "test_snapshot.py"
 HANDOFF = "test_snapshot_handoff.py"
 RESEED = "test_verify_reseed.py"
+SCHEMA = "test_schema_apply.py"
+CONTRACT = "test_contract_repair.py"
 
 NO_SIMULATOR = ("the deterministic simulator (tests/sim, DESIGN §8 layer 2) is not built yet; "
                 "this row becomes a named seeded simulation there")
@@ -43,7 +45,6 @@ NO_FAILOVER = ("failover slots (synced, enabled) are PostgreSQL 17 features and 
 NO_BROKER = "the replicated broker hop (trellara forward → NATS JetStream, DESIGN §9) is not built"
 NO_PARTITION = "partitioned mode (per-partition chunks, partition watermarks, DESIGN §9 'later') is not built"
 NO_FLEET = "fleet fan-in / lake epochs are not part of Trellara's design; not built"
-NO_DDL = "DDL capture (event trigger → transactional logical message, DESIGN §4/§6) is not built yet (schema-change issue)"
 NO_STREAMING = ("protocol-v2 streaming of in-progress transactions with spill files (DESIGN §4) is not built "
                 "yet (large-transaction issue)")
 # The handoff's two paired defects (issue 10): apply a change the chunk's copy already holds, and
@@ -114,16 +115,27 @@ MAPPING = {
     "filtered_reseed_preserves_out_of_scope_rows": dict(
         proof=[it("filtered_reseed_preserves_out_of_scope_rows", RESEED)],
         note="no paired defect yet (a reseed that deletes out-of-scope rows is not built as a negative control)"),
-    "pgoutput_schema_change_during_stream": dict(not_built=NO_DDL + "; a fingerprint change no DDL explains "
-                                                 "has no real-process scenario yet"),
+    "pgoutput_schema_change_during_stream": dict(
+        proof=[it("drift_without_ddl_record_is_quarantined_before_anything_applies", SCHEMA),
+               ct("drift_verdicts_known_first_sight_drift_and_replay_ready")],
+        note="no paired defect yet (an applier that accepts an unexplained fingerprint is not built as a "
+             "negative control)"),
     "pgoutput_row_without_relation_metadata": dict(
         proof=[ct("change_on_an_undescribed_relation_is_an_error")],
         note="applier-side: a change on a relation without metadata fails closed"),
-    "source_schema_handoff_recovery": dict(not_built=NO_DDL + "; repair-plan/contract-test commands are not built"),
+    "source_schema_handoff_recovery": dict(
+        proof=[it("source_schema_change_recovered_by_following_the_repair_plan", CONTRACT)],
+        note="no paired defect yet (a repair plan that omits the re-snapshot is not built as a negative control)"),
     "pgoutput_dml_truncate_envelope_mapping": dict(
         proof=[rg("plugin_ops"), ct("plans_truncate_in_source_order")]),
-    "pgoutput_ddl_only_boundary": dict(not_built=NO_DDL),
-    "pgoutput_mixed_ddl_dml_boundary": dict(not_built=NO_DDL),
+    "pgoutput_ddl_only_boundary": dict(
+        proof=[rg("plugin_ddl"), it("migration_under_load_converges_with_applier_killed", SCHEMA)],
+        defect={"name": "ddl_record_dropped",
+                "scenario": it("negative_control_ddl_record_dropped_is_caught", SCHEMA)}),
+    "pgoutput_mixed_ddl_dml_boundary": dict(
+        proof=[rg("plugin_ddl"), it("migration_under_load_converges_with_applier_killed", SCHEMA)],
+        defect={"name": "ddl_dml_before_ddl",
+                "scenario": it("negative_control_dml_before_ddl_is_caught", SCHEMA)}),
     "pgoutput_streamed_transaction_spills_until_commit": dict(not_built=NO_STREAMING),
     "pgoutput_stream_abort_discards_partial_changes": dict(not_built=NO_STREAMING),
     "pgoutput_keepalive_reports_last_durable_ack": dict(
@@ -193,7 +205,9 @@ MAPPING = {
     "qualification_object_store_success_catalog_timeout": dict(not_built=NO_FLEET),
     "qualification_twenty_four_hour_soak_large_transaction_memory_ceiling": dict(
         not_built=NO_STREAMING + "; no soak lane"),
-    "snapshot_ddl_during_copy": dict(not_built=NO_DDL),
+    "snapshot_ddl_during_copy": dict(
+        proof=[it("ddl_during_snapshot_copy_withholds_handoff", SCHEMA)],
+        note="no paired defect yet (a handoff that ignores the withheld state is not built as a negative control)"),
     "snapshot_handoff_recorded_before_stream_start": dict(
         proof=[it("snapshot_handoff_recorded_before_stream_start", HANDOFF)], defect=SKIP_AFTER_COPY),
     "repair_and_replay_ready": dict(

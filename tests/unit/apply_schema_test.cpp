@@ -82,6 +82,19 @@ TEST_CASE("type_acceptance_rules", "[schema]") {
   CHECK_FALSE(TargetTypeAccepts("double precision", "real"));
   CHECK_FALSE(TargetTypeAccepts("integer", "integer[]"));
   CHECK_FALSE(TargetTypeAccepts("public.mood", "other.mood"));
+  // A narrower modifier would round or refuse values: never accepted.
+  CHECK(TargetTypeAccepts("numeric(10,2)", "numeric(12,4)"));
+  CHECK(TargetTypeAccepts("numeric(10)", "numeric(12,2)"));
+  CHECK(TargetTypeAccepts("timestamp(3) without time zone", "timestamp(6) without time zone"));
+  CHECK(TargetTypeAccepts("numeric(10,2)[]", "numeric(12,2)[]"));
+  CHECK_FALSE(TargetTypeAccepts("numeric(12,4)", "numeric(10,2)"));
+  CHECK_FALSE(TargetTypeAccepts("numeric(10,2)", "numeric(10,4)"));
+  CHECK_FALSE(TargetTypeAccepts("numeric", "numeric(10,2)"));
+  CHECK_FALSE(TargetTypeAccepts("timestamp(6) with time zone", "timestamp(0) with time zone"));
+  CHECK_FALSE(TargetTypeAccepts("timestamp with time zone", "timestamp(3) with time zone"));
+  CHECK_FALSE(TargetTypeAccepts("character varying(50)", "character varying(20)"));
+  CHECK(TargetTypeAccepts("timestamp with time zone", "timestamp(6) with time zone"));
+  CHECK_FALSE(TargetTypeAccepts("character varying", "character varying(20)"));
 }
 
 TEST_CASE("generated_or_unfillable_target_columns_are_a_schema_mismatch", "[schema]") {

@@ -235,6 +235,12 @@ TEST_CASE("create_table_that_the_target_already_has_is_a_no_op_or_refused_naming
   CHECK(plan.statements.empty());
   CHECK(NotesContain(plan, "already exists on the target and accepts"));
 
+  // The source has just created the table empty: a target table of that name holding rows (a copy
+  // kept after an earlier DROP TABLE) would keep rows the source does not have.
+  TargetRelation kept = existing;
+  kept.has_rows = true;
+  RequireUnsupported(Plan(CreateEvents(), kept), "already exists on the target and holds rows");
+
   existing.columns[2].type_name = "integer";  // cannot take text
   DdlPlan refused = Plan(CreateEvents(), existing);
   RequireUnsupported(refused, "already exists on the target but cannot take the captured definition");

@@ -82,7 +82,14 @@ Envelope SampleEnvelope() {
   msg.message = LogicalMessage{true, "app.audit", std::string("bin\x00\xfe", 5)};
   Change ddl;
   ddl.op = Op::Ddl;
-  ddl.ddl = Ddl{"ALTER TABLE", "table", "public", "public.orders", "ALTER TABLE orders ADD COLUMN x int"};
+  ddl.ddl.command_tag = "ALTER TABLE";
+  ddl.ddl.object_type = "table";
+  ddl.ddl.schema = "public";
+  ddl.ddl.object_identity = "public.orders";
+  ddl.ddl.sql = "ALTER TABLE orders ADD COLUMN x int";
+  ddl.ddl.relation_schema = "public";
+  ddl.ddl.relation_name = "orders";
+  ddl.ddl.steps = {DdlStep{DdlStepKind::AddColumn, "x", "", "ADD COLUMN x integer", false}};
   e.changes = {ins, empty_vs_null, upd, key_upd, bin_ins, full_del, del, trunc, msg, ddl};
   Status sealed = SealEnvelope(e);
   assert(sealed.ok());

@@ -39,11 +39,15 @@ struct TargetRelation {
   std::vector<TargetColumn> columns;
   std::vector<std::string> primary_key;  // column names in key order; empty when none
   std::string primary_key_name;          // the primary key constraint's name
+  bool has_rows = false;                 // read only for a DDL's table (PlanDdl: CREATE TABLE of a name the
+                                         // target already holds); CheckTargetRelation ignores it
 };
 
 // Source type as the plugin recorded it (format_type_with_typemod) against the target column's
-// type. Accepted: the same type; the same type with another typmod (varchar(20) into varchar(50),
-// numeric(10,2) into numeric); and widenings that keep every value and its text form exact —
+// type. Accepted: the same type; the same type with a modifier at least as wide (varchar(20) into
+// varchar(50) or varchar, numeric(10,2) into numeric(12,4) or numeric, timestamp(3) into
+// timestamp(6) — never a narrower one: numeric(12,4) into numeric(10,2) or timestamp(6) into
+// timestamp(0) would round values silently, varchar(50) into varchar(20) would refuse them); and widenings that keep every value and its text form exact —
 // smallint into integer/bigint/numeric, integer into bigint/numeric, bigint into numeric, real
 // into double precision, character varying/character into text. Anything else (json into jsonb,
 // text into integer, timestamp into timestamptz, ...) is refused: its input function might accept
