@@ -308,7 +308,7 @@ std::optional<QuarantineCause> ApplySession::CheckRelation(const RelationInfo& r
   return cause;
 }
 
-TargetRelation ApplySession::ReadTargetRelation(const std::string& schema, const std::string& name) {
+TargetRelation ApplySession::ReadTargetRelation(const std::string& schema, const std::string& name, bool with_rows) {
   const std::string display = schema + "." + name;
   auto quoted_schema = QuoteIdentifier(schema);
   auto quoted_name = QuoteIdentifier(name);
@@ -337,6 +337,11 @@ TargetRelation ApplySession::ReadTargetRelation(const std::string& schema, const
       for (const auto& column : parsed) target.primary_key.push_back(column.get<std::string>());
     }
     target.primary_key_name = r.Value(0, 8).value_or("");
+    if (with_rows) {
+      auto rows = Must(conn_->Exec("SELECT EXISTS (SELECT 1 FROM " + *quoted_schema + "." + *quoted_name + ")"),
+                       "reading whether the target's " + display + " holds rows");
+      target.has_rows = rows.Value(0, 0) == std::optional<std::string>("t");
+    }
   }
   return target;
 }

@@ -123,8 +123,9 @@ class ApplySession {
   std::optional<QuarantineCause> CheckRelationsOf(const Change& change, const std::vector<RelationInfo>& relations);
 
   // The target's definition of schema.name as it is now (inside the open transaction when there is
-  // one): columns, primary key columns in key order and the key's constraint name.
-  TargetRelation ReadTargetRelation(const std::string& schema, const std::string& name);
+  // one): columns, primary key columns in key order and the key's constraint name; with
+  // `with_rows` (a DDL's table: PlanDdl) also whether the table holds any row.
+  TargetRelation ReadTargetRelation(const std::string& schema, const std::string& name, bool with_rows = false);
   // The target's definition changed (a DDL ran): every accepted fingerprint is checked again.
   void ForgetAcceptedRelations() { accepted_relations_.clear(); }
 

@@ -206,7 +206,7 @@ std::optional<QuarantineCause> Applier::ExecuteDdl(const Change& change, const s
   // Replayed after the operator marked it replay-ready: the operator reviewed the DDL, so it is
   // planned as under ddl = "apply" (a step already applied by hand is then a no-op).
   const DdlPolicy policy = replay_ready_ ? DdlPolicy::Apply : config_.ddl;
-  const TargetRelation target = session_.ReadTargetRelation(ddl.relation_schema, ddl.relation_name);
+  const TargetRelation target = session_.ReadTargetRelation(ddl.relation_schema, ddl.relation_name, /*with_rows=*/true);
   const DdlPlan plan = PlanDdl(ddl, captured, target, policy, config_.ddl_drop_table);
   if (plan.action == DdlAction::Quarantine) return plan.cause;
 
