@@ -190,6 +190,12 @@ Registration Decide(const SnapshotTable& t, const std::optional<std::pair<std::s
     }
     return Registration::Skip;
   }
+  // A DDL applied while the table's copy was unfinished moved it to run "ddl@<commit LSN>" and
+  // marked it failed_recoverable (docs/schema-changes.md): it is not a run to resume.
+  if (!o.force && owner.starts_with("ddl@"))
+    throw CommandFailed(what + " was withheld from its handoff by the DDL at commit " + owner.substr(4) +
+                        " (its copy was made under the old schema); copy it again under the new schema with "
+                        "trellara snapshot --config " + config.path + " --table " + t.name + " --force");
   if (!o.force)
     throw CommandFailed(what + " belongs to the unfinished snapshot run " + owner + " (table state " +
                         SnapshotStateName(state) + "); resume that run with trellara snapshot --config " +
