@@ -87,7 +87,7 @@ ContinuityDecision DecideContinuity(const ContinuityFacts& f) {
               (f.log_first_lsn ? ", its first transaction commits at " + FormatLsn(*f.log_first_lsn) : std::string()) +
               "); the target lost transactions that cannot be replayed (restored from a backup or failed over to a "
               "lagging standby). Nothing was applied. Reseed: copy the flow's tables to the target again from a "
-              "consistent source snapshot and start the flow afresh (trellara reseed is not built yet), or restore "
+              "consistent source snapshot and start the flow afresh, or restore "
               "a target backup whose origin progress is at or past commit " +
               (f.log_first_lsn ? FormatLsn(*f.log_first_lsn) : std::string("the log's first transaction"));
   return d;
