@@ -230,3 +230,70 @@ TEST_CASE("retention_keeps_the_segment_of_the_writers_restart_anchor", "[log][re
   REQUIRE(plain.ok());
   CHECK(plain->retained_from_offset == 32);
 }
+
+namespace {
+// A device whose first read-only open of `victim` finds it deleted first, as when the relay's
+// retention reclaims the oldest segment between a reader's listing and its open.
+class ReclaimingDevice final : public LogDevice {
+ public:
+  ReclaimingDevice(LogDevice& inner, std::string victim) : inner_(inner), victim_(std::move(victim)) {}
+  trellara::Status MakeDirectory(const std::string& p) override { return inner_.MakeDirectory(p); }
+  trellara::Result<std::vector<std::string>> ListDirectory(const std::string& p) override { return inner_.ListDirectory(p); }
+  trellara::Result<bool> Exists(const std::string& p) override { return inner_.Exists(p); }
+  trellara::Result<FileId> OpenFile(const std::string& p, bool c) override { return inner_.OpenFile(p, c); }
+  trellara::Result<FileId> OpenFileReadOnly(const std::string& p) override {
+    if (p == victim_ && !reclaimed_) {
+      reclaimed_ = true;
+      REQUIRE(inner_.Remove(p).ok());
+    }
+    return inner_.OpenFileReadOnly(p);
+  }
+  void CloseFile(FileId f) override { inner_.CloseFile(f); }
+  trellara::Result<uint64_t> FileSize(FileId f) override { return inner_.FileSize(f); }
+  trellara::Result<size_t> ReadAt(FileId f, uint64_t pos, void* b, size_t n) override { return inner_.ReadAt(f, pos, b, n); }
+  trellara::Status WriteAt(FileId f, uint64_t pos, const void* d, size_t n) override { return inner_.WriteAt(f, pos, d, n); }
+  trellara::Status SyncData(FileId f) override { return inner_.SyncData(f); }
+  trellara::Status Truncate(FileId f, uint64_t s) override { return inner_.Truncate(f, s); }
+  trellara::Status Rename(const std::string& a, const std::string& b) override { return inner_.Rename(a, b); }
+  trellara::Status Remove(const std::string& p) override { return inner_.Remove(p); }
+  trellara::Status SyncDirectory(const std::string& p) override { return inner_.SyncDirectory(p); }
+  trellara::Result<std::optional<FileId>> TryLockFile(const std::string& p) override { return inner_.TryLockFile(p); }
+  void UnlockFile(FileId l) override { inner_.UnlockFile(l); }
+  trellara::Status QueueWrite(FileId f, uint64_t pos, const void* d, size_t n, uint64_t t) override {
+    return inner_.QueueWrite(f, pos, d, n, t);
+  }
+  trellara::Status QueueSyncData(FileId f, uint64_t pos, uint64_t n, uint64_t t) override {
+    return inner_.QueueSyncData(f, pos, n, t);
+  }
+  trellara::Status SubmitQueued() override { return inner_.SubmitQueued(); }
+  size_t ReapCompletions(std::vector<Completion>& out) override { return inner_.ReapCompletions(out); }
+  trellara::Status WaitForCompletion() override { return inner_.WaitForCompletion(); }
+  int completion_event_fd() const override { return inner_.completion_event_fd(); }
+  size_t in_flight_max() const override { return inner_.in_flight_max(); }
+  bool reclaimed() const { return reclaimed_; }
+
+ private:
+  LogDevice& inner_;
+  std::string victim_;
+  bool reclaimed_ = false;
+};
+}  // namespace
+
+TEST_CASE("describing_retention_while_the_oldest_segment_is_reclaimed_lists_again", "[log][retention]") {
+  // `trellara log consumers` lists the segments while the relay reclaims the oldest: the segment
+  // gone between the listing and its open is not an error, the listing is taken again.
+  TempDir dir;
+  auto device = RealDevice();
+  WriterOptions options;
+  options.segment_bytes_max = 2048;
+  auto writer = LogWriter::Open(*device, dir.flow(), options);
+  REQUIRE(writer.ok());
+  AppendTestRecords(**writer, 8, 50, 200, 10);  // segments 0, 8, 16, 24, 32, 40, 48
+  ReclaimingDevice racing(*device, JoinPath(dir.flow(), SegmentFileName(0)));
+  auto status = DescribeRetention(racing, dir.flow());
+  REQUIRE(racing.reclaimed());
+  INFO((status.ok() ? std::string() : status.error().message));
+  REQUIRE(status.ok());
+  CHECK(status->segments == 6);
+  CHECK(status->first_offset == 8);
+}

@@ -127,19 +127,35 @@ Result<std::map<std::string, ConsumerState>> ReadConsumerStates(LogDevice& devic
   return states;
 }
 
+// A reader (trellara log consumers, status) lists the segments while the relay may delete the
+// oldest ones (retention deletes from the front only, off the append path): a listed segment that
+// is gone when opened was reclaimed in between, so the listing is taken again. Only a segment that
+// still exists but cannot be opened, or one that keeps vanishing, is an error.
 Result<std::vector<SegmentSize>> ListSegmentSizes(LogDevice& device, const std::string& dir) {
-  auto firsts = ListSegments(device, dir);
-  if (!firsts.ok()) return firsts.error();
-  std::vector<SegmentSize> segments;
-  for (uint64_t first : *firsts) {
-    auto file = device.OpenFileReadOnly(JoinPath(dir, SegmentFileName(first)));
-    if (!file.ok()) return file.error();
-    auto size = device.FileSize(*file);
-    device.CloseFile(*file);
-    if (!size.ok()) return size.error();
-    segments.push_back(SegmentSize{first, *size});
+  constexpr int kAttempts = 20;
+  for (int attempt = 1;; ++attempt) {
+    auto firsts = ListSegments(device, dir);
+    if (!firsts.ok()) return firsts.error();
+    std::vector<SegmentSize> segments;
+    bool reclaimed = false;
+    for (uint64_t first : *firsts) {
+      const std::string path = JoinPath(dir, SegmentFileName(first));
+      auto file = device.OpenFileReadOnly(path);
+      if (!file.ok()) {
+        auto exists = device.Exists(path);
+        if (attempt < kAttempts && exists.ok() && !*exists) {
+          reclaimed = true;
+          break;
+        }
+        return file.error();
+      }
+      auto size = device.FileSize(*file);
+      device.CloseFile(*file);
+      if (!size.ok()) return size.error();
+      segments.push_back(SegmentSize{first, *size});
+    }
+    if (!reclaimed) return segments;
   }
-  return segments;
 }
 
 Result<RetentionReport> ApplyRetention(LogDevice& device, const std::string& dir, uint64_t ceiling_bytes,
