@@ -24,8 +24,9 @@ FlowPair (test_apply_robustness.py), with [source] conninfo added to the flow's 
       resolved, later source transactions arrive, verify exits 0, the tables are equal, repair-plan
       says nothing to repair. An unreachable target: repair-plan exits 2.
   source_schema_change_recovered_by_following_the_repair_plan  (seed source_schema_handoff_recovery)
-      the source adds a column with a default and writes it; the target does not follow: apply
-      exits 3 (missing_column, or schema_drift where drift detection runs). repair-plan's repair
+      the source adds a column with a default while trellara's DDL event trigger is disabled and
+      writes it; no DDL record explains it, so the target does not follow: apply exits 3
+      (schema_drift). repair-plan's repair
       step is exactly the target ALTER (contract-test's fix) and `snapshot --force`; the test runs
       the plan as printed — psql \\d on both sides, the ALTER, contract-test (now exit 0), the fresh
       snapshot handoff, replay-ready, apply, verify — and the flow resumes: the existing rows carry
