@@ -96,6 +96,7 @@ class StreamSpill {
     uint64_t memory_bytes = 0;
     int fd = -1;                     // spill file, once opened
     uint64_t file_bytes = 0;
+    uint64_t file_records = 0;       // frames in the file (aborted ones included)
     std::set<uint32_t> aborted;      // subtransactions whose records are skipped on read-back
   };
   explicit StreamSpill(SpillOptions options) : options_(std::move(options)) {}
@@ -109,10 +110,15 @@ class StreamSpill {
   uint64_t records_discarded_ = 0;
 };
 
-// Builds the stream record the plugin emits for one streamed change: a Record holding an Envelope
-// (identity: flow, `xid`, commit_lsn 0) with the change and the relations it refers to
-// (`relation` for a row change or a DDL with a definition, `truncated` for a Truncate, none for a
-// Message or a dropped table).
+// The commit LSN a stream record carries: the transaction has not committed yet, and the codec
+// refuses commit LSN 0/0 (no committed transaction has it), so stream records carry this
+// placeholder instead. It never reaches the log: the assembler stamps the real commit LSN.
+inline constexpr uint64_t kStreamRecordCommitLsn = ~uint64_t{0};
+
+// Builds the stream record the plugin emits for one streamed change: a Record holding a sealed
+// Envelope (identity: flow, `xid`, commit_lsn kStreamRecordCommitLsn) with the change and the
+// relations it refers to (`relation` for a row change or a DDL with a definition, `truncated` for a
+// Truncate, none for a Message or a dropped table).
 Result<std::string> EncodeStreamRecord(const std::string& flow, uint32_t xid, const Change& change,
                                        const RelationInfo* relation, const std::vector<const RelationInfo*>& truncated);
 
