@@ -174,6 +174,7 @@ class Encoder {
     d.n_publications = ddl.publications.size();
     d.publications = Array<char>(ddl.publications.size());
     for (size_t i = 0; i < ddl.publications.size(); i++) d.publications[i] = Str(ddl.publications[i]);
+    d.capture_xid = ddl.capture_xid;
     return New(d);
   }
 
@@ -407,6 +408,7 @@ class Decoder {
       d.definition = std::move(r);
     }
     for (size_t i = 0; i < m->n_publications; i++) d.publications.push_back(S(m->publications[i]));
+    d.capture_xid = m->capture_xid;
     return d;
   }
 

@@ -149,6 +149,10 @@ Action Hit(std::string_view point) {
     case Action::Stall: {
       const char* ms_text = std::getenv("TRELLARA_FAULT_STALL_MS");
       long ms = ms_text != nullptr ? std::strtol(ms_text, nullptr, 10) : 10000;
+      // Announced, so a test can act while the process is held here (e.g. kill it).
+      std::fprintf(stderr, "trellara: fault point %.*s: stall %ld ms\n", static_cast<int>(point.size()), point.data(),
+                   ms);
+      std::fflush(stderr);
       std::this_thread::sleep_for(std::chrono::milliseconds(ms));
       return Action::None;
     }

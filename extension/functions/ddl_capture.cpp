@@ -19,6 +19,7 @@ extern "C" {
 #include "postgres.h"
 
 #include "access/relation.h"
+#include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/catalog.h"
 #include "catalog/index.h"
@@ -588,7 +589,10 @@ std::vector<std::string> PublicationsOf(Oid relid) {
   return out;
 }
 
-void WriteDdl(const Ddl& ddl) {
+void WriteDdl(Ddl ddl) {
+  // The (sub)transaction running the command (DDL always has an xid): a streamed transaction that
+  // rolls this subtransaction back must discard the record with the subtransaction's rows.
+  ddl.capture_xid = pg::CallPostgres([] { return static_cast<uint32_t>(GetCurrentTransactionId()); });
   Result<std::string> bytes = EncodeDdl(ddl);
   if (!bytes.ok())
     throw pg::SqlError(ERRCODE_INTERNAL_ERROR,

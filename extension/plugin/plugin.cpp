@@ -85,6 +85,7 @@ PGDLLEXPORT void _PG_output_plugin_init(OutputPluginCallbacks* cb);
 #include "trellara/assembler.h"
 #include "trellara/checksum.h"
 #include "trellara/codec.h"
+#include "trellara/stream_spill.h"
 
 // Every ERROR-capable Postgres call made from a frame that holds C++ objects goes through here.
 #define PGCALL(expr) ::trellara::pg::CallPostgres([&]() -> decltype(auto) { return (expr); })
@@ -129,11 +130,13 @@ struct Options {
   std::string flow;
   uint64_t skip_through_lsn = 0;
   bool messages = true;
+  bool streaming = false;  // stream in-progress transactions (the relay); SQL sessions decode at commit
 };
 
 struct State {
-  explicit State(TransactionAssembler::Options a) : assembler(std::move(a)) {}
+  explicit State(TransactionAssembler::Options a) : assembler_options(a), assembler(std::move(a)) {}
   Options options;
+  TransactionAssembler::Options assembler_options;
   TransactionAssembler assembler;
   std::unordered_map<Oid, CachedRelation> relations;
   bool publications_valid = false;
@@ -144,6 +147,12 @@ struct State {
   bool skipping = false;                   // current transaction is already in the log
   int guc_nest_level = 0;
   LogicalDecodingContext* ctx = nullptr;
+  // Streaming (between stream_start and stream_stop, and in stream abort/commit): changes go to the
+  // relay's spill store as stream records tagged with `stream_top_xid` and the (sub)transaction of
+  // the change (`stream_xid`), never to the assembler.
+  bool in_stream = false;
+  uint32_t stream_top_xid = 0;
+  uint32_t stream_xid = 0;
 };
 
 // The state of the decoding context currently running in this process (invalidation callbacks
@@ -190,7 +199,7 @@ extern "C" void PublicationCallback(Datum, int, uint32) {
 constexpr char kOptionsHint[] =
     "The trellara output plugin accepts: publication (required, comma-separated names), "
     "chunk_changes (1..1048576), chunk_bytes (65536..1073741824), flow (name), messages (true|false), "
-    "skip_through_lsn (pg_lsn).";
+    "skip_through_lsn (pg_lsn), streaming (true|false).";
 
 Options ParseOptions(List* option_list) {
   Options opt;
@@ -239,6 +248,12 @@ Options ParseOptions(List* option_list) {
         OptionError("trellara output plugin option \"messages\" has an invalid value \"" + value + "\"",
                     "messages is a boolean: true or false.");
       opt.messages = b;
+    } else if (name == "streaming") {
+      bool b = false;
+      if (!parse_bool(value.c_str(), &b))
+        OptionError("trellara output plugin option \"streaming\" has an invalid value \"" + value + "\"",
+                    "streaming is a boolean: true or false.");
+      opt.streaming = b;
     } else if (name == "skip_through_lsn") {
       bool bad = false;
       XLogRecPtr lsn = pg_lsn_in_internal(value.c_str(), &bad);
@@ -494,7 +509,7 @@ void RequireComplete(const std::vector<Value>& values, const CachedRelation& ent
 
 // --- writing -----------------------------------------------------------------------------------
 Status WriteRecord(LogicalDecodingContext* ctx, const EmittedRecord& r) {
-  last_written = WrittenRecord{static_cast<uint8_t>(r.type), r.completes_transaction, r.tx.xid, r.tx.commit_lsn};
+  last_written = WrittenRecord{static_cast<uint8_t>(r.type), r.completes_transaction, r.tx.xid, r.tx.commit_lsn, 0, 0, 0};
   const std::string& bytes = r.bytes;
   bool last = r.completes_transaction;
   pg::CallPostgres([&] {
@@ -508,10 +523,6 @@ Status WriteRecord(LogicalDecodingContext* ctx, const EmittedRecord& r) {
 [[noreturn]] void RaiseCoreError(const Error& error, const char* during) {
   throw pg::SqlError(ERRCODE_INTERNAL_ERROR, std::string("trellara output plugin failed during ") + during + ": " +
                                                  error.message);
-}
-
-void CheckStatus(const Status& s, const char* during) {
-  if (!s.ok()) RaiseCoreError(s.error(), during);
 }
 
 // A record the assembler refused for good (above trellara.record_bytes_max, or not encodable):
@@ -554,6 +565,9 @@ extern "C" void StartupCallback(LogicalDecodingContext* ctx, OutputPluginOptions
     assembler_options.chunk_bytes = options.chunk_bytes;
     assembler_options.record_bytes_max = static_cast<uint64_t>(record_kb_max_guc) << 10;
     auto* s = new State(assembler_options);
+    // Stream in-progress transactions only for a consumer that asked (the relay, which spills
+    // them); a SQL session decodes every transaction at its commit as before.
+    ctx->streaming = ctx->streaming && options.streaming;
     s->options = std::move(options);
     s->ctx = ctx;
     pg::CallPostgres([&] {
@@ -635,6 +649,35 @@ extern "C" void CommitCallback(LogicalDecodingContext* ctx, ReorderBufferTXN*, X
   });
 }
 
+// Writes one stream record (never a log record): the relay routes it to its spill store.
+void WriteStreamRecord(LogicalDecodingContext* ctx, uint8_t type, uint32_t top_xid, uint32_t xid,
+                       const std::string& bytes, uint64_t commit_lsn = 0, uint64_t begin_lsn = 0,
+                       int64_t commit_time_us = 0) {
+  last_written = WrittenRecord{type, false, xid, commit_lsn, top_xid, begin_lsn, commit_time_us};
+  pg::CallPostgres([&] {
+    OutputPluginPrepareWrite(ctx, true);
+    if (!bytes.empty()) appendBinaryStringInfo(ctx->out, bytes.data(), static_cast<int>(bytes.size()));
+    OutputPluginWrite(ctx, true);
+  });
+}
+
+// Every captured change goes through here: to the assembler when the transaction is decoded at
+// commit, as a stream record when it is streamed (the relay assembles it at stream commit, the
+// same assembler over the same changes, so the log holds the same bytes either way).
+void EmitChange(State* s, LogicalDecodingContext* ctx, Change c, const RelationInfo* relation,
+                const std::vector<const RelationInfo*>& truncated, const char* during) {
+  if (!s->in_stream) {
+    CheckAssemblerStatus(s->assembler.AddChange(std::move(c), relation, truncated, SinkFor(ctx)), s->assembler, during);
+    return;
+  }
+  // Each stream record describes the relations its change refers to, so it decodes and verifies
+  // on its own (DecodeRecord refuses a change of an undescribed relation) and a subtransaction
+  // abort can never discard a description a later change needs.
+  Result<std::string> bytes = EncodeStreamRecord(s->options.flow, s->stream_xid, c, relation, truncated);
+  if (!bytes.ok()) RaiseCoreError(bytes.error(), during);
+  WriteStreamRecord(ctx, kStreamChangeRecord, s->stream_top_xid, s->stream_xid, *bytes);
+}
+
 // Builds and adds one INSERT/UPDATE/DELETE. Runs in the per-change memory context.
 void AddRowChange(State* s, LogicalDecodingContext* ctx, Relation relation, ReorderBufferChange* change) {
   CachedRelation& entry = Lookup(s, relation);
@@ -682,7 +725,7 @@ void AddRowChange(State* s, LogicalDecodingContext* ctx, Relation relation, Reor
   if (c.op == Op::Insert && new_tuple == nullptr)
     throw pg::SqlError(ERRCODE_DATA_CORRUPTED, "INSERT into \"" + entry.info.schema + "." + entry.info.name +
                                                    "\" decoded without a new tuple");
-  CheckAssemblerStatus(s->assembler.AddChange(std::move(c), &entry.info, {}, SinkFor(ctx)), s->assembler, "change");
+  EmitChange(s, ctx, std::move(c), &entry.info, {}, "change");
 }
 
 extern "C" void ChangeCallback(LogicalDecodingContext* ctx, ReorderBufferTXN*, Relation relation,
@@ -740,7 +783,7 @@ extern "C" void TruncateCallback(LogicalDecodingContext* ctx, ReorderBufferTXN*,
       infos.push_back(&entry.info);
     }
     if (infos.empty()) return;
-    CheckStatus(s->assembler.AddChange(std::move(c), nullptr, infos, SinkFor(ctx)), "truncate");
+    EmitChange(s, ctx, std::move(c), nullptr, infos, "truncate");
   });
   MemoryContextSwitchTo(old);
   MemoryContextReset(s->change_context);
@@ -767,6 +810,10 @@ void AddDdlChange(State* s, LogicalDecodingContext* ctx, XLogRecPtr lsn, Size sz
   Change c;
   c.op = Op::Ddl;
   c.ddl = std::move(*decoded);
+  // Capture metadata only: in a streamed transaction the record belongs to the subtransaction that
+  // ran the command (its abort discards it); never logged.
+  if (s->in_stream && c.ddl.capture_xid != 0) s->stream_xid = c.ddl.capture_xid;
+  c.ddl.capture_xid = 0;
   // The record names every publication that contained the table when the command ran (the
   // position of this message). None of this session's: nothing to emit, and no Lookup, which would
   // fail on a session publication that did not exist yet at this position.
@@ -779,7 +826,7 @@ void AddDdlChange(State* s, LogicalDecodingContext* ctx, XLogRecPtr lsn, Size sz
     c.relation_oid = 0;
     snprintf(current_tx.relation, sizeof current_tx.relation, "%s.%s", c.ddl.relation_schema.c_str(),
              c.ddl.relation_name.c_str());
-    CheckAssemblerStatus(s->assembler.AddChange(std::move(c), nullptr, {}, SinkFor(ctx)), s->assembler, "DDL");
+    EmitChange(s, ctx, std::move(c), nullptr, {}, "DDL");
     return;
   }
   const Oid relid = c.ddl.definition->oid;
@@ -817,7 +864,7 @@ void AddDdlChange(State* s, LogicalDecodingContext* ctx, XLogRecPtr lsn, Size sz
     if (emit) {
       c.relation_oid = relid;
       snprintf(current_tx.relation, sizeof current_tx.relation, "%s.%s", info->schema.c_str(), info->name.c_str());
-      CheckAssemblerStatus(s->assembler.AddChange(std::move(c), info, {}, SinkFor(ctx)), s->assembler, "DDL");
+      EmitChange(s, ctx, std::move(c), info, {}, "DDL");
     }
   } catch (...) {
     failure = std::current_exception();
@@ -843,8 +890,95 @@ extern "C" void MessageCallback(LogicalDecodingContext* ctx, ReorderBufferTXN*, 
     Change c;
     c.op = Op::Message;
     c.message = LogicalMessage{true, prefix, std::string(message, sz)};
-    CheckStatus(s->assembler.AddChange(std::move(c), nullptr, {}, SinkFor(ctx)), "message");
+    EmitChange(s, ctx, std::move(c), nullptr, {}, "message");
   });
+}
+
+// --- streaming (in-progress transactions larger than logical_decoding_work_mem) -----------------
+// PostgreSQL streams the largest transaction in segments once the reorder buffer is full: each
+// segment is stream_start, changes, stream_stop; then stream_abort (of the whole transaction or of
+// one of its subtransactions) or stream_commit. Every change becomes a stream record (EmitChange);
+// the relay keeps them in its spill store and assembles the transaction's log records at
+// stream_commit only. Two-phase decoding is not enabled, so stream_prepare never runs.
+
+// The (sub)transaction a streamed logical message belongs to: the callback is given the top
+// transaction, but a subtransaction's abort must discard its messages. Found among the changes of
+// the segment being streamed (DDL records carry their own xid instead: capture_xid).
+uint32_t StreamedMessageXid(ReorderBufferTXN* top, XLogRecPtr lsn) {
+  // dlist_foreach/dlist_container use C builtins C++ lacks: the same walk, spelled out.
+  for (dlist_node* n = top->subtxns.head.next; n != nullptr && n != &top->subtxns.head; n = n->next) {
+    auto* sub = reinterpret_cast<ReorderBufferTXN*>(reinterpret_cast<char*>(n) - offsetof(ReorderBufferTXN, node));
+    for (dlist_node* c = sub->changes.head.next; c != nullptr && c != &sub->changes.head; c = c->next) {
+      auto* change =
+          reinterpret_cast<ReorderBufferChange*>(reinterpret_cast<char*>(c) - offsetof(ReorderBufferChange, node));
+      if (change->lsn == lsn && change->action == REORDER_BUFFER_CHANGE_MESSAGE) return sub->xid;
+    }
+  }
+  return top->xid;
+}
+
+uint32_t TopXid(ReorderBufferTXN* txn) { return txn->toptxn != nullptr ? txn->toptxn->xid : txn->xid; }
+
+extern "C" void StreamStartCallback(LogicalDecodingContext* ctx, ReorderBufferTXN* txn) {
+  pg::GuardEntry("trellara output plugin stream start", [&] {
+    State* s = StateOf(ctx);
+    s->skipping = false;  // known only at stream commit (the commit LSN)
+    s->in_stream = true;
+    s->stream_top_xid = TopXid(txn);
+    s->stream_xid = s->stream_top_xid;
+    current_tx = DecodingTransaction{true, s->stream_top_xid, 0, ""};
+    PinOutputSettings(s);
+  });
+}
+
+extern "C" void StreamStopCallback(LogicalDecodingContext* ctx, ReorderBufferTXN*) {
+  pg::GuardEntry("trellara output plugin stream stop", [&] {
+    State* s = StateOf(ctx);
+    UnpinOutputSettings(s);
+    s->in_stream = false;
+    current_tx.open = false;
+  });
+}
+
+extern "C" void StreamAbortCallback(LogicalDecodingContext* ctx, ReorderBufferTXN* txn, XLogRecPtr) {
+  pg::GuardEntry("trellara output plugin stream abort", [&] {
+    WriteStreamRecord(ctx, kStreamAbortRecord, TopXid(txn), txn->xid, std::string());
+  });
+}
+
+extern "C" void StreamCommitCallback(LogicalDecodingContext* ctx, ReorderBufferTXN* txn, XLogRecPtr) {
+  pg::GuardEntry("trellara output plugin stream commit", [&] {
+    State* s = StateOf(ctx);
+    // Identity as for a transaction decoded at commit (BeginCallback): the end of the commit record.
+    if (txn->end_lsn <= s->options.skip_through_lsn) {
+      // Already in the log (a restart decodes from before it): its spilled changes are dropped.
+      WriteStreamRecord(ctx, kStreamAbortRecord, txn->xid, txn->xid, std::string());
+      return;
+    }
+    WriteStreamRecord(ctx, kStreamCommitRecord, txn->xid, txn->xid, std::string(), txn->end_lsn, txn->first_lsn,
+                      UnixMicros(txn->xact_time.commit_time));
+  });
+}
+
+extern "C" void StreamChangeCallback(LogicalDecodingContext* ctx, ReorderBufferTXN* txn, Relation relation,
+                                     ReorderBufferChange* change) {
+  State* s = StateOf(ctx);
+  s->stream_xid = change->txn != nullptr ? change->txn->xid : txn->xid;
+  ChangeCallback(ctx, txn, relation, change);
+}
+
+extern "C" void StreamTruncateCallback(LogicalDecodingContext* ctx, ReorderBufferTXN* txn, int nrelations,
+                                       Relation relations[], ReorderBufferChange* change) {
+  State* s = StateOf(ctx);
+  s->stream_xid = change->txn != nullptr ? change->txn->xid : txn->xid;
+  TruncateCallback(ctx, txn, nrelations, relations, change);
+}
+
+extern "C" void StreamMessageCallback(LogicalDecodingContext* ctx, ReorderBufferTXN* txn, XLogRecPtr lsn,
+                                      bool transactional, const char* prefix, Size sz, const char* message) {
+  State* s = StateOf(ctx);
+  s->stream_xid = transactional ? StreamedMessageXid(txn, lsn) : txn->xid;
+  MessageCallback(ctx, txn, lsn, transactional, prefix, sz, message);
 }
 
 extern "C" bool FilterByOriginCallback(LogicalDecodingContext*, RepOriginId) {
@@ -856,6 +990,12 @@ extern "C" bool FilterByOriginCallback(LogicalDecodingContext*, RepOriginId) {
 }  // namespace
 
 const WrittenRecord& LastWrittenRecord() { return last_written; }
+
+bool CurrentAssemblerOptions(TransactionAssembler::Options* out) {
+  if (active_state == nullptr) return false;
+  *out = active_state->assembler_options;
+  return true;
+}
 const DecodingTransaction& CurrentTransaction() { return current_tx; }
 
 void PinOutputSettingsForProcess() {
@@ -903,4 +1043,11 @@ extern "C" void _PG_output_plugin_init(OutputPluginCallbacks* cb) {
   cb->message_cb = MessageCallback;
   cb->filter_by_origin_cb = FilterByOriginCallback;
   cb->shutdown_cb = ShutdownCallback;
+  cb->stream_start_cb = StreamStartCallback;
+  cb->stream_stop_cb = StreamStopCallback;
+  cb->stream_abort_cb = StreamAbortCallback;
+  cb->stream_commit_cb = StreamCommitCallback;
+  cb->stream_change_cb = StreamChangeCallback;
+  cb->stream_message_cb = StreamMessageCallback;
+  cb->stream_truncate_cb = StreamTruncateCallback;
 }

@@ -13,6 +13,7 @@ extern "C" {
 
 #include "relay/relay.h"
 #include "relay/shared_state.h"
+#include "trellara/stream_spill.h"
 
 namespace trellara::relay {
 
@@ -22,7 +23,14 @@ int max_flows = 8;
 int log_segment_size_mb = 64;
 int log_retention_max_size_mb = -1;
 int log_retention_warn_size_mb = 1024;
+int decoding_work_mem_kb = 8192;
+int stream_spill_changes = 1024;
+char* stream_spill_directory = nullptr;
 }  // namespace
+
+int RelayDecodingWorkMemKb() { return decoding_work_mem_kb; }
+uint32_t StreamSpillChanges() { return static_cast<uint32_t>(stream_spill_changes); }
+const char* StreamSpillDirectory() { return stream_spill_directory != nullptr ? stream_spill_directory : ""; }
 
 uint64_t LogSegmentBytes() { return static_cast<uint64_t>(log_segment_size_mb) << 20; }
 uint64_t LogRetentionMaxBytes() {
@@ -55,6 +63,26 @@ void DefineRelayGucs() {
                           "trellara.check() warns when a flow's local log retains more than this.", nullptr,
                           &log_retention_warn_size_mb, 1024, 1, INT_MAX, PGC_SIGHUP, GUC_UNIT_MB, nullptr, nullptr,
                           nullptr);
+  // Large transactions (docs/relay.md "Large transactions").
+  DefineCustomIntVariable("trellara.relay_decoding_work_mem",
+                          "logical_decoding_work_mem of the relay workers' decoding; 0 uses the server's setting.",
+                          "Above it the reorder buffer streams the largest in-progress transaction to the relay, "
+                          "which spills it to disk until its commit. It bounds the relay's memory: the reorder "
+                          "buffer is the largest part of it. Read when a relay starts.",
+                          &decoding_work_mem_kb, 8192, 0, MAX_KILOBYTES, PGC_SIGHUP, GUC_UNIT_KB, nullptr, nullptr,
+                          nullptr);
+  DefineCustomIntVariable("trellara.stream_spill_changes",
+                          "Changes of a streamed transaction the relay keeps in memory before writing them to its "
+                          "spill file.",
+                          "Also bounded by 4 MB of change data. Read when a relay starts.", &stream_spill_changes,
+                          static_cast<int>(kDefaultSpillMemoryChanges), 1, 1 << 20, PGC_SIGHUP, 0, nullptr, nullptr,
+                          nullptr);
+  DefineCustomStringVariable("trellara.stream_spill_directory",
+                             "Directory under which relays spill streamed transactions (<dir>/<flow>); empty (default) "
+                             "spills into <log_directory>/spill.",
+                             "Spill files are not made durable and are removed when a relay starts: the slot "
+                             "decodes an unfinished transaction again.",
+                             &stream_spill_directory, "", PGC_SIGHUP, GUC_SUPERUSER_ONLY, nullptr, nullptr, nullptr);
 }
 
 void RegisterRelay() {

@@ -20,5 +20,10 @@ int MaxFlows();
 uint64_t LogSegmentBytes();
 uint64_t LogRetentionMaxBytes();
 const char* FlowDatabase();
+// trellara.relay_decoding_work_mem (kB; 0 = the server's logical_decoding_work_mem).
+int RelayDecodingWorkMemKb();
+// trellara.stream_spill_changes and trellara.stream_spill_directory ("" = <log_directory>/spill).
+uint32_t StreamSpillChanges();
+const char* StreamSpillDirectory();
 
 }  // namespace trellara::relay

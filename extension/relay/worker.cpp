@@ -87,6 +87,7 @@ PGDLLEXPORT void trellara_relay_main(Datum main_arg);
 #include "trellara/log/uring_device.h"
 #include "trellara/log/writer.h"
 #include "trellara/relay_progress.h"
+#include "trellara/stream_spill.h"
 
 namespace trellara::relay {
 namespace {
@@ -95,7 +96,7 @@ namespace {
 
 constexpr long kPassSleepMs = 100;
 // Above this many appended-but-unacknowledged bytes, decoding pauses until they are durable.
-constexpr uint64_t kMaxUnackedBytes = 32ull << 20;
+constexpr uint64_t kMaxUnackedBytes = 8ull << 20;
 constexpr long kHealthyAfterMs = 60'000;
 
 volatile sig_atomic_t got_sigterm = false;
@@ -112,6 +113,7 @@ struct Relay {
   std::unique_ptr<log::LogDevice> device;
   std::unique_ptr<log::LogWriter> writer;
   std::unique_ptr<AckTracker> ack;
+  std::unique_ptr<StreamSpill> spill;  // streamed in-progress transactions, until their commit
   ProgressPolicy progress;
   uint64_t confirmed_lsn = 0;
   uint64_t last_progress_us = 0;
@@ -320,6 +322,22 @@ void OpenLog() {
     Fail("cannot open its log directory " + std::string(log_directory), writer.error(),
          "Check that the directory is writable by the postgres OS user and not used by another flow.");
   g_relay->writer = std::move(*writer);
+  SpillOptions spill_options;
+  spill_options.directory = StreamSpillDirectory()[0] == '\0'
+                                ? std::string(log_directory) + "/spill"
+                                : std::string(StreamSpillDirectory()) + "/" + flow_name;
+  spill_options.memory_changes = StreamSpillChanges();
+  auto spill = StreamSpill::Open(spill_options);
+  if (!spill.ok())
+    Fail("cannot open its spill directory " + spill_options.directory, spill.error(),
+         "Check that the directory (trellara.stream_spill_directory) is writable by the postgres OS user.");
+  g_relay->spill = std::move(*spill);
+  if (g_relay->spill->removed_at_open() > 0)
+    pg::CallPostgres([] {
+      ereport(LOG, (errmsg("trellara relay of flow \"%s\": removed %llu spill file(s) of streamed transactions left by "
+                           "its previous run; the slot decodes them again",
+                           flow_name, static_cast<unsigned long long>(g_relay->spill->removed_at_open()))));
+    });
 }
 
 // Submits what is appended and waits on the latch (and the ring's eventfd) until every offset
@@ -469,32 +487,93 @@ extern "C" void PrepareWrite(LogicalDecodingContext* ctx, XLogRecPtr, Transactio
   resetStringInfo(ctx->out);
 }
 
+// Appends one record to the log (the plugin's, or one the relay assembled for a streamed
+// transaction) and tracks it for acknowledgement. Bounded memory: drains to disk when too much is
+// appended and not yet durable.
+Status AppendRecord(uint8_t type, uint32_t xid, uint64_t commit_lsn, std::span<const uint8_t> bytes) {
+  if (type == static_cast<uint8_t>(RecordType::Manifest) &&
+      fault::Hit("relay.after_chunks_before_manifest") == fault::Action::Error)
+    Fail("injected fault", MakeError("relay.after_chunks_before_manifest"));
+  if (fault::Hit("relay.before_log_append") == fault::Action::Error)
+    Fail("injected fault", MakeError("relay.before_log_append"));
+  // A segment roll blocks inside the writer until the old segment is durable: get there first
+  // with a wait that sees SIGTERM and postmaster death, so the roll itself only creates files.
+  if (g_relay->writer->WouldRollSegment(bytes.size())) WaitDurable(g_relay->writer->next_offset(), true);
+  auto offset = g_relay->writer->Append(type, commit_lsn, bytes);
+  if (!offset.ok()) Fail("cannot append the record of xid " + std::to_string(xid) + " to its log", offset.error());
+  g_relay->ack->Appended(*offset, type, commit_lsn);
+  g_relay->records_written++;
+  // Bound memory while decoding a large transaction: drain to disk before appending more.
+  if (g_relay->writer->unacknowledged_bytes() > kMaxUnackedBytes) {
+    WaitDurable(g_relay->writer->next_offset(), true);
+    g_relay->ack->Durable(g_relay->writer->durable_end());
+  }
+  return Status::Ok();
+}
+
+// A stream record (plugin.h): a change goes to the spill store, an abort discards, a commit
+// assembles the transaction from the store and appends its records — the first moment anything
+// of it reaches the log (seed pgoutput_streamed_transaction_spills_until_commit).
+void HandleStreamRecord(const plugin::WrittenRecord& info, std::span<const uint8_t> bytes) {
+  StreamSpill& spill = *g_relay->spill;
+  switch (info.record_type) {
+    case plugin::kStreamChangeRecord: {
+      const uint64_t spilled_before = spill.stats().spilled_bytes;
+      Status s = spill.Add(info.top_xid, info.xid, bytes);
+      if (!s.ok()) Fail("cannot keep a change of streamed transaction " + std::to_string(info.top_xid), s.error());
+      // Fault point (tests): the transaction's changes have just been written to its spill file.
+      if (spill.stats().spilled_bytes > spilled_before) fault::Hit("relay.stream_after_spill_write");
+      return;
+    }
+    case plugin::kStreamAbortRecord: {
+      Status s = Status::Ok();
+      if (info.xid == info.top_xid) {
+        s = spill.AbortTransaction(info.top_xid);
+      } else if (fault::Hit("defect.stream_subxact_abort_kept") != fault::Action::Defect) {
+        s = spill.AbortSubtransaction(info.top_xid, info.xid);
+      }
+      // Negative control (tests only): the aborted subtransaction's changes stay and are logged.
+      if (!s.ok()) Fail("cannot discard aborted streamed (sub)transaction " + std::to_string(info.xid), s.error());
+      return;
+    }
+    case plugin::kStreamCommitRecord: {
+      TransactionAssembler::Options options;
+      if (!plugin::CurrentAssemblerOptions(&options))
+        Fail("cannot assemble streamed transaction " + std::to_string(info.top_xid),
+             MakeError("no decoding session is active"));
+      TransactionAssembler assembler(options);
+      StreamedCommit commit{info.top_xid, info.begin_lsn, info.commit_lsn, info.commit_time_us};
+      bool first = true;
+      Status s = ReplayStreamedTransaction(spill, commit, assembler, [&](const EmittedRecord& r) -> Status {
+        StopIfRequested();
+        Status appended = AppendRecord(static_cast<uint8_t>(r.type), r.tx.xid, r.tx.commit_lsn,
+                                       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(r.bytes.data()),
+                                                                r.bytes.size()));
+        // Fault point (tests): a streamed transaction is half appended at its commit.
+        if (first) fault::Hit("relay.stream_commit_after_first_append");
+        first = false;
+        return appended;
+      });
+      if (!s.ok()) Fail("cannot log streamed transaction " + std::to_string(info.top_xid), s.error());
+      return;
+    }
+    default:
+      Fail("received an unknown record", MakeError("type " + std::to_string(info.record_type)));
+  }
+}
+
 extern "C" void DoWrite(LogicalDecodingContext* ctx, XLogRecPtr, TransactionId, bool) {
   const char* data = ctx->out->data;
   int len = ctx->out->len;
   pg::GuardEntry("trellara relay write", [data, len] {
     StopIfRequested();
     const plugin::WrittenRecord& info = plugin::LastWrittenRecord();
-    if (info.record_type == static_cast<uint8_t>(RecordType::Manifest) && fault::Hit("relay.after_chunks_before_manifest") == fault::Action::Error)
-      Fail("injected fault", MakeError("relay.after_chunks_before_manifest"));
-    if (fault::Hit("relay.before_log_append") == fault::Action::Error)
-      Fail("injected fault", MakeError("relay.before_log_append"));
-    // A segment roll blocks inside the writer until the old segment is durable: get there first
-    // with a wait that sees SIGTERM and postmaster death, so the roll itself only creates files.
-    if (g_relay->writer->WouldRollSegment(static_cast<size_t>(len)))
-      WaitDurable(g_relay->writer->next_offset(), true);
-    auto offset = g_relay->writer->Append(info.record_type, info.commit_lsn,
-                                        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(data),
-                                                                 static_cast<size_t>(len)));
-    if (!offset.ok())
-      Fail("cannot append the record of xid " + std::to_string(info.xid) + " to its log", offset.error());
-    g_relay->ack->Appended(*offset, info.record_type, info.commit_lsn);
-    g_relay->records_written++;
-    // Bound memory while decoding a large transaction: drain to disk before appending more.
-    if (g_relay->writer->unacknowledged_bytes() > kMaxUnackedBytes) {
-      WaitDurable(g_relay->writer->next_offset(), true);
-      g_relay->ack->Durable(g_relay->writer->durable_end());
+    std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(data), static_cast<size_t>(len));
+    if (info.record_type >= plugin::kStreamChangeRecord) {
+      HandleStreamRecord(info, bytes);
+      return;
     }
+    (void)AppendRecord(info.record_type, info.xid, info.commit_lsn, bytes);
   });
 }
 
@@ -617,6 +696,14 @@ void trellara_relay_main(Datum) {
   options = lappend(options, makeDefElem(pstrdup("publication"), (Node*)makeString(pstrdup(publication)), -1));
   options = lappend(options, makeDefElem(pstrdup("flow"), (Node*)makeString(pstrdup(flow_name)), -1));
   options = lappend(options, makeDefElem(pstrdup("skip_through_lsn"), (Node*)makeString(pstrdup(skip_lsn)), -1));
+  options = lappend(options, makeDefElem(pstrdup("streaming"), (Node*)makeString(pstrdup("true")), -1));
+  // The relay's own decoding memory (docs/relay.md "Large transactions"): above it the reorder
+  // buffer streams the largest in-progress transaction here, which the spill store keeps on disk.
+  if (RelayDecodingWorkMemKb() > 0) {
+    char work_mem[32];
+    snprintf(work_mem, sizeof work_mem, "%d", RelayDecodingWorkMemKb());
+    SetConfigOption("logical_decoding_work_mem", work_mem, PGC_SUSET, PGC_S_OVERRIDE);
+  }
   static XLogReaderRoutine routine;
   // The no-wait reader returns at the end of flushed WAL instead of sleeping inside the page
   // callback (where neither SIGTERM nor postmaster death is seen); it reports that through the

@@ -138,6 +138,9 @@ struct Ddl {
   std::vector<DdlStep> steps;
   std::optional<RelationDefinition> definition;  // after; nullopt after DROP TABLE
   std::vector<std::string> publications;
+  // Capture only (the logical message): the (sub)transaction that ran the command. The output
+  // plugin clears it before the change is assembled; never logged, never hashed.
+  uint32_t capture_xid = 0;
   bool operator==(const Ddl&) const = default;
 };
 
