@@ -17,6 +17,11 @@ with logical_decoding_work_mem = 1MB so the 20000-row transactions are larger th
       after a passing soak, one row of the soak table is deleted on the target behind the
       applier's back; `trellara soak --duration 1s` again exits 1 with ok false and the
       table_digest check failing (the settled check still passes: the applier is not behind).
+  soak_beside_a_running_applier_samples_it_and_enforces_the_memory_limit
+      an applier started by the test, `--applier-pid PID --memory-limit-mib 1 --format text`: exit
+      1 with the memory_limit check failing (a relay or applier above 1 MiB), settled and
+      table_digest passing, the applier's PID in the summary, and the applier still running
+      afterwards (soak never signals a process it did not start).
   soak_refuses_without_an_applier_or_an_unpublished_table
       on a flow whose publication is FOR TABLE public.other: neither --run-applier nor
       --applier-pid is exit 2 naming both; with --run-applier the soak table (new, so not
@@ -162,6 +167,32 @@ def negative_control_target_row_deleted_behind_the_applier_fails_the_check():
         no_applier_left(pair)
 
 
+def soak_beside_a_running_applier_samples_it_and_enforces_the_memory_limit():
+    with SoakPair("soak-pid") as pair:
+        applier = subprocess.Popen([TRELLARA_BIN, "apply", "--config", pair.config], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE, text=True)
+        try:
+            result = subprocess.run([TRELLARA_BIN, "soak", "--config", pair.config, "--duration", "5s",
+                                     "--rows-per-transaction", "5000", "--applier-pid", str(applier.pid),
+                                     "--memory-limit-mib", "1", "--settle-timeout", "3m"],
+                                    capture_output=True, text=True, timeout=SOAK_TIMEOUT_S)
+            print(f"soak --applier-pid {applier.pid} --memory-limit-mib 1: exit {result.returncode}\n{result.stdout}"
+                  f"{result.stderr.strip()}")
+            lines = result.stdout.splitlines()
+            if result.returncode != 1 or "memory_limit" not in result.stderr:
+                raise CaptureFailure(f"expected exit 1 naming memory_limit, got {result.returncode}: {result.stderr}")
+            for expected in ("FAILED  memory_limit", "ok      settled", "ok      table_digest", "ok      applier_ran",
+                             f"pid {applier.pid}"):
+                if not any(expected in line for line in lines):
+                    raise CaptureFailure(f"the text summary has no line with {expected!r}: {result.stdout}")
+            if applier.poll() is not None:
+                raise CaptureFailure(f"the applier soak only sampled ended (exit {applier.returncode})")
+        finally:
+            if applier.poll() is None:
+                applier.terminate()
+            applier.communicate(timeout=60)
+
+
 def soak_refuses_without_an_applier_or_an_unpublished_table():
     with SoakPair("soak-usage", "CREATE PUBLICATION pub FOR TABLE public.other",
                   "CREATE TABLE public.other (id int PRIMARY KEY)") as pair:
@@ -191,4 +222,5 @@ if __name__ == "__main__":
         soak_refuses_without_an_applier_or_an_unpublished_table,
         soak_with_child_applier_passes_and_reports_memory_and_lag,
         negative_control_target_row_deleted_behind_the_applier_fails_the_check,
+        soak_beside_a_running_applier_samples_it_and_enforces_the_memory_limit,
     ])
