@@ -50,6 +50,8 @@ void RegisterChaos(CLI::App& app);
 void RegisterContractTest(CLI::App& app);
 // `repair-plan --config F [--format text|json]` (repair_plan_command.cpp).
 void RegisterRepairPlan(CLI::App& app);
+// `soak --config F --duration D [--run-applier | --applier-pid PID] [--format json]` (soak_command.cpp).
+void RegisterSoak(CLI::App& app);
 
 // ---- shared by status, quarantine and verify (defined in status_command.cpp) ----------------
 

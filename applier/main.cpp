@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
   trellara::cli::RegisterChaos(app);
   trellara::cli::RegisterContractTest(app);
   trellara::cli::RegisterRepairPlan(app);
+  trellara::cli::RegisterSoak(app);
   trellara::cli::RegisterInspectTransaction(app);
   trellara::cli::RegisterLogCommands(app);
   trellara::cli::RegisterLogRecords(app);
