@@ -406,9 +406,11 @@ Result<std::string> EncodeStreamRecord(const std::string& flow, uint32_t xid, co
     if (!seen) e.relations.push_back(*t);
   }
   e.changes.push_back(change);
-  // Fingerprints, counts and checksum as for any Envelope: the record is valid on its own.
-  Status sealed = SealEnvelope(e);
-  if (!sealed.ok()) return fail(sealed.error().message);
+  // No checksum (zero) and the relations' fingerprints as given: a stream record never reaches the
+  // log; its integrity on disk is the spill frame's CRC32C, and the assembler computes the
+  // transaction's checksums when it logs it. Sealing it would hash every change twice more on the
+  // relay's hottest path.
+  e.boundary_mode = BoundaryMode::Whole;
   auto bytes = EncodeRecord(Record(std::move(e)));
   if (!bytes.ok()) return fail(bytes.error().message);
   return std::move(*bytes);
