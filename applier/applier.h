@@ -133,6 +133,7 @@ class Applier {
   std::optional<QuarantineCause> QueueInsertRow(ChangePlan plan, const RelationInfo& relation, const TxIdentity& tx);
   std::optional<QuarantineCause> EndInsertRun(const TxIdentity& tx);
   std::optional<QuarantineCause> StartCopy(const TxIdentity& tx);
+  std::optional<QuarantineCause> CopyRowAppended(const TxIdentity& tx);
   std::optional<QuarantineCause> FinishCopy(const TxIdentity& tx);
   std::optional<QuarantineCause> QueuePiped(ChangePlan plan, const TxIdentity& tx);
   std::optional<QuarantineCause> FlushPiped(const TxIdentity& tx);
@@ -201,6 +202,8 @@ class Applier {
   struct ChunkedStage {
     std::string run_key;                 // statement_key of the current INSERT run ("" none)
     std::vector<ChangePlan> run_rows;    // the run's rows while it is shorter than kCopyRunRowsMin
+    uint32_t run_oid = 0;                // the run's relation and definition (its statement_key's)
+    Sha256 run_fingerprint{};
     std::string copy_sql;                // the run's COPY statement
     bool copying = false;                // a COPY FROM STDIN is open for the run
     ChangePlan copy_plan;                // the run's first row (relation, kind) for a failure's cause

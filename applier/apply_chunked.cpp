@@ -78,6 +78,13 @@ std::optional<QuarantineCause> Applier::StageChunkedChange(const Change& change,
     if (auto earlier = FlushChunked(tx)) return earlier;
     return cause;
   }
+  // The hot path of a long INSERT run: the row goes into the open COPY without being planned
+  // (core AppendCopyRowOf appends exactly the planned INSERT's values, or refuses and the planner
+  // names the error below).
+  ChunkedStage& s = chunked_;
+  if (s.copying && change.op == Op::Insert && change.relation_oid == s.run_oid &&
+      relation->fingerprint == s.run_fingerprint && AppendCopyRowOf(change, *relation, s.copy_buffer).ok())
+    return CopyRowAppended(tx);
   auto plan = PlanChange(change, relations);
   if (!plan) {
     if (auto earlier = FlushChunked(tx)) return earlier;
@@ -113,6 +120,8 @@ std::optional<QuarantineCause> Applier::QueueInsertRow(ChangePlan plan, const Re
     auto sql = CopyInsertSql(relation);
     if (!sql) return QueuePiped(std::move(plan), tx);  // unreachable for a planned INSERT with columns
     s.run_key = plan.statement_key;
+    s.run_oid = relation.oid;
+    s.run_fingerprint = relation.fingerprint;
     s.copy_sql = std::move(*sql);
   }
   if (!s.copying) {
@@ -122,6 +131,13 @@ std::optional<QuarantineCause> Applier::QueueInsertRow(ChangePlan plan, const Re
   }
   Status row = AppendCopyRow(plan, s.copy_buffer);
   if (!row.ok()) Fail("internal: " + row.error().message);
+  return CopyRowAppended(tx);
+}
+
+// A row was appended to the open COPY's buffer: handed to libpq when the buffer is full, the COPY
+// ended at kCopyRowsMax rows.
+std::optional<QuarantineCause> Applier::CopyRowAppended(const TxIdentity& tx) {
+  ChunkedStage& s = chunked_;
   s.copy_rows++;
   if (s.copy_buffer.size() >= kCopyBufferBytes) {
     Status put = conn_->PutCopyData(s.copy_buffer.data(), s.copy_buffer.size());

@@ -445,6 +445,41 @@ Status AppendCopyRow(const ChangePlan& insert, std::string& out) {
   return Status::Ok();
 }
 
+namespace {
+void AppendCopyText(const std::string& value, std::string& out) {
+  for (char c : value) {
+    switch (c) {
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default: out.push_back(c);
+    }
+  }
+}
+}  // namespace
+
+Status AppendCopyRowOf(const Change& change, const RelationInfo& relation, std::string& out) {
+  const size_t width = relation.columns.size();
+  if (change.op != Op::Insert || change.relation_oid != relation.oid || width == 0 || change.new_tuple.size() != width)
+    return MakeError("not an INSERT of " + DisplayName(relation) + " with a value per column");
+  for (const Value& v : change.new_tuple) {
+    if (v.kind == Value::Kind::Null) continue;
+    if (v.kind != Value::Kind::Text || v.data.find('\0') != std::string::npos)
+      return MakeError("a value of the INSERT on " + DisplayName(relation) + " needs the planner");
+  }
+  for (size_t i = 0; i < width; i++) {
+    if (i > 0) out.push_back('\t');
+    const Value& v = change.new_tuple[i];
+    if (v.kind == Value::Kind::Null)
+      out += "\\N";
+    else
+      AppendCopyText(v.data, out);
+  }
+  out.push_back('\n');
+  return Status::Ok();
+}
+
 std::optional<uint64_t> CopyLineOf(const std::string& context) {
   // The COPY's own line of the context (a trigger's lines may come first).
   size_t start = 0;

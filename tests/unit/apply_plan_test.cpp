@@ -399,3 +399,26 @@ TEST_CASE("copy_error_context_names_the_failing_row", "[plan][copy]") {
   CHECK_FALSE(CopyLineOf("SQL statement \"SELECT 1\"").has_value());
   CHECK_FALSE(CopyLineOf("").has_value());
 }
+
+TEST_CASE("copy_row_straight_from_the_change_equals_the_planned_rows_and_refuses_what_the_planner_refuses",
+          "[plan][copy]") {
+  RelationInfo r = Rel("public", "t", {{"id", 20, "bigint", -1, true}, {"a", 25, "text", -1, false},
+                                        {"b", 25, "text", -1, false}});
+  Change c = Row(Op::Insert, r.oid, {Value::Text("1"), Value::Text("x\ty\\z\n"), Value::Null()});
+  auto plan = PlanChange(c, {r});
+  REQUIRE(plan.ok());
+  std::string planned, direct;
+  REQUIRE(AppendCopyRow(*plan, planned).ok());
+  REQUIRE(AppendCopyRowOf(c, r, direct).ok());
+  CHECK(direct == planned);
+  for (const Value& refused : {Value::UnchangedToast(), Value::Binary("\x01"), Value::Text(std::string("a\0b", 3))}) {
+    Change bad = Row(Op::Insert, r.oid, {Value::Text("2"), refused, Value::Null()});
+    std::string out = "kept";
+    CHECK_FALSE(AppendCopyRowOf(bad, r, out).ok());
+    CHECK(out == "kept");
+    CHECK_FALSE(PlanChange(bad, {r}).ok());
+  }
+  Change narrow = Row(Op::Insert, r.oid, {Value::Text("3")});
+  std::string out;
+  CHECK_FALSE(AppendCopyRowOf(narrow, r, out).ok());
+}

@@ -123,6 +123,13 @@ Result<std::string> CopyInsertSql(const RelationInfo& relation);
 // carriage return and tab escaped. Fails for a plan that is not such an INSERT.
 Status AppendCopyRow(const ChangePlan& insert, std::string& out);
 
+// The same row straight from the captured INSERT `change` of `relation`, without planning it (the
+// hot path of a long run): appends exactly what AppendCopyRow would for PlanChange(change)'s plan.
+// Fails, appending nothing, for anything the planner would refuse or that is not such an INSERT
+// (unchanged-TOAST, binary or NUL-holding values, a tuple of another width); the caller then plans
+// the change, which names the error.
+Status AppendCopyRowOf(const Change& change, const RelationInfo& relation, std::string& out);
+
 // The 1-based row of a COPY FROM STDIN that the server's error CONTEXT names ("COPY orders, line
 // 42: ..." or "COPY orders, line 42, column id: ..."), if it names one.
 std::optional<uint64_t> CopyLineOf(const std::string& context);
