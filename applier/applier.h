@@ -7,6 +7,8 @@
 //                          quarantined; captured DDL (core PlanDdl) and schema drift (core
 //                          CheckKnownRelation) are decided there, in transaction order
 //   apply_pipeline.cpp     batches of whole transactions through one libpq pipeline segment
+//   apply_chunked.cpp      a chunked transaction's changes inside its one target transaction:
+//                          INSERT runs as COPY, other row changes in bounded pipeline segments
 //   apply_session.cpp      the target session and the trellara state tables
 //   apply_snapshot.cpp     the snapshot handoff rule for tables being copied, and holds
 //                          (docs/snapshot.md): every target transaction of both paths starts with
