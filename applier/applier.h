@@ -7,6 +7,8 @@
 //                          quarantined; captured DDL (core PlanDdl) and schema drift (core
 //                          CheckKnownRelation) are decided there, in transaction order
 //   apply_pipeline.cpp     batches of whole transactions through one libpq pipeline segment
+//   apply_chunked.cpp      a chunked transaction's changes inside its one target transaction:
+//                          INSERT runs as COPY, other row changes in bounded pipeline segments
 //   apply_session.cpp      the target session and the trellara state tables
 //   apply_snapshot.cpp     the snapshot handoff rule for tables being copied, and holds
 //                          (docs/snapshot.md): every target transaction of both paths starts with
@@ -126,6 +128,19 @@ class Applier {
   bool WaitWhileBlocked(const std::string& message);
   Outcome Process(const ReadyTransaction& ready);
 
+  // ---- apply_chunked.cpp: a chunked transaction's changes, batched ---------------------
+  std::optional<QuarantineCause> StageChunkedChange(const Change& change, const std::vector<RelationInfo>& relations,
+                                                    const TxIdentity& tx);
+  std::optional<QuarantineCause> FlushChunked(const TxIdentity& tx);
+  std::optional<QuarantineCause> QueueInsertRow(ChangePlan plan, const RelationInfo& relation, const TxIdentity& tx);
+  std::optional<QuarantineCause> EndInsertRun(const TxIdentity& tx);
+  std::optional<QuarantineCause> StartCopy(const TxIdentity& tx);
+  std::optional<QuarantineCause> CopyRowAppended(const TxIdentity& tx);
+  std::optional<QuarantineCause> FinishCopy(const TxIdentity& tx);
+  std::optional<QuarantineCause> QueuePiped(ChangePlan plan, const TxIdentity& tx);
+  std::optional<QuarantineCause> FlushPiped(const TxIdentity& tx);
+  void ResetChunked();
+
   // ---- apply_pipeline.cpp: batches of whole transactions --------------------------------
   Admission Classify(PipelineTx& tx, const Evidence& evidence);
   void SendBatch();
@@ -184,6 +199,27 @@ class Applier {
   uint64_t attempt_ddl_no_target_change_ = 0;
   std::vector<std::string> attempt_ddl_notes_;
   bool attempt_registry_changed_ = false;  // a DDL withheld a snapshot handoff: reload after COMMIT
+  // The chunked transaction being staged (apply_chunked.cpp): the INSERT run not yet sent (at most
+  // kCopyRunRowsMin plans) or the COPY in progress, and the pipelined statements awaiting answers.
+  struct ChunkedStage {
+    std::string run_key;                 // statement_key of the current INSERT run ("" none)
+    std::vector<ChangePlan> run_rows;    // the run's rows while it is shorter than kCopyRunRowsMin
+    uint32_t run_oid = 0;                // the run's relation and definition (its statement_key's)
+    Sha256 run_fingerprint{};
+    std::string copy_sql;                // the run's COPY statement
+    bool copying = false;                // a COPY FROM STDIN is open for the run
+    ChangePlan copy_plan;                // the run's first row (relation, kind) for a failure's cause
+    uint64_t copy_rows = 0;              // rows sent in the open COPY
+    std::string copy_buffer;             // COPY rows not yet handed to libpq
+    bool piped = false;                  // the connection is in pipeline mode
+    struct Piped {
+      ChangePlan plan;  // without sql and params (sent); what a failure's cause names
+      bool prepare = false;
+    };
+    std::vector<Piped> piped_statements;  // in the order of their answers
+    size_t piped_rows = 0;                // statements (not Parses) in the segment
+    size_t piped_bytes = 0;
+  } chunked_;
   uint64_t applied_lsn_ = 0;  // the highest commit LSN the target holds (origin progress, then retired)
   uint64_t covered_lsn_ = 0;  // the LSN of the last transaction end or progress marker read
 };

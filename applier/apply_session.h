@@ -121,6 +121,11 @@ class ApplySession {
   std::optional<QuarantineCause> CheckRelation(const RelationInfo& relation);
   // Every relation a change writes to, checked (CheckRelation).
   std::optional<QuarantineCause> CheckRelationsOf(const Change& change, const std::vector<RelationInfo>& relations);
+  // The target's definition of `relation` was checked and accepted in this session (CheckRelation
+  // would send no query).
+  bool RelationAccepted(const RelationInfo& relation) const {
+    return accepted_relations_.contains(HexEncode(relation.fingerprint));
+  }
 
   // The target's definition of schema.name as it is now (inside the open transaction when there is
   // one): columns, primary key columns in key order and the key's constraint name; with

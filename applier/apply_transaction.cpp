@@ -368,21 +368,27 @@ Attempt Applier::ApplyInTransaction(const ReadyTransaction& ready, bool resolves
       if (failure) break;
     }
   } else if (!failure) {
+    // A chunked transaction: its changes are batched (apply_chunked.cpp) — runs of INSERTs as
+    // COPY, other row changes pipelined, the careful path for the rest — and everything staged is
+    // flushed and answered before COMMIT. Chunks are read one at a time.
+    ResetChunked();
     Status walked = ForEachVerifiedChunk(
         ready, [&](uint64_t offset) { return ReadChunkFrame(offset); },
         [&](const Chunk& chunk) -> Status {
           for (const auto& change : chunk.changes) {
-            failure = ExecuteChange(change, chunk.relations, tx);
+            failure = StageChunkedChange(change, chunk.relations, tx);
             if (failure) return MakeError("stopped at a failed change");
           }
           return Status::Ok();
         });
+    if (!failure && walked.ok()) failure = FlushChunked(tx);
     if (!walked.ok() && !failure) {
       QuarantineCause cause;
       cause.reason = QuarantineReason::BarrierFailure;
       cause.detail = walked.error().message;
       failure = cause;
     }
+    ResetChunked();  // after a failure: no COPY or pipeline left open for the ROLLBACK
   }
   // Fault point (tests, DESIGN §8 apply.after_staging_before_commit): every change of a chunked
   // transaction is staged in the open target transaction, COMMIT not sent yet. `stall` holds it

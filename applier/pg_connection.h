@@ -30,6 +30,8 @@ class PgResult {
   const std::string& sqlstate() const { return sqlstate_; }
   const std::string& message() const { return message_; }
   const std::string& detail() const { return detail_; }
+  // The CONTEXT lines (e.g. "COPY orders, line 42" for a COPY row), "" when there are none.
+  const std::string& context() const { return context_; }
   // "message (SQLSTATE x): detail" for an operator.
   std::string Describe() const;
 
@@ -45,6 +47,7 @@ class PgResult {
   std::string sqlstate_;
   std::string message_;
   std::string detail_;
+  std::string context_;
 };
 
 class PgConnection {

@@ -406,6 +406,103 @@ Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationIn
   return plan;
 }
 
+Result<std::string> CopyInsertSql(const RelationInfo& relation) {
+  const std::string what = "COPY into " + DisplayName(relation);
+  if (relation.columns.empty()) return MakeError(what + ": the relation has no columns to copy");
+  auto qualified = QualifiedName(relation);
+  if (!qualified.ok()) return MakeError(what + ": " + qualified.error().message);
+  std::string cols;
+  for (const auto& column : relation.columns) {
+    auto q = QuoteIdentifier(column.name);
+    if (!q.ok()) return MakeError(what + ": column " + column.name + ": " + q.error().message);
+    if (!cols.empty()) cols += ", ";
+    cols += *q;
+  }
+  return "COPY " + *qualified + " (" + cols + ") FROM STDIN";
+}
+
+Status AppendCopyRow(const ChangePlan& insert, std::string& out) {
+  if (insert.kind != PlanKind::Insert || insert.params.empty())
+    return MakeError("internal: a COPY row is made only from the INSERT plan of a relation with columns");
+  for (size_t i = 0; i < insert.params.size(); i++) {
+    if (i > 0) out.push_back('\t');
+    const std::optional<std::string>& value = insert.params[i];
+    if (!value) {
+      out += "\\N";
+      continue;
+    }
+    for (char c : *value) {
+      switch (c) {
+        case '\\': out += "\\\\"; break;
+        case '\n': out += "\\n"; break;
+        case '\r': out += "\\r"; break;
+        case '\t': out += "\\t"; break;
+        default: out.push_back(c);
+      }
+    }
+  }
+  out.push_back('\n');
+  return Status::Ok();
+}
+
+namespace {
+void AppendCopyText(const std::string& value, std::string& out) {
+  for (char c : value) {
+    switch (c) {
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default: out.push_back(c);
+    }
+  }
+}
+}  // namespace
+
+Status AppendCopyRowOf(const Change& change, const RelationInfo& relation, std::string& out) {
+  const size_t width = relation.columns.size();
+  if (change.op != Op::Insert || change.relation_oid != relation.oid || width == 0 || change.new_tuple.size() != width)
+    return MakeError("not an INSERT of " + DisplayName(relation) + " with a value per column");
+  for (const Value& v : change.new_tuple) {
+    if (v.kind == Value::Kind::Null) continue;
+    if (v.kind != Value::Kind::Text || v.data.find('\0') != std::string::npos)
+      return MakeError("a value of the INSERT on " + DisplayName(relation) + " needs the planner");
+  }
+  for (size_t i = 0; i < width; i++) {
+    if (i > 0) out.push_back('\t');
+    const Value& v = change.new_tuple[i];
+    if (v.kind == Value::Kind::Null)
+      out += "\\N";
+    else
+      AppendCopyText(v.data, out);
+  }
+  out.push_back('\n');
+  return Status::Ok();
+}
+
+std::optional<uint64_t> CopyLineOf(const std::string& context) {
+  // The COPY's own line of the context (a trigger's lines may come first).
+  size_t start = 0;
+  while (start < context.size() && context.compare(start, 5, "COPY ") != 0) {
+    const size_t next = context.find('\n', start);
+    if (next == std::string::npos) return std::nullopt;
+    start = next + 1;
+  }
+  const size_t end = context.find('\n', start);
+  const size_t at = context.find(", line ", start);
+  if (at == std::string::npos || (end != std::string::npos && at > end)) return std::nullopt;
+  size_t i = at + 7;
+  uint64_t line = 0;
+  size_t digits = 0;
+  while (i < context.size() && context[i] >= '0' && context[i] <= '9' && digits < 19) {
+    line = line * 10 + static_cast<uint64_t>(context[i] - '0');
+    i++;
+    digits++;
+  }
+  if (digits == 0 || line == 0) return std::nullopt;
+  return line;
+}
+
 std::string RowCheckedSql(const ChangePlan& plan) {
   if (plan.expect != RowExpectation::ExactlyOne) return plan.sql;
   // The function is called only when the count is wrong (CASE evaluates lazily): a call per

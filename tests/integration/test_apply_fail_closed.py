@@ -15,6 +15,11 @@ Postgres and real `trellara apply` processes, under seed 000's names (issue 5):
     duplicates and converges, every commit LSN applied once;
   - whole_transaction_larger_than_a_batch_is_applied_alone: a 3 000-change envelope
     (chunk_changes raised) bypasses the pipeline and applies whole;
+  - chunked_insert_conflict_in_a_copy_batch_quarantines_only_that_transaction: a 3 000-row INSERT
+    logged as chunks is applied through COPY runs (docs/apply.md "Chunked transactions"); a row
+    already on the target in the middle of it makes the COPY fail with a unique violation: exactly
+    that transaction is quarantined (duplicate_key, the server's DETAIL and the batch size in the
+    cause), none of its rows is visible, nothing after it applied; after repair it applies;
   - until_caught_up_stops_at_the_end_present_at_start: with a source writing all along, the
     command stops at the log end it saw at start and exits 0;
   - progress_is_shown_on_a_terminal: under a pseudo-terminal the redrawn progress line appears and
@@ -219,7 +224,46 @@ def whole_transaction_larger_than_a_batch_is_applied_alone(pair):
     finally:
         pair.source.query("ALTER SYSTEM RESET trellara.chunk_changes")
         pair.source.query("SELECT pg_reload_conf()")
+        pair.source.query("SELECT pg_reload_conf()")
     print(f"ok: whole_transaction_larger_than_a_batch_is_applied_alone (xid {xid}, commit {commit_lsn})")
+
+
+@scenario(suite="fail_closed", invariants=("quarantined as duplicate_key naming the row and the batch", "none of its rows visible", "no dedup row, no origin progress, no consumer offset past it", "nothing after it applied", "after repair + replay-ready it applies"))
+def chunked_insert_conflict_in_a_copy_batch_quarantines_only_that_transaction(pair):
+    first, last, clash = 50000, 52999, 51500
+    # The chunk size in effect for the flow's decoding session (an earlier scenario may have
+    # raised it without restarting the flow after its RESET).
+    pair.source.query("ALTER SYSTEM SET trellara.chunk_changes = 1024")
+    pair.source.query("SELECT pg_reload_conf()")
+    pair.source.query("SELECT trellara.stop_flow('app')")
+    pair.source.query("SELECT trellara.start_flow('app')")
+    pair.target.query(f"INSERT INTO public.audit VALUES ({clash}, 'already on the target')")
+    xid = int(pair.source.query(f"BEGIN; INSERT INTO audit SELECT g, 'chunked' FROM generate_series({first}, {last}) g; "
+                                "SELECT txid_current(); COMMIT").splitlines()[-1])
+    wait_log_covers_source(pair.source)
+    records = [r for r in log_records(pair.log_dir) if r.get("xid") == xid]
+    marker = next((r for r in records if r["type"] == "commit_marker"), None)
+    if marker is None or sum(1 for r in records if r["type"] == "chunk") < 2:
+        raise CaptureFailure(f"harness: the 3 000-row transaction was not logged as chunks: "
+                             f"{sorted(set(r['type'] for r in records))}")
+    commit_lsn = marker["commit_lsn"]
+    offset = min(r["offset"] for r in records)
+    source_tx(pair, "INSERT INTO items VALUES (600, 'after', 1)")
+    result = run_apply(pair.config, EXIT_BLOCKED)
+    for part in (f"transaction {xid}", "public.audit", f"({clash}) already exists", "in a batch of", "COPY"):
+        if part not in result.stderr:
+            raise CaptureFailure(f"the quarantine message lacks {part!r}: {result.stderr[-1500:]}")
+    assert_blocked_without_trace(pair, xid, commit_lsn, offset, "duplicate_key", lambda: pair.target.query(
+        "SELECT count(*) FROM public.items WHERE id = 600") == "0")
+    visible = pair.target.query(f"SELECT count(*) FROM public.audit WHERE id BETWEEN {first} AND {last}")
+    if visible != "1":
+        raise CaptureFailure(f"{visible} rows of the quarantined range are on the target, expected only the clash")
+    pair.target.query(f"DELETE FROM public.audit WHERE id = {clash}")
+    pair.target.query(f"SELECT trellara.quarantine_replay_ready({xid}, '{commit_lsn}')")
+    run_apply(pair.config, 0)
+    assert_same_data(pair.source, pair.target, TABLES, "after the chunked conflict was repaired")
+    print(f"chunked conflict: quarantined xid {xid}: {result.stderr.strip().splitlines()[-1][:400]}")
+    print("ok: chunked_insert_conflict_in_a_copy_batch_quarantines_only_that_transaction")
 
 
 def log_end(pair):
@@ -373,7 +417,8 @@ def negative_control_moving_past_a_quarantine_is_caught(pair):
 SCENARIOS = (key_changing_update_sets_new_key_and_matches_old_key, update_delete_zero_row_match_fails_closed,
              missing_target_table_fails_closed_without_checkpoint_or_dedup,
              apply_worker_replays_safely_when_ack_fails_after_apply,
-             whole_transaction_larger_than_a_batch_is_applied_alone, until_caught_up_stops_at_the_end_present_at_start,
+             whole_transaction_larger_than_a_batch_is_applied_alone,
+             chunked_insert_conflict_in_a_copy_batch_quarantines_only_that_transaction, until_caught_up_stops_at_the_end_present_at_start,
              progress_is_shown_on_a_terminal, rereading_the_log_skips_duplicates_and_its_negative_control,
              negative_control_moving_past_a_quarantine_is_caught)
 

@@ -4,6 +4,8 @@
 // keys that are equal exactly when the SQL text is. Never needs a database.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "samples.h"
 #include "trellara/apply_plan.h"
 #include "trellara/checksum.h"
@@ -339,4 +341,84 @@ TEST_CASE("row_expectation_is_checked_by_the_target_inside_the_statement", "[pla
   auto trunc = MustPlan(t, {Orders()});
   CHECK(trunc.expect == RowExpectation::Any);
   CHECK(RowCheckedSql(trunc) == trunc.sql);
+}
+
+// ---- runs of INSERTs of a chunked transaction: COPY FROM STDIN ----
+
+TEST_CASE("copy_of_an_insert_run_lists_every_column_quoted", "[plan][copy]") {
+  RelationInfo r = Rel("Sales", "line \"items\"", {{"order_id", 20, "bigint", -1, true}, {"Note", 25, "text", -1, false}});
+  auto sql = CopyInsertSql(r);
+  REQUIRE(sql.ok());
+  CHECK(*sql == "COPY \"Sales\".\"line \"\"items\"\"\" (\"order_id\", \"Note\") FROM STDIN");
+  RelationInfo empty = Rel("public", "nothing", {});
+  CHECK_FALSE(CopyInsertSql(empty).ok());  // INSERT ... DEFAULT VALUES has no COPY form
+}
+
+TEST_CASE("copy_row_carries_exactly_the_insert_plans_bound_values_escaped", "[plan][copy]") {
+  RelationInfo r = Rel("public", "t", {{"id", 20, "bigint", -1, true}, {"a", 25, "text", -1, false},
+                                        {"b", 25, "text", -1, false}});
+  Change c = Row(Op::Insert, r.oid, {Value::Text("1"), Value::Text("tab\there\nnl\rcr back\\slash \\N"), Value::Null()});
+  auto plan = PlanChange(c, {r});
+  REQUIRE(plan.ok());
+  std::string out;
+  REQUIRE(AppendCopyRow(*plan, out).ok());
+  CHECK(out == "1\ttab\\there\\nnl\\rcr back\\\\slash \\\\N\t\\N\n");
+  // Rows append: a run is one buffer of lines.
+  REQUIRE(AppendCopyRow(*plan, out).ok());
+  CHECK(std::count(out.begin(), out.end(), '\n') == 2);
+}
+
+TEST_CASE("copy_row_is_refused_for_anything_but_an_insert_with_columns", "[plan][copy]") {
+  RelationInfo r = Orders();
+  Change del = Row(Op::Delete, r.oid, {}, OldImage::Key, {Value::Text("7")});
+  auto plan = PlanChange(del, {r});
+  REQUIRE(plan.ok());
+  std::string out;
+  CHECK_FALSE(AppendCopyRow(*plan, out).ok());
+  CHECK(out.empty());
+}
+
+TEST_CASE("copy_insert_runs_share_the_insert_statement_key", "[plan][copy]") {
+  // The applier groups a run by statement_key: equal for two INSERTs of one relation shape,
+  // different for another relation (or another definition of it).
+  RelationInfo a = Rel("public", "t", {{"id", 20, "bigint", -1, true}});
+  RelationInfo b = Rel("public", "u", {{"id", 20, "bigint", -1, true}});
+  b.oid = 20001;
+  auto p1 = PlanChange(Row(Op::Insert, a.oid, {Value::Text("1")}), {a, b});
+  auto p2 = PlanChange(Row(Op::Insert, a.oid, {Value::Text("2")}), {a, b});
+  auto p3 = PlanChange(Row(Op::Insert, b.oid, {Value::Text("3")}), {a, b});
+  REQUIRE((p1.ok() && p2.ok() && p3.ok()));
+  CHECK(p1->statement_key == p2->statement_key);
+  CHECK(p1->statement_key != p3->statement_key);
+}
+
+TEST_CASE("copy_error_context_names_the_failing_row", "[plan][copy]") {
+  CHECK(CopyLineOf("COPY orders, line 42") == std::optional<uint64_t>(42));
+  CHECK(CopyLineOf("COPY orders, line 7, column id: \"x\"") == std::optional<uint64_t>(7));
+  CHECK(CopyLineOf("PL/pgSQL function f() line 3 at RAISE\nCOPY t, line 12") == std::optional<uint64_t>(12));
+  CHECK_FALSE(CopyLineOf("SQL statement \"SELECT 1\"").has_value());
+  CHECK_FALSE(CopyLineOf("").has_value());
+}
+
+TEST_CASE("copy_row_straight_from_the_change_equals_the_planned_rows_and_refuses_what_the_planner_refuses",
+          "[plan][copy]") {
+  RelationInfo r = Rel("public", "t", {{"id", 20, "bigint", -1, true}, {"a", 25, "text", -1, false},
+                                        {"b", 25, "text", -1, false}});
+  Change c = Row(Op::Insert, r.oid, {Value::Text("1"), Value::Text("x\ty\\z\n"), Value::Null()});
+  auto plan = PlanChange(c, {r});
+  REQUIRE(plan.ok());
+  std::string planned, direct;
+  REQUIRE(AppendCopyRow(*plan, planned).ok());
+  REQUIRE(AppendCopyRowOf(c, r, direct).ok());
+  CHECK(direct == planned);
+  for (const Value& refused : {Value::UnchangedToast(), Value::Binary("\x01"), Value::Text(std::string("a\0b", 3))}) {
+    Change bad = Row(Op::Insert, r.oid, {Value::Text("2"), refused, Value::Null()});
+    std::string out = "kept";
+    CHECK_FALSE(AppendCopyRowOf(bad, r, out).ok());
+    CHECK(out == "kept");
+    CHECK_FALSE(PlanChange(bad, {r}).ok());
+  }
+  Change narrow = Row(Op::Insert, r.oid, {Value::Text("3")});
+  std::string out;
+  CHECK_FALSE(AppendCopyRowOf(narrow, r, out).ok());
 }

@@ -97,6 +97,43 @@ Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationIn
 // returned unchanged.
 std::string RowCheckedSql(const ChangePlan& plan);
 
+// ---- runs of INSERTs of a chunked transaction (docs/apply.md "Chunked transactions") ----
+//
+// A chunked transaction's consecutive INSERTs into one relation (equal statement_key) are applied
+// with one COPY ... FROM STDIN per run instead of one statement per row; its other row changes are
+// pipelined. The rows are the planned INSERTs' own bound values, so a COPY row carries exactly what
+// the INSERT would have bound (NULL as \N; the text parsed by the target column's input function).
+// COPY is used only for runs of at least kCopyRunRowsMin rows (a shorter run costs a round trip
+// more as a COPY than as pipelined INSERTs), and a COPY ends after kCopyRowsMax rows so a failure
+// is reported within a bounded batch. The row check is the affected count: a COPY that inserted
+// anything but its row count (a BEFORE trigger that skipped a row) fails the transaction.
+inline constexpr size_t kCopyRunRowsMin = 16;
+inline constexpr size_t kCopyRowsMax = 100000;
+// Bounds of one pipelined segment of a chunked transaction's other changes: statements, and bytes
+// of bound parameter values (what libpq buffers until the segment is sent).
+inline constexpr size_t kChunkedPipelineStatementsMax = 1024;
+inline constexpr size_t kChunkedPipelineParamBytesMax = 8u << 20;
+
+// COPY "schema"."name" ("c1", ..) FROM STDIN for the INSERTs of `relation`. Fails for a relation
+// without columns (an INSERT ... DEFAULT VALUES has no COPY form) or an unquotable name.
+Result<std::string> CopyInsertSql(const RelationInfo& relation);
+
+// Appends the row of INSERT plan `insert` (PlanKind::Insert of a relation with columns) to `out` in
+// COPY text format, ending with a newline: values tab-separated, NULL as \N, backslash, newline,
+// carriage return and tab escaped. Fails for a plan that is not such an INSERT.
+Status AppendCopyRow(const ChangePlan& insert, std::string& out);
+
+// The same row straight from the captured INSERT `change` of `relation`, without planning it (the
+// hot path of a long run): appends exactly what AppendCopyRow would for PlanChange(change)'s plan.
+// Fails, appending nothing, for anything the planner would refuse or that is not such an INSERT
+// (unchanged-TOAST, binary or NUL-holding values, a tuple of another width); the caller then plans
+// the change, which names the error.
+Status AppendCopyRowOf(const Change& change, const RelationInfo& relation, std::string& out);
+
+// The 1-based row of a COPY FROM STDIN that the server's error CONTEXT names ("COPY orders, line
+// 42: ..." or "COPY orders, line 42, column id: ..."), if it names one.
+std::optional<uint64_t> CopyLineOf(const std::string& context);
+
 // "UPDATE", "DELETE", ... for messages.
 const char* PlanKindName(PlanKind kind);
 
