@@ -71,6 +71,7 @@ struct Options {
   std::optional<int64_t> applier_pid;
   bool run_applier = false;
   std::string settle_timeout = kSettleTimeoutDefault;
+  std::string pause;  // between iterations; empty = none (flat out)
   std::optional<uint64_t> memory_limit_mib;
   OutputFormat format = OutputFormat::Text;
 };
@@ -575,6 +576,12 @@ int Run(const Options& options) {
   auto duration_s = soak::ParseDurationSeconds(options.duration, "--duration");
   if (!duration_s) throw SetupFailed(duration_s.error().message);
   auto settle_s = soak::ParseDurationSeconds(options.settle_timeout, "--settle-timeout");
+  uint64_t pause_s = 0;
+  if (!options.pause.empty()) {
+    auto parsed = soak::ParseDurationSeconds(options.pause, "--pause");
+    if (!parsed.ok()) throw SetupFailed(parsed.error().message);
+    pause_s = *parsed;
+  }
   if (!settle_s) throw SetupFailed(settle_s.error().message);
   if (!options.run_applier && !options.applier_pid)
     throw SetupFailed("soak measures the applier too: pass --run-applier (soak starts trellara apply --config " +
@@ -626,6 +633,10 @@ int Run(const Options& options) {
     // Batches are 2N ids apart: the N after a batch are the ids its rolled-back writes use.
     const int64_t start = first_id + batch * 2 * n;
     workload.Iterate(start, batch >= 2 ? start - 4 * n : -1, deadline);
+    // --pause: a sustained rate instead of flat out (a flat-out workload measures how far the
+    // applier trails, not the lag at a rate it keeps up with).
+    for (uint64_t waited = 0; waited < pause_s * 10 && Clock::now() < deadline; waited++)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   report.duration_s = std::chrono::duration<double>(Clock::now() - started).count();
 
@@ -703,6 +714,8 @@ void RegisterSoak(CLI::App& app) {
   pid->excludes(run);
   cmd->add_option("--settle-timeout", options->settle_timeout,
                   "how long to wait at the end for the target to apply everything (default 10m)");
+  cmd->add_option("--pause", options->pause,
+                  "sleep this long between workload iterations (30s, 1m; default none: flat out)");
   cmd->add_option("--memory-limit-mib", options->memory_limit_mib,
                   "fail when the relay's or the applier's peak VmHWM exceeds this many MiB")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));

@@ -5,12 +5,12 @@ Starts a source (trellara preloaded, server defaults otherwise: logical_decoding
 trellara.relay_decoding_work_mem at its default) and an empty target, creates a FOR ALL TABLES
 flow, runs
 
-    trellara soak --config F --duration D --run-applier --memory-limit-mib 64 --format json
+    trellara soak --config F --duration D --run-applier --memory-limit-mib 64 --pause 5s --format json
 
 and writes soak's JSON summary to --output (default bench/soak/results/soak-<duration>.json).
 Everything it starts is stopped by PID (the harness), also on failure.
 
-    python3 bench/soak/soak_window.py --duration 1h [--rows-per-transaction 200000]
+    python3 bench/soak/soak_window.py --duration 1h [--rows-per-transaction 200000] [--pause 5s]
 """
 
 import argparse
@@ -32,6 +32,7 @@ def main():
     parser.add_argument("--duration", default="1h")
     parser.add_argument("--rows-per-transaction", default="200000")
     parser.add_argument("--memory-limit-mib", default="64")
+    parser.add_argument("--pause", default="5s", help="between workload iterations (a sustained rate)")
     parser.add_argument("--output")
     args = parser.parse_args()
     output = args.output or os.path.join(HERE, "results", f"soak-{args.duration}.json")
@@ -48,6 +49,7 @@ def main():
         os.chmod(config, 0o644)
         command = [TRELLARA_BIN, "soak", "--config", config, "--duration", args.duration, "--run-applier",
                    "--rows-per-transaction", args.rows_per_transaction, "--memory-limit-mib", args.memory_limit_mib,
+                   "--pause", args.pause,
                    "--settle-timeout", "30m", "--format", "json"]
         print("running:", " ".join(command), flush=True)
         result = subprocess.run(command, capture_output=True, text=True)
