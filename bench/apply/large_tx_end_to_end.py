@@ -33,12 +33,18 @@ SCHEMA = "CREATE TABLE big (id bigint PRIMARY KEY, v text NOT NULL, n integer NO
 VISIBLE = "SELECT EXISTS (SELECT 1 FROM big WHERE id = 1)"
 
 
-def run_transaction(source, target, rows):
-    """BEGIN .. INSERT rows .. COMMIT on the source; polls the target until visible.
+def run_transaction(source, target, rows, logged_sql=None):
+    """BEGIN .. INSERT rows .. COMMIT on the source; polls the target until visible (and, with
+    `logged_sql`, the source until the relay has logged it, printed as a breakdown).
     Returns (begin_to_visible_s, commit_to_visible_s)."""
     t_begin = time.monotonic()
     source.psql(f"INSERT INTO big SELECT g, md5(g::text), 0 FROM generate_series(1, {rows}) g")
     t_commit = time.monotonic()
+    if logged_sql:
+        end = source.query("SELECT pg_current_wal_lsn()")
+        while source.query(logged_sql.format(lsn=end)) != "t":
+            time.sleep(0.02)
+        print(f"  trellara: COMMIT -> logged by the relay {time.monotonic() - t_commit:.2f} s", flush=True)
     while target.query(VISIBLE) != "t":
         if time.monotonic() - t_commit > 1800:
             raise RuntimeError("the transaction did not become visible on the target within 1800 s")
@@ -73,7 +79,7 @@ def trellara_run(run, rows):
                     if time.monotonic() > deadline or applier.poll() is not None:
                         raise RuntimeError("the flow or the applier did not start")
                     time.sleep(0.1)
-                return run_transaction(source, target, rows)
+                return run_transaction(source, target, rows, "SELECT log_durable_lsn >= '{lsn}' FROM trellara.status()")
             finally:
                 applier.terminate()   # our own child, by its Popen handle
                 applier.wait(timeout=120)
@@ -103,6 +109,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1000000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--trellara-only", action="store_true", help="skip the native subscriptions")
     args = parser.parse_args()
     results = {"trellara": [], "native streaming=on": [], "native streaming=off": []}
     for run in range(args.runs):
@@ -110,15 +117,20 @@ def main():
         for name, fn in (("trellara", lambda: trellara_run(run, args.rows)),
                          ("native streaming=on", lambda: native_run(run, args.rows, "on")),
                          ("native streaming=off", lambda: native_run(run, args.rows, "off"))):
+            if args.trellara_only and name != "trellara":
+                continue
             total, after_commit = fn()
             results[name].append((total, after_commit))
             print(f"run {run} {name}: BEGIN->visible {total:.2f} s ({args.rows / total:.0f} rows/s), "
                   f"COMMIT->visible {after_commit:.2f} s", flush=True)
-    med = {name: (statistics.median(t for t, _ in v), statistics.median(c for _, c in v)) for name, v in results.items()}
+    med = {name: (statistics.median(t for t, _ in v), statistics.median(c for _, c in v))
+           for name, v in results.items() if v}
     for name, (total, after_commit) in med.items():
         print(f"median {name}: BEGIN->visible {total:.2f} s ({args.rows / total:.0f} rows/s), "
               f"COMMIT->visible {after_commit:.2f} s")
     for native in ("native streaming=on", "native streaming=off"):
+        if native not in med:
+            continue
         print(f"ratio trellara / {native} (rows/s, BEGIN->visible): {med[native][0] / med['trellara'][0]:.2f}")
 
 
