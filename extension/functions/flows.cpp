@@ -181,6 +181,20 @@ bool IsDotEntry(const char* name) { return std::strcmp(name, ".") == 0 || std::s
 // never contain '/', and these are regular files; anything else is not ours.
 bool IsOwnConsumerFile(const char* name) { return !IsDotEntry(name) && std::strchr(name, '/') == nullptr; }
 
+// Spill files of streamed transactions in <log_directory>/spill (core stream_spill.h):
+// xid-<decimal xid>.spill.
+bool IsOwnSpillFile(const char* name) {
+  const size_t len = std::strlen(name);
+  constexpr char kPrefix[] = "xid-", kSuffix[] = ".spill";
+  const size_t plen = sizeof kPrefix - 1, slen = sizeof kSuffix - 1;
+  if (len <= plen + slen || len > plen + 10 + slen || std::strncmp(name, kPrefix, plen) != 0 ||
+      std::strcmp(name + len - slen, kSuffix) != 0)
+    return false;
+  for (size_t i = plen; i < len - slen; i++)
+    if (name[i] < '0' || name[i] > '9') return false;
+  return true;
+}
+
 // Appends `entry` to the list of what was kept (a palloc'd text array is built from it later).
 void Keep(List** kept, const char* dir, const char* entry, const char* why) {
   *kept = lappend(*kept, psprintf("%s/%s (%s)", dir, entry, why));
@@ -204,8 +218,9 @@ void RemoveOwnFiles(const char* dir, bool (*is_own)(const char*), List** kept) {
       Keep(kept, dir, de->d_name, strerror(errno));
       continue;
     }
-    if (S_ISDIR(st.st_mode) && std::strcmp(de->d_name, "consumers") == 0 && is_own == IsOwnLogFile) {
-      RemoveOwnFiles(path, IsOwnConsumerFile, kept);
+    const bool consumers = std::strcmp(de->d_name, "consumers") == 0;
+    if (S_ISDIR(st.st_mode) && (consumers || std::strcmp(de->d_name, "spill") == 0) && is_own == IsOwnLogFile) {
+      RemoveOwnFiles(path, consumers ? IsOwnConsumerFile : IsOwnSpillFile, kept);
       if (rmdir(path) != 0 && errno != ENOTEMPTY && errno != EEXIST) Keep(kept, dir, de->d_name, strerror(errno));
       continue;
     }
@@ -253,7 +268,7 @@ Datum trellara_log_bytes(PG_FUNCTION_ARGS) {
 }
 
 // trellara._remove_log_directory(dir): removes what Trellara created in a dropped flow's log
-// directory (segments, indexes, LOCK, consumers/ and its files), then the directory if that left
+// directory (segments, indexes, LOCK, consumers/ and spill/ and their files), then the directory if that left
 // it empty. Returns what it kept, with the reason: entries Trellara did not create (never
 // touched, symlinks not followed) and removals that failed. Never raises for those: the flow and
 // its slot are already gone when drop_flow calls it, so the caller reports them as a WARNING.
