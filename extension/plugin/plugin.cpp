@@ -955,8 +955,11 @@ extern "C" void StreamCommitCallback(LogicalDecodingContext* ctx, ReorderBufferT
       WriteStreamRecord(ctx, kStreamAbortRecord, txn->xid, txn->xid, std::string());
       return;
     }
+    // The relay assembles and logs the transaction inside this write: an error there names it.
+    current_tx = DecodingTransaction{true, txn->xid, txn->end_lsn, ""};
     WriteStreamRecord(ctx, kStreamCommitRecord, txn->xid, txn->xid, std::string(), txn->end_lsn, txn->first_lsn,
                       UnixMicros(txn->xact_time.commit_time));
+    current_tx.open = false;
   });
 }
 

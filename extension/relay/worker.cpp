@@ -527,12 +527,13 @@ void HandleStreamRecord(const plugin::WrittenRecord& info, std::span<const uint8
     }
     case plugin::kStreamAbortRecord: {
       Status s = Status::Ok();
+      // Negative control (tests only, defect.stream_subxact_abort_kept): an aborted
+      // subtransaction's changes stay and are logged with its top transaction.
       if (info.xid == info.top_xid) {
         s = spill.AbortTransaction(info.top_xid);
       } else if (fault::Hit("defect.stream_subxact_abort_kept") != fault::Action::Defect) {
         s = spill.AbortSubtransaction(info.top_xid, info.xid);
       }
-      // Negative control (tests only): the aborted subtransaction's changes stay and are logged.
       if (!s.ok()) Fail("cannot discard aborted streamed (sub)transaction " + std::to_string(info.xid), s.error());
       return;
     }
@@ -554,6 +555,13 @@ void HandleStreamRecord(const plugin::WrittenRecord& info, std::span<const uint8
         first = false;
         return appended;
       });
+      // A record above trellara.record_bytes_max fails the same way every time: the flow's error
+      // state (RecordErrorAndExit), as for a transaction decoded at commit, not a restart loop.
+      if (!s.ok() && assembler.uncapturable_failure())
+        throw pg::SqlError(ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                           "trellara relay of flow \"" + std::string(flow_name) + "\" cannot log streamed transaction " +
+                               std::to_string(info.top_xid) + ": " + s.error().message,
+                           {}, "Raise trellara.record_bytes_max (at most 1048576 kB) if the record fits under 1 GiB.");
       if (!s.ok()) Fail("cannot log streamed transaction " + std::to_string(info.top_xid), s.error());
       return;
     }
@@ -600,6 +608,10 @@ extern "C" void UpdateProgress(LogicalDecodingContext*, XLogRecPtr, TransactionI
 void RecordErrorAndExit() {
   // Called after a longjmp: the error is pending in the error data stack.
   HOLD_INTERRUPTS();
+  // The error may have left from a callback that PostgreSQL calls outside any PG_TRY (a stream
+  // commit, for one): its error context entries live in frames the longjmp left, so every later
+  // ereport (the LOG lines below) would call into them. As PostgresMain does after an error.
+  error_context_stack = nullptr;
   MemoryContextSwitchTo(TopMemoryContext);
   ErrorData* edata = CopyErrorData();
   if (got_sigterm && edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN) {

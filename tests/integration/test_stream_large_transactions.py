@@ -35,6 +35,11 @@ it wrote.
       roll a savepoint back; they commit in an order the test chooses: the log's transactions are
       exactly the committed ones, in commit order, with their row counts; the target equals the
       source.
+  uncapturable_streamed_transaction_puts_the_flow_in_error_state
+      trellara.record_bytes_max = 1MB and a streamed transaction holding a 2 MiB value: the relay's
+      assembly at stream commit refuses the record and the flow enters the error state naming the
+      transaction (no restart loop, no backend crash, never complete in the log — the chunks before
+      the refused record may be there, as for a transaction decoded at commit).
 
 It must never signal a process it did not start except the relay worker it identifies by PID and
 /proc command line, and never leave a cluster running.
@@ -46,6 +51,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -417,10 +423,46 @@ def concurrent_streamed_transactions_land_in_commit_order():
         check_target_equals_source(pair, "concurrent streamed transactions")
 
 
+@scenario(suite="large_transactions",
+          invariants=("a streamed transaction with a record above trellara.record_bytes_max puts the flow in the "
+                      "error state naming it", "no restart loop, no server crash", "never complete in the log"))
+def uncapturable_streamed_transaction_puts_the_flow_in_error_state():
+    with StreamPair("stream-uncapturable") as pair:
+        pair.source.query("ALTER SYSTEM SET trellara.record_bytes_max = '1MB'; SELECT pg_reload_conf()")
+        # New decoding sessions read the setting: restart the relay so it runs with it.
+        old = worker_pid(pair.source)
+        pair.source.query("SELECT trellara.stop_flow('app'); SELECT trellara.start_flow('app')")
+        wait_for("the relay to run again", lambda: (worker_pid(pair.source) or old) != old, 60)
+        pair.source.query("ALTER TABLE big ALTER COLUMN v SET STORAGE EXTERNAL")
+        xid = int(pair.source.query(
+            "BEGIN; SELECT pg_current_xact_id(); "
+            "INSERT INTO big SELECT g, 'small', 'x' FROM generate_series(1, 20000) g; "
+            "INSERT INTO big SELECT 0, 'huge', string_agg(md5(g::text), '') FROM generate_series(1, 65536) g; "
+            "COMMIT").splitlines()[0])
+
+        def errored():
+            row = pair.source.query("SELECT state || '|' || coalesce(last_error, '') FROM trellara.status()")
+            return row if row.startswith("error|") else None
+        row = wait_for("the flow to enter the error state", errored, 120)
+        if f"transaction {xid}" not in row or "record_bytes_max" not in row:
+            raise CaptureFailure(f"the error does not name transaction {xid} and the setting: {row}")
+        print(f"error state: {row[:300]}")
+        starts = pair.source.server_log().count('trellara relay of flow "app" started')
+        time.sleep(8)   # longer than the first restart backoffs: a loop would start the relay again
+        if pair.source.server_log().count('trellara relay of flow "app" started') != starts:
+            raise CaptureFailure("the relay was started again after the error state")
+        if any(r["type"] in ("manifest", "commit_marker") for r in records_of(pair.log_dir, xid)):
+            raise CaptureFailure(f"uncapturable xid {xid} is complete in the log")
+        # The relay must leave through the error state, not by a crash that restarts the server
+        # (and forgets the error state): an error raised in the stream commit callback.
+        assert_no_backend_crashes(pair.source)
+
+
 SCENARIOS = [streamed_transaction_spills_until_commit, stream_abort_discards_top_transaction,
              stream_abort_discards_exactly_the_rolled_back_subtransactions,
              negative_control_subxact_abort_kept_is_caught, relay_kill9_while_streaming_applies_once,
-             relay_kill9_at_stream_commit_applies_once, concurrent_streamed_transactions_land_in_commit_order]
+             relay_kill9_at_stream_commit_applies_once, concurrent_streamed_transactions_land_in_commit_order,
+             uncapturable_streamed_transaction_puts_the_flow_in_error_state]
 
 if __name__ == "__main__":
     run_scenarios(SCENARIOS)
