@@ -51,7 +51,9 @@ void Applier::ResetChunked() {
     (void)conn_->FinishCopy();
   }
   chunked_.copying = false;
-  if (conn_ != nullptr && chunked_.piped) {
+  // Only a connection still in pipeline mode has a segment to sync and drain; after a transient
+  // failure the recovery may have replaced the connection, or the segment was already synced.
+  if (conn_ != nullptr && chunked_.piped && conn_->InPipeline()) {
     const TxIdentity none{};
     (void)FlushPiped(none);
   }
@@ -276,6 +278,22 @@ std::optional<QuarantineCause> Applier::QueuePiped(ChangePlan plan, const TxIden
 std::optional<QuarantineCause> Applier::FlushPiped(const TxIdentity& tx) {
   ChunkedStage& s = chunked_;
   if (!s.piped) return std::nullopt;
+  // The segment is over however this returns, also when a transient failure is thrown from here
+  // (the retry must find an empty stage: a stale one would sync a connection that is no longer in
+  // pipeline mode, fail transiently again, and retry forever).
+  struct SegmentOver {
+    ChunkedStage& s;
+    ~SegmentOver() {
+      s.piped = false;
+      s.piped_statements.clear();
+      s.piped_rows = 0;
+      s.piped_bytes = 0;
+    }
+  };
+  const size_t rows = s.piped_rows;
+  // Every transient failure is followed by a new connection (RecoverFrom), so nothing of the
+  // segment can be resumed: the stage is emptied on every way out.
+  SegmentOver over{s};
   const std::string what = "a pipelined batch of " + std::to_string(s.piped_rows) + " statements of " +
                            DescribeTransaction(tx);
   Status synced = conn_->Sync();
@@ -305,7 +323,6 @@ std::optional<QuarantineCause> Applier::FlushPiped(const TxIdentity& tx) {
                   sync.result.sqlstate(), conn_->connection_lost());
   Status left = conn_->ExitPipeline();
   if (!left.ok()) Fail(left.error().message + " (" + what + "); rerun trellara apply");
-  const size_t rows = s.piped_rows;
   std::optional<QuarantineCause> cause;
   if (failed) {
     ThrowIfTransient(*failed, *conn_, what);
@@ -320,10 +337,6 @@ std::optional<QuarantineCause> Applier::FlushPiped(const TxIdentity& tx) {
     cause->detail += "; statement " + std::to_string(failed_at) + " of a pipelined batch of " + std::to_string(rows) +
                      " statements";
   }
-  s.piped = false;
-  s.piped_statements.clear();
-  s.piped_rows = 0;
-  s.piped_bytes = 0;
   return cause;
 }
 

@@ -197,6 +197,8 @@ Status PgConnection::EnterPipeline() {
   return Status::Ok();
 }
 
+bool PgConnection::InPipeline() const { return conn_ != nullptr && PQpipelineStatus(conn_) != PQ_PIPELINE_OFF; }
+
 Status PgConnection::ExitPipeline() {
   if (PQexitPipelineMode(conn_) != 1)
     return MakeError("cannot leave pipeline mode on " + Describe() + ": " + TrimNewline(PQerrorMessage(conn_)));

@@ -109,6 +109,8 @@ class PgConnection {
   PgResult FinishCopy();
 
   bool connection_lost() const;
+  // The connection is in pipeline mode (a pipelined segment was not exited, e.g. after an error).
+  bool InPipeline() const;
   // The session is inside a transaction block (open or failed), e.g. after a pipelined
   // transaction failed: the caller must ROLLBACK before anything else.
   bool InTransaction() const;
