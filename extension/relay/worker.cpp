@@ -263,12 +263,18 @@ void RecordLogStart(XLogRecPtr lsn) {
   PushActiveSnapshot(GetTransactionSnapshot());
   Oid argtypes[2] = {TEXTOID, PG_LSNOID};
   Datum args[2] = {CStringGetTextDatum(flow_name), LSNGetDatum(lsn)};
-  (void)SPI_execute_with_args(
-      "UPDATE trellara.flows SET log_started_lsn = $2 WHERE name = $1 AND log_started_lsn IS NULL", 2, argtypes, args,
-      nullptr, false, 0);
+  // SKIP LOCKED: stop_flow/drop_flow hold the row while they wait for this worker to exit, and a
+  // lock wait does not see SIGTERM, so waiting here would hold stop_flow for its whole timeout.
+  // A skipped row is recorded at the next start (has_log_started_lsn stays false).
+  int rc = SPI_execute_with_args(
+      "UPDATE trellara.flows SET log_started_lsn = $2 WHERE name IN (SELECT name FROM trellara.flows WHERE name = $1 "
+      "AND log_started_lsn IS NULL FOR UPDATE SKIP LOCKED)",
+      2, argtypes, args, nullptr, false, 0);
+  const bool recorded = rc == SPI_OK_UPDATE && SPI_processed == 1;
   SPI_finish();
   PopActiveSnapshot();
   CommitTransactionCommand();
+  if (!recorded) return;
   has_log_started_lsn = true;
   log_started_lsn = lsn;
 }
