@@ -106,6 +106,12 @@ void ApplySession::Connect(bool reconnecting) {
            " (apply.session_replication_role; 'replica' needs a superuser or a role granted SET on it)");
   Must(conn_->Exec("SET synchronous_commit = " + config_.synchronous_commit),
        "SET synchronous_commit = " + config_.synchronous_commit + " (apply.synchronous_commit)");
+  // A change addressed by key must reach its row through the key's index whatever the planner's
+  // statistics say (as native apply does): on a small table the cheapest-looking path is a
+  // sequential scan, and while a report on the target holds back pruning every such scan reads
+  // every dead version. With sequential scans disabled the planner still uses one where no index
+  // serves the predicate (REPLICA IDENTITY FULL). docs/decisions.md, issue 14.
+  Must(conn_->Exec("SET enable_seqscan = off"), "SET enable_seqscan = off (key lookups through the index)");
 
   // One applier per flow: a session-level advisory lock, released when this session ends.
   auto lock = Must(conn_->ExecParams("SELECT pg_try_advisory_lock(hashtextextended($1, 0))",

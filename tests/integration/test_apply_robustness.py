@@ -729,6 +729,69 @@ def conflicting_duplicate_is_quarantined():
     print("ok: conflicting_duplicate_is_quarantined")
 
 
+KEY_LOOKUP_DDL = "CREATE TABLE public.hot (id int PRIMARY KEY, n int NOT NULL, pad text)"
+KEY_LOOKUP_UPDATES = 600
+
+
+def table_scans(target, table):
+    text = target.query(f"SELECT coalesce(seq_scan, 0) || ' ' || coalesce(idx_scan, 0) FROM pg_stat_user_tables "
+                        f"WHERE relid = '{table}'::regclass")
+    seq, idx = text.split()
+    return int(seq), int(idx)
+
+
+@scenario(suite="apply_values", invariants=(
+    "a change addressed by key reaches its row through the key's index, not a sequential scan, on a "
+    "small table whose dead versions a long read transaction on the target keeps",))
+def key_addressed_changes_use_the_index_under_a_long_read():
+    """Issue 14: on a table of a few rows the planner prefers a sequential scan for `WHERE id = $1`;
+    while a report holds back pruning, every such scan reads every dead version. Each UPDATE and
+    DELETE the applier sends must go through the primary key's index whatever the statistics say."""
+    with FlowPair("apply-keylookup", KEY_LOOKUP_DDL, ("public.hot",)) as pair:
+        source, target = pair.source, pair.target
+        source.query("INSERT INTO public.hot SELECT g, 0, repeat('p', 100) FROM generate_series(1, 10) g")
+        wait_log_covers_source(source)
+        run_apply(pair.config, 0)
+        # Statistics as autovacuum leaves them on a small table: one page, ten rows. With them the
+        # planner's cheapest path to `id = $1` is a sequential scan.
+        target.query("ANALYZE public.hot")
+        # A report on the target: a REPEATABLE READ transaction that holds its snapshot throughout.
+        report = subprocess.Popen([os.path.join(PG_BIN, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1"],
+                                  env=target.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        try:
+            report.stdin.write("BEGIN ISOLATION LEVEL REPEATABLE READ;\nSELECT count(*) FROM public.hot;\n"
+                               "SELECT 'snapshot taken';\n")
+            report.stdin.flush()
+            wait_for("the report's snapshot on the target",
+                     lambda: target.query("SELECT count(*) FROM pg_stat_activity WHERE backend_xmin IS NOT NULL "
+                                          "AND state = 'idle in transaction'") == "1", 60)
+            # One transaction per UPDATE (psql autocommits each statement), then a few DELETEs.
+            statements = [f"UPDATE public.hot SET n = n + 1 WHERE id = {i % 10 + 1};"
+                          for i in range(KEY_LOOKUP_UPDATES)]
+            statements += [f"DELETE FROM public.hot WHERE id = {i};" for i in (9, 10)]
+            source.psql("\n".join(statements))
+            wait_log_covers_source(source)
+            seq_before, idx_before = table_scans(target, "public.hot")
+            run_apply(pair.config, 0)
+            wanted = KEY_LOOKUP_UPDATES + 2
+            # The applier's backend reports its table statistics when its session ends.
+            wait_for("the applier's table statistics on the target",
+                     lambda: sum(table_scans(target, "public.hot")) - seq_before - idx_before >= wanted, 60)
+            seq_after, idx_after = table_scans(target, "public.hot")
+            print(f"public.hot on the target while a report is open: {seq_after - seq_before} sequential scans, "
+                  f"{idx_after - idx_before} index scans for {wanted} key-addressed changes")
+            if seq_after != seq_before:
+                raise CaptureFailure(f"the applier scanned public.hot sequentially {seq_after - seq_before} times "
+                                     f"for {wanted} changes addressed by its primary key")
+        finally:
+            report.communicate("COMMIT;\n", timeout=30)
+        assert_same_data(source, target, ("public.hot",), "key lookup")
+        assert_each_transaction_applied_once(target, pair.log_dir, "key lookup")
+        pair.check_no_crashes()
+    print("ok: key_addressed_changes_use_the_index_under_a_long_read")
+
+
 HOSTILE_TABLE = 'Tab"le; DROP TABLE x;--ÄÖü' + "t" * (63 - len('Tab"le; DROP TABLE x;--ÄÖü'.encode()))
 HOSTILE_COLUMNS = ['Id"', "semi;colon", "MiXeD Case", "ñandú 名前", "c" * 63, "empty", "f8", "by", "arr", "js",
                    "huge", "note"]
@@ -802,7 +865,8 @@ COMMIT;
     print("ok: hostile_identifiers_and_values_replicate_exactly")
 
 
-SCENARIOS = (hostile_identifiers_and_values_replicate_exactly, chunked_transaction_applies_atomically_and_once,
+SCENARIOS = (hostile_identifiers_and_values_replicate_exactly, key_addressed_changes_use_the_index_under_a_long_read,
+             chunked_transaction_applies_atomically_and_once,
              conflicting_duplicate_is_quarantined, target_immediate_restart_while_applying_converges,
              negative_control_offset_past_flush_is_caught, applier_kill9_at_random_moments_converges_exactly_once,
              negative_control_ack_before_commit_is_caught)
