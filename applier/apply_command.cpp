@@ -295,7 +295,7 @@ void Applier::ResumeLog() {
   }
   written_offset_ = reader_->next_offset();
   // Whatever was read or in flight before is read again from here (dedup decides what is done).
-  pipeline_ = ApplyPipeline(written_offset_, PipelineLimits{kBatchMaxTransactions, kBatchMaxStatements});
+  pipeline_ = ApplyPipeline(written_offset_, PipelineLimits{kBatchMaxTransactions, kBatchMaxStatements, config_.group_transactions});
 }
 
 // Continuity (DESIGN §2): the target's origin progress must not be behind what the consumer

@@ -1,7 +1,10 @@
 // apply_pipeline.cpp — the applier's throughput path (docs/performance.md): consecutive whole
 // transactions are applied as a batch — one round trip reads the evidence of the whole batch, then
-// every transaction of it, each still its own BEGIN .. COMMIT, is queued in one libpq pipeline
-// segment and the results are read back in order. An error in transaction k makes the server skip
+// the batch is queued in one libpq pipeline segment and the results are read back in order. A
+// grouped batch (apply.group_transactions, the default) is one target transaction holding every
+// transaction's dedup row and changes; a failure rolls it all back and core forms the same
+// transactions again one target transaction each, as an ungrouped batch is: each its own
+// BEGIN .. COMMIT. An error in transaction k makes the server skip
 // everything queued after it up to the Sync (later transactions included), so nothing after a
 // failed transaction is ever committed; the applier then retries transaction k alone, on the
 // one-at-a-time path (apply_transaction.cpp), which quarantines it with the exact cause if it
@@ -94,14 +97,23 @@ void Applier::SendBatch() {
            "); rerun trellara apply: the dedup rows make it resume exactly once");
   };
   queued(conn_->EnterPipeline());
-  for (size_t k = 0; k < count; k++) {
-    const PipelineTx& tx = pipeline_.at(k);
-    if (tx.duplicate) continue;
+  // A grouped batch is one target transaction: one BEGIN, one registry check and one COMMIT around
+  // every transaction's dedup row and changes. Each dedup row sets the origin progress again
+  // (pg_replication_origin_xact_setup), so it commits as the last transaction's commit LSN.
+  const bool grouped = pipeline_.grouped();
+  const auto open_transaction = [&](size_t k) {
     queued(conn_->SendPrepared("trellara_begin", {}));
     expects_.push_back({k, What::Begin, {}});
     // First in every applier transaction: a registry that moved fails it with TR010 (CollectBatch).
     queued(conn_->SendPrepared("trellara_control_check", session_.ControlCheckParams(registry_.version())));
     expects_.push_back({k, What::ControlCheck, {}});
+  };
+  std::optional<size_t> last_member;
+  for (size_t k = 0; k < count; k++) {
+    const PipelineTx& tx = pipeline_.at(k);
+    if (tx.duplicate) continue;
+    if (!grouped || !last_member) open_transaction(k);
+    last_member = k;
     queued(conn_->SendPrepared("trellara_commit_record", session_.CommitRecordParams(tx.ready)));
     expects_.push_back({k, What::Record, {}});
     for (const ChangePlan& plan : tx.plans) {
@@ -114,10 +126,16 @@ void Applier::SendBatch() {
       expects_.push_back({k, What::Statement, {}});
       counters_.statements++;
     }
-    queued(conn_->SendPrepared("trellara_commit", {}));
-    expects_.push_back({k, What::Commit, {}});
+    if (!grouped) {
+      queued(conn_->SendPrepared("trellara_commit", {}));
+      expects_.push_back({k, What::Commit, {}});
+    }
     // Let the target start on this transaction while the rest of the batch is queued.
     queued(conn_->Flush());
+  }
+  if (grouped && last_member) {
+    queued(conn_->SendPrepared("trellara_commit", {}));
+    expects_.push_back({*last_member, What::Commit, {}});
   }
   queued(conn_->Sync());
   batches_++;
@@ -165,7 +183,14 @@ void Applier::CollectBatch() {
         failed = DescribeTransaction(pipeline_.at(expect.index).ready.tx) + ": " + next.result.Describe();
         registry_changed = expect.what == What::ControlCheck && next.result.sqlstate() == kRegistryChangedSqlstate;
       }
-      if (expect.what == What::Commit && ok) committed[expect.index] = true;
+      if (expect.what == What::Commit && ok) {
+        if (pipeline_.grouped()) {
+          // The group's one COMMIT: every transaction of it committed.
+          for (size_t k = 0; k < committed.size(); k++) committed[k] = !pipeline_.at(k).duplicate;
+        } else {
+          committed[expect.index] = true;
+        }
+      }
     }
     auto sync = conn_->NextResult();
     if (!sync.sync)
@@ -181,7 +206,10 @@ void Applier::CollectBatch() {
     if (registry_changed)
       LoadRegistry();
     else if (failed && !until_caught_up_)
-      std::cerr << "trellara: retrying alone after a failure in a batch: " << *failed << "\n";
+      std::cerr << (pipeline_.grouped() ? "trellara: applying a group's transactions one target transaction each "
+                                          "after a failure in it: "
+                                        : "trellara: retrying alone after a failure in a batch: ")
+                << *failed << "\n";
     expects_.clear();
   }
   auto outcome = pipeline_.Collect(committed);

@@ -32,7 +32,10 @@ const std::map<std::string, std::map<std::string, KeySpec>>& Schema() {
                  "\"halt\" (every transaction holding DDL is quarantined as ddl_policy_halt)"}},
         {"ddl_drop_table",
          {false, "\"keep\" (default: DROP TABLE leaves the target's table and rows) or \"apply\" (DROP TABLE "
-                 "drops the target's table too, irreversibly)"}}}},
+                 "drops the target's table too, irreversibly)"}},
+        {"group_transactions",
+         {false, "\"on\" (default: a batch of whole source transactions shares one target transaction, each "
+                 "with its own dedup row) or \"off\" (one target transaction per source transaction)"}}}},
   };
   return kSchema;
 }
@@ -136,6 +139,14 @@ Result<FlowConfig> LoadFlowConfig(const std::string& path) {
       config.ddl_drop_table = DropTablePolicy::Apply;
     else
       return SettingError(path, "apply.ddl_drop_table", "is \"" + *drop + "\"");
+  }
+  if (auto group = get("apply", "group_transactions")) {
+    if (*group == "on")
+      config.group_transactions = true;
+    else if (*group == "off")
+      config.group_transactions = false;
+    else
+      return SettingError(path, "apply.group_transactions", "is \"" + *group + "\"");
   }
   return config;
 }

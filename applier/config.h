@@ -16,6 +16,13 @@
 //              (ddl_policy_halt) so a person applies it. A halted transaction the operator marks
 //              replay-ready is then planned as under "apply": a DDL already applied by hand is a
 //              no-op, the rest is carried out.
+//            group_transactions = "on" (default) | "off"
+//              "on": the whole source transactions of one batch (up to 256, 1 024 statements) are
+//              applied in one target transaction, each with its own dedup row, the origin progress
+//              set to the last; a failure rolls the group back and its transactions are applied
+//              again one target transaction each, which finds and quarantines exactly the failing
+//              one (docs/apply.md "Grouped batches"). "off": one target transaction per source
+//              transaction.
 //            ddl_drop_table = "keep" (default) | "apply"
 //              DROP TABLE of a published table: "keep" leaves the target's table and its rows (the
 //              flow stops following it); "apply" drops it on the target too. Dropping target data
@@ -41,6 +48,7 @@ struct FlowConfig {
   std::string target_conninfo; // [target] conninfo
   std::string session_replication_role = "replica";  // [apply] session_replication_role
   std::string synchronous_commit = "off";            // [apply] synchronous_commit
+  bool group_transactions = true;                    // [apply] group_transactions
   DdlPolicy ddl = DdlPolicy::Apply;                  // [apply] ddl
   DropTablePolicy ddl_drop_table = DropTablePolicy::Keep;  // [apply] ddl_drop_table
 };

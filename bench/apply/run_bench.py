@@ -9,10 +9,17 @@ into the other (timed until the subscription's slot is confirmed past the worklo
 transactions/s of each and the ratio trellara/native (issue 5 target >= 1.0), then checks that both
 targets hold the same rows as the source. A benchmark, never a pass/fail test.
 
-Usage: bench/apply/run_bench.py [--transactions N] [--runs R]
+Shapes (issue 14): --scale S --clients C (pgbench), --workload inserts (transactions of 1 000-10 000
+inserted rows), --mode daemon (`trellara apply` as a service runs it, timed until the target's dedup
+rows count every transaction, instead of --until-caught-up), --long-read (a REPEATABLE READ
+transaction holds a snapshot open on each target throughout, as a report or pg_dump does).
+
+Usage: bench/apply/run_bench.py [--transactions N] [--runs R] [--scale S] [--clients C]
+           [--workload pgbench|inserts] [--mode catch-up|daemon] [--long-read] [--group-transactions on|off]
 """
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -20,112 +27,186 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests"))
-from harness import Cluster  # noqa: E402
+from harness import PG_BIN, Cluster  # noqa: E402
 
-PG_BIN = "/usr/lib/postgresql/15/bin"
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 TRELLARA = os.environ.get("TRELLARA_BIN", os.path.join(REPO, "build", "bin", "trellara"))
-TABLES = ["pgbench_accounts", "pgbench_branches", "pgbench_tellers", "pgbench_history"]
+PGBENCH_TABLES = ["pgbench_accounts", "pgbench_branches", "pgbench_tellers", "pgbench_history"]
+INSERT_TABLES = ["bench_rows"]
+# Transactions of 1 000 - 10 000 inserted rows.
+INSERT_SCRIPT = """\\set n random(1000, 10000)
+INSERT INTO bench_rows (a, b) SELECT g, md5(g::text) FROM generate_series(1, :n) g;
+"""
 
 
 def pgbench(cluster, *args):
     subprocess.run([os.path.join(PG_BIN, "pgbench"), *args], env=cluster.env(), check=True, capture_output=True)
 
 
-def copy_schema(source, target):
-    dump = subprocess.run([os.path.join(PG_BIN, "pg_dump"), "--schema-only", *sum((["-t", t] for t in TABLES), [])],
+def copy_schema(source, target, tables):
+    dump = subprocess.run([os.path.join(PG_BIN, "pg_dump"), "--schema-only", *sum((["-t", t] for t in tables), [])],
                           env=source.env(), check=True, capture_output=True, text=True).stdout
     target.psql(dump)
 
 
-def digest(cluster):
+def digest(cluster, tables):
     return cluster.query(" UNION ALL ".join(
         f"SELECT '{t}', count(*)::text, md5(coalesce(string_agg(x::text, ',' ORDER BY x::text), '')) FROM {t} x"
-        for t in TABLES))
+        for t in tables))
 
 
-def one_run(run, transactions):
+def hold_snapshot(cluster):
+    """A report on `cluster`: a REPEATABLE READ transaction holding its snapshot until closed."""
+    report = subprocess.Popen([os.path.join(PG_BIN, "psql"), "-X", "-q"], env=cluster.env(), stdin=subprocess.PIPE,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    report.stdin.write("BEGIN ISOLATION LEVEL REPEATABLE READ;\nSELECT count(*) FROM pg_class;\n")
+    report.stdin.flush()
+    deadline = time.monotonic() + 60
+    while cluster.query("SELECT count(*) FROM pg_stat_activity WHERE backend_xmin IS NOT NULL "
+                        "AND state = 'idle in transaction'") == "0":
+        if time.monotonic() > deadline:
+            raise RuntimeError("the long read did not start within 60 s")
+        time.sleep(0.05)
+    return report
+
+
+def release_snapshot(report):
+    report.communicate("COMMIT;\n", timeout=60)
+
+
+def wait_until(what, condition, timeout_s, interval_s=0.005):
+    t0 = time.monotonic()
+    while not condition():
+        if time.monotonic() - t0 > timeout_s:
+            raise RuntimeError(f"{what} did not happen within {timeout_s} s")
+        time.sleep(interval_s)
+
+
+def one_run(run, args):
+    tables = INSERT_TABLES if args.workload == "inserts" else PGBENCH_TABLES
     with Cluster(f"bench-apply-src{run}", settings={"max_wal_size": "'4GB'"}) as source, \
             Cluster(f"bench-apply-t{run}", preload=False) as trellara_target, \
             Cluster(f"bench-apply-n{run}", preload=False) as native_target:
         source.psql("CREATE EXTENSION trellara")
-        pgbench(source, "-i", "-s", "1", "-q")
-        copy_schema(source, trellara_target)
-        copy_schema(source, native_target)
-        # Both targets start from the source's initial rows (copied once, outside the timing).
+        if args.workload == "inserts":
+            source.psql("CREATE TABLE bench_rows (id bigserial PRIMARY KEY, a int NOT NULL, b text)")
+        else:
+            pgbench(source, "-i", "-s", str(args.scale), "-q")
+        copy_schema(source, trellara_target, tables)
+        copy_schema(source, native_target, tables)
+        # Both targets start from the source's initial rows (copied once, outside the timing), then
+        # are analyzed as autovacuum would leave them.
         for target in (trellara_target, native_target):
-            for t in TABLES:
+            for t in tables:
                 data = subprocess.run([os.path.join(PG_BIN, "psql"), "-X", "-q", "-c", f"COPY {t} TO STDOUT"],
                                       env=source.env(), check=True, capture_output=True).stdout
                 subprocess.run([os.path.join(PG_BIN, "psql"), "-X", "-q", "-c", f"COPY {t} FROM STDIN"],
                                env=target.env(), input=data, check=True, capture_output=True)
-        source.psql("CREATE PUBLICATION bench_pub FOR TABLE " + ", ".join(TABLES))
+            target.psql("ANALYZE")
+        source.psql("CREATE PUBLICATION bench_pub FOR TABLE " + ", ".join(tables))
         source.psql("SELECT trellara.create_flow('bench', 'bench_pub')")
         log_dir = source.query("SELECT log_directory FROM trellara.flows WHERE name = 'bench'")
         conn = f"host={source.socket_dir} port={source.port} user=postgres dbname=postgres"
         native_target.psql(f"CREATE SUBSCRIPTION bench_sub CONNECTION '{conn}' PUBLICATION bench_pub "
                            f"WITH (copy_data = false, enabled = false)")
-        pgbench(source, "-n", "-c", "4", "-j", "2", "-t", str(transactions // 4))
+        clients = args.clients
+        per_client = args.transactions // clients
+        transactions = per_client * clients
+        if args.workload == "inserts":
+            with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as script:
+                script.write(INSERT_SCRIPT)
+            os.chmod(script.name, 0o644)
+            pgbench(source, "-n", "-c", str(clients), "-j", str(min(clients, 2)), "-t", str(per_client),
+                    "-f", script.name, "--random-seed", str(1000 + run))
+            os.unlink(script.name)
+        else:
+            pgbench(source, "-n", "-c", str(clients), "-j", str(min(clients, 2)), "-t", str(per_client))
+        rows = int(source.query(f"SELECT count(*) FROM {tables[0]}")) if args.workload == "inserts" else 0
         end = source.query("SELECT pg_current_wal_lsn()")
-        deadline = time.monotonic() + 300
-        while source.query(f"SELECT log_durable_lsn >= '{end}' FROM trellara.status()") != "t":
-            if time.monotonic() > deadline:
-                raise RuntimeError("the flow did not capture the workload within 300 s")
-            time.sleep(0.05)
-        with tempfile.TemporaryDirectory() as work:
-            config = os.path.join(work, "flow.toml")
-            with open(config, "w") as f:
-                f.write(f'[flow]\nname = "bench"\nlog_directory = "{log_dir}"\n\n'
-                        f'[target]\nconninfo = "{trellara_target.conninfo()}"\n')
+        wait_until("the flow's capture of the workload",
+                   lambda: source.query(f"SELECT log_durable_lsn >= '{end}' FROM trellara.status()") == "t", 600, 0.05)
+        reports = [hold_snapshot(t) for t in (trellara_target, native_target)] if args.long_read else []
+        try:
+            with tempfile.TemporaryDirectory() as work:
+                config = os.path.join(work, "flow.toml")
+                with open(config, "w") as f:
+                    f.write(f'[flow]\nname = "bench"\nlog_directory = "{log_dir}"\n\n'
+                            f'[target]\nconninfo = "{trellara_target.conninfo()}"\n\n'
+                            f'[apply]\ngroup_transactions = "{args.group_transactions}"\n')
+                command = [TRELLARA, "apply", "--config", config]
+                if args.mode == "catch-up":
+                    command.append("--until-caught-up")
+                if os.environ.get("TRELLARA_BENCH_PERF"):  # profiling only: the figures include perf
+                    command = ["perf", "record", "-g", "-o", os.environ["TRELLARA_BENCH_PERF"], "--"] + command
+                t0 = time.monotonic()
+                with open(os.path.join(work, "apply.out"), "w+") as out:
+                    proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+                    if args.mode == "daemon":
+                        # Bootstrap first: the dedup table appears with the applier's first session.
+                        wait_until("the applier's bootstrap", lambda: trellara_target.query(
+                            "SELECT to_regclass('trellara.applied_transactions') IS NOT NULL") == "t", 60, 0.01)
+                        wait_until("the daemon applier's catch-up", lambda: int(trellara_target.query(
+                            "SELECT count(*) FROM trellara.applied_transactions")) >= transactions, 900, 0.02)
+                        trellara_s = time.monotonic() - t0
+                        proc.send_signal(signal.SIGTERM)
+                    _, status, usage = os.wait4(proc.pid, 0)
+                    if args.mode == "catch-up":
+                        trellara_s = time.monotonic() - t0
+                    proc.returncode = os.waitstatus_to_exitcode(status)
+                    out.seek(0)
+                    output = out.read()
+                if proc.returncode != 0:
+                    raise RuntimeError(f"trellara apply exited {proc.returncode}: {output[-2000:]}")
+                # Where the applier's wall time goes: its own CPU (user + system); the rest is
+                # waiting for the target.
+                applier_cpu_s = usage.ru_utime + usage.ru_stime
             t0 = time.monotonic()
-            with open(os.path.join(work, "apply.out"), "w+") as out:
-                proc = subprocess.Popen([TRELLARA, "apply", "--config", config, "--until-caught-up"],
-                                        stdout=out, stderr=subprocess.STDOUT)
-                _, status, usage = os.wait4(proc.pid, 0)
-                trellara_s = time.monotonic() - t0
-                proc.returncode = os.waitstatus_to_exitcode(status)
-                out.seek(0)
-                output = out.read()
-            if proc.returncode != 0:
-                raise RuntimeError(f"trellara apply exited {proc.returncode}: {output[-2000:]}")
-            # Where the applier's wall time goes: its own CPU (user + system); the rest is waiting
-            # for the target.
-            applier_cpu_s = usage.ru_utime + usage.ru_stime
-        t0 = time.monotonic()
-        native_target.psql("ALTER SUBSCRIPTION bench_sub ENABLE")
-        while source.query(f"SELECT coalesce(confirmed_flush_lsn >= '{end}', false) FROM pg_replication_slots "
-                           f"WHERE slot_name = 'bench_sub'") != "t":
-            if time.monotonic() - t0 > 600:
-                raise RuntimeError("native replication did not catch up within 600 s")
-            time.sleep(0.005)
-        native_s = time.monotonic() - t0
-        source_digest = digest(source)
-        same = source_digest == digest(trellara_target) == digest(native_target)
+            native_target.psql("ALTER SUBSCRIPTION bench_sub ENABLE")
+            wait_until("native replication's catch-up", lambda: source.query(
+                f"SELECT coalesce(confirmed_flush_lsn >= '{end}', false) FROM pg_replication_slots "
+                f"WHERE slot_name = 'bench_sub'") == "t", 900)
+            native_s = time.monotonic() - t0
+        finally:
+            for report in reports:
+                release_snapshot(report)
+        source_digest = digest(source, tables)
+        same = source_digest == digest(trellara_target, tables) == digest(native_target, tables)
         native_target.psql("ALTER SUBSCRIPTION bench_sub DISABLE")
         native_target.psql("ALTER SUBSCRIPTION bench_sub SET (slot_name = NONE)")
         native_target.psql("DROP SUBSCRIPTION bench_sub")
         source.psql("SELECT pg_drop_replication_slot('bench_sub')")
         return {"trellara_tps": transactions / trellara_s, "native_tps": transactions / native_s,
                 "ratio": native_s / trellara_s, "trellara_s": trellara_s, "native_s": native_s, "same": same,
-                "applier_cpu_s": applier_cpu_s}
+                "applier_cpu_s": applier_cpu_s, "rows": rows, "transactions": transactions}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--transactions", type=int, default=20000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--scale", type=int, default=1)
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--workload", choices=["pgbench", "inserts"], default="pgbench")
+    parser.add_argument("--mode", choices=["catch-up", "daemon"], default="catch-up")
+    parser.add_argument("--long-read", action="store_true")
+    parser.add_argument("--group-transactions", choices=["on", "off"], default="on",
+                        help="the applier's apply.group_transactions (docs/apply.md)")
     args = parser.parse_args()
+    print(f"shape: workload {args.workload}, scale {args.scale}, clients {args.clients}, {args.transactions} "
+          f"transactions, mode {args.mode}, long read {'on' if args.long_read else 'off'}, "
+          f"group_transactions {args.group_transactions}", flush=True)
     results = []
     for run in range(args.runs):
-        r = one_run(run, args.transactions)
+        r = one_run(run, args)
+        rows = f" | {r['rows']} rows" if r["rows"] else ""
         print(f"run {run}: trellara {r['trellara_s']:.2f} s ({r['trellara_tps']:.0f} tx/s) | native "
               f"{r['native_s']:.2f} s ({r['native_tps']:.0f} tx/s) | ratio {r['ratio']:.2f} | "
-              f"applier CPU {r['applier_cpu_s']:.2f} s | "
+              f"applier CPU {r['applier_cpu_s']:.2f} s{rows} | "
               f"targets equal to source: {r['same']}", flush=True)
         results.append(r)
     med = {k: statistics.median(r[k] for r in results) for k in ("trellara_tps", "native_tps", "ratio")}
     print(f"median over {args.runs} runs: trellara {med['trellara_tps']:.0f} tx/s, native {med['native_tps']:.0f} "
-          f"tx/s, ratio trellara/native {med['ratio']:.2f} (target >= 1.0)")
+          f"tx/s, ratio trellara/native {med['ratio']:.2f} (issue 14 goal >= 2.0)")
 
 
 if __name__ == "__main__":

@@ -66,6 +66,9 @@ bool ApplyPipeline::Admit(size_t index, Admission admission, size_t planned_stat
   Require(in_flight_ == 0 && !closed_, "admission only while a batch is open");
   Require(index == admitted_ && index < CandidateCount(), "candidates are admitted in log order");
   PipelineTx& tx = queue_[index];
+  // The first candidate decides the batch's form: grouped unless the transactions of a failed
+  // group are still being applied one target transaction each.
+  if (index == 0) grouped_ = limits_.group_transactions && ungrouped_remaining_ == 0;
   switch (admission) {
     case Admission::Duplicate:
       tx.duplicate = true;
@@ -102,6 +105,7 @@ size_t ApplyPipeline::Seal() {
   Require(in_flight_ == 0 && !queue_.empty(), "a batch is sealed only while it is being formed");
   Require(admitted_ > 0 || alone_, "a sealed batch holds a transaction, or the front goes alone");
   in_flight_ = admitted_;
+  if (in_flight_ == 0) grouped_ = false;  // the front goes alone
   admitted_ = 0;
   admitted_statements_ = 0;
   closed_ = false;
@@ -117,6 +121,7 @@ bool ApplyPipeline::BatchSendsStatements() const {
 Result<CollectOutcome> ApplyPipeline::Collect(const std::vector<bool>& committed) {
   Require(Next() == PipelineStep::Collect, "answers are collected only for a batch in flight");
   Require(committed.size() == in_flight_, "one answer per transaction in flight");
+  if (grouped_) return CollectGrouped(committed);
   std::optional<size_t> failed;
   for (size_t k = 0; k < in_flight_; k++) {
     if (queue_[k].duplicate) continue;
@@ -138,6 +143,34 @@ Result<CollectOutcome> ApplyPipeline::Collect(const std::vector<bool>& committed
   return outcome;
 }
 
+Result<CollectOutcome> ApplyPipeline::CollectGrouped(const std::vector<bool>& committed) {
+  std::optional<size_t> first_committed, first_failed;
+  for (size_t k = 0; k < in_flight_; k++) {
+    if (queue_[k].duplicate) continue;
+    if (committed[k] && !first_committed) first_committed = k;
+    if (!committed[k] && !first_failed) first_failed = k;
+  }
+  if (first_committed && first_failed)
+    return MakeError(DescribeTransaction(queue_[*first_committed].ready.tx) + " is reported committed and " +
+                     DescribeTransaction(queue_[*first_failed].ready.tx) +
+                     " failed although both were in one target transaction; nothing of the batch is "
+                     "acknowledged: stop and inspect the target");
+  CollectOutcome outcome;
+  const size_t count = in_flight_;
+  in_flight_ = 0;
+  grouped_ = false;
+  if (first_failed) {
+    // Nothing of the group committed: the same transactions go again, one target transaction each.
+    // A transaction that closed the group as Alone is decided again when its turn comes.
+    outcome.failed = *first_failed;
+    alone_ = false;
+    ungrouped_remaining_ = count;
+    return outcome;
+  }
+  for (size_t k = 0; k < count; k++) outcome.retired.push_back(PopFront(queue_.front().ready.tx.commit_lsn));
+  return outcome;
+}
+
 PipelineTx ApplyPipeline::RetireAlone() {
   Require(Next() == PipelineStep::Alone, "only the front transaction, handled alone, retires alone");
   alone_ = false;
@@ -147,6 +180,7 @@ PipelineTx ApplyPipeline::RetireAlone() {
 PipelineTx ApplyPipeline::PopFront(uint64_t required_lsn) {
   PipelineTx tx = std::move(queue_.front());
   queue_.pop_front();
+  if (ungrouped_remaining_ > 0) ungrouped_remaining_--;
   offsets_.Done(tx.offset_after, required_lsn);
   if (queue_.empty() && retain_after_queue_) {
     offsets_.Done(*retain_after_queue_, 0);

@@ -160,7 +160,10 @@ def commit_failure_in_a_pipelined_batch_is_quarantined_without_origin_dedup_or_o
         errors.close()
     if applier.returncode != 0:
         raise CaptureFailure(f"the daemon applier stopped by SIGTERM exited {applier.returncode}: {stderr[-2000:]}")
-    for part in ("retrying alone after a failure in a batch", f"transaction {xid}", "COMMIT",
+    # Grouped (apply.group_transactions, the default): the group's COMMIT fails first, then the same
+    # transactions go one target transaction each, and the failing one alone.
+    for part in ("applying a group's transactions one target transaction each after a failure in it",
+                 "retrying alone after a failure in a batch", f"transaction {xid}", "COMMIT",
                  COMMIT_FAILURE_SQLSTATE, "rejected by the target's commit-time check"):
         if part not in stderr:
             raise CaptureFailure(f"the daemon's output lacks {part!r} (the failure must be met in a batch first, "

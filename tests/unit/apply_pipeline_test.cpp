@@ -108,6 +108,59 @@ TEST_CASE("failure_in_transaction_k_retires_those_before_it_sends_k_alone_and_re
   CHECK(p.at(0).ready.tx.commit_lsn == 400);
 }
 
+TEST_CASE("a_grouped_batch_retires_whole_or_not_at_all_and_a_failed_group_goes_again_one_transaction_each",
+          "[pipeline]") {
+  PipelineLimits limits;
+  limits.group_transactions = true;
+  ApplyPipeline p = Queue(6, limits);
+  for (size_t i = 0; i < 4; i++) REQUIRE(p.Admit(i, i == 1 ? Admission::Duplicate : Admission::Apply, 1));
+  CHECK_FALSE(p.Admit(4, Admission::Alone, 0));
+  REQUIRE(p.Seal() == 4);
+  CHECK(p.grouped());
+  // One target transaction: a failure anywhere in it (here the third) and nothing committed.
+  auto failed = p.Collect({false, false, false, false});
+  REQUIRE(failed);
+  CHECK(failed->retired.empty());
+  CHECK(failed->failed == std::optional<size_t>(0));
+  CHECK(p.Next() == PipelineStep::Form);  // not alone: the same four form per-transaction batches
+  CHECK(p.ungrouped_remaining() == 4);
+  CHECK(p.DurableOffset(UINT64_MAX) == 0);
+  for (size_t i = 0; i < 4; i++) REQUIRE(p.Admit(i, i == 1 ? Admission::Duplicate : Admission::Apply, 1));
+  CHECK_FALSE(p.Admit(4, Admission::Alone, 0));
+  REQUIRE(p.Seal() == 4);
+  CHECK_FALSE(p.grouped());
+  auto ungrouped = p.Collect({true, false, false, false});  // the third fails on its own
+  REQUIRE(ungrouped);
+  CHECK(Lsns(ungrouped->retired) == std::vector<uint64_t>{100, 200});
+  CHECK(p.Next() == PipelineStep::Alone);
+  CHECK(p.RetireAlone().ready.tx.commit_lsn == 300);
+  // The fourth, last of the failed group, still goes ungrouped; grouping resumes after it.
+  CHECK(p.Admit(0, Admission::Apply, 1));
+  CHECK_FALSE(p.Admit(1, Admission::Alone, 0));
+  REQUIRE(p.Seal() == 1);
+  CHECK_FALSE(p.grouped());
+  REQUIRE(p.Collect({true}));
+  CHECK(p.RetireAlone().ready.tx.commit_lsn == 500);
+  CHECK(p.ungrouped_remaining() == 0);
+  CHECK_FALSE(p.Admit(0, Admission::Apply, 1));  // the last candidate: the batch is full
+  REQUIRE(p.Seal() == 1);
+  CHECK(p.grouped());
+  auto whole = p.Collect({true});
+  REQUIRE(whole);
+  CHECK(Lsns(whole->retired) == std::vector<uint64_t>{600});
+}
+
+TEST_CASE("a_grouped_batch_reported_partly_committed_is_refused", "[pipeline]") {
+  PipelineLimits limits;
+  limits.group_transactions = true;
+  ApplyPipeline p = Queue(3, limits);
+  for (size_t i = 0; i < 3; i++) REQUIRE((p.Admit(i, Admission::Apply, 1) || i == 2));
+  REQUIRE(p.Seal() == 3);
+  auto outcome = p.Collect({true, false, true});
+  REQUIRE_FALSE(outcome);
+  CHECK(outcome.error().message.find("one target transaction") != std::string::npos);
+}
+
 TEST_CASE("a_commit_reported_after_a_failed_transaction_of_the_batch_is_refused_and_nothing_retires",
           "[pipeline]") {
   ApplyPipeline p = Queue(3);
@@ -305,6 +358,7 @@ struct Sim {
   // The server executing one pipeline segment: after a failure it skips everything up to the Sync.
   std::vector<bool> Execute(ApplyPipeline& p, size_t count) {
     std::vector<bool> committed(count, false);
+    if (p.grouped()) return ExecuteGrouped(p, count);
     bool failed = false;
     for (size_t k = 0; k < count; k++) {
       const PipelineTx& ptx = p.at(k);
@@ -327,6 +381,32 @@ struct Sim {
     }
     return committed;
   }
+
+  // A grouped batch: one target transaction. A failure anywhere rolls every transaction of it back.
+  std::vector<bool> ExecuteGrouped(ApplyPipeline& p, size_t count) {
+    std::vector<size_t> members;
+    for (size_t k = 0; k < count; k++) {
+      const PipelineTx& ptx = p.at(k);
+      if (ptx.duplicate) continue;
+      const size_t index = by_lsn.at(ptx.ready.tx.commit_lsn);
+      SimTx& tx = txs[index];
+      if (tx.needs_alone) Violation("transaction lsn " + std::to_string(tx.lsn) + " that needs the one-at-a-time path was batched");
+      if (OnTarget(tx)) return std::vector<bool>(count, false);  // its dedup INSERT fails: all roll back
+      if (tx.batch_failures > 0) {
+        tx.batch_failures--;
+        return std::vector<bool>(count, false);
+      }
+      members.push_back(k);
+    }
+    std::vector<bool> committed(count, false);
+    for (size_t k : members) {
+      Commit(by_lsn.at(p.at(k).ready.tx.commit_lsn));
+      committed[k] = true;
+    }
+    grouped_commits++;
+    return committed;
+  }
+  int grouped_commits = 0;
 
   // Drives the pipeline as the applier's Pump does.
   void Pump(ApplyPipeline& p, bool drain) {
@@ -353,6 +433,7 @@ struct Sim {
       if (count == 0) continue;
       std::vector<uint64_t> batch;
       for (size_t k = 0; k < count; k++) batch.push_back(p.at(k).ready.tx.commit_lsn);
+      const bool grouped = p.grouped();
       const std::vector<bool> committed = Execute(p, count);
       MaybeFlush();
       auto outcome = p.Collect(committed);
@@ -363,7 +444,14 @@ struct Sim {
       // Retired: exactly the leading committed-or-duplicate entries, in order.
       for (size_t k = 0; k < outcome->retired.size(); k++)
         if (outcome->retired[k].ready.tx.commit_lsn != batch[k]) Violation("retired out of order");
-      if (outcome->failed) {
+      if (grouped) {
+        // All or nothing: a failed group retires nothing and its transactions go again ungrouped.
+        if (outcome->failed && (!outcome->retired.empty() || p.front().ready.tx.commit_lsn != batch[0]))
+          Violation("a failed group retired part of itself");
+        if (outcome->failed && p.ungrouped_remaining() != count)
+          Violation("a failed group's transactions are not formed again one target transaction each");
+        if (!outcome->failed && outcome->retired.size() != count) Violation("a committed group did not retire whole");
+      } else if (outcome->failed) {
         const size_t k = *outcome->failed;
         if (k != outcome->retired.size()) Violation("the failed transaction is not the first not retired");
         for (size_t j = k; j < count; j++)
@@ -386,7 +474,7 @@ struct Sim {
     Generate();
     for (size_t i = 0; i < txs.size(); i++)
       if (txs[i].lsn != 0) by_lsn[txs[i].lsn] = i;
-    ApplyPipeline p(0, PipelineLimits{1 + R(20), 30 + R(1000)});
+    ApplyPipeline p(0, PipelineLimits{1 + R(20), 30 + R(1000), R(2) == 0});
     std::optional<size_t> open;
     for (size_t offset = 0; offset < log.size() && !violation; offset++) {
       const SimRecord& rec = log[offset];

@@ -8,6 +8,11 @@
 //                    transaction that needs anything else (a conflict, a quarantined or
 //                    replay-ready boundary, a plan the planner or the target's schema refuses, a
 //                    transaction larger than a whole batch) closes the batch and is handled alone.
+//   grouped batches  with PipelineLimits::group_transactions the batch is one target transaction:
+//                    every transaction of it commits, or none does. After a failure nothing retires
+//                    and the same transactions form per-transaction batches (below) until they
+//                    have retired, so the failing one is found and handled exactly as without
+//                    grouping; an answer mixing committed and failed transactions is refused.
 //   in-order retirement after a failure  a failure in transaction k of a batch: every entry before
 //                    k is retired (committed or duplicate); k is handed to the one-at-a-time path;
 //                    everything after k was skipped by the server (the whole batch is one pipeline
@@ -49,6 +54,12 @@ inline constexpr size_t kBatchStatementsPerTransaction = 4;
 struct PipelineLimits {
   size_t batch_transactions_max = 256;  // transactions in one batch
   size_t batch_statements_max = 1024;   // statements queued in one batch (kBatchStatementsPerTransaction included)
+  // Grouped batches (issue 14): the batch's transactions share one target transaction — each
+  // keeps its own dedup row, the origin progress is the last one's — so a batch commits all or
+  // nothing. A grouped batch that fails retires nothing and its transactions are formed again one
+  // target transaction each (the per-transaction rules below), which finds the failing one
+  // exactly; grouping resumes once they have retired.
+  bool group_transactions = false;
 };
 
 // A whole (unchunked) transaction read from the log and waiting for its batch.
@@ -118,6 +129,11 @@ class ApplyPipeline {
   size_t Seal();
   // Whether the sealed batch holds anything to send (not only duplicates).
   bool BatchSendsStatements() const;
+  // Whether the sealed batch (or the one being formed) is one target transaction for all of its
+  // transactions.
+  bool grouped() const { return grouped_; }
+  // Transactions still to be formed one target transaction each after a grouped batch failed.
+  size_t ungrouped_remaining() const { return ungrouped_remaining_; }
 
   // ---- answers (Next() == Collect) ----
   // committed[k]: the COMMIT of in-flight transaction k succeeded (ignored for duplicates). An
@@ -140,6 +156,7 @@ class ApplyPipeline {
 
  private:
   PipelineTx PopFront(uint64_t required_lsn);
+  Result<CollectOutcome> CollectGrouped(const std::vector<bool>& committed);
   size_t CandidateCount() const;
 
   PipelineLimits limits_;
@@ -150,6 +167,8 @@ class ApplyPipeline {
   size_t admitted_ = 0;
   size_t admitted_statements_ = 0;
   bool closed_ = false;
+  bool grouped_ = false;              // the batch being formed or in flight is one target transaction
+  size_t ungrouped_remaining_ = 0;    // leading queue entries that go per transaction (after a group failed)
   std::optional<uint64_t> retain_after_queue_;  // ReadNothing after the last queued transaction
   ApplyOffsetTracker offsets_;
 };
