@@ -237,20 +237,29 @@ bool CheckStateSchema(PgConnection& target, const TargetRole& role, Findings& ou
                       "ORDER BY 1",
                       {});
   if (!objects.ok()) return false;
+  // One finding per kind of problem, naming every object it concerns.
+  std::string not_owned, not_writable;
   for (int i = 0; i < objects.rows(); i++) {
     const std::string object = objects.Value(i, 0).value_or("");
     const std::string missing = objects.Value(i, 2).value_or("");
-    if (!role.superuser && !IsTrue(objects.Value(i, 1))) {
-      ok = false;
-      out.Add(PreflightSeverity::Critical, "target_state_schema", object,
-              object + " is owned by another role: apply's bootstrap (CREATE OR REPLACE, GRANT) fails as " + role.name,
-              "run apply as the role that owns the trellara state, or ALTER FUNCTION ... OWNER TO " + role.name);
-    } else if (!role.superuser && !missing.empty()) {
-      ok = false;
-      out.Add(PreflightSeverity::Critical, "target_state_schema", object,
-              "role " + role.name + " lacks " + missing + " on " + object + ", which apply writes",
-              "GRANT SELECT, INSERT, UPDATE, DELETE ON " + object.substr(6) + " TO " + role.name);
-    }
+    if (role.superuser) continue;
+    if (!IsTrue(objects.Value(i, 1))) not_owned += (not_owned.empty() ? "" : ", ") + object;
+    if (!missing.empty()) not_writable += (not_writable.empty() ? "" : "; ") + object + " (" + missing + ")";
+  }
+  if (!not_owned.empty()) {
+    ok = false;
+    out.Add(PreflightSeverity::Critical, "target_state_schema", "schema trellara",
+            "owned by another role than " + role.name + ": " + not_owned +
+                "; apply's bootstrap (CREATE OR REPLACE FUNCTION, GRANT, REVOKE) fails on them",
+            "run apply as the role that owns the trellara state, or as a superuser: ALTER FUNCTION ... OWNER TO " +
+                role.name + " for each");
+  }
+  if (!not_writable.empty()) {
+    ok = false;
+    out.Add(PreflightSeverity::Critical, "target_state_schema", "schema trellara",
+            "role " + role.name + " lacks privileges apply needs on its state tables: " + not_writable,
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA trellara TO " + role.name +
+                " (or run apply as the role that owns them)");
   }
   if (ok)
     out.Add(PreflightSeverity::Ok, "target_state_schema", "schema trellara",

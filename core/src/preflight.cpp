@@ -38,6 +38,22 @@ nlohmann::ordered_json SideJson(const PreflightSide& side) {
   return j;
 }
 
+// One finding per line: a line break inside a server message (libpq's "\n\tIs the server
+// running ...") becomes a space. JSON keeps the text unchanged.
+std::string OneLine(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); i++) {
+    if (text[i] != '\n' && text[i] != '\r') {
+      out.push_back(text[i]);
+      continue;
+    }
+    while (i + 1 < text.size() && (text[i + 1] == '\t' || text[i + 1] == ' ' || text[i + 1] == '\n')) i++;
+    out.push_back(' ');
+  }
+  return out;
+}
+
 }  // namespace
 
 const char* PreflightSeverityName(PreflightSeverity severity) {
@@ -111,8 +127,9 @@ std::string RenderPreflightText(const PreflightReport& report) {
       counts[static_cast<size_t>(f.severity)]++;
       std::string severity = PreflightSeverityName(f.severity);
       severity.resize(8, ' ');
-      out += std::string(name) + "  " + severity + "  " + f.check + "  " + f.subject + ": " + f.detail;
-      if (!f.remedy.empty()) out += "; next: " + f.remedy;
+      out += std::string(name) + "  " + severity + "  " + OneLine(f.check) + "  " + OneLine(f.subject) + ": " +
+             OneLine(f.detail);
+      if (!f.remedy.empty()) out += "; next: " + OneLine(f.remedy);
       out += "\n";
     }
   }

@@ -133,7 +133,7 @@ def check_reports_target_triggers_missing_tables_and_privileges_and_exits_2(env)
 
     fires = findings(report, "target", "target_trigger_fires")
     if [(f["severity"], f["subject"]) for f in fires] != [("warning", "public.orders trigger orders_audit")] \
-            or "ENABLE ALWAYS" not in fires[0]["detail"] or "DISABLE TRIGGER orders_audit" not in fires[0]["remedy"]:
+            or "ENABLE ALWAYS" not in fires[0]["detail"] or "DISABLE TRIGGER \"orders_audit\"" not in fires[0]["remedy"]:
         raise CaptureFailure(f"under replica exactly the ENABLE ALWAYS trigger on orders must be a warning: {fires}")
     missing = findings(report, "target", "target_table", "critical")
     if [f["subject"] for f in missing] != ["public.ghosts"] or "does not exist" not in missing[0]["detail"]:
@@ -182,8 +182,12 @@ def check_source_unreachable_or_absent(env):
     if report["source"]["reachable"] or len(found) != 1 or f"host={dead_dir}" not in found[0]["subject"] \
             or "port=1" not in found[0]["subject"] or report["status"] != "critical":
         raise CaptureFailure(f"an unreachable source must be one critical finding naming host and port: {report}")
-    if secret in result.stdout or secret in result.stderr or secret in check(config, expect=EXIT_CRITICAL).stdout:
+    text = check(config, expect=EXIT_CRITICAL)
+    if secret in result.stdout or secret in result.stderr or secret in text.stdout or secret in text.stderr:
         raise CaptureFailure("the source password appears in check's output")
+    line = next((x for x in text.stdout.splitlines() if x.startswith("source  critical  source_reachable  host=")), "")
+    if "port=1" not in line or "Is the server running" not in line:
+        raise CaptureFailure(f"text form: the unreachable source is not one line naming the port: {text.stdout}")
     if not report["target"]["reachable"] or not findings(report, "target", "target_tables", "warning"):
         raise CaptureFailure(f"the target is checked and says its tables were not: {report['target']}")
     print(f"unreachable source: {found[0]['subject']}: {found[0]['detail']}")

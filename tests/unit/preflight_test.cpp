@@ -3,6 +3,7 @@
 // session_replication_role, and the text and JSON forms.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "trellara/preflight.h"
@@ -124,4 +125,16 @@ TEST_CASE("preflight_json_has_flow_sides_reachability_findings_and_status", "[pr
   CHECK(j["source"]["findings"][0]["remedy"] == "start it");
   CHECK(j["target"]["reachable"] == true);
   CHECK(j["target"]["findings"][0]["remedy"].is_null());
+}
+
+TEST_CASE("preflight_text_keeps_one_finding_per_line_and_json_keeps_the_text_unchanged", "[preflight]") {
+  PreflightReport report;
+  report.flow = "app";
+  report.source.findings.push_back({PreflightSeverity::Critical, "source_reachable", "host=/tmp port=1",
+                                    "connection failed: No such file\n\tIs the server running?", "start it"});
+  const std::string text = RenderPreflightText(report);
+  CHECK(text.find("connection failed: No such file Is the server running?; next: start it\n") != std::string::npos);
+  CHECK(std::count(text.begin(), text.end(), '\n') == 2);  // the finding and the summary
+  const auto j = nlohmann::json::parse(RenderPreflightJson(report));
+  CHECK(j["source"]["findings"][0]["detail"] == "connection failed: No such file\n\tIs the server running?");
 }
