@@ -7,6 +7,9 @@ four tables. Scenarios (one cluster pair, in this order):
   - check_healthy_flow_exits_0: with the superuser as the target role, exit 0 before and after a
     first `trellara apply`; the JSON parses, the source findings are exactly the rows of
     trellara.check('app'), every target finding is ok and names every published table;
+  - check_reports_an_unresolved_quarantine_as_critical: a transaction apply quarantined is a
+    critical finding whose remedy is its recorded next step; once repaired and marked
+    replay-ready it is a warning, and after the next apply nothing is reported;
   - check_reports_target_triggers_missing_tables_and_privileges_and_exits_2: as a non-superuser
     target role, with an ENABLE ALWAYS trigger on orders, an ordinary trigger on items, ghosts
     dropped and notes only readable: the trigger on orders (not the one on items) is a warning,
@@ -108,7 +111,46 @@ def check_healthy_flow_exits_0(env):
             or any(line.startswith("source  ") for line in lines[first_target:]) \
             or "target  ok        target_table  public.orders: exists" not in text:
         raise CaptureFailure(f"text output is not grouped source, target, summary: {text}")
-    print(lines[-1])
+    print(text)
+
+
+def apply_until_caught_up(config, expect):
+    result = subprocess.run([TRELLARA_BIN, "apply", "--config", config, "--until-caught-up"], capture_output=True,
+                            text=True, timeout=120)
+    if result.returncode != expect:
+        raise CaptureFailure(f"apply exited {result.returncode}, expected {expect}: {result.stderr[-3000:]}")
+
+
+def check_reports_an_unresolved_quarantine_as_critical(env):
+    source, target, work, log_dir = env["source"], env["target"], env["work"], env["log_dir"]
+    config = write_config(work, "quarantine.toml", "app", log_dir, source.conninfo(), target.conninfo())
+    apply_until_caught_up(config, 0)
+    # The target lost a row a later source UPDATE needs: apply quarantines that transaction (exit 3).
+    target.query("DELETE FROM items WHERE id = 1")
+    source.query("UPDATE items SET qty = 4 WHERE id = 1")
+    lsn = source.query("SELECT pg_current_wal_lsn()")
+    wait_for("the log to cover the UPDATE", lambda: source.query(
+        f"SELECT log_durable_lsn >= '{lsn}' FROM trellara.status() WHERE flow = 'app'") == "t", 60)
+    apply_until_caught_up(config, 3)
+    xid, commit_lsn, next_step = target.query(
+        "SELECT xid, commit_lsn, next_step FROM trellara.quarantine WHERE flow = 'app'").split("|")
+    report = check_json(config, EXIT_CRITICAL)
+    found = findings(report, "target", "quarantine")
+    if [(f["severity"], f["subject"], f["remedy"]) for f in found] != \
+            [("critical", f"transaction {xid} (commit {commit_lsn})", next_step)]:
+        raise CaptureFailure(f"the quarantined transaction must be critical with its next step {next_step!r}: {found}")
+    print(f"quarantined: {found[0]['detail']}; next: {found[0]['remedy']}")
+    # Repaired and released: a warning (the next apply replays it), then nothing once applied.
+    target.query("INSERT INTO items VALUES (1, 3)")
+    subprocess.run([TRELLARA_BIN, "quarantine", "replay-ready", "--config", config, "--xid", xid,
+                    "--commit-lsn", commit_lsn], check=True, capture_output=True, text=True, timeout=60)
+    found = findings(check_json(config, EXIT_OK), "target", "quarantine")
+    if [f["severity"] for f in found] != ["warning"] or "replay_ready" not in found[0]["detail"]:
+        raise CaptureFailure(f"a replay-ready transaction is a warning: {found}")
+    apply_until_caught_up(config, 0)
+    found = findings(check_json(config, EXIT_OK), "target", "quarantine")
+    if [f["severity"] for f in found] != ["ok"]:
+        raise CaptureFailure(f"after the replay nothing is quarantined: {found}")
 
 
 def check_reports_target_triggers_missing_tables_and_privileges_and_exits_2(env):
@@ -212,5 +254,6 @@ if __name__ == "__main__":
                                       "WHERE flow = 'app'") == "t", 60)
         env = {"source": source, "target": target, "work": work, "log_dir": log_dir}
         run_scenarios([check_healthy_flow_exits_0,
+                       check_reports_an_unresolved_quarantine_as_critical,
                        check_reports_target_triggers_missing_tables_and_privileges_and_exits_2,
                        check_source_unreachable_or_absent], env)
