@@ -12,7 +12,8 @@ four tables. Scenarios (one cluster pair, in this order):
     replay-ready it is a warning, and after the next apply nothing is reported;
   - check_reports_target_triggers_missing_tables_and_privileges_and_exits_2: as a non-superuser
     target role, with an ENABLE ALWAYS trigger on orders, an ordinary trigger on items, ghosts
-    dropped and notes only readable: the trigger on orders (not the one on items) is a warning,
+    dropped, items without its primary key and notes only readable: the trigger on orders (not
+    the one on items) and the keyless items are warnings,
     ghosts and notes are critical, so are the origin, session_replication_role and state-schema
     privileges, exit 2; with session_replication_role = "origin" the trigger on items is reported too;
   - check_source_unreachable_or_absent: a source conninfo naming a dead port gives a critical
@@ -158,7 +159,7 @@ def check_reports_target_triggers_missing_tables_and_privileges_and_exits_2(env)
     target.query(
         "CREATE ROLE check_role LOGIN; "
         "GRANT SELECT, INSERT, UPDATE, DELETE ON orders, items TO check_role; GRANT SELECT ON notes TO check_role; "
-        "DROP TABLE ghosts; "
+        "DROP TABLE ghosts; ALTER TABLE items DROP CONSTRAINT items_pkey; "
         "CREATE FUNCTION count_row() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$; "
         "CREATE TRIGGER orders_audit AFTER INSERT OR UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION count_row(); "
         "ALTER TABLE orders ENABLE ALWAYS TRIGGER orders_audit; "
@@ -187,6 +188,9 @@ def check_reports_target_triggers_missing_tables_and_privileges_and_exits_2(env)
     writable = sorted(f["subject"] for f in findings(report, "target", "target_table", "ok"))
     if writable != ["public.items", "public.orders"]:
         raise CaptureFailure(f"orders and items are writable by check_role: {writable}")
+    keyless = findings(report, "target", "target_table_key")
+    if [(f["severity"], f["subject"]) for f in keyless] != [("warning", "public.items")]:
+        raise CaptureFailure(f"items without a primary key on the target must be a warning: {keyless}")
     for name in ("replication_origin", "session_replication_role", "target_state_schema"):
         found = findings(report, "target", name, "critical")
         if not found or not found[0]["remedy"]:
