@@ -52,6 +52,8 @@ void RegisterContractTest(CLI::App& app);
 void RegisterRepairPlan(CLI::App& app);
 // `soak --config F --duration D [--run-applier | --applier-pid PID] [--format json]` (soak_command.cpp).
 void RegisterSoak(CLI::App& app);
+// `check --config F [--format text|json]` (check_command.cpp).
+void RegisterCheck(CLI::App& app);
 
 // ---- shared by status, quarantine and verify (defined in status_command.cpp) ----------------
 

@@ -1,6 +1,7 @@
 // main.cpp — entry point of the `trellara` command: parses arguments, dispatches to a command,
 // and turns failures into a message on stderr and a non-zero exit code. Never decides anything
 // about data; commands call core for that.
+#include <array>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -27,9 +28,7 @@ struct Planned {
   const char* name;
   const char* summary;
 };
-constexpr Planned kPlanned[] = {
-    {"check", "source safety preflight (--config F)"},
-};
+constexpr std::array<Planned, 0> kPlanned{};  // none at the moment
 
 // At exit, one stderr line per fault point that fired: `trellara: fault point P fired N times`
 // (tests/integration/capture_support.py reads it; a crash action reports itself before dying).
@@ -78,6 +77,7 @@ int main(int argc, char** argv) {
   trellara::cli::RegisterInspectTransaction(app);
   trellara::cli::RegisterLogCommands(app);
   trellara::cli::RegisterLogRecords(app);
+  trellara::cli::RegisterCheck(app);
   for (const auto& planned : kPlanned) {
     auto existing = app.get_subcommands([&](CLI::App* c) { return c->get_name() == planned.name; });
     if (!existing.empty()) continue;
@@ -95,7 +95,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int code = app.exit(e);
+    // `check` documents exit 1 for a usage error (2 is its "critical finding"; docs/apply.md).
+    if (code != 0 && app.got_subcommand("check")) return 1;
+    return code;
   } catch (const trellara::cli::CommandFailed& e) {
     std::fflush(stdout);
     std::cerr << "trellara: " << e.what() << "\n";

@@ -58,6 +58,27 @@ uint64_t PgResult::affected() const {
   return (text && *text) ? std::strtoull(text, nullptr, 10) : 0;
 }
 
+std::string PgConnection::DescribeConninfo(const std::string& conninfo) {
+  char* error = nullptr;
+  PQconninfoOption* options = PQconninfoParse(conninfo.c_str(), &error);
+  if (options == nullptr) {
+    // The parse error quotes no value of the string, only what is wrong with its form.
+    std::string message = error ? TrimNewline(error) : "out of memory";
+    if (error) PQfreemem(error);
+    return "an unparsable connection string (" + message + ")";
+  }
+  // Only where and as whom: never password, sslpassword or any other keyword.
+  std::string out;
+  for (const char* keyword : {"host", "hostaddr", "port", "dbname", "user"}) {
+    for (PQconninfoOption* o = options; o->keyword != nullptr; o++) {
+      if (std::string(o->keyword) != keyword || o->val == nullptr || *o->val == '\0') continue;
+      out += (out.empty() ? "" : " ") + std::string(keyword) + "=" + o->val;
+    }
+  }
+  PQconninfoFree(options);
+  return out.empty() ? "the default server (no host, port, dbname or user in the connection string)" : out;
+}
+
 Result<std::unique_ptr<PgConnection>> PgConnection::Connect(const std::string& conninfo,
                                                             const std::string& application_name) {
   // expand_dbname=1: the first "dbname" is the whole connection string; later keywords override it.
@@ -68,8 +89,8 @@ Result<std::unique_ptr<PgConnection>> PgConnection::Connect(const std::string& c
   if (PQstatus(conn) != CONNECTION_OK) {
     std::string message = TrimNewline(PQerrorMessage(conn));
     PQfinish(conn);
-    return MakeError("cannot connect to the target (" + message +
-                     "); check [target] conninfo and that the server is running");
+    return MakeError("cannot connect to " + DescribeConninfo(conninfo) + " (" + message +
+                     "); check the conninfo and that the server is running");
   }
   PQsetNoticeProcessor(conn, PrintNotice, nullptr);
   return std::unique_ptr<PgConnection>(new PgConnection(conn));

@@ -55,6 +55,9 @@ class PgConnection {
   // Connects with `conninfo`, overriding application_name. The error names the target.
   static Result<std::unique_ptr<PgConnection>> Connect(const std::string& conninfo,
                                                        const std::string& application_name);
+  // "host=H port=P dbname=D user=U" of a connection string (only those present), for messages:
+  // never the password or any other keyword.
+  static std::string DescribeConninfo(const std::string& conninfo);
   // A replication connection (replication=database) to the same server, for replication commands
   // such as CREATE_REPLICATION_SLOT; plain SQL works on it too.
   static Result<std::unique_ptr<PgConnection>> ConnectReplication(const std::string& conninfo,

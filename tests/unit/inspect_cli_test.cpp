@@ -73,7 +73,16 @@ TEST_CASE("version_and_help_list_the_planned_commands", "[cli]") {
   for (const char* cmd : {"apply", "snapshot", "verify", "reseed", "status", "check", "log", "inspect-transaction",
                           "quarantine", "chaos"})
     CHECK(h.all.find(cmd) != std::string::npos);
-  Run planned = RunCommand("check --config x.toml");
-  CHECK(planned.exit_code == 2);
-  CHECK(planned.all.find("planned but not available") != std::string::npos);
+}
+
+TEST_CASE("check_refuses_a_missing_config_and_bad_options_with_exit_1", "[cli]") {
+  Run missing = RunCommand("check --config /nonexistent/flow.toml");
+  CHECK(missing.exit_code == 1);
+  CHECK(missing.all.find("/nonexistent/flow.toml") != std::string::npos);
+  Run no_config = RunCommand("check");
+  CHECK(no_config.exit_code == 1);
+  CHECK(no_config.all.find("--config") != std::string::npos);
+  Run format = RunCommand("check --config x.toml --format xml");
+  CHECK(format.exit_code == 1);
+  CHECK(format.all.find("--format") != std::string::npos);
 }

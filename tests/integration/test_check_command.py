@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""Integration: `trellara check --config F [--format text|json]`, the preflight of one flow
+(issue 13 item 5), against a real source and target cluster.
+
+Source: four tables (orders, items, notes, ghosts) in publication pub, flow app. Target: the same
+four tables. Scenarios (one cluster pair, in this order):
+  - check_healthy_flow_exits_0: with the superuser as the target role, exit 0 before and after a
+    first `trellara apply`; the JSON parses, the source findings are exactly the rows of
+    trellara.check('app'), every target finding is ok and names every published table;
+  - check_reports_an_unresolved_quarantine_as_critical: a transaction apply quarantined is a
+    critical finding whose remedy is its recorded next step; once repaired and marked
+    replay-ready it is a warning, and after the next apply nothing is reported;
+  - check_reports_target_triggers_missing_tables_and_privileges_and_exits_2: as a non-superuser
+    target role, with an ENABLE ALWAYS trigger on orders, an ordinary trigger on items, ghosts
+    dropped, items without its primary key and notes only readable: the trigger on orders (not
+    the one on items) and the keyless items are warnings,
+    ghosts and notes are critical, so are the origin, session_replication_role and state-schema
+    privileges, exit 2; with session_replication_role = "origin" the trigger on items is reported too;
+  - check_source_unreachable_or_absent: a source conninfo naming a dead port gives a critical
+    finding naming host and port, never the password, exit 2; a configuration without [source]
+    says the source checks were not run (a warning, not silence) and the target is still checked.
+It must never leave a cluster running (the harness stops it by PID).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from capture_support import CaptureFailure, TRELLARA_BIN, run_scenarios, setup_flow, wait_for  # noqa: E402
+from harness import Cluster  # noqa: E402
+
+EXIT_OK = 0
+EXIT_CRITICAL = 2
+TABLES = ("public.ghosts", "public.items", "public.notes", "public.orders")
+SCHEMA = ("CREATE TABLE orders (id bigint PRIMARY KEY, note text); "
+          "CREATE TABLE items (id bigint PRIMARY KEY, qty int); "
+          "CREATE TABLE notes (id bigint PRIMARY KEY, body text); "
+          "CREATE TABLE ghosts (id bigint PRIMARY KEY); ")
+
+
+def check(config, *args, expect):
+    result = subprocess.run([TRELLARA_BIN, "check", "--config", config, *args], capture_output=True, text=True,
+                            timeout=120)
+    if result.returncode != expect:
+        raise CaptureFailure(f"trellara check --config {config} {' '.join(args)} exited {result.returncode}, "
+                             f"expected {expect}\nstdout: {result.stdout[-4000:]}\nstderr: {result.stderr[-3000:]}")
+    return result
+
+
+def check_json(config, expect):
+    out = check(config, "--format", "json", expect=expect).stdout
+    try:
+        return json.loads(out)
+    except json.JSONDecodeError as error:
+        raise CaptureFailure(f"check --format json printed no JSON ({error}): {out[-3000:]}")
+
+
+def write_config(work, name, flow, log_dir, source_conninfo, target_conninfo, extra=""):
+    path = os.path.join(work, name)
+    with open(path, "w") as f:
+        f.write(f'[flow]\nname = "{flow}"\nlog_directory = "{log_dir}"\n\n')
+        if source_conninfo is not None:
+            f.write(f'[source]\nconninfo = "{source_conninfo}"\n\n')
+        f.write(f'[target]\nconninfo = "{target_conninfo}"\n{extra}')
+    return path
+
+
+def findings(report, side, check_name=None, severity=None):
+    return [f for f in report[side]["findings"]
+            if (check_name is None or f["check"] == check_name) and (severity is None or f["severity"] == severity)]
+
+
+def check_healthy_flow_exits_0(env):
+    source, target, work, log_dir = env["source"], env["target"], env["work"], env["log_dir"]
+    config = write_config(work, "healthy.toml", "app", log_dir, source.conninfo(), target.conninfo())
+    for when in ("before the first apply", "after the first apply"):
+        report = check_json(config, EXIT_OK)
+        rows = source.query("SELECT severity || '|' || \"check\" || '|' || subject FROM trellara.check('app')")
+        expected = rows.splitlines()
+        got = [f"{f['severity']}|{f['check']}|{f['subject']}" for f in report["source"]["findings"]]
+        if report["flow"] != "app" or not report["source"]["reachable"] or got != expected or not expected:
+            raise CaptureFailure(f"{when}: source findings are not trellara.check('app') unchanged:\n{got}\n{expected}")
+        if any(f["severity"] == "critical" for f in report["source"]["findings"]) or report["status"] == "critical":
+            raise CaptureFailure(f"{when}: a healthy flow has a critical finding: {report}")
+        bad = [f for f in report["target"]["findings"] if f["severity"] != "ok"]
+        tables = sorted(f["subject"] for f in findings(report, "target", "target_table"))
+        if not report["target"]["reachable"] or bad or tables != list(TABLES):
+            raise CaptureFailure(f"{when}: target findings are not all ok for {TABLES}: {report['target']}")
+        checks = {f["check"] for f in report["target"]["findings"]}
+        for name in ("target_reachable", "replication_origin", "session_replication_role", "target_state_schema"):
+            if name not in checks:
+                raise CaptureFailure(f"{when}: target check {name} missing: {report['target']}")
+        print(f"{when}: status {report['status']}, {len(got)} source rows, target checks {sorted(checks)}")
+        if when.startswith("before"):
+            origin = findings(report, "target", "replication_origin")[0]
+            if "can create it" not in origin["detail"]:
+                raise CaptureFailure(f"before any apply the origin must be reported as creatable: {origin}")
+            subprocess.run([TRELLARA_BIN, "apply", "--config", config, "--until-caught-up"], check=True,
+                           capture_output=True, text=True, timeout=120)
+    origin = findings(report, "target", "replication_origin")[0]
+    quarantine = findings(report, "target", "quarantine", "ok")
+    if "exists" not in origin["detail"] or not quarantine:
+        raise CaptureFailure(f"after apply: origin {origin}, quarantine {quarantine}")
+    text = check(config, expect=EXIT_OK).stdout
+    lines = text.splitlines()
+    first_target = next(i for i, line in enumerate(lines) if line.startswith("target  "))
+    if not lines[-1].startswith("check flow app: source checked, target checked;") \
+            or any(line.startswith("source  ") for line in lines[first_target:]) \
+            or "target  ok        target_table  public.orders: exists" not in text:
+        raise CaptureFailure(f"text output is not grouped source, target, summary: {text}")
+    print(text)
+
+
+def apply_until_caught_up(config, expect):
+    result = subprocess.run([TRELLARA_BIN, "apply", "--config", config, "--until-caught-up"], capture_output=True,
+                            text=True, timeout=120)
+    if result.returncode != expect:
+        raise CaptureFailure(f"apply exited {result.returncode}, expected {expect}: {result.stderr[-3000:]}")
+
+
+def check_reports_an_unresolved_quarantine_as_critical(env):
+    source, target, work, log_dir = env["source"], env["target"], env["work"], env["log_dir"]
+    config = write_config(work, "quarantine.toml", "app", log_dir, source.conninfo(), target.conninfo())
+    apply_until_caught_up(config, 0)
+    # The target lost a row a later source UPDATE needs: apply quarantines that transaction (exit 3).
+    target.query("DELETE FROM items WHERE id = 1")
+    source.query("UPDATE items SET qty = 4 WHERE id = 1")
+    lsn = source.query("SELECT pg_current_wal_lsn()")
+    wait_for("the log to cover the UPDATE", lambda: source.query(
+        f"SELECT log_durable_lsn >= '{lsn}' FROM trellara.status() WHERE flow = 'app'") == "t", 60)
+    apply_until_caught_up(config, 3)
+    xid, commit_lsn, next_step = target.query(
+        "SELECT xid, commit_lsn, next_step FROM trellara.quarantine WHERE flow = 'app'").split("|")
+    report = check_json(config, EXIT_CRITICAL)
+    found = findings(report, "target", "quarantine")
+    if [(f["severity"], f["subject"], f["remedy"]) for f in found] != \
+            [("critical", f"transaction {xid} (commit {commit_lsn})", next_step)]:
+        raise CaptureFailure(f"the quarantined transaction must be critical with its next step {next_step!r}: {found}")
+    print(f"quarantined: {found[0]['detail']}; next: {found[0]['remedy']}")
+    # Repaired and released: a warning (the next apply replays it), then nothing once applied.
+    target.query("INSERT INTO items VALUES (1, 3)")
+    subprocess.run([TRELLARA_BIN, "quarantine", "replay-ready", "--config", config, "--xid", xid,
+                    "--commit-lsn", commit_lsn], check=True, capture_output=True, text=True, timeout=60)
+    found = findings(check_json(config, EXIT_OK), "target", "quarantine")
+    if [f["severity"] for f in found] != ["warning"] or "replay_ready" not in found[0]["detail"]:
+        raise CaptureFailure(f"a replay-ready transaction is a warning: {found}")
+    apply_until_caught_up(config, 0)
+    found = findings(check_json(config, EXIT_OK), "target", "quarantine")
+    if [f["severity"] for f in found] != ["ok"]:
+        raise CaptureFailure(f"after the replay nothing is quarantined: {found}")
+
+
+def check_reports_target_triggers_missing_tables_and_privileges_and_exits_2(env):
+    source, target, work, log_dir = env["source"], env["target"], env["work"], env["log_dir"]
+    target.query(
+        "CREATE ROLE check_role LOGIN; "
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON orders, items TO check_role; GRANT SELECT ON notes TO check_role; "
+        "DROP TABLE ghosts; ALTER TABLE items DROP CONSTRAINT items_pkey; "
+        "CREATE FUNCTION count_row() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$; "
+        "CREATE TRIGGER orders_audit AFTER INSERT OR UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION count_row(); "
+        "ALTER TABLE orders ENABLE ALWAYS TRIGGER orders_audit; "
+        "CREATE TRIGGER items_local AFTER DELETE ON items FOR EACH ROW EXECUTE FUNCTION count_row()")
+    role_conninfo = f"host={target.socket_dir} port={target.port} user=check_role dbname=postgres"
+    config = write_config(work, "problems.toml", "app", log_dir, source.conninfo(), role_conninfo)
+    state_sql = ("SELECT (SELECT count(*) FROM pg_replication_origin) || '|' || "
+                 "(SELECT count(*) FROM pg_namespace WHERE nspname = 'trellara') || '|' || "
+                 "(SELECT count(*) FROM pg_class WHERE relname = 'ghosts')")
+    before = target.query(state_sql)
+    report = check_json(config, EXIT_CRITICAL)
+    if report["status"] != "critical" or not report["target"]["reachable"]:
+        raise CaptureFailure(f"status must be critical with a reachable target: {report}")
+
+    fires = findings(report, "target", "target_trigger_fires")
+    if [(f["severity"], f["subject"]) for f in fires] != [("warning", "public.orders trigger orders_audit")] \
+            or "ENABLE ALWAYS" not in fires[0]["detail"] or "DISABLE TRIGGER \"orders_audit\"" not in fires[0]["remedy"]:
+        raise CaptureFailure(f"under replica exactly the ENABLE ALWAYS trigger on orders must be a warning: {fires}")
+    missing = findings(report, "target", "target_table", "critical")
+    if [f["subject"] for f in missing] != ["public.ghosts"] or "does not exist" not in missing[0]["detail"]:
+        raise CaptureFailure(f"the dropped table ghosts must be critical: {missing}")
+    privileges = findings(report, "target", "target_table_privileges", "critical")
+    if [f["subject"] for f in privileges] != ["public.notes"] \
+            or "INSERT, UPDATE, DELETE" not in privileges[0]["detail"] or "check_role" not in privileges[0]["remedy"]:
+        raise CaptureFailure(f"notes (SELECT only) must be critical, naming what is missing: {privileges}")
+    writable = sorted(f["subject"] for f in findings(report, "target", "target_table", "ok"))
+    if writable != ["public.items", "public.orders"]:
+        raise CaptureFailure(f"orders and items are writable by check_role: {writable}")
+    keyless = findings(report, "target", "target_table_key")
+    if [(f["severity"], f["subject"]) for f in keyless] != [("warning", "public.items")]:
+        raise CaptureFailure(f"items without a primary key on the target must be a warning: {keyless}")
+    for name in ("replication_origin", "session_replication_role", "target_state_schema"):
+        found = findings(report, "target", name, "critical")
+        if not found or not found[0]["remedy"]:
+            raise CaptureFailure(f"{name} must be critical with a remedy for a non-superuser: {report['target']}")
+    if "GRANT SET ON PARAMETER session_replication_role TO check_role" not in \
+            findings(report, "target", "session_replication_role")[0]["remedy"]:
+        raise CaptureFailure(f"session_replication_role remedy: {findings(report, 'target', 'session_replication_role')}")
+    # Read-only: nothing of the checks was created on the target.
+    if target.query(state_sql) != before:
+        raise CaptureFailure(f"check changed the target: origins|schema|ghosts {before} -> {target.query(state_sql)}")
+    text = check(config, expect=EXIT_CRITICAL)
+    if "target  critical  target_table  public.ghosts:" not in text.stdout \
+            or "target  warning   target_trigger_fires  public.orders trigger orders_audit:" not in text.stdout \
+            or "critical: critical" not in text.stdout.splitlines()[-1] or "critical" not in text.stderr:
+        raise CaptureFailure(f"text form: {text.stdout}\n{text.stderr}")
+
+    origin = write_config(work, "origin.toml", "app", log_dir, source.conninfo(), role_conninfo,
+                          '\n[apply]\nsession_replication_role = "origin"\n')
+    fires = findings(check_json(origin, EXIT_CRITICAL), "target", "target_trigger_fires")
+    if sorted(f["subject"] for f in fires) != ["public.items trigger items_local", "public.orders trigger orders_audit"]:
+        raise CaptureFailure(f"under origin both enabled triggers fire: {fires}")
+    print(f"problems reported: {[(f['severity'], f['check'], f['subject']) for f in report['target']['findings']]}")
+
+
+def check_source_unreachable_or_absent(env):
+    target, work, log_dir = env["target"], env["work"], env["log_dir"]
+    dead_dir = os.path.join(work, "no-server-here")
+    os.makedirs(dead_dir, exist_ok=True)
+    secret = "s3cret-never-printed"
+    dead = f"host={dead_dir} port=1 user=postgres password={secret} dbname=postgres"
+    config = write_config(work, "unreachable.toml", "app", log_dir, dead, target.conninfo())
+    result = check(config, "--format", "json", expect=EXIT_CRITICAL)
+    report = json.loads(result.stdout)
+    found = findings(report, "source", "source_reachable", "critical")
+    if report["source"]["reachable"] or len(found) != 1 or f"host={dead_dir}" not in found[0]["subject"] \
+            or "port=1" not in found[0]["subject"] or report["status"] != "critical":
+        raise CaptureFailure(f"an unreachable source must be one critical finding naming host and port: {report}")
+    text = check(config, expect=EXIT_CRITICAL)
+    if secret in result.stdout or secret in result.stderr or secret in text.stdout or secret in text.stderr:
+        raise CaptureFailure("the source password appears in check's output")
+    line = next((x for x in text.stdout.splitlines() if x.startswith("source  critical  source_reachable  host=")), "")
+    if "port=1" not in line or "Is the server running" not in line:
+        raise CaptureFailure(f"text form: the unreachable source is not one line naming the port: {text.stdout}")
+    if not report["target"]["reachable"] or not findings(report, "target", "target_tables", "warning"):
+        raise CaptureFailure(f"the target is checked and says its tables were not: {report['target']}")
+    print(f"unreachable source: {found[0]['subject']}: {found[0]['detail']}")
+
+    absent = write_config(work, "absent.toml", "app", log_dir, None, target.conninfo())
+    report = check_json(absent, EXIT_OK)
+    said = findings(report, "source", "source_configured", "warning")
+    if not said or "not run" not in said[0]["detail"] or report["source"]["reachable"] or report["status"] != "warning":
+        raise CaptureFailure(f"a configuration without [source] must say the source checks were not run: {report}")
+    print(f"no [source]: {said[0]['detail']}")
+
+
+if __name__ == "__main__":
+    with Cluster("check-source") as source, Cluster("check-target", preload=False) as target, \
+            tempfile.TemporaryDirectory(prefix="trellara-check-") as work:
+        source.query(SCHEMA)
+        target.query(SCHEMA)
+        log_dir = setup_flow(source, "CREATE PUBLICATION pub FOR TABLE orders, items, notes, ghosts", truth=False)
+        source.query("INSERT INTO orders VALUES (1, 'a'), (2, 'b'); INSERT INTO items VALUES (1, 3)")
+        wait_for("the log to hold the first transactions",
+                 lambda: source.query("SELECT log_durable_lsn IS NOT NULL FROM trellara.status() "
+                                      "WHERE flow = 'app'") == "t", 60)
+        env = {"source": source, "target": target, "work": work, "log_dir": log_dir}
+        run_scenarios([check_healthy_flow_exits_0,
+                       check_reports_an_unresolved_quarantine_as_critical,
+                       check_reports_target_triggers_missing_tables_and_privileges_and_exits_2,
+                       check_source_unreachable_or_absent], env)
