@@ -33,6 +33,10 @@ const std::map<std::string, std::map<std::string, KeySpec>>& Schema() {
         {"ddl_drop_table",
          {false, "\"keep\" (default: DROP TABLE leaves the target's table and rows) or \"apply\" (DROP TABLE "
                  "drops the target's table too, irreversibly)"}}}},
+      {"metrics",
+       {{"listen",
+         {false, "\"HOST:PORT\" where trellara apply serves GET /metrics (Prometheus text format): HOST an IPv4 "
+                 "literal, localhost or a bracketed IPv6 literal ([::1]), PORT 1..65535; e.g. \"127.0.0.1:9187\""}}}},
   };
   return kSchema;
 }
@@ -63,7 +67,7 @@ Result<FlowConfig> LoadFlowConfig(const std::string& path) {
     auto spec = Schema().find(table_name);
     if (spec == Schema().end())
       return MakeError("configuration " + path + ": unknown table [" + table_name +
-                       "]; the accepted tables are [flow], [source], [target] and [apply]");
+                       "]; the accepted tables are [flow], [source], [target], [apply] and [metrics]");
     const toml::table* table = node.as_table();
     if (table == nullptr)
       return MakeError("configuration " + path + ": " + table_name + " must be a table ([" + table_name + "])");
@@ -136,6 +140,11 @@ Result<FlowConfig> LoadFlowConfig(const std::string& path) {
       config.ddl_drop_table = DropTablePolicy::Apply;
     else
       return SettingError(path, "apply.ddl_drop_table", "is \"" + *drop + "\"");
+  }
+  if (auto listen = get("metrics", "listen")) {
+    auto address = metrics::ParseListenAddress(*listen);
+    if (!address) return SettingError(path, "metrics.listen", address.error().message);
+    config.metrics_listen = *address;
   }
   return config;
 }
