@@ -98,7 +98,7 @@ TEST_CASE("apply_families_label_every_sample_with_the_flow_and_show_one_state", 
   CHECK_THAT(*body, Catch::Contains("trellara_apply_state{flow=\"app\",state=\"blocked\"} 1\n"));
   CHECK_THAT(*body, Catch::Contains("trellara_apply_state{flow=\"app\",state=\"running\"} 0\n"));
   CHECK_THAT(*body, Catch::Contains("trellara_apply_transactions_applied_total{flow=\"app\"} 7\n"));
-  CHECK_THAT(*body, Catch::Contains("trellara_apply_last_commit_lsn{flow=\"app\"} 60944048\n"));
+  CHECK_THAT(*body, Catch::Contains("trellara_apply_last_commit_lsn{flow=\"app\"} 60945072\n"));
   CHECK_THAT(*body, Catch::Contains("trellara_apply_lag_seconds{flow=\"app\"} 2.5\n"));
   CHECK_THAT(*body, Catch::Contains("trellara_apply_last_checkpoint_timestamp_seconds{flow=\"app\"} 1700000000.25\n"));
 }
