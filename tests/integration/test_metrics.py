@@ -167,7 +167,8 @@ def metrics_endpoint_counts_applied_transactions(pair, ctx):
             raise CaptureFailure(f"trellara.relay_metrics() has no {counter} row: {relay_before}")
     daemon = ctx["daemon"]
     port = ctx["port"]
-    content_type, _ = wait_scrape(daemon, port, "the metrics endpoint to answer", lambda s: True)
+    wait_scrape(daemon, port, "the metrics endpoint to answer", lambda s: True)
+    content_type, _ = scrape(port)
     if content_type != "text/plain; version=0.0.4; charset=utf-8":
         raise CaptureFailure(f"Content-Type {content_type!r}, expected the text format 0.0.4")
     statements = "".join(f"INSERT INTO public.items VALUES ({i}, {i});\n" for i in range(1, N + 1))
