@@ -49,7 +49,7 @@ SELECT metric, value > 0 AS positive
   FROM trellara.relay_metrics()
  WHERE flow = 'app' AND metric IN ('worker_up', 'records_written', 'payload_bytes_appended', 'fsyncs_completed',
                                    'log_durable_lsn', 'streamed_transactions', 'stream_spilled_bytes')
- ORDER BY metric;
+ ORDER BY metric COLLATE "C";
 
 -- log_inspect(): the same facts as `trellara log inspect`.
 SELECT j->>'index_status' AS index_status, (j->>'segments')::int AS segments, (j->>'records')::int > 0 AS has_records,
