@@ -11,11 +11,13 @@ the relay's counters (trellara.relay_metrics(), docs/relay.md), against real clu
   - quarantine_shows_open_rows_and_blocked_state: an UPDATE whose target row is gone is quarantined:
     quarantine_open 1, quarantined_total 1, state blocked; after repair + replay-ready it applies and
     quarantine_open is 0 again;
+  - lost_connection_counts_a_retry: the applier's target session is terminated: retries_total
+    grows by one and the applier catches up again;
   - bad_listen_value_is_refused: a malformed metrics.listen is a configuration error (exit 2, the
     setting named); an address already taken ends the command with exit 1 naming metrics.listen,
     nothing applied.
 
-One source + target pair and one daemon for all three (cheap for CI).
+One source + target pair and one daemon for all four (cheap for CI).
 """
 import os
 import re
@@ -239,6 +241,22 @@ def quarantine_shows_open_rows_and_blocked_state(pair, ctx):
     print(f"metrics: quarantine of xid {xid} showed blocked and quarantine_open 1, then 0 after replay")
 
 
+@scenario(invariants=("a lost target connection counts one retry", "the applier is caught_up again after it"))
+def lost_connection_counts_a_retry(pair, ctx):
+    daemon, port = ctx["daemon"], ctx["port"]
+    _, samples = scrape(port)
+    retries = value(samples, "trellara_apply_retries_total")
+    killed = pair.target.query("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                               "WHERE application_name = 'trellara/app'")
+    if killed != "1":
+        raise CaptureFailure(f"terminated {killed} applier sessions on the target, expected 1")
+    pair.source.psql("INSERT INTO public.items VALUES (1000, 1)")
+    wait_scrape(daemon, port, "the retry to be counted and the applier to catch up again",
+                lambda s: value(s, "trellara_apply_retries_total") >= retries + 1 and state_of(s) == "caught_up"
+                and value(s, "trellara_apply_lag_records") == 0)
+    print(f"metrics: retries_total {int(retries)} -> {int(retries) + 1}+ after the target session was terminated")
+
+
 @scenario(invariants=("malformed metrics.listen: exit 2 naming the setting",
                       "address in use: exit 1 naming metrics.listen, nothing applied"))
 def bad_listen_value_is_refused(pair, ctx):
@@ -272,7 +290,7 @@ def main():
         ctx = {"daemon": daemon, "port": port}
         try:
             run_scenarios([metrics_endpoint_counts_applied_transactions, quarantine_shows_open_rows_and_blocked_state,
-                           bad_listen_value_is_refused], pair, ctx)
+                           lost_connection_counts_a_retry, bad_listen_value_is_refused], pair, ctx)
         finally:
             code = daemon.stop()
         if code != 0:
