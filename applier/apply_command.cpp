@@ -553,8 +553,10 @@ void Applier::PublishMetrics(metrics::ApplyState state, bool force) {
     // The published end: one read of the last segment's index (log/scan.h). Unreadable for a
     // moment (a segment being rolled) it keeps the last figure rather than inventing one.
     auto end = log::PublishedEndOffset(*device_, config_.log_directory);
-    const metrics::ApplySnapshot previous = metrics_->Snapshot();
-    s.lag_records = end ? (*end > reader_->next_offset() ? *end - reader_->next_offset() : 0) : previous.lag_records;
+    if (end)
+      s.lag_records = *end > reader_->next_offset() ? *end - reader_->next_offset() : 0;
+    else
+      s.lag_records = metrics_->Snapshot().lag_records;
   }
   const bool caught_up = state == metrics::ApplyState::kCaughtUp || (s.lag_records == 0 && pipeline_.size() == 0);
   const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
