@@ -14,6 +14,7 @@
 //                          (docs/snapshot.md): every target transaction of both paths starts with
 //                          trellara.control_check; TR010 reloads the registry and retries
 //   apply_progress.cpp     the progress lines
+//   metrics_server.cpp     GET /metrics ([metrics] listen): what PublishMetrics last handed over
 //
 // It never applies a transaction the barrier did not yield, never applies anything after a
 // quarantined transaction, never advances the consumer offset past a transaction that is not
@@ -36,6 +37,7 @@
 #include "apply_session.h"
 #include "apply_snapshot.h"
 #include "config.h"
+#include "metrics_server.h"
 #include "pg_connection.h"
 #include "trellara/apply_decision.h"
 #include "trellara/apply_pipeline.h"
@@ -159,7 +161,18 @@ class Applier {
   SnapshotRewrite RewriteForSnapshot(const Change& change, const std::vector<RelationInfo>& relations,
                                      const TxIdentity& tx, bool in_transaction);
   bool StopAtHolds(std::optional<uint64_t> next_commit_lsn);
-  void Retired(uint64_t commit_lsn) { applied_lsn_ = std::max(applied_lsn_, commit_lsn); }
+  void Retired(uint64_t commit_lsn, int64_t commit_time_us) {
+    if (commit_lsn >= applied_lsn_) last_commit_time_us_ = commit_time_us;
+    applied_lsn_ = std::max(applied_lsn_, commit_lsn);
+  }
+
+  // ---- apply_command.cpp: the metrics endpoint ([metrics] listen) -------------------------
+  // Hands the server a snapshot of the counters in `state`: at most every kMetricsPublishInterval
+  // unless `force` (a state change). A no-op without [metrics] listen.
+  void PublishMetrics(metrics::ApplyState state, bool force);
+  // Re-reads the flow's unresolved quarantine rows on the target (quarantine_open), when metrics
+  // are served and the session is connected.
+  void ReadQuarantineOpen();
 
   FlowConfig config_;
   bool until_caught_up_;
@@ -222,6 +235,14 @@ class Applier {
   } chunked_;
   uint64_t applied_lsn_ = 0;  // the highest commit LSN the target holds (origin progress, then retired)
   uint64_t covered_lsn_ = 0;  // the LSN of the last transaction end or progress marker read
+  // Metrics (docs/apply.md "Metrics"): the server, and the figures Counters does not hold.
+  std::unique_ptr<MetricsServer> metrics_;
+  Clock::time_point last_metrics_publish_{};
+  int64_t last_commit_time_us_ = 0;  // source commit time of the transaction at applied_lsn_
+  uint64_t retries_ = 0;
+  uint64_t quarantined_ = 0;
+  uint64_t quarantine_open_ = 0;
+  double offset_written_unix_seconds_ = 0;
 };
 
 }  // namespace trellara::cli::apply

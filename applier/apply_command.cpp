@@ -55,6 +55,9 @@ namespace {
 constexpr uint64_t kOffsetWriteEveryTransactions = 512;
 constexpr auto kOffsetWriteInterval = std::chrono::seconds(1);
 constexpr auto kTailPollInterval = std::chrono::milliseconds(200);
+// The metrics snapshot is handed to the server at most this often while applying (and at every
+// state change): a copy under a mutex and, then only, one read of the log's index for its end.
+constexpr auto kMetricsPublishInterval = std::chrono::milliseconds(100);
 
 // --until-caught-up retries a transient failure on a live target at most this many times, then
 // ends with exit 1 and the last error; a lost connection ends it at once (a one-shot run is
@@ -113,6 +116,12 @@ Applier::Applier(FlowConfig config, bool until_caught_up)
       backoff_(BackoffPolicy{}, RetrySeed()) {}
 
 void Applier::Run() {
+  if (config_.metrics_listen) {
+    metrics::ApplySnapshot initial;
+    initial.flow = config_.flow_name;
+    initial.state = metrics::ApplyState::kRunning;
+    metrics_ = std::make_unique<MetricsServer>(*config_.metrics_listen, config_.path, std::move(initial));
+  }
   auto device = log::OpenUringDevice();
   if (!device) Fail("cannot open the log device for " + config_.log_directory + ": " + device.error().message);
   device_ = std::move(device.value());
@@ -129,6 +138,8 @@ void Applier::Run() {
   OpenLog();
   WriteStatus("running", "");
   WriteStateFile("running", "", "");
+  ReadQuarantineOpen();
+  PublishMetrics(metrics::ApplyState::kRunning, true);
   for (;;) {
     try {
       Loop();
@@ -172,9 +183,12 @@ bool Applier::RecoverFrom(TransientFailure failure) {
               << " next_wait_ms=" << wait_ms << " since=" << retry_since_ << " consumer_offset=" << written_offset_
               << " error=\"" << quoted << "\"" << std::endl;
     WriteStateFile(state, failure.what(), failure.sqlstate);
+    retries_++;
+    PublishMetrics(metrics::ApplyState::kRetrying, true);
     for (const auto until = Clock::now() + std::chrono::milliseconds(wait_ms); Clock::now() < until;) {
       if (StopRequested()) {
         WriteStateFile("stopped", failure.what(), failure.sqlstate);
+        PublishMetrics(metrics::ApplyState::kStopped, true);
         progress_.Print("stopped", counters_, Figures(false));
         return false;
       }
@@ -187,6 +201,7 @@ bool Applier::RecoverFrom(TransientFailure failure) {
       ResumeLog();
       WriteStatus("running", failure.what());
       WriteStateFile("running", failure.what(), failure.sqlstate);
+      PublishMetrics(metrics::ApplyState::kRunning, true);
       std::cerr << "apply flow=" << config_.flow_name << " event=resumed attempt=" << backoff_.attempt()
                 << " consumer_offset=" << written_offset_ << std::endl;
       return true;
@@ -415,6 +430,8 @@ void Applier::WriteOffset(bool force) {
          config_.log_directory + "/consumers/" + kConsumerName + ": " + written.error().message +
          "; everything up to it is committed on the target, rerun trellara apply once the directory is writable");
   written_offset_ = safe;
+  offset_written_unix_seconds_ =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 void Applier::BarrierFailed(const BarrierFailure& failure) {
@@ -461,8 +478,11 @@ void Applier::Loop() {
       if (!at_tail_reported) {
         WriteStatus("caught_up", "");
         WriteStateFile("caught_up", "", "");
+        ReadQuarantineOpen();
+        PublishMetrics(metrics::ApplyState::kCaughtUp, true);
         at_tail_reported = true;
       }
+      PublishMetrics(metrics::ApplyState::kCaughtUp, false);
       if (progress_.tty()) progress_.Show(counters_, [&] { return Figures(true); });
       std::this_thread::sleep_for(kTailPollInterval);
       continue;
@@ -499,6 +519,7 @@ void Applier::Loop() {
     }
     WriteOffset(false);
     progress_.Show(counters_, [&] { return Figures(progress_.tty()); });
+    PublishMetrics(metrics::ApplyState::kRunning, false);
   }
   WriteOffset(true);
   const bool stopped = StopRequested();
@@ -507,7 +528,58 @@ void Applier::Loop() {
               << open.first_offset << ", " << open.chunks_received << " chunks so far); it is applied by the next run\n";
   WriteStatus(stopped ? "stopped" : "caught_up", "");
   WriteStateFile(stopped ? "stopped" : "caught_up", "", "");
+  PublishMetrics(stopped ? metrics::ApplyState::kStopped : metrics::ApplyState::kCaughtUp, true);
   progress_.Print(stopped ? "stopped" : "caught_up", counters_, Figures(false));
+}
+
+// ---- metrics -------------------------------------------------------------------------
+
+void Applier::PublishMetrics(metrics::ApplyState state, bool force) {
+  if (!metrics_) return;
+  const auto now = Clock::now();
+  if (!force && now - last_metrics_publish_ < kMetricsPublishInterval) return;
+  last_metrics_publish_ = now;
+  metrics::ApplySnapshot s;
+  s.flow = config_.flow_name;
+  s.state = state;
+  s.transactions_applied = counters_.applied;
+  s.duplicates_skipped = counters_.skipped_duplicates;
+  s.quarantined = quarantined_;
+  s.quarantine_open = quarantine_open_;
+  s.retries = retries_;
+  s.statements = counters_.statements;
+  s.last_commit_lsn = applied_lsn_;
+  if (reader_ && device_) {
+    // The published end: one read of the last segment's index (log/scan.h). Unreadable for a
+    // moment (a segment being rolled) it keeps the last figure rather than inventing one.
+    auto end = log::PublishedEndOffset(*device_, config_.log_directory);
+    if (end)
+      s.lag_records = *end > reader_->next_offset() ? *end - reader_->next_offset() : 0;
+    else
+      s.lag_records = metrics_->Snapshot().lag_records;
+  }
+  const bool caught_up = state == metrics::ApplyState::kCaughtUp || (s.lag_records == 0 && pipeline_.size() == 0);
+  const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  s.lag_seconds = metrics::ApplyLagSeconds(caught_up, last_commit_time_us_, now_us);
+  s.last_checkpoint_unix_seconds = offset_written_unix_seconds_;
+  metrics_->Publish(s);
+}
+
+void Applier::ReadQuarantineOpen() {
+  if (!metrics_ || conn_ == nullptr) return;
+  PgResult r = conn_->ExecParams(
+      "SELECT count(*) FROM trellara.quarantine WHERE flow = $1 AND state IN ('quarantined', 'replay_ready')",
+      {config_.flow_name});
+  if (!r.ok() || r.rows() != 1 || !r.Value(0, 0)) {
+    // The figure stays as last read; the apply loop's own statements report a lost target.
+    std::cerr << "trellara: warning: flow " << config_.flow_name
+              << ": cannot read the open quarantine rows for trellara_apply_quarantine_open (kept at "
+              << quarantine_open_ << "): " << r.Describe() << "\n";
+    return;
+  }
+  quarantine_open_ = std::stoull(*r.Value(0, 0));
 }
 
 }  // namespace apply

@@ -220,7 +220,7 @@ void Applier::CollectBatch() {
 // A retired transaction of a batch, counted.
 void Applier::Counted(const PipelineTx& tx) {
   unwritten_transactions_++;
-  Retired(tx.ready.tx.commit_lsn);
+  Retired(tx.ready.tx.commit_lsn, tx.ready.commit_time_us);
   if (tx.duplicate) {
     counters_.skipped_duplicates++;
   } else {

@@ -428,6 +428,7 @@ Attempt Applier::ApplyInTransaction(const ReadyTransaction& ready, bool resolves
 void Applier::Quarantine(const ReadyTransaction& ready, const QuarantineCause& cause, uint32_t previous_attempts) {
   const QuarantineRecord q = BuildQuarantine(ready.tx, ready.checksum, cause, previous_attempts);
   session_.RecordQuarantine(q, ready.tx);
+  quarantined_++;
   // With --until-caught-up the command ends with this message (main prints it once).
   if (!until_caught_up_) std::cerr << "trellara: " << q.message << "\n";
 }
@@ -437,6 +438,8 @@ void Applier::Quarantine(const ReadyTransaction& ready, const QuarantineCause& c
 bool Applier::WaitWhileBlocked(const std::string& message) {
   WriteOffset(true);
   WriteStatus("blocked", message);
+  ReadQuarantineOpen();
+  PublishMetrics(metrics::ApplyState::kBlocked, true);
   if (until_caught_up_) Fail(message, kExitFlowBlocked);
   const auto until = Clock::now() + kReplayReadyPollInterval;
   while (Clock::now() < until) {
@@ -453,7 +456,7 @@ Outcome Applier::Process(const ReadyTransaction& ready) {
     switch (decision.action) {
       case ApplyAction::SkipDuplicate:
         counters_.skipped_duplicates++;
-        Retired(ready.tx.commit_lsn);
+        Retired(ready.tx.commit_lsn, ready.commit_time_us);
         return Outcome::SkippedDuplicate;
       case ApplyAction::WaitReplayReady: {
         const std::string message =
@@ -482,7 +485,7 @@ Outcome Applier::Process(const ReadyTransaction& ready) {
         }
         if (attempt.kind == Attempt::Kind::Committed) {
           counters_.applied++;
-          Retired(ready.tx.commit_lsn);
+          Retired(ready.tx.commit_lsn, ready.commit_time_us);
           return Outcome::Applied;
         }
         const std::optional<QuarantineCause> failure = attempt.cause;

@@ -36,6 +36,10 @@ const std::map<std::string, std::map<std::string, KeySpec>>& Schema() {
         {"group_transactions",
          {false, "\"on\" (default: a batch of whole source transactions shares one target transaction, each "
                  "with its own dedup row) or \"off\" (one target transaction per source transaction)"}}}},
+      {"metrics",
+       {{"listen",
+         {false, "\"HOST:PORT\" where trellara apply serves GET /metrics (Prometheus text format): HOST an IPv4 "
+                 "literal, localhost or a bracketed IPv6 literal ([::1]), PORT 1..65535; e.g. \"127.0.0.1:9187\""}}}},
   };
   return kSchema;
 }
@@ -66,7 +70,7 @@ Result<FlowConfig> LoadFlowConfig(const std::string& path) {
     auto spec = Schema().find(table_name);
     if (spec == Schema().end())
       return MakeError("configuration " + path + ": unknown table [" + table_name +
-                       "]; the accepted tables are [flow], [source], [target] and [apply]");
+                       "]; the accepted tables are [flow], [source], [target], [apply] and [metrics]");
     const toml::table* table = node.as_table();
     if (table == nullptr)
       return MakeError("configuration " + path + ": " + table_name + " must be a table ([" + table_name + "])");
@@ -147,6 +151,11 @@ Result<FlowConfig> LoadFlowConfig(const std::string& path) {
       config.group_transactions = false;
     else
       return SettingError(path, "apply.group_transactions", "is \"" + *group + "\"");
+  }
+  if (auto listen = get("metrics", "listen")) {
+    auto address = metrics::ParseListenAddress(*listen);
+    if (!address) return SettingError(path, "metrics.listen", address.error().message);
+    config.metrics_listen = *address;
   }
   return config;
 }

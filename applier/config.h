@@ -27,15 +27,20 @@
 //              DROP TABLE of a published table: "keep" leaves the target's table and its rows (the
 //              flow stops following it); "apply" drops it on the target too. Dropping target data
 //              cannot be undone, so the DBA opts in.
+//   [metrics] listen = "127.0.0.1:9187" (optional; no metrics endpoint without it)
+//              where `trellara apply` serves GET /metrics in the Prometheus text format
+//              (docs/apply.md "Metrics"): HOST:PORT, HOST an IPv4 literal, localhost or [IPv6].
 //
 // Loading is strict: an unknown table or key, a missing required setting, a wrong type or a value
 // outside the accepted set is an error naming the setting and what it accepts. Nothing is
 // silently defaulted except the documented defaults above. This file never connects anywhere.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "trellara/ddl_apply.h"
+#include "trellara/metrics.h"
 #include "trellara/result.h"
 
 namespace trellara::cli {
@@ -51,6 +56,7 @@ struct FlowConfig {
   bool group_transactions = true;                    // [apply] group_transactions
   DdlPolicy ddl = DdlPolicy::Apply;                  // [apply] ddl
   DropTablePolicy ddl_drop_table = DropTablePolicy::Keep;  // [apply] ddl_drop_table
+  std::optional<metrics::ListenAddress> metrics_listen;    // [metrics] listen
 };
 
 Result<FlowConfig> LoadFlowConfig(const std::string& path);

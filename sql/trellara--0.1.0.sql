@@ -416,6 +416,27 @@ $$;
 REVOKE ALL ON FUNCTION trellara.status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION trellara.status() TO pg_monitor, trellara_admin;
 
+-- The relay's counters, one (flow, metric, value) row each, for a metrics exporter (docs/relay.md
+-- "Relay metrics"): what each flow's worker last published in shared memory, counted since that
+-- worker started. Only flows of trellara.flows; ordered by flow, then in a fixed metric order.
+CREATE FUNCTION trellara._relay_metrics(OUT flow text, OUT metric text, OUT value numeric)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'trellara_relay_metrics'
+LANGUAGE C STRICT VOLATILE;
+REVOKE ALL ON FUNCTION trellara._relay_metrics() FROM PUBLIC;
+
+CREATE FUNCTION trellara.relay_metrics()
+RETURNS TABLE (flow text, metric text, value numeric)
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT m.flow, m.metric, m.value
+    FROM trellara._relay_metrics() WITH ORDINALITY AS m(flow, metric, value, n)
+   WHERE m.flow IN (SELECT f.name FROM trellara.flows f)
+   ORDER BY m.flow, m.n
+$$;
+REVOKE ALL ON FUNCTION trellara.relay_metrics() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION trellara.relay_metrics() TO pg_monitor, trellara_admin;
+
 -- Source safety preflight of one flow: one row per finding, severity ok | warning | critical.
 -- Every non-ok row names the object and the remedy.
 CREATE FUNCTION trellara.check(flow text)

@@ -14,6 +14,7 @@ extern "C" {
 #include "miscadmin.h"
 #include "storage/latch.h"
 #include "utils/builtins.h"
+#include "utils/numeric.h"
 #include "utils/pg_lsn.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
@@ -27,6 +28,8 @@ PG_FUNCTION_INFO_V1(trellara_wake_launcher);
 PG_FUNCTION_INFO_V1(trellara_stop_flow_worker);
 PGDLLEXPORT Datum trellara_clear_stop_request(PG_FUNCTION_ARGS);
 PG_FUNCTION_INFO_V1(trellara_clear_stop_request);
+PGDLLEXPORT Datum trellara_relay_metrics(PG_FUNCTION_ARGS);
+PG_FUNCTION_INFO_V1(trellara_relay_metrics);
 }
 
 #include <cstring>
@@ -82,6 +85,57 @@ Datum trellara_relay_status(PG_FUNCTION_ARGS) {
     tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
   }
   LWLockRelease(b->lock);
+  return (Datum)0;
+}
+
+// trellara._relay_metrics(): the relay's counters on the status board, one (flow, metric, value)
+// row each, in a fixed order per flow (docs/relay.md "Relay metrics"). An LSN is a number (bytes
+// from 0/0) like pg_wal_lsn_diff's; a figure the worker has not published yet is left out rather
+// than shown as 0. Plain C style: no C++ objects.
+Datum trellara_relay_metrics(PG_FUNCTION_ARGS) {
+  RequireBoard("trellara._relay_metrics()");
+  ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+  InitMaterializedSRF(fcinfo, 0);
+  Board* b = SharedBoard();
+  // Copied under the lock, turned into rows (palloc, may ERROR) after it is released.
+  FlowSlot* slots = static_cast<FlowSlot*>(palloc(sizeof(FlowSlot) * b->max_flows));
+  LWLockAcquire(b->lock, LW_SHARED);
+  std::memcpy(static_cast<void*>(slots), static_cast<const void*>(b->flows), sizeof(FlowSlot) * b->max_flows);
+  LWLockRelease(b->lock);
+  for (int i = 0; i < b->max_flows; i++) {
+    const FlowSlot& s = slots[i];
+    if (!s.in_use) continue;
+    struct Row {
+      const char* metric;
+      uint64_t value;
+      bool present;
+    };
+    const Row rows[] = {
+        {"worker_up", s.pid != 0 ? 1u : 0u, true},
+        {"records_written", s.records_written, true},
+        {"payload_bytes_appended", s.payload_bytes_appended, true},
+        {"fsyncs_completed", s.fsyncs_completed, true},
+        {"log_durable_offset", s.log_durable_offset, s.has_durable_offset},
+        {"log_durable_lsn", s.log_durable_lsn, s.log_durable_lsn != 0},
+        {"confirmed_lsn", s.confirmed_lsn, s.confirmed_lsn != 0},
+        {"streamed_transactions", s.streamed_transactions, true},
+        {"stream_spilled_bytes", s.stream_spilled_bytes, true},
+        {"consecutive_failures", static_cast<uint64_t>(s.consecutive_failures > 0 ? s.consecutive_failures : 0), true},
+    };
+    for (const Row& row : rows) {
+      if (!row.present) continue;
+      char number[32];
+      snprintf(number, sizeof number, "%llu", static_cast<unsigned long long>(row.value));
+      Datum values[3];
+      bool nulls[3] = {false, false, false};
+      values[0] = CStringGetTextDatum(s.name);
+      values[1] = CStringGetTextDatum(row.metric);
+      values[2] = DirectFunctionCall3(numeric_in, CStringGetDatum(number), ObjectIdGetDatum(InvalidOid),
+                                      Int32GetDatum(-1));
+      tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+    }
+  }
+  pfree(slots);
   return (Datum)0;
 }
 

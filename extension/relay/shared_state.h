@@ -48,6 +48,12 @@ struct FlowSlot {
   uint32_t failing_xid;
   uint64_t failing_commit_lsn;
   int32_t failing_count;
+  // Counters of trellara.relay_metrics() (docs/relay.md), since the worker started; appended here
+  // so the fields above keep their places.
+  uint64_t payload_bytes_appended;  // record payload bytes appended to the log
+  uint64_t fsyncs_completed;        // fdatasyncs of the log the writer completed
+  uint64_t streamed_transactions;   // streamed (in-progress) transactions logged at their commit
+  uint64_t stream_spilled_bytes;    // bytes of streamed changes written to spill files
 };
 
 struct Board {

@@ -118,6 +118,8 @@ struct Relay {
   uint64_t confirmed_lsn = 0;
   uint64_t last_progress_us = 0;
   uint64_t records_written = 0;
+  uint64_t payload_bytes_appended = 0;
+  uint64_t streamed_transactions = 0;
 };
 Relay* g_relay = nullptr;
 
@@ -146,6 +148,10 @@ void Publish(FlowState state) {
     board_slot->log_durable_lsn = g_relay->ack ? g_relay->ack->confirmable_lsn() : 0;
     board_slot->confirmed_lsn = g_relay->confirmed_lsn;
     board_slot->records_written = g_relay->records_written;
+    board_slot->payload_bytes_appended = g_relay->payload_bytes_appended;
+    board_slot->fsyncs_completed = g_relay->writer->fsyncs_completed();
+    board_slot->streamed_transactions = g_relay->streamed_transactions;
+    board_slot->stream_spilled_bytes = g_relay->spill ? g_relay->spill->stats().spilled_bytes : 0;
   }
   if (state == FlowState::kRunning && board_slot->consecutive_failures > 0 &&
       TimestampDifferenceExceeds(started_at, GetCurrentTimestamp(), kHealthyAfterMs))
@@ -434,6 +440,7 @@ uint64_t AppendProgressMarker(uint64_t lsn) {
   if (!offset.ok()) Fail("cannot append a progress marker", offset.error());
   g_relay->ack->Appended(*offset, kProgressRecordType, lsn);
   g_relay->records_written++;
+  g_relay->payload_bytes_appended += sizeof payload;
   WaitDurable(*offset + 1);
   return g_relay->ack->Durable(g_relay->writer->durable_end());
 }
@@ -509,6 +516,7 @@ Status AppendRecord(uint8_t type, uint32_t xid, uint64_t commit_lsn, std::span<c
   if (!offset.ok()) Fail("cannot append the record of xid " + std::to_string(xid) + " to its log", offset.error());
   g_relay->ack->Appended(*offset, type, commit_lsn);
   g_relay->records_written++;
+  g_relay->payload_bytes_appended += bytes.size();
   // Bound memory while decoding a large transaction: drain to disk before appending more.
   if (g_relay->writer->unacknowledged_bytes() > kMaxUnackedBytes) {
     WaitDurable(g_relay->writer->next_offset(), true);
@@ -569,6 +577,7 @@ void HandleStreamRecord(const plugin::WrittenRecord& info, std::span<const uint8
                                std::to_string(info.top_xid) + ": " + s.error().message,
                            {}, "Raise trellara.record_bytes_max (at most 1048576 kB) if the record fits under 1 GiB.");
       if (!s.ok()) Fail("cannot log streamed transaction " + std::to_string(info.top_xid), s.error());
+      g_relay->streamed_transactions++;
       return;
     }
     default:

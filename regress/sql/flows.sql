@@ -44,6 +44,12 @@ SELECT flow, state, enabled, publication, slot_name, slot_active,
        confirmed_flush_lsn <= log_durable_lsn AS confirmed_within_log, log_bytes > 0 AS log_written,
        worker_pid IS NOT NULL AS has_worker, last_error
   FROM trellara.status();
+-- relay_metrics(): the relay's counters, one row per metric (values that vary are not shown).
+SELECT metric, value > 0 AS positive
+  FROM trellara.relay_metrics()
+ WHERE flow = 'app' AND metric IN ('worker_up', 'records_written', 'payload_bytes_appended', 'fsyncs_completed',
+                                   'log_durable_lsn', 'streamed_transactions', 'stream_spilled_bytes')
+ ORDER BY metric COLLATE "C";
 
 -- log_inspect(): the same facts as `trellara log inspect`.
 SELECT j->>'index_status' AS index_status, (j->>'segments')::int AS segments, (j->>'records')::int > 0 AS has_records,
@@ -69,7 +75,8 @@ SELECT p.proname, has_function_privilege('public', p.oid, 'execute') AS public_c
        has_function_privilege('trellara_admin', p.oid, 'execute') AS admin_can
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
  WHERE n.nspname = 'trellara' AND p.proname IN ('consumers', 'unregister_consumer', '_log_retention',
-                                                 '_unregister_consumer', '_check_log_retention')
+                                                 '_unregister_consumer', '_check_log_retention',
+                                                 'relay_metrics', '_relay_metrics')
  ORDER BY 1;
 
 SELECT trellara.stop_flow('app');

@@ -51,6 +51,13 @@ TEST_CASE("configuration_errors_name_the_setting_and_the_accepted_values", "[cli
        {"setting apply.ddl_drop_table is \"drop\"", "\"keep\" (default", "\"apply\" (DROP TABLE"}},
       {"ddl_not_string", kFlow + kTarget + "[apply]\nddl = false\n", {"apply.ddl must be a string"}},
       {"bad_toml", "[flow\nname = \"app\"\n", {"is not valid TOML at line 1"}},
+      {"listen_without_port", kFlow + kTarget + "[metrics]\nlisten = \"127.0.0.1\"\n",
+       {"setting metrics.listen \"127.0.0.1\" has no :PORT", "HOST:PORT"}},
+      {"listen_bad_port", kFlow + kTarget + "[metrics]\nlisten = \"127.0.0.1:70000\"\n",
+       {"setting metrics.listen", "port 70000 is not a number 1..65535"}},
+      {"listen_host_name", kFlow + kTarget + "[metrics]\nlisten = \"metrics.example:9187\"\n",
+       {"setting metrics.listen", "is not an IPv4 address literal"}},
+      {"listen_not_string", kFlow + kTarget + "[metrics]\nlisten = 9187\n", {"metrics.listen must be a string"}},
   };
   for (const auto& c : cases) {
     const std::string path = WriteConfig(c.name, c.text);
