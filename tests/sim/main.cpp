@@ -230,6 +230,16 @@ RunRecord RunOne(const Named& n, uint64_t seed, const std::string& defect, std::
   return r;
 }
 
+// The trace up to the first violation (the steps after it add nothing to the explanation).
+void PrintTraceToFailure(const SimOutcome& o) {
+  int until = o.violations.empty() ? INT32_MAX : o.violations.front().step;
+  for (const auto& line : o.trace) {
+    int step = std::atoi(line.c_str() + 5);  // "step N: ..."
+    if (step > until) break;
+    std::cout << "    " << line << "\n";
+  }
+}
+
 void PrintTrace(const SimOutcome& o, size_t tail) {
   size_t from = o.trace.size() > tail ? o.trace.size() - tail : 0;
   if (from > 0) std::cout << "    ... (" << from << " earlier lines)\n";
@@ -261,7 +271,8 @@ bool RunNamed(const Named& n, uint64_t seed, const std::string& only_defect, boo
     std::cout << (r.passed ? "PASS " : "FAIL ") << n.name << " seed " << seed << " (" << o.steps << " steps, "
               << o.applied << " applied, " << o.duplicates_skipped << " duplicates skipped, " << o.quarantined
               << " quarantined, " << o.power_losses << " power losses)" << (r.passed ? "" : ": " + why) << "\n";
-    if (!r.passed || verbose) PrintTrace(o, verbose ? 100000 : 40);
+    if (verbose) PrintTrace(o, 100000);
+    else if (!r.passed) PrintTraceToFailure(o);
     nlohmann::json faults = nlohmann::json::object();
     for (const auto& [p, c] : o.faults_fired) faults[p] = c;
     nlohmann::json points = nlohmann::json::array();
@@ -352,7 +363,7 @@ int RunRandom(uint64_t count, uint64_t base, const std::string& defect, const Re
     for (int id : suppressed) std::cout << " " << id;
     std::cout << "):\n";
     if (Fails(m)) {
-      PrintTrace(m, 60);
+      PrintTraceToFailure(m);
       std::cout << "  minimal run violation: "
                 << (!m.harness_error.empty() ? m.harness_error : m.violations.front().invariant + ": " + m.violations.front().message)
                 << "\n";

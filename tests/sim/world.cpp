@@ -952,6 +952,7 @@ SimOutcome World::Run() {
       }
     }
     if (halted_ && step_ > 40) break;
+    if (relay_refused_ || applier_refused_) break;  // the flow stopped for good; the violation is recorded
     if (!halted_ && done() && step_ > 20) break;
   }
   out_.steps = step_;
