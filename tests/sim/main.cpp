@@ -196,9 +196,10 @@ RunRecord RunOne(const Named& n, uint64_t seed, const std::string& defect, std::
     *why = "simulator failure: " + o.harness_error;
     return r;
   }
+  // The clean run must reach every planned fault; a defect run may be caught before the later ones.
   for (const auto& [point, at] : n.config.faults.fire_at) {
     (void)at;
-    if (!o.faults_fired.count(point)) {
+    if (defect.empty() && !o.faults_fired.count(point)) {
       *why = "fault point " + point + " never fired (a fault that never fired proves nothing)";
       return r;
     }
@@ -296,9 +297,7 @@ bool RunNamed(const Named& n, uint64_t seed, const std::string& only_defect, boo
     nlohmann::json faults = nlohmann::json::object();
     for (const auto& [p, c] : r.outcome.faults_fired) faults[p] = c;
     if (r.outcome.defect_fired) faults["defect." + defect] = 1;
-    nlohmann::json points = nlohmann::json::array();
-    for (const auto& [p, at] : n.config.faults.fire_at) { (void)at; points.push_back(p); }
-    points.push_back("defect." + defect);
+    nlohmann::json points = nlohmann::json::array({"defect." + defect});
     results.Write({{"kind", "simulation"}, {"name", n.name + "__defect_" + defect}, {"suite", "simulation"},
                    {"script", "tests/sim"}, {"seed_rows", n.seed_rows}, {"seed", seed},
                    {"status", r.passed ? "passed" : "failed"}, {"duration_s", r.seconds},
