@@ -194,6 +194,7 @@ class World {
   bool applier_refused_ = false;
   bool halted_ = false;
   std::optional<uint64_t> halted_at_;  // commit LSN of the quarantined transaction
+  int halted_since_ = 0;               // step at which the applier halted (0: not halted)
   std::unique_ptr<log::LogReader> reader_;
   std::unique_ptr<TransactionBarrier> barrier_;
   std::unique_ptr<ApplyPipeline> pipeline_;
@@ -935,7 +936,9 @@ SimOutcome World::Run() {
     }
     if (!out_.harness_error.empty()) break;
     CheckInvariants();
-    if (halted_ && config_.repair_after_quarantine) {
+    if (halted_ && halted_since_ == 0) halted_since_ = step_;
+    // The operator comes a few steps later: meanwhile the applier must stay halted.
+    if (halted_ && config_.repair_after_quarantine && step_ >= halted_since_ + 6) {
       // The operator repairs the target (removes the conflicting row) and marks the boundary
       // replay-ready through the real decision.
       std::vector<QuarantineEntry> entries;
@@ -948,6 +951,7 @@ SimOutcome World::Run() {
         target_.blocked_lsn.reset();
         halted_ = false;
         halted_at_.reset();
+        halted_since_ = 0;
         ApplierCrash("restarted by the operator after replay-ready");
       }
     }
