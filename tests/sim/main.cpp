@@ -53,12 +53,12 @@ std::vector<Named> NamedSimulations() {
     all.push_back(std::move(n));
   };
   add("publish_ack_loss", {"publish_ack_loss"}, 20260812,
-      "the relay's confirm to the source is lost twice (the relay reconnects and resumes from its log), then a "
-      "power loss hits a record appended but not yet fsynced; nothing confirmed is lost, nothing applied twice",
+      "the relay's confirm to the source is lost twice (the relay reconnects and resumes from its log), then "
+      "power losses hit records appended but not yet fsynced; nothing confirmed is lost, nothing applied twice",
       "relay_confirm_before_fsync", {"source_confirmed_only_to_durable_log", "no_acknowledged_transaction_lost"},
       [](SimConfig& c) {
         c.faults.fire_at["relay.confirm_lost"] = {2, 4};
-        c.faults.fire_at["relay.power_loss_after_append"] = {5};
+        c.faults.fire_at["relay.power_loss_after_append"] = {5, 7};
       });
   add("crash_after_publish_before_source_ack", {"crash_after_publish_before_source_ack"}, 20260813,
       "the relay dies with records durable but the slot not confirmed, and the log host loses power with records "
@@ -99,12 +99,12 @@ std::vector<Named> NamedSimulations() {
       [](SimConfig& c) { c.faults.fire_at["target.checkpoint_update_fails"] = {1, 2, 4}; });
   add("stream_ack_loss_after_apply", {"stream_ack_loss_after_apply"}, 20260819,
       "the applier commits on the target and dies before writing its consumer offset, a consumer-offset write "
-      "is lost, and it dies inside a transaction: re-read transactions are skipped as duplicates, none is lost",
+      "is lost, and it dies inside transactions: re-read transactions are skipped as duplicates, none is lost",
       "apply_ack_before_commit", {"no_acknowledged_transaction_lost"},
       [](SimConfig& c) {
         c.faults.fire_at["applier.crash_after_commit_before_offset"] = {1};
         c.faults.fire_at["applier.offset_write_lost"] = {1, 3};
-        c.faults.fire_at["applier.crash_before_commit"] = {2, 4, 6};
+        c.faults.fire_at["applier.crash_before_commit"] = {2, 3, 4, 5, 6};
       });
   add("strict_chunk_relay_crash_after_chunks_before_manifest", {"strict_chunk_relay_crash_after_chunks_before_manifest"},
       20261012,

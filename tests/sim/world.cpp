@@ -268,6 +268,14 @@ void World::RelayStart() {
   writer_ = std::move(*writer);
   appended_.clear();
   std::vector<log::LogRecord> records = ReadWholeLog();
+  if (!out_.harness_error.empty()) {
+    // The reader refuses a damaged acknowledged frame (never skips it): the flow stops.
+    Violate("no_acknowledged_transaction_lost", "the recovered log cannot be read: " + out_.harness_error);
+    out_.harness_error.clear();
+    relay_refused_ = true;
+    writer_.reset();
+    return;
+  }
   for (const auto& r : records) appended_[r.offset] = {r.type, r.commit_lsn};
   std::vector<TailFrame> newest_first;
   for (auto it = records.rbegin(); it != records.rend(); ++it) {
@@ -740,6 +748,15 @@ void World::ApplierStep() {
         }
         auto fed = barrier_->Feed(frame);
         if (!fed.ok()) {
+          // As the real applier does (Pump before BarrierFailed): everything before the failure is
+          // applied first; if that cannot finish now, restart and come back to it.
+          ProcessPipeline();
+          if (halted_) return;
+          if (!pipeline_->empty()) {
+            ApplierCrash("transactions before a barrier failure are not all applied yet; retrying");
+            return;
+          }
+          WriteOffset();
           const auto& failure = barrier_->failure();
           Trace("barrier failure: " + fed.error().message);
           if (failure && failure->tx) {
@@ -795,13 +812,15 @@ void World::ApplierStep() {
               else halted_ = true;
               return;
             }
-            Status s = pipeline_->AppliedAlone(tx.end_offset, tx.tx.commit_lsn);
+            Status s = pipeline_->AppliedAlone(barrier_->RetainFromOffset().value_or(r.offset + 1), tx.tx.commit_lsn);
             if (!s.ok()) {
               out_.harness_error = "AppliedAlone: " + s.error().message;
               return;
             }
           } else {
-            uint64_t after = ready.end_offset;
+            // Like the real applier: finished with everything below RetainFromOffset (never past
+            // the first frame of a chunked transaction still open in the barrier).
+            uint64_t after = barrier_->RetainFromOffset().value_or(r.offset + 1);
             pipeline_->ReadWhole(std::move(ready), after);
           }
         } else {
@@ -957,7 +976,12 @@ SimOutcome World::Run() {
     }
     if (halted_ && step_ > 40) break;
     if (relay_refused_ || applier_refused_) break;  // the flow stopped for good; the violation is recorded
-    if (!halted_ && done() && step_ > 20) break;
+    // Caught up: stop, unless a planned fault still waits for an opportunity (a target crash can
+    // still come; a relay fault cannot once the source is drained — the run then reports it).
+    bool planned_pending = false;
+    for (const auto& [point, at] : config_.faults.fire_at)
+      if (!out_.faults_fired.count(point)) planned_pending = true;
+    if (!halted_ && done() && step_ > 20 && (!planned_pending || step_ > 120)) break;
   }
   out_.steps = step_;
   if (out_.harness_error.empty()) {
