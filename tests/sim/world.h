@@ -96,7 +96,6 @@ struct SimOutcome {
   std::vector<std::string> trace;            // one line per step and per fault
   std::map<std::string, int> faults_fired;   // point -> times
   std::vector<int> random_fault_ids;         // ids fired in randomized mode (for shrinking)
-  std::map<std::string, int> fault_id_point; // unused by callers; kept for traces
   int steps = 0;
   int applied = 0;            // distinct transactions applied on the durable target
   int duplicates_skipped = 0;
