@@ -299,7 +299,8 @@ bool RunNamed(const Named& n, uint64_t seed, const std::string& only_defect, boo
     if (r.outcome.defect_fired) faults["defect." + defect] = 1;
     nlohmann::json points = nlohmann::json::array({"defect." + defect});
     results.Write({{"kind", "simulation"}, {"name", n.name + "__defect_" + defect}, {"suite", "simulation"},
-                   {"script", "tests/sim"}, {"seed_rows", n.seed_rows}, {"seed", seed},
+                   // A negative control proves no row by itself; the matrix binds it as the row's defect.
+                   {"script", "tests/sim"}, {"seed_rows", nlohmann::json::array()}, {"seed", seed},
                    {"status", r.passed ? "passed" : "failed"}, {"duration_s", r.seconds},
                    {"command", Exe() + " --run " + n.name + " --seed " + std::to_string(seed) + " --defect " + defect},
                    {"fault_points", points}, {"faults_fired", faults}, {"defect", defect}, {"pairs_with", n.name},
