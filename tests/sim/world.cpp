@@ -325,6 +325,17 @@ void World::AppendFrame(uint8_t type, uint64_t commit_lsn, const std::string& by
 }
 
 void World::Confirm(uint64_t lsn) {
+  // source_confirmed_only_to_durable_log, checked at the moment of the confirm too: after the step
+  // the frames may have become durable, hiding a confirm that raced ahead of the fsync.
+  if (writer_ && lsn > slot_confirmed_) {
+    bool durable = false;
+    for (const auto& [off, meta] : appended_)
+      if (off < writer_->durable_end() && CompletesTransaction(meta.first) && meta.second >= lsn) durable = true;
+    if (!durable)
+      Violate("source_confirmed_only_to_durable_log",
+              "the relay confirms " + Lsn(lsn) + " to the source while its completing frame is not durable (durable end " +
+                  std::to_string(writer_->durable_end()) + ")");
+  }
   if (lsn > slot_confirmed_) {
     Trace("source slot confirmed to " + Lsn(lsn));
     slot_confirmed_ = lsn;
