@@ -2,7 +2,8 @@
 //
 //   trellara_sim --list
 //   trellara_sim --run NAME [--seed S] [--defect D]     one named simulation (and, without
-//                                                        --defect, its paired defect run too)
+//                                                        --defect, its paired defect run too;
+//                                                        --clean-only: the clean run alone)
 //   trellara_sim --all                                  every named simulation and its paired defect
 //   trellara_sim --random N [--seed-base S]             N seeds of a mixed fault schedule
 //   --results-dir DIR                                   append one JSON line per run to DIR/sim.jsonl
