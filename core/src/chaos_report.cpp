@@ -19,6 +19,7 @@ using nlohmann::json;
 constexpr std::string_view kKindIntegration = "integration";
 constexpr std::string_view kKindCtest = "ctest";
 constexpr std::string_view kKindRegress = "pg_regress";
+constexpr std::string_view kKindSimulation = "simulation";  // tests/sim (trellara_sim), sim.jsonl
 
 // Display order of the suites: the seed's order, then ours.
 constexpr std::string_view kSuiteOrder[] = {
@@ -58,8 +59,9 @@ std::vector<std::string> StringList(const json& object, const char* key) {
 Result<ScenarioRef> ParseRef(const json& value, const std::string& where) {
   if (!value.is_object()) return MakeError(where + ": a scenario must be an object {kind, name[, script]}");
   ScenarioRef ref{StringField(value, "kind"), StringField(value, "name"), StringField(value, "script")};
-  if (ref.kind != kKindIntegration && ref.kind != kKindCtest && ref.kind != kKindRegress) {
-    return MakeError(where + ": kind '" + ref.kind + "' is not one of integration, ctest, pg_regress");
+  if (ref.kind != kKindIntegration && ref.kind != kKindCtest && ref.kind != kKindRegress &&
+      ref.kind != kKindSimulation) {
+    return MakeError(where + ": kind '" + ref.kind + "' is not one of integration, ctest, pg_regress, simulation");
   }
   if (ref.name.empty()) return MakeError(where + ": a scenario has no name");
   return ref;
@@ -341,6 +343,11 @@ std::string DefaultCommand(const ScenarioRef& ref) {
   }
   if (ref.kind == kKindCtest) return "ctest --test-dir build -R '^" + ref.name + "$'";
   if (ref.kind == kKindRegress) return "python3 tests/run-all --only regress  # pg_regress suite " + ref.name;
+  if (ref.kind == kKindSimulation) {  // NAME, or NAME__defect_D for its paired defect run
+    const size_t defect = ref.name.find("__defect_");
+    if (defect == std::string::npos) return "build/bin/trellara_sim --run " + ref.name;
+    return "build/bin/trellara_sim --run " + ref.name.substr(0, defect) + " --defect " + ref.name.substr(defect + 9);
+  }
   return ref.name;
 }
 

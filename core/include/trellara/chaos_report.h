@@ -32,7 +32,8 @@ enum class RowStatus {
 };
 std::string_view RowStatusName(RowStatus status);
 
-// A scenario as the matrix names it: kind is "integration", "ctest" or "pg_regress".
+// A scenario as the matrix names it: kind is "integration", "ctest", "pg_regress" or "simulation"
+// (tests/sim: a named simulation, or NAME__defect_D for its paired defect run).
 struct ScenarioRef {
   std::string kind;
   std::string name;

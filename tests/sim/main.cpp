@@ -1,0 +1,473 @@
+// main.cpp — trellara_sim: the deterministic simulator's command line (docs/simulator.md).
+//
+//   trellara_sim --list
+//   trellara_sim --run NAME [--seed S] [--defect D]     one named simulation (and, without
+//                                                        --defect, its paired defect run too;
+//                                                        --clean-only: the clean run alone)
+//   trellara_sim --all                                  every named simulation and its paired defect
+//   trellara_sim --random N [--seed-base S]             N seeds of a mixed fault schedule
+//   --results-dir DIR                                   append one JSON line per run to DIR/sim.jsonl
+//   --verbose                                           print every run's trace
+//
+// Exit status: 0 when every clean run passed its invariants and every paired defect was caught,
+// 1 otherwise, 2 on a usage error.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "world.h"
+
+using trellara::sim::SimConfig;
+using trellara::sim::SimOutcome;
+
+namespace {
+
+struct Named {
+  std::string name;
+  std::vector<std::string> seed_rows;  // seed 000 rows this simulation proves
+  uint64_t seed;
+  std::string what;
+  std::string defect;                       // the paired defect
+  std::vector<std::string> defect_breaks;   // invariants the defect run must violate (any of them)
+  SimConfig config;
+};
+
+SimConfig Base(const std::string& name, uint64_t seed) {
+  SimConfig c;
+  c.name = name;
+  c.seed = seed;
+  return c;
+}
+
+std::vector<Named> NamedSimulations() {
+  std::vector<Named> all;
+  auto add = [&all](std::string name, std::vector<std::string> rows, uint64_t seed, std::string what,
+                    std::string defect, std::vector<std::string> breaks, auto configure) {
+    Named n{name, std::move(rows), seed, std::move(what), std::move(defect), std::move(breaks), Base(name, seed)};
+    configure(n.config);
+    all.push_back(std::move(n));
+  };
+  add("publish_ack_loss", {"publish_ack_loss"}, 20260812,
+      "the relay's confirm to the source is lost twice (the relay reconnects and resumes from its log), then "
+      "power losses hit records appended but not yet fsynced; nothing confirmed is lost, nothing applied twice",
+      "relay_confirm_before_fsync", {"source_confirmed_only_to_durable_log", "no_acknowledged_transaction_lost"},
+      [](SimConfig& c) {
+        c.faults.fire_at["relay.confirm_lost"] = {2, 4};
+        c.faults.fire_at["relay.power_loss_after_append"] = {5, 7};
+      });
+  add("crash_after_publish_before_source_ack", {"crash_after_publish_before_source_ack"}, 20260813,
+      "the relay dies with records durable but the slot not confirmed, and the log host loses power with records "
+      "appended but not fsynced (unsynced writes lost or torn): the restart rule re-decodes exactly what is missing",
+      "relay_confirm_before_fsync", {"no_acknowledged_transaction_lost"},
+      [](SimConfig& c) {
+        c.faults.fire_at["relay.crash_after_fsync_before_confirm"] = {1, 3};
+        c.faults.fire_at["relay.power_loss_after_append"] = {2, 4, 5, 6};
+      });
+  add("duplicate_delivery", {"duplicate_delivery"}, 20260815,
+      "records reach the log twice and the applier loses a consumer-offset write: every second delivery is "
+      "skipped through the dedup row",
+      "apply_skip_dedup_check", {"none_applied_twice"},
+      [](SimConfig& c) {
+        c.faults.fire_at["transport.duplicate_record"] = {1, 3};
+        c.faults.fire_at["applier.offset_write_lost"] = {2};
+      });
+  add("target_failure_before_commit", {"target_failure_before_commit"}, 20260816,
+      "the target refuses COMMITs and the applier dies inside an open target transaction: nothing of the "
+      "transaction is visible, it is applied once later",
+      "apply_rows_autocommit", {"no_partial_transaction_visible", "none_applied_twice"},
+      [](SimConfig& c) {
+        c.faults.fire_at["target.commit_fails"] = {1, 3};
+        c.faults.fire_at["applier.crash_before_commit"] = {2, 5};
+      });
+  add("target_quarantine_repair_replay", {"target_quarantine_repair_replay"}, 20260817,
+      "the target refuses a row of the 4th transaction (23505): it is quarantined and the applier halts; the "
+      "operator repairs the target and marks it replay-ready (DecideReplayReady); it is applied and the rest follows",
+      "apply_skip_quarantined", {"quarantine_halts"},
+      [](SimConfig& c) {
+        c.blocked_event_tx = 3;
+        c.repair_after_quarantine = true;
+      });
+  add("checkpoint_failure_during_apply", {"checkpoint_failure_during_apply"}, 20260818,
+      "the origin-progress statement fails inside the target transaction: the rows, dedup row and checkpoint "
+      "roll back together and the transaction is applied again",
+      "apply_checkpoint_outside_transaction", {"checkpoint_never_ahead_of_data"},
+      [](SimConfig& c) { c.faults.fire_at["target.checkpoint_update_fails"] = {1, 2, 4}; });
+  add("stream_ack_loss_after_apply", {"stream_ack_loss_after_apply"}, 20260819,
+      "the applier commits on the target and dies before writing its consumer offset, a consumer-offset write "
+      "is lost, and it dies inside transactions: re-read transactions are skipped as duplicates, none is lost",
+      "apply_ack_before_commit", {"no_acknowledged_transaction_lost"},
+      [](SimConfig& c) {
+        c.faults.fire_at["applier.crash_after_commit_before_offset"] = {1};
+        c.faults.fire_at["applier.offset_write_lost"] = {1, 3};
+        c.faults.fire_at["applier.crash_before_commit"] = {2, 3, 4, 5, 6};
+      });
+  add("strict_chunk_relay_crash_after_chunks_before_manifest", {"strict_chunk_relay_crash_after_chunks_before_manifest"},
+      20261012,
+      "chunked transactions: the relay dies with chunks durable before the manifest, and the power fails between "
+      "chunks; the torn tail is re-decoded whole, duplicate chunks are tolerated, nothing is applied before its "
+      "commit marker",
+      "apply_chunks_before_commit_marker", {"no_partial_transaction_visible", "none_applied_twice"},
+      [](SimConfig& c) {
+        c.large_every = 2;
+        c.faults.fire_at["relay.crash_after_chunks_before_manifest"] = {1};
+        c.faults.fire_at["relay.power_loss_mid_chunks"] = {3};
+      });
+  add("strict_chunk_relay_crash_after_manifest_before_source_ack",
+      {"strict_chunk_relay_crash_after_manifest_before_source_ack"}, 20261013,
+      "chunked transactions: the relay dies with chunks and manifest durable but no commit marker; the slot is "
+      "not confirmed past the transaction and the restart re-decodes it",
+      "relay_confirm_at_manifest", {"no_acknowledged_transaction_lost", "source_confirmed_only_to_durable_log"},
+      [](SimConfig& c) {
+        c.large_every = 2;
+        c.faults.fire_at["relay.crash_after_manifest_before_marker"] = {1, 2};
+      });
+  add("strict_chunk_manifest_arrives_with_missing_chunk", {"strict_chunk_manifest_arrives_with_missing_chunk"},
+      20261014,
+      "a chunk of a chunked transaction never reaches the log: the barrier fails closed, the transaction is "
+      "quarantined (barrier_failure) and nothing of it or after it is applied",
+      "apply_ignore_barrier_failure", {"no_partial_transaction_visible"},
+      [](SimConfig& c) {
+        c.large_every = 2;
+        c.expect_halt = true;
+        c.faults.fire_at["transport.drop_chunk"] = {2};
+      });
+  add("strict_chunk_manifest_arrives_before_chunks", {"strict_chunk_manifest_arrives_before_chunks"}, 20261015,
+      "the manifest is written before the chunks it lists: it is only a claim until the commit marker, the "
+      "transaction is applied whole once",
+      "apply_chunks_before_commit_marker", {"no_partial_transaction_visible", "none_applied_twice"},
+      [](SimConfig& c) {
+        c.large_every = 2;
+        c.faults.fire_at["transport.manifest_before_chunks"] = {1, 2, 3};
+      });
+  add("strict_chunk_target_crash_after_staging_before_commit",
+      {"strict_chunk_target_crash_after_staging_before_commit"}, 20261016,
+      "chunked transactions: the applier dies after writing rows into the open target transaction, before its "
+      "commit; nothing is visible and the transaction is applied whole later",
+      "apply_rows_autocommit", {"no_partial_transaction_visible", "none_applied_twice"},
+      [](SimConfig& c) {
+        c.large_every = 2;
+        c.faults.fire_at["applier.crash_before_commit"] = {1, 2, 3};
+      });
+  add("qualification_target_restart_during_apply", {"qualification_target_restart_during_apply"}, 20261112,
+      "synchronous_commit = off on the target and the target crashes while applying: commits not yet flushed are "
+      "lost, the consumer offset never passed them (offset tracker) and they are applied again",
+      "apply_offset_ignores_flush", {"no_acknowledged_transaction_lost"},
+      [](SimConfig& c) {
+        c.synchronous_commit = false;
+        c.faults.fire_at["target.crash"] = {1, 2, 3, 4};
+      });
+  add("relay_power_loss_torn_tail", {}, 20261201,
+      "repeated power losses on the log host while records are unsynced: torn tails are truncated by recovery, "
+      "nothing acknowledged is lost (not a seed row: the local-log durability boundary)",
+      "device_fsync_is_noop", {"no_acknowledged_transaction_lost"},
+      [](SimConfig& c) {
+        c.transactions = 12;
+        c.faults.fire_at["relay.power_loss_after_append"] = {2, 4, 6, 8};
+      });
+  return all;
+}
+
+std::string Exe() { return "build/bin/trellara_sim"; }
+
+struct RunRecord {
+  bool passed = false;
+  SimOutcome outcome;
+  double seconds = 0;
+};
+
+// A clean run passes when no invariant is violated, the harness did not fail, and every planned
+// fault fired. A defect run passes (= the defect was caught) when it violated one of the
+// invariants the defect must break and the defect's code path ran.
+RunRecord RunOne(const Named& n, uint64_t seed, const std::string& defect, std::string* why) {
+  SimConfig c = n.config;
+  c.seed = seed;
+  c.defect = defect;
+  auto start = std::chrono::steady_clock::now();
+  RunRecord r;
+  r.outcome = trellara::sim::RunSimulation(c);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const SimOutcome& o = r.outcome;
+  if (!o.harness_error.empty()) {
+    *why = "simulator failure: " + o.harness_error;
+    return r;
+  }
+  // The clean run must reach every planned fault; a defect run may be caught before the later ones.
+  for (const auto& [point, at] : n.config.faults.fire_at) {
+    (void)at;
+    if (defect.empty() && !o.faults_fired.count(point)) {
+      *why = "fault point " + point + " never fired (a fault that never fired proves nothing)";
+      return r;
+    }
+  }
+  if (defect.empty()) {
+    if (!o.violations.empty()) {
+      *why = o.violations.front().invariant + ": " + o.violations.front().message;
+      return r;
+    }
+    r.passed = true;
+    return r;
+  }
+  if (!o.defect_fired) {
+    *why = "the defect " + defect + " never ran (harness failure, not a caught defect)";
+    return r;
+  }
+  for (const auto& v : o.violations) {
+    for (const auto& b : n.defect_breaks) {
+      if (v.invariant == b) {
+        r.passed = true;
+        *why = "caught: " + v.invariant + ": " + v.message;
+        return r;
+      }
+    }
+  }
+  *why = o.violations.empty() ? "NOT caught: no invariant was violated"
+                              : "NOT caught by the expected invariant; saw " + o.violations.front().invariant + ": " +
+                                    o.violations.front().message;
+  return r;
+}
+
+// The trace up to the first violation (the steps after it add nothing to the explanation).
+void PrintTraceToFailure(const SimOutcome& o) {
+  int until = o.violations.empty() ? INT32_MAX : o.violations.front().step;
+  for (const auto& line : o.trace) {
+    int step = std::atoi(line.c_str() + 5);  // "step N: ..."
+    if (step > until) break;
+    std::cout << "    " << line << "\n";
+  }
+}
+
+void PrintTrace(const SimOutcome& o, size_t tail) {
+  size_t from = o.trace.size() > tail ? o.trace.size() - tail : 0;
+  if (from > 0) std::cout << "    ... (" << from << " earlier lines)\n";
+  for (size_t i = from; i < o.trace.size(); ++i) std::cout << "    " << o.trace[i] << "\n";
+}
+
+struct Results {
+  std::string dir;
+  void Write(const nlohmann::json& line) const {
+    if (dir.empty()) return;
+    std::filesystem::create_directories(dir);
+    std::ofstream out(std::filesystem::path(dir) / "sim.jsonl", std::ios::app);
+    out << line.dump() << "\n";
+  }
+};
+
+nlohmann::json Invariants() {
+  return {"no acknowledged transaction lost", "none applied twice", "checkpoint never ahead of data",
+          "no partial transaction visible", "a quarantine halts", "the source is confirmed only to durable log"};
+}
+
+bool RunNamed(const Named& n, uint64_t seed, const std::string& only_defect, bool run_clean, bool run_defect,
+              const Results& results, bool verbose) {
+  bool ok = true;
+  if (run_clean) {
+    std::string why;
+    RunRecord r = RunOne(n, seed, "", &why);
+    const SimOutcome& o = r.outcome;
+    std::cout << (r.passed ? "PASS " : "FAIL ") << n.name << " seed " << seed << " (" << o.steps << " steps, "
+              << o.applied << " applied, " << o.duplicates_skipped << " duplicates skipped, " << o.quarantined
+              << " quarantined, " << o.power_losses << " power losses)" << (r.passed ? "" : ": " + why) << "\n";
+    if (verbose) PrintTrace(o, 100000);
+    else if (!r.passed) PrintTraceToFailure(o);
+    nlohmann::json faults = nlohmann::json::object();
+    for (const auto& [p, c] : o.faults_fired) faults[p] = c;
+    nlohmann::json points = nlohmann::json::array();
+    for (const auto& [p, at] : n.config.faults.fire_at) { (void)at; points.push_back(p); }
+    results.Write({{"kind", "simulation"}, {"name", n.name}, {"suite", "simulation"}, {"script", "tests/sim"},
+                   {"seed_rows", n.seed_rows}, {"seed", seed}, {"status", r.passed ? "passed" : "failed"},
+                   {"duration_s", r.seconds}, {"command", Exe() + " --run " + n.name + " --seed " + std::to_string(seed)},
+                   {"fault_points", points}, {"faults_fired", faults}, {"defect", nullptr}, {"pairs_with", nullptr},
+                   {"defect_caught", nullptr}, {"invariants", Invariants()}, {"steps", o.steps},
+                   {"transactions_applied", o.applied}, {"duplicates_skipped", o.duplicates_skipped},
+                   {"error", r.passed ? nlohmann::json(nullptr) : nlohmann::json(why.substr(0, 2000))}});
+    ok = ok && r.passed;
+  }
+  if (run_defect) {
+    std::string defect = only_defect.empty() ? n.defect : only_defect;
+    std::string why;
+    RunRecord r = RunOne(n, seed, defect, &why);
+    std::cout << (r.passed ? "PASS " : "FAIL ") << n.name << " with defect " << defect << " seed " << seed << ": " << why
+              << "\n";
+    if (!r.passed || verbose) PrintTrace(r.outcome, verbose ? 100000 : 40);
+    nlohmann::json faults = nlohmann::json::object();
+    for (const auto& [p, c] : r.outcome.faults_fired) faults[p] = c;
+    if (r.outcome.defect_fired) faults["defect." + defect] = 1;
+    nlohmann::json points = nlohmann::json::array({"defect." + defect});
+    results.Write({{"kind", "simulation"}, {"name", n.name + "__defect_" + defect}, {"suite", "simulation"},
+                   // A negative control proves no row by itself; the matrix binds it as the row's defect.
+                   {"script", "tests/sim"}, {"seed_rows", nlohmann::json::array()}, {"seed", seed},
+                   {"status", r.passed ? "passed" : "failed"}, {"duration_s", r.seconds},
+                   {"command", Exe() + " --run " + n.name + " --seed " + std::to_string(seed) + " --defect " + defect},
+                   {"fault_points", points}, {"faults_fired", faults}, {"defect", defect}, {"pairs_with", n.name},
+                   {"defect_caught", r.passed}, {"invariants", n.defect_breaks},
+                   {"error", r.passed ? nlohmann::json(nullptr) : nlohmann::json(why.substr(0, 2000))}});
+    ok = ok && r.passed;
+  }
+  return ok;
+}
+
+// ---- randomized mode ----
+
+SimConfig RandomConfig(uint64_t seed) {
+  SimConfig c;
+  c.name = "random";
+  c.seed = seed;
+  std::mt19937_64 shape(seed ^ 0xA5A5A5A5ull);
+  c.transactions = 6 + static_cast<int>(shape() % 6);
+  c.large_every = static_cast<int>(shape() % 4);  // 0: none
+  c.synchronous_commit = shape() % 2 == 0;
+  c.faults.random_per_mille = 20 + static_cast<int>(shape() % 60);
+  return c;
+}
+
+bool Fails(const SimOutcome& o) { return !o.harness_error.empty() || !o.violations.empty(); }
+
+int RunRandom(uint64_t count, uint64_t base, const std::string& defect, const Results& results, bool verbose) {
+  auto start = std::chrono::steady_clock::now();
+  uint64_t failed = 0, faults = 0, power_losses = 0, duplicates = 0;
+  std::optional<uint64_t> first_failure;
+  for (uint64_t i = 0; i < count; ++i) {
+    SimConfig c = RandomConfig(base + i);
+    c.defect = defect;
+    SimOutcome o = trellara::sim::RunSimulation(c);
+    for (const auto& [p, n] : o.faults_fired) faults += n;
+    power_losses += o.power_losses;
+    duplicates += o.duplicates_skipped;
+    if (verbose) PrintTrace(o, 100000);
+    if (!Fails(o)) continue;
+    failed++;
+    if (first_failure) continue;
+    first_failure = base + i;
+    // Shrink: replay the same seed with fewer injected faults while it still fails.
+    std::vector<int> fired = o.random_fault_ids;
+    std::set<int> suppressed;
+    for (int id : fired) {
+      SimConfig t = c;
+      t.faults.suppressed = suppressed;
+      t.faults.suppressed.insert(id);
+      if (Fails(trellara::sim::RunSimulation(t))) suppressed.insert(id);
+    }
+    SimConfig minimal = c;
+    minimal.faults.suppressed = suppressed;
+    SimOutcome m = trellara::sim::RunSimulation(minimal);
+    std::cout << "FAIL random seed " << (base + i) << ": "
+              << (!o.harness_error.empty() ? o.harness_error : o.violations.front().invariant + ": " + o.violations.front().message)
+              << "\n  rerun: " << Exe() << " --random 1 --seed-base " << (base + i) << (defect.empty() ? "" : " --defect " + defect)
+              << " --verbose\n  minimal trace (" << (fired.size() - suppressed.size()) << " of " << fired.size()
+              << " faults kept; suppressed fault ids:";
+    for (int id : suppressed) std::cout << " " << id;
+    std::cout << "):\n";
+    if (Fails(m)) {
+      PrintTraceToFailure(m);
+      std::cout << "  minimal run violation: "
+                << (!m.harness_error.empty() ? m.harness_error : m.violations.front().invariant + ": " + m.violations.front().message)
+                << "\n";
+    } else {
+      std::cout << "  (the shrunk schedule no longer fails; full trace of the original)\n";
+      PrintTrace(o, 60);
+    }
+  }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  bool want_failures = !defect.empty();
+  bool ok = want_failures ? failed > 0 : failed == 0;
+  std::cout << (ok ? "PASS " : "FAIL ") << "random: " << count << " seeds from " << base << (defect.empty() ? "" : " with defect " + defect)
+            << ", " << failed << " failed, " << faults << " faults injected, " << power_losses << " power losses, "
+            << duplicates << " duplicates skipped (" << seconds << " s)\n";
+  results.Write({{"kind", "simulation"}, {"name", defect.empty() ? "random_seeds" : "random_seeds__defect_" + defect},
+                 {"suite", "simulation"}, {"script", "tests/sim"}, {"seed_rows", nlohmann::json::array()},
+                 {"seed", base}, {"seeds", count}, {"status", ok ? "passed" : "failed"}, {"duration_s", seconds},
+                 {"command", Exe() + " --random " + std::to_string(count) + " --seed-base " + std::to_string(base) +
+                                 (defect.empty() ? "" : " --defect " + defect)},
+                 {"fault_points", nlohmann::json::array()}, {"faults_fired", {{"random", faults}}},
+                 {"defect", defect.empty() ? nlohmann::json(nullptr) : nlohmann::json(defect)},
+                 {"pairs_with", defect.empty() ? nlohmann::json(nullptr) : nlohmann::json("random_seeds")},
+                 {"defect_caught", defect.empty() ? nlohmann::json(nullptr) : nlohmann::json(ok)},
+                 {"invariants", Invariants()},
+                 {"error", ok ? nlohmann::json(nullptr)
+                              : nlohmann::json(first_failure ? "first failing seed " + std::to_string(*first_failure)
+                                                             : std::string("no seed failed with the defect on"))}});
+  return ok ? 0 : 1;
+}
+
+int Usage(const std::string& message) {
+  std::cerr << "trellara_sim: " << message
+            << "\nusage: trellara_sim --list | --run NAME [--seed S] [--defect D] | --all | --random N [--seed-base S] "
+               "[--defect D]  [--results-dir DIR] [--verbose]\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  std::string run, defect, results_dir;
+  std::optional<uint64_t> seed, random_count;
+  uint64_t seed_base = 1;
+  bool list = false, all = false, verbose = false, clean_only = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto value = [&](const std::string& flag) -> std::string {
+      if (i + 1 >= args.size()) throw std::runtime_error(flag + " needs a value");
+      return args[++i];
+    };
+    try {
+      if (args[i] == "--list") list = true;
+      else if (args[i] == "--all") all = true;
+      else if (args[i] == "--verbose") verbose = true;
+      else if (args[i] == "--clean-only") clean_only = true;
+      else if (args[i] == "--run") run = value("--run");
+      else if (args[i] == "--defect") defect = value("--defect");
+      else if (args[i] == "--seed") seed = std::stoull(value("--seed"));
+      else if (args[i] == "--seed-base") seed_base = std::stoull(value("--seed-base"));
+      else if (args[i] == "--random") random_count = std::stoull(value("--random"));
+      else if (args[i] == "--results-dir") results_dir = value("--results-dir");
+      else return Usage("unknown argument '" + args[i] + "'");
+    } catch (const std::exception& e) {
+      return Usage(std::string("bad arguments: ") + e.what());
+    }
+  }
+  if (!defect.empty()) {
+    const auto& known = trellara::sim::AllDefects();
+    if (std::find(known.begin(), known.end(), defect) == known.end())
+      return Usage("unknown defect '" + defect + "' (see --list)");
+  }
+  Results results{results_dir};
+  std::vector<Named> named = NamedSimulations();
+  if (list) {
+    std::cout << "named simulations (trellara_sim --run NAME [--seed S] [--defect D]):\n";
+    for (const auto& n : named) {
+      std::cout << "  " << n.name << "  seed " << n.seed << "  paired defect " << n.defect << "\n      " << n.what << "\n";
+      if (!n.seed_rows.empty()) std::cout << "      seed 000 row: " << n.seed_rows.front() << "\n";
+    }
+    std::cout << "fault points:\n";
+    for (const auto& p : trellara::sim::AllFaultPoints()) std::cout << "  " << p << "\n";
+    std::cout << "defects:\n";
+    for (const auto& d : trellara::sim::AllDefects()) std::cout << "  " << d << "\n";
+    return 0;
+  }
+  if (!run.empty()) {
+    for (const auto& n : named) {
+      if (n.name != run) continue;
+      uint64_t s = seed.value_or(n.seed);
+      bool ok = defect.empty() ? RunNamed(n, s, "", true, !clean_only, results, verbose)
+                               : RunNamed(n, s, defect, false, true, results, verbose);
+      return ok ? 0 : 1;
+    }
+    return Usage("no named simulation '" + run + "' (see --list)");
+  }
+  if (all) {
+    int failed = 0;
+    for (const auto& n : named)
+      if (!RunNamed(n, seed.value_or(n.seed), "", true, true, results, verbose)) failed++;
+    std::cout << (failed == 0 ? "PASS" : "FAIL") << " all named simulations: " << named.size() << " run, " << failed
+              << " failed\n";
+    return failed == 0 ? 0 : 1;
+  }
+  if (random_count) return RunRandom(*random_count, seed_base, defect, results, verbose);
+  return Usage("nothing to do");
+}

@@ -1,0 +1,111 @@
+// world.h — the deterministic simulator's world (tests/sim, docs/simulator.md): a simulated source,
+// relay, log device, applier and target wired around the REAL core components (log writer, reader
+// and recovery over the real SimulatedDevice; relay AckTracker and DecideRestart; the assembler,
+// the barrier; DecideApply, ApplyPipeline and its ApplyOffsetTracker). Only the source, the
+// transport between the relay's records and the log, the target and the process/crash semantics
+// are simulated; the decisions are the product's own code.
+//
+// Everything is driven by one seeded std::mt19937_64 (never the clock or addresses): the same seed,
+// simulation and defect reproduce the same run, step for step.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace trellara::sim {
+
+// Named fault points (docs/simulator.md lists what each one does).
+inline const std::vector<std::string>& AllFaultPoints() {
+  static const std::vector<std::string> points = {
+      "relay.crash_before_append",            // process dies after decoding, before appending
+      "relay.power_loss_after_append",        // power loss after append+submit, before the fsync completed
+      "relay.crash_after_fsync_before_confirm",  // process dies with the frames durable, slot not confirmed
+      "relay.confirm_lost",                   // the confirm message is lost; the relay reconnects
+      "relay.power_loss_mid_chunks",          // chunked tx: power loss after some chunks were written
+      "relay.crash_after_chunks_before_manifest",  // chunked tx: chunks durable, process dies
+      "relay.crash_after_manifest_before_marker",  // chunked tx: manifest durable, no commit marker
+      "transport.duplicate_record",           // a record reaches the log twice
+      "transport.manifest_before_chunks",     // the manifest is written before the chunks
+      "transport.drop_chunk",                 // one chunk never reaches the log
+      "applier.crash_before_commit",          // applier dies inside an open target transaction
+      "applier.crash_after_commit_before_offset",  // committed on the target, consumer offset not written
+      "applier.offset_write_lost",            // the consumer-offset write is lost (lost consumer ack)
+      "target.commit_fails",                  // the target refuses one COMMIT (transient)
+      "target.checkpoint_update_fails",       // the origin-progress statement fails inside the transaction
+      "target.crash",                         // target crash: asynchronous commits not yet flushed are lost
+  };
+  return points;
+}
+
+// Paired defects, switched on inside the simulator's adapter code only (never in core).
+inline const std::vector<std::string>& AllDefects() {
+  static const std::vector<std::string> defects = {
+      "relay_confirm_before_fsync",      // confirm the slot when a record is appended, before it is durable
+      "relay_confirm_at_manifest",       // treat a Manifest as completing its transaction in the ack tracker
+      "device_fsync_is_noop",            // the log device's fdatasync does nothing (SimulatedDevice negative control)
+      "apply_skip_dedup_check",          // apply every transaction without DecideApply's dedup evidence
+      "apply_ack_before_commit",         // consumer offset passes everything read (ApplyPipeline negative control)
+      "apply_offset_ignores_flush",      // consumer offset treats every commit as flushed
+      "apply_rows_autocommit",           // each row change commits on its own, outside the transaction
+      "apply_checkpoint_outside_transaction",  // origin progress committed before the transaction's rows
+      "apply_chunks_before_commit_marker",     // chunks applied as they arrive, before the barrier verified
+      "apply_ignore_barrier_failure",    // a barrier failure applies what arrived instead of quarantining
+      "apply_skip_quarantined",          // the applier moves past a quarantined transaction
+  };
+  return defects;
+}
+
+struct FaultPlan {
+  // Named simulations: point -> which opportunities (1-based) fire.
+  std::map<std::string, std::set<int>> fire_at;
+  // Randomized mode: every opportunity of every point fires with this probability (per mille).
+  int random_per_mille = 0;
+  // Shrinking: fault ids (in firing order of the randomized schedule) that must not fire.
+  std::set<int> suppressed;
+};
+
+struct SimConfig {
+  std::string name;
+  uint64_t seed = 1;
+  int transactions = 8;
+  int large_every = 0;        // every n-th transaction is large (chunked); 0 = none
+  int large_changes = 10;     // changes of a large transaction (chunk_changes is 4)
+  bool synchronous_commit = true;
+  std::optional<int> blocked_event_tx;  // the target refuses this transaction's first row (quarantine)
+  bool repair_after_quarantine = false;  // the operator repairs and marks replay-ready
+  bool expect_halt = false;   // the run must end halted at a quarantine
+  int max_steps = 400;
+  std::string defect;         // "" = clean
+  FaultPlan faults;
+};
+
+struct Violation {
+  int step = 0;
+  std::string invariant;
+  std::string message;
+};
+
+struct SimOutcome {
+  std::vector<Violation> violations;
+  std::vector<std::string> trace;            // one line per step and per fault
+  std::map<std::string, int> faults_fired;   // point -> times
+  std::vector<int> random_fault_ids;         // ids fired in randomized mode (for shrinking)
+  int steps = 0;
+  int applied = 0;            // distinct transactions applied on the durable target
+  int duplicates_skipped = 0;
+  int quarantined = 0;
+  int power_losses = 0;
+  uint64_t torn_or_lost_writes = 0;
+  bool defect_fired = false;  // the defect's code path ran at least once
+  std::string harness_error;  // the simulator itself failed (never a pass)
+};
+
+SimOutcome RunSimulation(const SimConfig& config);
+
+}  // namespace trellara::sim
