@@ -519,7 +519,9 @@ BEGIN
         'read the last error above and the server log; fix the cause; the launcher restarts the relay with backoff';
     END IF;
 
-    keep_mb := current_setting('max_slot_wal_keep_size')::bigint;
+    -- In MB whatever unit postgresql.conf used ('50GB'): pg_settings.setting is in the GUC's unit,
+    -- current_setting() is not.
+    SELECT setting::bigint INTO keep_mb FROM pg_catalog.pg_settings WHERE name = 'max_slot_wal_keep_size';
     IF slot.wal_status IN ('lost', 'unreserved') THEN
       RETURN QUERY SELECT 'critical', 'wal_retention', f.slot_name::text,
         format('slot wal_status is %s: required WAL is (about to be) removed', slot.wal_status),
