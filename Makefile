@@ -48,7 +48,8 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-.PHONY: deps core install-cli install-ext test demo unit regress integration
+.PHONY: deps core install-cli install-ext test demo unit regress integration correctness-report \
+        verify-correctness-report
 
 deps:
 	@scripts/install-deps
@@ -85,3 +86,14 @@ demo: deps
 	$(MAKE) all
 	$(MAKE) install
 	@scripts/demo
+
+# The committed correctness report (docs/correctness.md, "The committed report"). Write it from
+# the results of a full `make test` of a committed tree, then commit it; CI runs
+# verify-correctness-report after `make test` (.ci/run): it fails when the committed report does
+# not describe this checkout (its source tree digest) and this run's results.
+CORRECTNESS_REPORT = docs/correctness-report.html
+correctness-report:
+	$(BUILD_DIR)/bin/trellara chaos report --results $(BUILD_DIR)/results --output $(CORRECTNESS_REPORT)
+
+verify-correctness-report:
+	$(BUILD_DIR)/bin/trellara chaos verify --report $(CORRECTNESS_REPORT) --results $(BUILD_DIR)/results

@@ -1,5 +1,7 @@
 // chaos_command.cpp — `trellara chaos report --output FILE [--results DIR] [--matrix FILE]
-// [--format html|json]`: reads the correctness matrix and the results files of one run, asks core
+// [--format html|json]` and `trellara chaos verify [--report F] [--results DIR] [--matrix FILE]`
+// (the committed report describes this checkout and this run; `make verify-correctness-report`,
+// which CI runs after `make test`): reads the correctness matrix and the results files of one run, asks core
 // (chaos_report.h) which rows are covered, and writes the report. An adapter only: it reads files,
 // the revision and the clock; every decision is core's. It must never write a report from a
 // matrix it could not read, nor from unreadable results (a missing result is shown as such, a
@@ -15,6 +17,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "commands.h"
@@ -61,6 +64,36 @@ std::string SourceRevision() {
     head += " (with uncommitted changes)";
   }
   return head;
+}
+
+// Everything `command` prints, or nullopt when it fails.
+std::optional<std::string> OutputOf(const char* command) {
+  FILE* pipe = ::popen(command, "r");
+  if (pipe == nullptr) return std::nullopt;
+  std::string out;
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
+  if (::pclose(pipe) != 0) return std::nullopt;
+  return out;
+}
+
+// The committed report: excluded from the source tree it describes (it cannot describe itself).
+constexpr const char* kCommittedReport = "docs/correctness-report.html";
+
+// SourceTreeDigest of HEAD's tracked files without the committed report, marked when the checkout
+// has other uncommitted changes (then it describes no commit and never verifies).
+std::string SourceTree() {
+  const auto listing = OutputOf("git -c safe.directory='*' ls-tree -r --full-tree HEAD 2>/dev/null");
+  if (!listing || listing->empty()) return "unknown (not a git checkout: run from the repository root)";
+  std::string tree = chaos::SourceTreeDigest(*listing, {kCommittedReport});
+  const auto status = OutputOf("git -c safe.directory='*' status --porcelain --untracked-files=no 2>/dev/null");
+  if (!status) return tree + " (git status failed)";
+  std::istringstream lines(*status);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.size() > 3 && line.substr(3) != kCommittedReport) return tree + " (with uncommitted changes)";
+  }
+  return tree;
 }
 
 std::string UtcNow() {
@@ -117,12 +150,53 @@ struct ReportOptions {
   ReportFormat format = ReportFormat::Html;
 };
 
+struct VerifyOptions {
+  std::string report = kCommittedReport;
+  std::string results_dir = "build/results";
+  std::string matrix = "tests/chaos/matrix.json";
+};
+
+chaos::Report DecideFromFiles(const std::string& matrix_path, const std::string& results_dir) {
+  auto matrix = chaos::ParseMatrix(ReadFileOrFail(matrix_path, "matrix (--matrix)"));
+  if (!matrix.ok()) throw CommandFailed(matrix_path + ": " + matrix.error().message, 2);
+  return chaos::Decide(matrix.value(), ReadResults(results_dir));
+}
+
+// `trellara chaos verify`: the committed report must describe this checkout and this run.
+void RunVerify(const VerifyOptions& options) {
+  auto committed = chaos::ExtractVerifiedProjection(ReadFileOrFail(options.report, "committed report (--report)"),
+                                                    options.report);
+  if (!committed.ok()) throw CommandFailed(committed.error().message, 1);
+  const chaos::Report report = DecideFromFiles(options.matrix, options.results_dir);
+  const chaos::ReportIdentity identity{"", "", options.results_dir, options.matrix, SourceTree()};
+  if (identity.source_tree.rfind("sha256:", 0) != 0 || identity.source_tree.find(' ') != std::string::npos) {
+    throw CommandFailed("cannot verify " + options.report + " against this checkout: its source tree is " +
+                        identity.source_tree + "; a committed report describes a commit — verify a clean checkout", 1);
+  }
+  const std::string current = chaos::VerifiedProjection(report, identity);
+  auto diffs = chaos::CompareVerifiedProjections(committed.value(), current);
+  if (!diffs.ok()) throw CommandFailed(options.report + ": " + diffs.error().message, 1);
+  if (diffs->empty()) {
+    std::cout << "chaos verify: " << options.report << " matches this checkout (" << identity.source_tree
+              << ") and the results in " << options.results_dir << ": overall " << report.overall << "\n";
+    return;
+  }
+  std::cerr << "trellara: chaos verify: " << options.report << " does not describe this checkout and the results in "
+            << options.results_dir << " (" << diffs->size() << " differences):\n";
+  constexpr size_t kShown = 40;
+  for (size_t i = 0; i < diffs->size() && i < kShown; ++i) std::cerr << "  " << (*diffs)[i] << "\n";
+  if (diffs->size() > kShown) std::cerr << "  ... and " << diffs->size() - kShown << " more\n";
+  throw CommandFailed("the committed correctness report is stale or this run differs from the run it was made from; "
+                      "after a full `make test` of the committed tree, run `make correctness-report` and commit " +
+                      options.report + " (or fix what now fails)", 1);
+}
+
 void RunReport(const ReportOptions& options) {
   auto matrix = chaos::ParseMatrix(ReadFileOrFail(options.matrix, "matrix (--matrix)"));
   if (!matrix.ok()) throw CommandFailed(options.matrix + ": " + matrix.error().message, 2);
   const auto results = ReadResults(options.results_dir);
   const chaos::Report report = chaos::Decide(matrix.value(), results);
-  const chaos::ReportIdentity identity{SourceRevision(), UtcNow(), options.results_dir, options.matrix};
+  const chaos::ReportIdentity identity{SourceRevision(), UtcNow(), options.results_dir, options.matrix, SourceTree()};
   WriteAtomically(options.output, options.format == ReportFormat::Json ? chaos::RenderJson(report, identity)
                                                                        : chaos::RenderHtml(report, identity));
   std::cout << "chaos report: overall " << report.overall << ", " << results.size() << " results";
@@ -152,6 +226,15 @@ void RegisterChaos(CLI::App& app) {
   report->add_option("--format", options->format, "html or json (default html)")
       ->transform(CLI::CheckedTransformer(kFormats, CLI::ignore_case));
   report->callback([options] { RunReport(*options); });
+
+  auto verify_options = std::make_shared<VerifyOptions>();
+  auto* verify = chaos->add_subcommand(
+      "verify", "check that the committed report describes this checkout and the results of this run "
+                "(exit 0 when it does, 1 with the differences when not)");
+  verify->add_option("--report", verify_options->report, "the committed report (default docs/correctness-report.html)");
+  verify->add_option("--results", verify_options->results_dir, "directory of *.jsonl results (default build/results)");
+  verify->add_option("--matrix", verify_options->matrix, "the row matrix (default tests/chaos/matrix.json)");
+  verify->callback([verify_options] { RunVerify(*verify_options); });
 }
 
 }  // namespace trellara::cli

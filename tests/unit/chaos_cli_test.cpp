@@ -1,8 +1,11 @@
 // chaos_cli_test.cpp — `trellara chaos report` as an operator runs it (the real binary): it writes
 // the JSON/HTML report from a matrix and a results directory, exits 1 after writing a FAIL report,
 // 2 when the matrix or a results file cannot be read, and reports a missing results directory as
-// rows without results rather than as passed.
+// rows without results rather than as passed. And `trellara chaos verify` (what
+// `make verify-correctness-report` runs in CI) in a real git checkout: it passes only for the
+// commit and the results the committed report describes.
 #include <catch2/catch.hpp>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -104,4 +107,64 @@ TEST_CASE("chaos_report_refuses_an_unreadable_matrix_or_results_file", "[chaos_r
   auto missing = RunTrellara("chaos report --matrix /nonexistent/matrix.json --output " + (ws.dir / "r").string());
   CHECK(missing.exit_code == 2);
   CHECK_THAT(missing.all, Catch::Contains("--matrix"));
+}
+
+namespace {
+// Runs `command` through the shell in `dir`; its exit status.
+int Shell(const fs::path& dir, const std::string& command) {
+  return std::system(("cd " + dir.string() + " && " + command + " >/dev/null 2>&1").c_str());
+}
+
+// The test process's working directory moves into `dir` while this lives (the command reads git in
+// its working directory, as `make verify-correctness-report` runs it from the source root).
+struct InDirectory {
+  fs::path previous = fs::current_path();
+  explicit InDirectory(const fs::path& dir) { fs::current_path(dir); }
+  ~InDirectory() { fs::current_path(previous); }
+};
+}  // namespace
+
+TEST_CASE("chaos_verify_passes_only_for_the_commit_and_results_the_committed_report_describes",
+          "[chaos_report][cli]") {
+  Workspace ws;
+  const std::string passing = R"({"kind": "ctest", "name": "clean_a", "status": "passed"})"
+                              "\n"
+                              R"({"kind": "ctest", "name": "negative_a", "status": "passed", "defect": "defect_a"})"
+                              "\n";
+  ws.Write("results/unit.jsonl", passing);
+  fs::create_directories(ws.dir / "docs");
+  const std::string git = "git -c user.name=t -c user.email=t@example.invalid -c safe.directory='*' ";
+  REQUIRE(Shell(ws.dir, "git init -q . && " + git + "add matrix.json && " + git + "commit -q -m tree") == 0);
+  InDirectory in(ws.dir);
+  const std::string where = " --matrix matrix.json --results results";
+  REQUIRE(RunTrellara("chaos report --output docs/correctness-report.html" + where).exit_code == 0);
+  REQUIRE(Shell(ws.dir, git + "add docs/correctness-report.html && " + git + "commit -q -m report") == 0);
+
+  auto fresh = RunTrellara("chaos verify --report docs/correctness-report.html" + where);
+  CHECK(fresh.exit_code == 0);
+  CHECK_THAT(fresh.out, Catch::Contains("matches this checkout"));
+
+  // Another run whose defect was not caught: the row and the overall status are named.
+  ws.Write("results/unit.jsonl", R"({"kind": "ctest", "name": "clean_a", "status": "passed"})"
+                                 "\n"
+                                 R"({"kind": "ctest", "name": "negative_a", "status": "failed", "defect": "defect_a"})"
+                                 "\n");
+  auto differs = RunTrellara("chaos verify --report docs/correctness-report.html" + where);
+  CHECK(differs.exit_code == 1);
+  CHECK_THAT(differs.all, Catch::Contains("row curated/row_a: status \"covered\" in the committed report, "
+                                          "\"failed\" in this run") &&
+                              Catch::Contains("make correctness-report"));
+  ws.Write("results/unit.jsonl", passing);
+
+  // An uncommitted change: the checkout describes no commit.
+  ws.Write("matrix.json", std::string(kMatrix) + "\n");
+  auto dirty = RunTrellara("chaos verify --report docs/correctness-report.html" + where);
+  CHECK(dirty.exit_code == 1);
+  CHECK_THAT(dirty.all, Catch::Contains("uncommitted changes"));
+
+  // The change committed: the report is stale (another source tree), though every row is equal.
+  REQUIRE(Shell(ws.dir, git + "commit -q -am change") == 0);
+  auto stale = RunTrellara("chaos verify --report docs/correctness-report.html" + where);
+  CHECK(stale.exit_code == 1);
+  CHECK_THAT(stale.all, Catch::Contains("source_tree: \"sha256:"));
 }

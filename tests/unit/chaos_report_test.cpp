@@ -2,7 +2,7 @@
 // covered only by this run's passing clean scenario, a fired fault and a caught paired defect;
 // anything missing is "no result", never passed; a row without a defect is "unpaired". Also: every
 // value in the HTML is escaped, the JSON field names scripts depend on, and the committed matrix
-// lists every seed-000 row.
+// lists every seed-000 row. And the committed report's verified projection (what CI compares).
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -262,4 +262,66 @@ TEST_CASE("every_defect_point_in_the_code_is_a_paired_defect_of_a_matrix_row", "
                       "(tests/chaos/import_seed.py)");
     CHECK(paired.count(defect) == 1);
   }
+}
+
+// ---- the committed report and `make verify-correctness-report` ----
+
+TEST_CASE("source_tree_digest_excludes_only_the_committed_report", "[chaos_report]") {
+  const std::string tree =
+      "100644 blob 1111111111111111111111111111111111111111\tcore/a.cpp\n"
+      "100644 blob 2222222222222222222222222222222222222222\tdocs/correctness.md\n";
+  const std::string with_report =
+      tree + "100644 blob 3333333333333333333333333333333333333333\tdocs/correctness-report.html\n";
+  const std::vector<std::string> excluded{"docs/correctness-report.html"};
+  CHECK(SourceTreeDigest(tree, excluded) == SourceTreeDigest(with_report, excluded));
+  CHECK(SourceTreeDigest(tree, excluded).rfind("sha256:", 0) == 0);
+  CHECK(SourceTreeDigest(tree, excluded).size() == 7 + 64);
+  std::string changed = tree;
+  changed[20] = '9';  // another blob of core/a.cpp
+  CHECK(SourceTreeDigest(changed, excluded) != SourceTreeDigest(tree, excluded));
+  // Excluding another path changes the digest: only the report is left out.
+  CHECK(SourceTreeDigest(with_report, {}) != SourceTreeDigest(tree, excluded));
+}
+
+TEST_CASE("the_verified_projection_round_trips_through_the_html_and_ignores_what_varies_per_run",
+          "[chaos_report]") {
+  const char* hostile = R"({"rows": [{"name": "</script><b>x & y", "suite": "curated", "status": "planned",
+    "proof": [{"kind": "integration", "name": "clean", "script": "t.py"}],
+    "defect": {"name": "d", "scenario": {"kind": "integration", "name": "neg", "script": "t.py"}}}]})";
+  auto first = Decide(Matrix(hostile),
+                      Results(Line("integration", "clean", "passed", R"("faults_fired": {"p.x": 2})") +
+                              Line("integration", "neg", "passed", R"("defect": "d")") + Line("ctest", "u1", "passed")));
+  auto second = Decide(Matrix(hostile),
+                       Results(Line("integration", "clean", "passed", R"("faults_fired": {"p.x": 7})") +
+                               Line("integration", "neg", "passed", R"("defect": "d")") + Line("ctest", "u1", "passed")));
+  const std::string html = RenderHtml(first, ReportIdentity{"rev1", "2026-01-01T00:00:00Z", "/tmp/a", "m", "sha256:t"});
+  CHECK(html.find("</script><b>") == std::string::npos);
+  auto committed = ExtractVerifiedProjection(html, "report.html");
+  REQUIRE(committed.ok());
+  // Another run of the same tree: other time, directory, revision label and fault counts.
+  const std::string current = VerifiedProjection(second, ReportIdentity{"rev2", "2026-02-02T00:00:00Z", "b", "m", "sha256:t"});
+  auto diffs = CompareVerifiedProjections(committed.value(), current);
+  REQUIRE(diffs.ok());
+  CHECK(diffs->empty());
+  CHECK(nlohmann::json::parse(committed.value())["rows"][0]["name"] == "</script><b>x & y");
+}
+
+TEST_CASE("verify_names_every_row_and_field_that_differs", "[chaos_report]") {
+  const std::string clean = Line("integration", "clean_a", "passed", R"("fault_points": ["apply.x"], "faults_fired": {"apply.x": 1})");
+  auto good = Decide(Matrix(), Results(clean + Line("integration", "negative_a", "passed", R"("defect": "defect_a")")));
+  auto bad = Decide(Matrix(), Results(clean + Line("integration", "negative_a", "failed", R"("defect": "defect_a")")));
+  const std::string committed = VerifiedProjection(good, ReportIdentity{"", "", "", "", "sha256:old"});
+  auto stale = CompareVerifiedProjections(committed, VerifiedProjection(good, ReportIdentity{"", "", "", "", "sha256:new"}));
+  REQUIRE(stale.ok());
+  REQUIRE(stale->size() == 1);
+  CHECK(stale->front().find("source_tree") == 0);
+  auto differs = CompareVerifiedProjections(committed, VerifiedProjection(bad, ReportIdentity{"", "", "", "", "sha256:old"}));
+  REQUIRE(differs.ok());
+  bool named_row = false;
+  for (const auto& line : *differs) {
+    if (line.find("row curated/row_a: status \"covered\" in the committed report") == 0) named_row = true;
+  }
+  CHECK(named_row);
+  CHECK_FALSE(ExtractVerifiedProjection("<html><body>old report</body></html>", "old.html").ok());
+  CHECK_FALSE(CompareVerifiedProjections("not json", committed).ok());
 }

@@ -103,6 +103,7 @@ struct ReportIdentity {
   std::string generated_at;  // UTC, ISO 8601
   std::string results_dir;
   std::string matrix_path;
+  std::string source_tree;   // SourceTreeDigest of the checkout the tests ran on (see below)
 };
 
 // tests/chaos/matrix.json -> rows. Errors name the row and the field.
@@ -124,5 +125,32 @@ Report Decide(const std::vector<MatrixRow>& matrix, const std::vector<ScenarioRe
 std::string RenderJson(const Report& report, const ReportIdentity& identity);
 std::string RenderHtml(const Report& report, const ReportIdentity& identity);
 std::string HtmlEscape(std::string_view text);
+
+// ---- The committed report and `make verify-correctness-report` -------------------------------
+//
+// docs/correctness-report.html is committed, and CI checks that it describes this commit's
+// results. A report cannot name the commit it is part of, so what binds it to the source is the
+// digest of the tree without the report: SourceTreeDigest of `git ls-tree -r --full-tree HEAD`
+// minus the excluded paths (the report itself). Some of a report is different on every run (when
+// it was generated, the results directory, how many times a fault fired); the *verified
+// projection* is what must be equal: source tree, overall, counts, and per row its status,
+// commands, paired defect, whether it was caught, scenarios passed/listed and the fault points
+// that fired, plus passed/failed per kind of the other results. The HTML carries it in a
+// <script type="application/json" id="trellara-verified"> block.
+
+// "sha256:<hex>" over the lines of `ls_tree_output` whose path is not in `excluded_paths`.
+std::string SourceTreeDigest(std::string_view ls_tree_output, const std::vector<std::string>& excluded_paths);
+
+// The verified projection as canonical JSON text (keys sorted, one value per line).
+std::string VerifiedProjection(const Report& report, const ReportIdentity& identity);
+
+// The projection embedded in a report written by RenderHtml. Fails (naming `source`) when the
+// text has no such block or it is not JSON.
+Result<std::string> ExtractVerifiedProjection(std::string_view html, std::string_view source);
+
+// What differs between the committed projection and this run's, one line per difference, for a
+// person ("row X: status covered in the committed report, failed in this run"); empty when equal.
+// Fails when either text is not a projection.
+Result<std::vector<std::string>> CompareVerifiedProjections(std::string_view committed, std::string_view current);
 
 }  // namespace trellara::chaos
