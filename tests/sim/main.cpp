@@ -162,6 +162,57 @@ std::vector<Named> NamedSimulations() {
         c.synchronous_commit = false;
         c.faults.fire_at["target.crash"] = {1, 2, 3, 4};
       });
+  // ---- the snapshot world: the initial copy beside the live stream (snapshot_world.cpp) ----
+  add("snapshot_source_crash_during_table_copy", {"snapshot_source_crash_during_table_copy"}, 20261301,
+      "the copy's source session fails twice while the source takes writes: run and table are marked "
+      "failed_recoverable, the rerun with the same run id skips the copied chunks and copies the rest; the handoff "
+      "comes after every table, and the target ends equal to the source",
+      "snapshot_recopy_completed_chunk", {"snapshot_copy_idempotent", "target_equals_source",
+                                          "no_insert_of_existing_or_delete_of_missing"},
+      [](SimConfig& c) {
+        c.snapshot = true;
+        c.faults.fire_at["snapshot.source_crash_during_copy"] = {2, 5};
+      });
+  add("snapshot_relay_crash_during_table_copy", {"snapshot_relay_crash_during_table_copy"}, 20261302,
+      "the relay is killed while a chunk is copied: every backend resets (the copy fails), the relay redelivers its "
+      "last transactions (skipped by their dedup rows); the table copy is retried and the handoff waits for it",
+      "snapshot_handoff_before_complete", {"handoff_only_when_every_table_complete"},
+      [](SimConfig& c) {
+        c.snapshot = true;
+        c.faults.fire_at["snapshot.relay_crash_during_copy"] = {3};
+      });
+  add("snapshot_target_crash_during_table_copy", {"snapshot_target_crash_during_table_copy"}, 20261303,
+      "the target crashes while chunks are copied: the copy in flight is lost and the run stays copying, the "
+      "applier restarts from its consumer offset; the rerun copies what is missing and only then records the handoff",
+      "snapshot_handoff_before_complete", {"handoff_only_when_every_table_complete"},
+      [](SimConfig& c) {
+        c.snapshot = true;
+        c.faults.fire_at["snapshot.target_crash_during_copy"] = {2, 4};
+      });
+  add("snapshot_duplicate_copy_attempt", {"snapshot_duplicate_copy_attempt"}, 20261304,
+      "`trellara snapshot` runs again after the handoff: every table is handoff_ready and skipped, no chunk is "
+      "copied a second time",
+      "snapshot_recopy_completed_chunk", {"snapshot_copy_idempotent"},
+      [](SimConfig& c) {
+        c.snapshot = true;
+        c.faults.fire_at["snapshot.duplicate_copy_attempt"] = {1};
+      });
+  add("snapshot_ddl_during_table_copy", {"snapshot_ddl_during_table_copy"}, 20261305,
+      "a table's definition changes while it is being copied: the handoff is withheld, the table is registered "
+      "again and copied under the new definition, then the handoff is recorded",
+      "snapshot_handoff_ignores_contract", {"handoff_under_current_contract"},
+      [](SimConfig& c) {
+        c.snapshot = true;
+        c.faults.fire_at["snapshot.ddl_during_copy"] = {2};
+      });
+  add("snapshot_handoff_recorded_before_stream_start", {"snapshot_handoff_recorded_before_stream_start"}, 20261417,
+      "the applier dies right after the handoff is recorded and restarts from its consumer offset: the transactions "
+      "after it are applied under the chunk rule (those the copies hold are left out), the rest are duplicates",
+      "snapshot_handoff_drops_chunk_rule", {"no_insert_of_existing_or_delete_of_missing", "target_equals_source"},
+      [](SimConfig& c) {
+        c.snapshot = true;
+        c.faults.fire_at["snapshot.applier_crash_after_handoff"] = {1};
+      });
   add("relay_power_loss_torn_tail", {}, 20261201,
       "repeated power losses on the log host while records are unsynced: torn tails are truncated by recovery, "
       "nothing acknowledged is lost (not a seed row: the local-log durability boundary)",
@@ -258,7 +309,12 @@ struct Results {
   }
 };
 
-nlohmann::json Invariants() {
+nlohmann::json Invariants(bool snapshot = false) {
+  if (snapshot) {
+    return {"handoff only when every table is complete", "handoff under the current contract",
+            "a chunk copied once per registration", "no insert of an existing row or delete of a missing one",
+            "every run and table state change allowed", "target equals source at the end"};
+  }
   return {"no acknowledged transaction lost", "none applied twice", "checkpoint never ahead of data",
           "no partial transaction visible", "a quarantine halts", "the source is confirmed only to durable log"};
 }
@@ -283,7 +339,7 @@ bool RunNamed(const Named& n, uint64_t seed, const std::string& only_defect, boo
                    {"seed_rows", n.seed_rows}, {"seed", seed}, {"status", r.passed ? "passed" : "failed"},
                    {"duration_s", r.seconds}, {"command", Exe() + " --run " + n.name + " --seed " + std::to_string(seed)},
                    {"fault_points", points}, {"faults_fired", faults}, {"defect", nullptr}, {"pairs_with", nullptr},
-                   {"defect_caught", nullptr}, {"invariants", Invariants()}, {"steps", o.steps},
+                   {"defect_caught", nullptr}, {"invariants", Invariants(n.config.snapshot)}, {"steps", o.steps},
                    {"transactions_applied", o.applied}, {"duplicates_skipped", o.duplicates_skipped},
                    {"error", r.passed ? nlohmann::json(nullptr) : nlohmann::json(why.substr(0, 2000))}});
     ok = ok && r.passed;
@@ -323,6 +379,7 @@ SimConfig RandomConfig(uint64_t seed) {
   c.large_every = static_cast<int>(shape() % 4);  // 0: none
   c.synchronous_commit = shape() % 2 == 0;
   c.faults.random_per_mille = 20 + static_cast<int>(shape() % 60);
+  c.snapshot = shape() % 4 == 0;  // a quarter of the seeds run the snapshot world
   return c;
 }
 

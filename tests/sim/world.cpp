@@ -1026,6 +1026,7 @@ SimOutcome World::Run() {
 }  // namespace
 
 SimOutcome RunSimulation(const SimConfig& config) {
+  if (config.snapshot) return RunSnapshotSimulation(config);
   World world(config);
   return world.Run();
 }

@@ -39,6 +39,13 @@ inline const std::vector<std::string>& AllFaultPoints() {
       "target.commit_fails",                  // the target refuses one COMMIT (transient)
       "target.checkpoint_update_fails",       // the origin-progress statement fails inside the transaction
       "target.crash",                         // target crash: asynchronous commits not yet flushed are lost
+      // the snapshot world (snapshot_world.cpp)
+      "snapshot.source_crash_during_copy",    // the copy's source session fails: run and table failed_recoverable
+      "snapshot.relay_crash_during_copy",     // relay SIGKILL: backends reset (the copy fails), records redelivered
+      "snapshot.target_crash_during_copy",    // the target crashes: the chunk's copy is lost, the applier restarts
+      "snapshot.ddl_during_copy",             // the table's definition changes while it is being copied
+      "snapshot.duplicate_copy_attempt",      // `trellara snapshot` runs again after the handoff
+      "snapshot.applier_crash_after_handoff", // the applier dies right after the handoff was recorded
   };
   return points;
 }
@@ -57,6 +64,11 @@ inline const std::vector<std::string>& AllDefects() {
       "apply_chunks_before_commit_marker",     // chunks applied as they arrive, before the barrier verified
       "apply_ignore_barrier_failure",    // a barrier failure applies what arrived instead of quarantining
       "apply_skip_quarantined",          // the applier moves past a quarantined transaction
+      "snapshot_handoff_before_complete",   // record the handoff as soon as one table is copied
+      "snapshot_recopy_completed_chunk",    // a resumed or repeated copy copies completed chunks again
+      "snapshot_no_skip_check",             // a chunk copy does not check its snapshot against the applier's skips
+      "snapshot_handoff_ignores_contract",  // a table copied partly under an older definition counts as copied
+      "snapshot_handoff_drops_chunk_rule",  // after the handoff the applier stops applying the chunk rule
   };
   return defects;
 }
@@ -81,6 +93,7 @@ struct SimConfig {
   bool repair_after_quarantine = false;  // the operator repairs and marks replay-ready
   bool expect_halt = false;   // the run must end halted at a quarantine
   int max_steps = 400;
+  bool snapshot = false;      // the snapshot world (initial copy beside the stream) instead of the log world
   std::string defect;         // "" = clean
   FaultPlan faults;
 };
@@ -107,5 +120,6 @@ struct SimOutcome {
 };
 
 SimOutcome RunSimulation(const SimConfig& config);
+SimOutcome RunSnapshotSimulation(const SimConfig& config);  // snapshot_world.cpp
 
 }  // namespace trellara::sim
