@@ -507,8 +507,12 @@ Status AppendRecord(uint8_t type, uint32_t xid, uint64_t commit_lsn, std::span<c
   if (type == static_cast<uint8_t>(RecordType::Manifest) &&
       fault::Hit("relay.after_chunks_before_manifest") == fault::Action::Error)
     Fail("injected fault", MakeError("relay.after_chunks_before_manifest"));
-  if (fault::Hit("relay.before_log_append") == fault::Action::Error)
+  if (fault::Hit("relay.before_log_append") == fault::Action::Error) {
+    // Negative control (seed relay_before_broker_publish): a relay that confirms what it decoded
+    // rather than what its log holds — the slot passes a transaction the log never received.
+    if (fault::Hit("defect.relay_confirm_decoded") == fault::Action::Defect) Confirm(commit_lsn);
     Fail("injected fault", MakeError("relay.before_log_append"));
+  }
   // A segment roll blocks inside the writer until the old segment is durable: get there first
   // with a wait that sees SIGTERM and postmaster death, so the roll itself only creates files.
   if (g_relay->writer->WouldRollSegment(bytes.size())) WaitDurable(g_relay->writer->next_offset(), true);

@@ -18,6 +18,11 @@ recovers without losing a transaction.
    must stay in the slot: confirmed_flush_lsn never passes the position before the first of them.
    A relay that confirmed what it decoded rather than what it made durable fails this check. After a
    restart without the fault the log holds every transaction exactly once.
+4. negative_control_a_relay_confirming_what_it_decoded_is_caught: the same fault with the paired
+   defect defect.relay_confirm_decoded (the relay confirms the transaction it failed to append,
+   server started with trellara.enable_test_defects = on): the slot moves past the transaction,
+   which is exactly what scenario 3's check fails on; the restarted relay's own restart rule then
+   refuses the hole (error state naming the missing range).
 It must never leave a cluster running (the harness stops it by PID) nor the directory unreadable.
 """
 
@@ -29,7 +34,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (CaptureFailure, assert_no_backend_crashes, compare, log_records, log_transactions,  # noqa: E402
-                             lsn_to_int, setup_flow, truth_transactions, wait_caught_up, wait_for, worker_pid)
+                             lsn_to_int, record_fault_fired, run_scenarios, scenario, setup_flow, truth_transactions,
+                             wait_caught_up, wait_for, worker_pid)
 from harness import PG_BIN, Cluster  # noqa: E402
 
 
@@ -97,19 +103,59 @@ def failing_relay_reports_backs_off_and_recovers_without_loss(cluster):
 
 
 FAULT_BEFORE_APPEND = "relay.before_log_append:1:error"
+DEFECT_CONFIRM_DECODED = "defect.relay_confirm_decoded:1:defect"
 
 
+@scenario(seed_rows=("relay_before_broker_publish",), suite="capture", fault_points=("relay.before_log_append",),
+          invariants=("the slot is never confirmed to or past a transaction the log does not hold",
+                      "after the fault is gone the log holds every transaction exactly once"))
 def relay_failing_after_decoding_does_not_advance_the_slot():
+    _with_failing_appends(FAULT_BEFORE_APPEND, {})
+    print("ok: relay_failing_after_decoding_does_not_advance_the_slot")
+
+
+@scenario(suite="capture", defect="relay_confirm_decoded", pairs_with="relay_failing_after_decoding_does_not_advance_the_slot",
+          fault_points=("defect.relay_confirm_decoded",),
+          invariants=("scenario 3's slot check fails when the relay confirms what it decoded",
+                      "the relay's restart rule then refuses the hole (error state naming the missing range)"))
+def negative_control_a_relay_confirming_what_it_decoded_is_caught():
+    os.environ["TRELLARA_FAULTS"] = FAULT_BEFORE_APPEND + "," + DEFECT_CONFIRM_DECODED
+    try:
+        with Cluster("capture-confirm-decoded", settings={"trellara.enable_test_defects": "on"}) as cluster:
+            os.environ.pop("TRELLARA_FAULTS", None)
+            setup_flow(cluster, "CREATE TABLE acct(id int PRIMARY KEY, n int); CREATE PUBLICATION pub FOR TABLE acct")
+            cluster.query("INSERT INTO acct SELECT g, 0 FROM generate_series(1, 10) g")
+            after_first = cluster.query("SELECT pg_current_wal_insert_lsn()")
+
+            def slot_check_fails():
+                confirmed = cluster.query("SELECT confirmed_flush_lsn FROM pg_replication_slots "
+                                          "WHERE slot_name = 'trellara_app'")
+                return lsn_to_int(confirmed) >= lsn_to_int(after_first) and confirmed
+            confirmed = wait_for("the slot to be confirmed past the transaction the relay failed to append (the "
+                                 "defect; scenario 3's check fails exactly on this)", slot_check_fails, 90)
+            record_fault_fired("defect.relay_confirm_decoded")
+            print(f"caught: with the defect the slot moved to {confirmed}, past {after_first}, while the log holds "
+                  "no record of the transaction")
+            # Defence in depth: the relay's restart rule sees the hole between its log and the slot.
+            refused = wait_for("the restarted relay to refuse the hole the defect left",
+                               lambda: "are missing" in (cluster.query("SELECT coalesce(last_error, '') FROM "
+                                                                       "trellara.status()") or "") and
+                               cluster.query("SELECT last_error FROM trellara.status()"), 90)
+            print(f"and the relay refuses to continue: {refused[:200]}")
+    finally:
+        os.environ.pop("TRELLARA_FAULTS", None)
+
+
+def _with_failing_appends(faults, settings):
     # The server starts with the fault in its environment: every relay process (forked from the
     # postmaster, fault counters from zero) fails at its first append.
-    os.environ["TRELLARA_FAULTS"] = FAULT_BEFORE_APPEND
+    os.environ["TRELLARA_FAULTS"] = faults
     try:
-        with Cluster("capture-write-fails") as cluster:
+        with Cluster("capture-write-fails", settings=settings) as cluster:
             os.environ.pop("TRELLARA_FAULTS", None)  # only the server has it; the restart below does not
             _relay_failing_after_decoding(cluster)
     finally:
         os.environ.pop("TRELLARA_FAULTS", None)
-    print("ok: relay_failing_after_decoding_does_not_advance_the_slot")
 
 
 def _relay_failing_after_decoding(cluster):
@@ -135,6 +181,7 @@ def _relay_failing_after_decoding(cluster):
     print(f"while appends fail: {status}")
     if "relay.before_log_append" not in status:
         raise CaptureFailure(f"the relay did not fail at the append it was made to fail at: {status}")
+    record_fault_fired("relay.before_log_append", int(status.split("|")[1]))
     # Progress markers (idle-flow WAL release) do not go through the failing append; records of
     # transactions must not be there.
     written = [r for r in log_records(log_dir) if r["type"] in ("envelope", "chunk", "manifest", "commit_marker")]
@@ -158,13 +205,17 @@ def _relay_failing_after_decoding(cluster):
     assert_no_backend_crashes(cluster)
 
 
-def main():
+@scenario(suite="capture", invariants=("pg_recvlogical receives the SQL interface's records byte for byte",
+                                        "a failing relay reports, backs off and recovers without loss"))
+def standard_tools_and_a_failing_relay():
     with Cluster("capture-tools") as cluster:
         pg_recvlogical_receives_the_same_records_as_the_sql_interface(cluster)
         failing_relay_reports_backs_off_and_recovers_without_loss(cluster)
         assert_no_backend_crashes(cluster)
-    relay_failing_after_decoding_does_not_advance_the_slot()
 
+
+SCENARIOS = [standard_tools_and_a_failing_relay, relay_failing_after_decoding_does_not_advance_the_slot,
+             negative_control_a_relay_confirming_what_it_decoded_is_caught]
 
 if __name__ == "__main__":
-    main()
+    run_scenarios(SCENARIOS)
