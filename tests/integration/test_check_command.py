@@ -18,7 +18,10 @@ four tables. Scenarios (one cluster pair, in this order):
     privileges, exit 2; with session_replication_role = "origin" the trigger on items is reported too;
   - check_source_unreachable_or_absent: a source conninfo naming a dead port gives a critical
     finding naming host and port, never the password, exit 2; a configuration without [source]
-    says the source checks were not run (a warning, not silence) and the target is still checked.
+    says the source checks were not run (a warning, not silence) and the target is still checked;
+  - check_reports_a_published_table_without_replica_identity_as_critical (seed
+    missing_replica_identity): a keyless table added to the publication is a critical
+    replica_identity finding naming it, exit 2; with REPLICA IDENTITY FULL it is no longer critical.
 It must never leave a cluster running (the harness stops it by PID).
 """
 
@@ -30,7 +33,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import CaptureFailure, TRELLARA_BIN, run_scenarios, setup_flow, wait_for  # noqa: E402
+from capture_support import CaptureFailure, TRELLARA_BIN, run_scenarios, scenario, setup_flow, wait_for  # noqa: E402
 from harness import Cluster  # noqa: E402
 
 EXIT_OK = 0
@@ -246,6 +249,37 @@ def check_source_unreachable_or_absent(env):
     print(f"no [source]: {said[0]['detail']}")
 
 
+@scenario(seed_rows=("missing_replica_identity",), suite="check",
+          invariants=("a published table whose UPDATE/DELETE carry no key is a critical source finding naming it",
+                      "check exits 2 (critical) while it has none; with REPLICA IDENTITY FULL the finding is not critical"))
+def check_reports_a_published_table_without_replica_identity_as_critical(env):
+    source, target, work, log_dir = env["source"], env["target"], env["work"], env["log_dir"]
+    config = write_config(work, "nokey.toml", "app", log_dir, source.conninfo(), target.conninfo())
+    # Runs last: the CREATE TABLE is captured as DDL into the log, which no later scenario applies.
+    source.query("CREATE TABLE nokey (a int, b text); ALTER PUBLICATION pub ADD TABLE nokey")
+    try:
+        report = check_json(config, EXIT_CRITICAL)
+        found = [f for f in findings(report, "source", "replica_identity", "critical") if f["subject"] == "public.nokey"]
+        if len(found) != 1 or "carry no key" not in found[0]["detail"] or report["status"] != "critical":
+            raise CaptureFailure(f"a keyless published table must be one critical replica_identity finding: {report}")
+        text = check(config, expect=EXIT_CRITICAL).stdout
+        if not any(line.startswith("source  critical  replica_identity  public.nokey") for line in text.splitlines()):
+            raise CaptureFailure(f"text form does not name the keyless table: {text}")
+        print(f"keyless table: {found[0]['subject']}: {found[0]['detail']}")
+        source.query("ALTER TABLE nokey REPLICA IDENTITY FULL")
+        # The exit status now reflects the other scenarios' leftovers on the target; this finding must
+        # no longer be critical.
+        rerun = subprocess.run([TRELLARA_BIN, "check", "--config", config, "--format", "json"], capture_output=True,
+                               text=True, timeout=120)
+        report = json.loads(rerun.stdout)
+        fixed = [f for f in findings(report, "source", "replica_identity") if f["subject"] == "public.nokey"]
+        if len(fixed) != 1 or fixed[0]["severity"] == "critical":
+            raise CaptureFailure(f"with REPLICA IDENTITY FULL the table must no longer be critical: {fixed}")
+        print(f"after REPLICA IDENTITY FULL: {fixed[0]['severity']}: {fixed[0]['detail']}")
+    finally:
+        source.query("ALTER PUBLICATION pub DROP TABLE nokey; DROP TABLE nokey")
+
+
 if __name__ == "__main__":
     with Cluster("check-source") as source, Cluster("check-target", preload=False) as target, \
             tempfile.TemporaryDirectory(prefix="trellara-check-") as work:
@@ -260,4 +294,5 @@ if __name__ == "__main__":
         run_scenarios([check_healthy_flow_exits_0,
                        check_reports_an_unresolved_quarantine_as_critical,
                        check_reports_target_triggers_missing_tables_and_privileges_and_exits_2,
-                       check_source_unreachable_or_absent], env)
+                       check_source_unreachable_or_absent,
+                       check_reports_a_published_table_without_replica_identity_as_critical], env)
