@@ -101,7 +101,7 @@ def key_changing_update_sets_new_key_and_matches_old_key(pair):
     print("ok: key_changing_update_sets_new_key_and_matches_old_key")
 
 
-@scenario(seed_rows=("target_update_delete_zero_rows", "repair_and_replay_ready"), suite="fail_closed", invariants=("quarantined as zero_rows_matched", "no dedup row, no origin progress, no consumer offset past it", "nothing after it applied", "a replay-ready naming a boundary quarantined in two flows is refused", "after repair + replay-ready it applies"))
+@scenario(seed_rows=("target_update_delete_zero_rows", "repair_and_replay_ready", "quarantine_replay_ready_requires_exact_boundary"), suite="fail_closed", invariants=("quarantined as zero_rows_matched", "no dedup row, no origin progress, no consumer offset past it", "nothing after it applied", "a replay-ready naming a boundary quarantined in two flows is refused", "a replay-ready naming another xid or commit LSN than the quarantined boundary is refused and marks nothing", "after repair + replay-ready it applies"))
 def update_delete_zero_row_match_fails_closed(pair):
     for op, sql in (("UPDATE", "UPDATE items SET qty = qty + 1 WHERE id = 2"), ("DELETE", "DELETE FROM items WHERE id = 3")):
         victim = 2 if op == "UPDATE" else 3
@@ -133,6 +133,18 @@ def update_delete_zero_row_match_fails_closed(pair):
                 raise CaptureFailure(f"naming the flow did not mark exactly its boundary: {marked}")
             pair.target.query("DELETE FROM trellara.quarantine WHERE flow = 'other'")
         else:
+            # Only the exact boundary is released: the same xid at another commit LSN, or another
+            # xid at this commit LSN, is refused and marks nothing.
+            v = lsn_to_int(commit_lsn) + 1
+            for wrong_xid, wrong_lsn in ((xid, f"{v >> 32:X}/{v & 0xFFFFFFFF:X}"), (int(xid) + 1, commit_lsn)):
+                refused = pair.target.psql(f"SELECT trellara.quarantine_replay_ready({wrong_xid}, '{wrong_lsn}')",
+                                           check=False)
+                state = pair.target.query(f"SELECT state FROM trellara.quarantine WHERE flow = 'app' AND xid = {xid}")
+                if refused.returncode == 0 or "refused: no quarantined transaction" not in refused.stderr \
+                        or state != "quarantined":
+                    raise CaptureFailure(f"replay-ready of ({wrong_xid}, {wrong_lsn}), not the quarantined boundary "
+                                         f"({xid}, {commit_lsn}), was not refused or changed it: {refused.stderr} "
+                                         f"state {state}")
             pair.target.query(f"SELECT trellara.quarantine_replay_ready({xid}, '{commit_lsn}')")
         run_apply(pair.config, 0)
         assert_same_data(pair.source, pair.target, TABLES, f"after the {op} repair")
