@@ -10,6 +10,7 @@
 
 #include "trellara/checksum.h"
 #include "trellara/codec.h"
+#include "trellara/fault.h"
 #include "trellara/relay_progress.h"
 
 namespace trellara {
@@ -56,6 +57,12 @@ std::string SeqList(const std::vector<uint32_t>& seqs) {
   }
   return out;
 }
+
+// Negative control (seed strict_chunk_checksum_tampering, docs/correctness.md): a barrier that
+// trusts the manifest instead of checking the chunks against it — a tampered, re-sealed chunk then
+// passes. Only with the test-only switch (fault.h: AllowDefects) and
+// TRELLARA_FAULTS=defect.barrier_trust_manifest:1:defect.
+bool TrustManifestDefect() { return fault::Hit("defect.barrier_trust_manifest") == fault::Action::Defect; }
 
 constexpr const char* kLogDamaged =
     "; the log does not hold a complete verified copy of this transaction, so it cannot be applied";
@@ -246,7 +253,8 @@ Result<std::optional<ReadyTransaction>> TransactionBarrier::State::OnEnvelope(co
 
 std::optional<Error> TransactionBarrier::State::CheckRefAgainstChunk(const OpenTx& o, const ChunkRef& ref,
                                                                       const ChunkLocation& got, uint64_t offset) {
-  if (ref.event_count != got.event_count || ref.checksum != got.checksum || ref.partition_id != got.partition_id)
+  if ((ref.event_count != got.event_count || ref.checksum != got.checksum || ref.partition_id != got.partition_id) &&
+      !TrustManifestDefect())
     return Fail(o.tx, offset,
                 "chunk " + std::to_string(got.seq) + " of " + DescribeTransaction(o.tx) + " (log offset " +
                     std::to_string(got.offset) + ": " + std::to_string(got.event_count) + " changes, checksum " +
@@ -392,16 +400,18 @@ Result<std::optional<ReadyTransaction>> TransactionBarrier::State::OnCommitMarke
                     " listed by the manifest" + kLogDamaged);
   }
   // Each received chunk was checked against the manifest when the later of the two arrived.
-  if (o.changes != m.total_changes)
+  const Sha256 total = o.hasher.Finish();
+  const bool trust_manifest =
+      (o.changes != m.total_changes || total != m.checksum || o.counts != m.counts) && TrustManifestDefect();
+  if (o.changes != m.total_changes && !trust_manifest)
     return Fail(o.tx, frame.offset,
                 name + ": the chunks hold " + std::to_string(o.changes) + " changes, the manifest declares " +
                     std::to_string(m.total_changes) + kLogDamaged);
-  Sha256 total = o.hasher.Finish();
-  if (total != m.checksum)
+  if (total != m.checksum && !trust_manifest)
     return Fail(o.tx, frame.offset,
                 name + ": the checksum recomputed over the chunks' changes in seq order is " + HexEncode(total) +
                     " but the manifest records " + HexEncode(m.checksum) + kLogDamaged);
-  if (o.counts != m.counts)
+  if (o.counts != m.counts && !trust_manifest)
     return Fail(o.tx, frame.offset,
                 name + ": the per-relation counts of the chunks' changes do not match the manifest's counts" +
                     kLogDamaged);

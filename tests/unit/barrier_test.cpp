@@ -13,6 +13,7 @@
 #include "samples.h"
 #include "trellara/assembler.h"
 #include "trellara/barrier.h"
+#include "trellara/fault.h"
 #include "trellara/checksum.h"
 #include "trellara/codec.h"
 #include "trellara/relay_progress.h"
@@ -416,6 +417,28 @@ TEST_CASE("tampered_chunk_fails_closed", "[barrier]") {
     CHECK(run.ready.empty());
     CHECK_THAT(run.error, Catch::Contains("does not match the manifest"));
   }
+}
+
+// The paired defect of strict_chunk_checksum_tampering (docs/correctness.md): a barrier that trusts
+// the manifest instead of checking each chunk against it lets the tampered, re-sealed chunk of the
+// test above through as a ready transaction — exactly what tampered_chunk_fails_closed refuses.
+TEST_CASE("tampered_chunk_passes_a_barrier_that_trusts_the_manifest_negative_control", "[barrier]") {
+  Produced p = FourChunks();
+  const size_t c2 = IndexesOf(p, RecordType::Chunk)[2];
+  std::vector<Frame> log = p.frames;
+  log[c2] = Reencode(log[c2], [](Record& r) {
+    Chunk& c = std::get<Chunk>(r);
+    c.changes.pop_back();
+    REQUIRE(SealChunk(c).ok());
+  });
+  fault::AllowDefects(true, "unit test");  // defects need the explicit test-only switch (fault.h)
+  REQUIRE(fault::Configure("defect.barrier_trust_manifest:1:defect").ok());
+  TransactionBarrier b;
+  Run run = FeedAll(b, log);
+  fault::Clear();
+  fault::AllowDefects(false, "");
+  CHECK_FALSE(run.failed);        // the clean test's CHECK(run.failed) fails: the defect is caught
+  CHECK(run.ready.size() == 1);   // the damaged transaction would be applied
 }
 
 TEST_CASE("extra_chunk_not_in_manifest_fails_closed", "[barrier]") {
