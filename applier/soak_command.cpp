@@ -169,6 +169,12 @@ bool Sample(int64_t pid, soak::ProcessMemory& m) {
   m.samples++;
   m.peak_hwm_kib = std::max(m.peak_hwm_kib, *hwm);
   m.max_rss_kib = std::max(m.max_rss_kib, *rss);
+  auto keep_max = [&](std::optional<uint64_t>& into, const char* field) {
+    if (auto v = soak::ParseProcStatusKib(*status, field)) into = std::max(into.value_or(0), *v);
+  };
+  keep_max(m.max_rss_anon_kib, "RssAnon");
+  keep_max(m.max_rss_file_kib, "RssFile");
+  keep_max(m.max_rss_shmem_kib, "RssShmem");
   return true;
 }
 

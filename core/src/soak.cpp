@@ -137,6 +137,10 @@ nlohmann::ordered_json MemoryJson(const ProcessMemory& m) {
   j["pid"] = m.pid ? J(*m.pid) : J();
   j["peak_rss_kib"] = m.samples ? J(m.peak_hwm_kib) : J();
   j["max_vmrss_kib"] = m.samples ? J(m.max_rss_kib) : J();
+  auto opt = [&](const std::optional<uint64_t>& v) { return m.samples && v ? J(*v) : J(); };
+  j["max_rss_anon_kib"] = opt(m.max_rss_anon_kib);
+  j["max_rss_file_kib"] = opt(m.max_rss_file_kib);
+  j["max_rss_shmem_kib"] = opt(m.max_rss_shmem_kib);
   j["samples"] = m.samples;
   return j;
 }
@@ -171,8 +175,12 @@ std::string RenderReportText(const Report& r) {
   auto memory = [](const ProcessMemory& m) {
     if (!m.pid) return std::string("not found");
     if (!m.samples) return "pid " + std::to_string(*m.pid) + ", never sampled";
+    std::string split;
+    if (m.max_rss_anon_kib && m.max_rss_file_kib && m.max_rss_shmem_kib)
+      split = " [max RssAnon " + std::to_string(*m.max_rss_anon_kib) + " KiB private, RssFile " +
+              std::to_string(*m.max_rss_file_kib) + " KiB, RssShmem " + std::to_string(*m.max_rss_shmem_kib) + " KiB]";
     return "pid " + std::to_string(*m.pid) + ", peak VmHWM " + std::to_string(m.peak_hwm_kib) + " KiB, max VmRSS " +
-           std::to_string(m.max_rss_kib) + " KiB (" + std::to_string(m.samples) + " samples)";
+           std::to_string(m.max_rss_kib) + " KiB" + split + " (" + std::to_string(m.samples) + " samples)";
   };
   out << "soak flow " << r.flow << " on " << r.table << " for " << r.duration_s << " s ("
       << r.rows_per_transaction << " rows per transaction)\n"

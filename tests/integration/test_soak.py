@@ -125,6 +125,12 @@ def passing_soak(pair):
         if not memory["pid"] or not memory["peak_rss_kib"] or memory["peak_rss_kib"] <= 0 \
                 or not memory["max_vmrss_kib"] or memory["max_vmrss_kib"] <= 0:
             raise CaptureFailure(f"no memory peaks for the {side}: {memory}")
+        # This kernel (Debian 12, 6.x) splits VmRSS: the private heap must be reported, and the
+        # split cannot exceed VmRSS's own maximum.
+        split = [memory[k] for k in ("max_rss_anon_kib", "max_rss_file_kib", "max_rss_shmem_kib")]
+        if any(v is None for v in split) or split[0] <= 0 or max(split) > memory["max_vmrss_kib"]:
+            raise CaptureFailure(f"the {side}'s VmRSS split (RssAnon/RssFile/RssShmem) is missing or inconsistent: "
+                                 f"{memory}")
     checks = checks_by_name(report)
     for name in ("settled", "table_digest", "relay_sampled", "applier_ran"):
         if name not in checks or not checks[name]["ok"]:

@@ -91,8 +91,8 @@ TEST_CASE("soak_report_json_has_the_contract_fields_and_ok_needs_every_check", "
   r.committed = 12;
   r.rolled_back = 3;
   r.savepoint_rollbacks = 3;
-  r.relay = {101, 10, 4096, 3000};
-  r.applier = {202, 10, 2048, 2000};
+  r.relay = {101, 10, 4096, 3000, 1500, 900, 600};
+  r.applier = {202, 10, 2048, 2000, std::nullopt, std::nullopt, std::nullopt};
   r.lag = SummarizeLag({5, 10, 15});
   r.checks = {{"settled", true, "x"}, {"table_digest", true, "y"}};
   auto j = nlohmann::json::parse(RenderReportJson(r));
@@ -104,6 +104,12 @@ TEST_CASE("soak_report_json_has_the_contract_fields_and_ok_needs_every_check", "
   CHECK(j["relay"]["peak_rss_kib"] == 4096);
   CHECK(j["relay"]["max_vmrss_kib"] == 3000);
   CHECK(j["applier"]["peak_rss_kib"] == 2048);
+  // The VmRSS split (private heap vs. file vs. shared memory), null where the kernel has none.
+  CHECK(j["relay"]["max_rss_anon_kib"] == 1500);
+  CHECK(j["relay"]["max_rss_file_kib"] == 900);
+  CHECK(j["relay"]["max_rss_shmem_kib"] == 600);
+  CHECK(j["applier"]["max_rss_anon_kib"].is_null());
+  CHECK(RenderReportText(r).find("max RssAnon 1500 KiB private") != std::string::npos);
   CHECK(j["lag_ms"]["p50"] == 10);
   CHECK(j["lag_ms"]["max"] == 15);
   CHECK(j["lag_ms"]["samples"] == 3);

@@ -42,6 +42,11 @@ struct ProcessMemory {
   uint64_t samples = 0;        // successful reads of /proc/<pid>/status
   uint64_t peak_hwm_kib = 0;
   uint64_t max_rss_kib = 0;
+  // VmRSS split as sampled (kernels >= 4.5): private anonymous memory (the process's own heap —
+  // what a memory ceiling of the relay is about), file-backed pages, and shared memory. A
+  // PostgreSQL backend's VmRSS/VmHWM also count the shared buffers it has touched, which grow over
+  // hours without the process allocating anything (docs/soak.md). nullopt: the kernel has no split.
+  std::optional<uint64_t> max_rss_anon_kib, max_rss_file_kib, max_rss_shmem_kib;
 };
 
 struct Check {
