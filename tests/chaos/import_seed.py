@@ -29,6 +29,16 @@ def rg(name):
     return {"kind": "pg_regress", "name": name}
 
 
+def paired_by_sim(entry, sim, defect):
+    """A curated row paired through the deterministic simulator: the named simulation of the same
+    boundary joins its proof (run clean) and its paired defect run is the row's defect scenario."""
+    note = entry.get("note", "")
+    return dict(entry, proof=entry["proof"] + [{"kind": "simulation", "name": sim}],
+                defect={"name": defect, "scenario": {"kind": "simulation", "name": f"{sim}__defect_{defect}"}},
+                note=(f"paired through the deterministic simulator: its named simulation {sim} (clean) and its "
+                      f"paired defect {defect} run beside the real-process proof; {note}").strip().rstrip(";"))
+
+
 FAIL_CLOSED = "test_apply_fail_closed.py"
 ROBUSTNESS = "test_apply_robustness.py"
 COMMIT_FAILURE = "test_apply_commit_failure.py"
@@ -63,8 +73,11 @@ MAPPING = {
     "relay_before_broker_publish": dict(
         proof=[it("relay_failing_after_decoding_does_not_advance_the_slot",
                   "test_capture_standard_tools_and_failures.py")],
-        note="local-log analogue of the broker publish: fault relay.before_log_append; the script does not "
-             "report through run_scenarios yet, and no paired defect (confirm without append) exists"),
+        defect={"name": "relay_confirm_decoded",
+                "scenario": it("negative_control_a_relay_confirming_what_it_decoded_is_caught",
+                               "test_capture_standard_tools_and_failures.py")},
+        note="local-log analogue of the broker publish: fault relay.before_log_append; paired defect "
+             "defect.relay_confirm_decoded (the relay confirms the transaction it failed to append)"),
     "relay_after_broker_publish_before_source_feedback": dict(
         proof=[ct("restart_resumes_after_last_completing_frame"), ct("torn_chunked_tail_is_redecoded_not_skipped")],
         note="relay restart rule (re-decode from the durable tail) at unit level; the real-process fault "
@@ -155,8 +168,9 @@ MAPPING = {
         note="no walsender: the relay confirms the slot itself; the confirm_before_fsync defect on real "
              "processes (power-loss style check) is not built yet"),
     "missing_replica_identity": dict(
-        untested="source check() reports tables without a key, but no test is bound to this row yet and "
-                 "`trellara check --config` (issue 13 item 5) is not built"),
+        proof=[it("check_reports_a_published_table_without_replica_identity_as_critical", "test_check_command.py")],
+        note="the preflight is `trellara check --config F` (source check() rows + target checks): exit 2 naming "
+             "the keyless table; it does not stop a relay that is already running. No paired defect yet."),
     "default_replica_identity_primary_key_apply": dict(proof=[ct("plans_update_with_key_predicate")]),
     "default_replica_identity_key_change_apply": dict(
         proof=[ct("key_changing_update_sets_new_key_and_matches_old_key"),
@@ -200,8 +214,12 @@ MAPPING = {
         proof=[it("chunked_transaction_applies_atomically_and_once", ROBUSTNESS)]),
     "protocol_property_chunk_manifest_reconstruction": dict(
         proof=[ct("barrier_property_generated_logs_yield_exactly_the_valid_transactions")]),
-    "strict_chunk_checksum_tampering": dict(proof=[ct("tampered_chunk_fails_closed")],
-                                            note="paired defect ignore_checksum is not built yet"),
+    "strict_chunk_checksum_tampering": dict(
+        proof=[ct("tampered_chunk_fails_closed")],
+        defect={"name": "barrier_trust_manifest",
+                "scenario": ct("tampered_chunk_passes_a_barrier_that_trusts_the_manifest_negative_control")},
+        note="paired defect defect.barrier_trust_manifest (the barrier trusts the manifest instead of checking "
+             "the chunks against it): the tampered, re-sealed chunk passes as a ready transaction"),
     "barrier_conflicting_duplicate_messages": dict(proof=[ct("conflicting_duplicate_chunk_fails_closed")]),
     "partition_applier_before_ack": dict(not_built=NO_PARTITION),
     "fleet_fanin_offline_stores_publish_with_gaps": dict(not_built=NO_FLEET),
@@ -228,10 +246,41 @@ MAPPING = {
         proof=[it("update_delete_zero_row_match_fails_closed", FAIL_CLOSED)],
         note="repair + replay-ready then apply; no paired defect yet"),
     "quarantine_replay_ready_requires_exact_boundary": dict(
-        untested="replay-ready refusals are tested (test_apply_fail_closed.py: a boundary quarantined in two "
-                 "flows; tests/unit apply_decision_test.cpp) but none is bound to 'unknown boundary refused' "
-                 "yet"),
+        proof=[it("update_delete_zero_row_match_fails_closed", FAIL_CLOSED)],
+        note="replay-ready with the quarantined xid at another commit LSN, or another xid at its commit LSN, is "
+             "refused and marks nothing; a boundary quarantined in two flows needs the flow named. No paired "
+             "defect yet."),
 }
+
+# Curated rows paired through the simulator: the named simulation of the same boundary (clean) and
+# its paired defect, beside the row's real-process proof.
+for _row, (_sim, _defect) in {
+        "strict_chunk_manifest_missing_chunk": ("strict_chunk_manifest_arrives_with_missing_chunk",
+                                                "apply_ignore_barrier_failure"),
+        "strict_chunk_out_of_order_arrival": ("strict_chunk_manifest_arrives_before_chunks",
+                                              "apply_chunks_before_commit_marker"),
+        "strict_chunk_relay_crash_after_chunks_before_manifest": (
+            "strict_chunk_relay_crash_after_chunks_before_manifest", "apply_chunks_before_commit_marker"),
+        "strict_chunk_relay_crash_after_manifest_before_source_ack": (
+            "strict_chunk_relay_crash_after_manifest_before_source_ack", "relay_confirm_at_manifest"),
+        "strict_chunk_target_crash_after_staging_before_commit": (
+            "strict_chunk_target_crash_after_staging_before_commit", "apply_rows_autocommit"),
+        "snapshot_source_crash_during_copy": ("snapshot_source_crash_during_table_copy",
+                                              "snapshot_recopy_completed_chunk"),
+        "snapshot_relay_crash_during_copy": ("snapshot_relay_crash_during_table_copy",
+                                             "snapshot_handoff_before_complete"),
+        "snapshot_target_crash_during_copy": ("snapshot_target_crash_during_table_copy",
+                                              "snapshot_handoff_before_complete"),
+        "snapshot_duplicate_copy_attempt": ("snapshot_duplicate_copy_attempt", "snapshot_recopy_completed_chunk"),
+        "snapshot_ddl_during_copy": ("snapshot_ddl_during_table_copy", "snapshot_handoff_ignores_contract"),
+        "relay_after_broker_publish_before_source_feedback": ("publish_ack_loss", "relay_confirm_before_fsync"),
+        "snapshot_incomplete_copy_resume": ("snapshot_target_crash_during_table_copy",
+                                            "snapshot_handoff_before_complete"),
+        "strict_chunk_partial_publish_failure": ("strict_chunk_relay_crash_after_manifest_before_source_ack",
+                                                 "relay_confirm_at_manifest"),
+        "repair_and_replay_ready": ("target_quarantine_repair_replay", "apply_skip_quarantined"),
+}.items():
+    MAPPING[_row] = paired_by_sim(MAPPING[_row], _sim, _defect)
 
 # Simulation rows: every one waits for the simulator. Boundary/invariant/safety/recovery come
 # from the curated row of the same scenario where the seed has one.
@@ -287,10 +336,14 @@ SIM_BOUND = {
     "strict_chunk_manifest_arrives_before_chunks": "apply_chunks_before_commit_marker",
     "strict_chunk_target_crash_after_staging_before_commit": "apply_rows_autocommit",
     "qualification_target_restart_during_apply": "apply_offset_ignores_flush",
+    # the snapshot world (tests/sim/snapshot_world.cpp)
+    "snapshot_source_crash_during_table_copy": "snapshot_recopy_completed_chunk",
+    "snapshot_relay_crash_during_table_copy": "snapshot_handoff_before_complete",
+    "snapshot_target_crash_during_table_copy": "snapshot_handoff_before_complete",
+    "snapshot_duplicate_copy_attempt": "snapshot_recopy_completed_chunk",
+    "snapshot_ddl_during_table_copy": "snapshot_handoff_ignores_contract",
+    "snapshot_handoff_recorded_before_stream_start": "snapshot_handoff_drops_chunk_rule",
 }
-NO_SIM_SNAPSHOT = ("the snapshot copy and handoff exist (docs/snapshot.md, real-process scenarios bind the curated "
-                   "snapshot rows) but the deterministic simulator does not model them yet (docs/simulator.md, "
-                   "'not modelled')")
 SIM_NOT_BUILT_ROWS = {
     "source_failover_after_publish_before_ack": NO_FAILOVER,
     "qualification_source_promotion_while_relay_disconnected": NO_FAILOVER,
@@ -298,12 +351,6 @@ SIM_NOT_BUILT_ROWS = {
     "qualification_object_store_success_catalog_timeout": NO_FLEET,
 }
 SIM_UNTESTED_ROWS = {
-    "snapshot_source_crash_during_table_copy": NO_SIM_SNAPSHOT,
-    "snapshot_relay_crash_during_table_copy": NO_SIM_SNAPSHOT,
-    "snapshot_target_crash_during_table_copy": NO_SIM_SNAPSHOT,
-    "snapshot_duplicate_copy_attempt": NO_SIM_SNAPSHOT,
-    "snapshot_ddl_during_table_copy": NO_SIM_SNAPSHOT,
-    "snapshot_handoff_recorded_before_stream_start": NO_SIM_SNAPSHOT,
     "qualification_twenty_four_hour_soak_large_transaction_memory_ceiling": (
         "a 24-hour soak with a memory ceiling is a real-process measurement, not a simulation: the soak "
         "(docs/soak.md, bench/soak) has run shorter windows only and no test is bound to this row yet"),
