@@ -186,7 +186,8 @@ std::optional<uint64_t> NewestAppliedOffset(const FlowConfig& config, std::strin
   return newest;
 }
 
-// The flow's rows of trellara.snapshot_status() on the target, as snapshot.json.
+// The flow's rows of trellara.snapshot_status() on the target, as snapshot.json. Read in this
+// process (a query, not a child process): its manifest exit_code is null.
 void SnapshotSummary(const FlowConfig& config, const fs::path& dir, Artefact& a) {
   const std::string sql =
       "SELECT table_name, run_id, state, key_column, row_filter, chunks, chunks_copied, rows_copied, bytes_copied, "
@@ -233,12 +234,10 @@ void SnapshotSummary(const FlowConfig& config, const fs::path& dir, Artefact& a)
                              {"updated_at", text(i, 12)}});
     }
   } catch (const CommandFailed& e) {
-    a.exit_code = 1;
     a.result = ArtefactResult::Fail;
     a.detail = std::string("could not read the snapshot state: ") + e.what();
     return;
   }
-  a.exit_code = 0;
   a.result = pilot::ClassifySnapshot(tables, a.detail);
   j["verdict"] = pilot::ArtefactResultName(a.result);
   j["detail"] = a.detail;

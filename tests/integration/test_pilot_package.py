@@ -108,6 +108,8 @@ def healthy_flow_bundle_passes(env):
     for name in ("check.json", "verify.json", "status.json", "sample-transaction.json"):
         if artefacts[name]["exit_code"] != 0 or TRELLARA_BIN.split("/")[-1] not in artefacts[name]["command"]:
             raise CaptureFailure(f"{name}: exit code / command {artefacts[name]}")
+    if artefacts["snapshot.json"]["exit_code"] is not None or artefacts["correctness-report.html"]["exit_code"] is not None:
+        raise CaptureFailure(f"the snapshot query and the report copy are not processes: {artefacts}")
     check_digests(bundle, manifest)
 
     with open(os.path.join(bundle, "verify.json")) as f:
