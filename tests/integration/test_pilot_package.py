@@ -12,7 +12,8 @@ beside the scenarios (verify holds it at the source's point). Scenarios (in this
     exit 1, the manifest records the report as missing (no file, no digest), the message says how to
     generate it, and the other artefacts are still written and verifiable;
   - non_empty_output_is_refused: a directory holding a file is refused (exit 2, message says so,
-    nothing written into it); a missing --output is a usage error (exit 2);
+    nothing written into it); with --force the bundle is written there (a stale manifest.json
+    replaced, the other file untouched); a missing --output is a usage error (exit 2);
   - verify_mismatch_is_recorded_not_hidden: a row deleted behind the applier's back on the target:
     exit 1, verify.json present with status mismatch, manifest verify result fail with exit code 1.
 It must never leave a cluster or an applier running (the harness stops clusters by PID; the applier
@@ -188,6 +189,16 @@ def non_empty_output_is_refused(env):
         raise CaptureFailure(f"the refusal must say why and what to do: {result.stderr}")
     if os.listdir(bundle) != ["keep.txt"]:
         raise CaptureFailure(f"a refused run wrote into {bundle}: {os.listdir(bundle)}")
+    # --force writes the bundle there, replacing only the bundle's own files.
+    with open(os.path.join(bundle, "manifest.json"), "w") as f:
+        f.write("stale manifest of an earlier bundle\n")
+    forced = pilot_package(env["config"], bundle, "--report", env["report"], "--force")
+    expect_exit(forced, 0, "--force into a non-empty directory")
+    with open(keep) as f:
+        if f.read() != "do not touch\n":
+            raise CaptureFailure("--force changed a file that is not the bundle's")
+    if manifest_of(bundle)["verdict"] != "pass" or set(os.listdir(bundle)) != set(BUNDLE_FILES) | {"keep.txt"}:
+        raise CaptureFailure(f"--force bundle: {sorted(os.listdir(bundle))}")
     usage = subprocess.run([TRELLARA_BIN, "pilot-package", "--config", env["config"]], capture_output=True, text=True,
                            timeout=60)
     if usage.returncode != 2 or "--output" not in usage.stderr:
