@@ -54,6 +54,8 @@ void RegisterRepairPlan(CLI::App& app);
 void RegisterSoak(CLI::App& app);
 // `check --config F [--format text|json]` (check_command.cpp).
 void RegisterCheck(CLI::App& app);
+// `pilot-package --config F --output DIR [--report P] [--sample-offset N] [--force]` (pilot_package_command.cpp).
+void RegisterPilotPackage(CLI::App& app);
 
 // ---- shared by status, quarantine and verify (defined in status_command.cpp) ----------------
 

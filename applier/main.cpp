@@ -78,6 +78,7 @@ int main(int argc, char** argv) {
   trellara::cli::RegisterLogCommands(app);
   trellara::cli::RegisterLogRecords(app);
   trellara::cli::RegisterCheck(app);
+  trellara::cli::RegisterPilotPackage(app);
   for (const auto& planned : kPlanned) {
     auto existing = app.get_subcommands([&](CLI::App* c) { return c->get_name() == planned.name; });
     if (!existing.empty()) continue;
@@ -98,6 +99,8 @@ int main(int argc, char** argv) {
     const int code = app.exit(e);
     // `check` documents exit 1 for a usage error (2 is its "critical finding"; docs/apply.md).
     if (code != 0 && app.got_subcommand("check")) return 1;
+    // `pilot-package` documents exit 2 for a usage error (1: the bundle records a failure).
+    if (code != 0 && app.got_subcommand("pilot-package")) return 2;
     return code;
   } catch (const trellara::cli::CommandFailed& e) {
     std::fflush(stdout);
