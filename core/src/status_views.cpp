@@ -64,15 +64,16 @@ std::vector<Alert> DecideAlerts(const AlertFacts& f, const AlertThresholds& t) {
     a.numeric = true;
     a.value = std::to_string(f.lag_records);
     a.threshold = "0";
-    a.firing = !f.applier_running && f.lag_records > 0;
+    a.firing = !f.applier_running && f.transactions_pending;
     if (a.firing) {
-      a.why = "no applier runs for flow " + f.flow + " and the log holds " + a.value +
-              " record(s) past its consumer offset";
+      a.why = "no applier runs for flow " + f.flow + " and the log holds transactions past its consumer offset (" +
+              a.value + " record(s))";
       a.next_action = f.quarantined > 0 ? "repair the quarantine first (see quarantine_present), then run " + apply_cmd
                                         : "run " + apply_cmd + " (or start its service)";
     } else {
       a.why = f.applier_running ? "an applier runs for flow " + f.flow
-                                : "no applier runs, but nothing in the log waits to be applied";
+                                : "no applier runs, but no transaction in the log waits to be applied" +
+                                      (f.lag_records ? std::string(" (only ") + a.value + " progress record(s))" : "");
       a.next_action = "nothing to do";
     }
     out.push_back(std::move(a));

@@ -61,6 +61,7 @@ TEST_CASE("a_quarantine_fires_critical_with_the_quarantine_remedy_and_exit_3", "
   f.blocking_xid = "7421";
   f.blocking_commit_lsn = "0/3A1F2B0";
   f.lag_records = 5;
+  f.transactions_pending = true;
   f.apply_next_action = "repair the target row, then trellara quarantine replay-ready ...";
   auto alerts = DecideAlerts(f, AlertThresholds{});
   CHECK(Firing(alerts) == std::vector<std::string>{"quarantine_present", "applier_not_running"});
@@ -81,13 +82,19 @@ TEST_CASE("a_stopped_applier_with_pending_records_fires_critical", "[status_view
   f.applier_running = false;
   f.lag_records = 3;
   f.lag_bytes = 900;
+  f.transactions_pending = true;
   auto alerts = DecideAlerts(f, AlertThresholds{});
   CHECK(Firing(alerts) == std::vector<std::string>{"applier_not_running"});
   const Alert& a = Find(alerts, "applier_not_running");
   CHECK(a.value == "3");
   CHECK(a.next_action == "run trellara apply --config /etc/trellara/app.toml (or start its service)");
   CHECK(AlertsExitCode(alerts) == kAlertsExitCritical);
-  // Stopped with nothing to apply is not an alert.
+  // Stopped with only the relay's progress markers past the offset is not an alert.
+  f.transactions_pending = false;
+  auto markers = DecideAlerts(f, AlertThresholds{});
+  CHECK(Firing(markers).empty());
+  CHECK_THAT(Find(markers, "applier_not_running").why, Catch::Contains("only 3 progress record(s)"));
+  // Nor with nothing at all to apply.
   f.lag_records = 0;
   f.lag_bytes = 0;
   CHECK(Firing(DecideAlerts(f, AlertThresholds{})).empty());

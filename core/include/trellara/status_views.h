@@ -7,8 +7,9 @@
 // Alerts (every one is always reported, firing or not, so a monitor sees the full set):
 //   quarantine_present        critical  a transaction of the flow is quarantined (the applier halts
 //                                       at it until it is repaired and marked replay-ready)
-//   applier_not_running       critical  no applier runs while the log holds records past its
-//                                       consumer offset (nothing will apply them)
+//   applier_not_running       critical  no applier runs while the log holds transactions past its
+//                                       consumer offset (nothing will apply them); value: the
+//                                       records past the offset
 //   target_unreachable        critical  status cannot reach the target (its facts are unknown)
 //   relay_error               critical  the source's relay for the flow is in state failed/backoff;
 //                                       evaluated only when the source is reachable (otherwise not
@@ -52,6 +53,10 @@ struct AlertFacts {
   // The log directory.
   uint64_t lag_records = 0;
   uint64_t lag_bytes = 0;
+  // At least one transaction (envelope or commit marker) is past the consumer offset: the relay's
+  // progress markers alone (written while the source's WAL moves without published changes) are
+  // no work left undone, so they do not make applier_not_running fire.
+  bool transactions_pending = false;
   std::optional<uint64_t> log_bytes;  // sum of segment bytes; nullopt when unknown
   bool consumer_lost = false;
   // The source (relay). source_checked: a [source] conninfo is configured and status connected.
