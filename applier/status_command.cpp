@@ -400,6 +400,7 @@ struct Extended {
   std::optional<uint64_t> dedup_rows;
   std::string dedup_error;
   std::optional<uint64_t> recorded_consumer_offset, applied_transactions, skipped_duplicates;
+  std::string state_error;  // apply_status() / quarantine_list() unreadable (e.g. apply never ran here)
   std::map<std::string, uint64_t> quarantine_by_state;  // quarantined | replay_ready | resolved
   std::vector<QuarantineRow> open_quarantine;           // quarantined and replay_ready rows
   SourceFacts source;
@@ -529,6 +530,8 @@ Extended ReadExtended(const FlowConfig& config, PgConnection* target) {
     e.recorded_consumer_offset = ToU64(recorded.result->Value(0, 0));
     e.applied_transactions = ToU64(recorded.result->Value(0, 1));
     e.skipped_duplicates = ToU64(recorded.result->Value(0, 2));
+  } else if (!recorded.result) {
+    e.state_error = recorded.error;
   }
   auto quarantine = TryQuery(*target,
                              "SELECT xid::text, commit_lsn::text, state, reason, message FROM trellara.quarantine_list() "
@@ -542,6 +545,8 @@ Extended ReadExtended(const FlowConfig& config, PgConnection* target) {
       e.quarantine_by_state[row.state]++;
       if (row.state != "resolved") e.open_quarantine.push_back(std::move(row));
     }
+  else
+    e.state_error += (e.state_error.empty() ? "" : "; ") + quarantine.error;
   return e;
 }
 
@@ -658,12 +663,13 @@ void PrintDiagnostics(const FlowConfig& config, const FlowStatus& s, const Exten
     t["applied_commit_lsn"] = OrNull(s.applied_commit_lsn);
     t["recorded_state"] = s.recorded_state.empty() ? Json() : Json(s.recorded_state);
     t["recorded_consumer_offset"] = OrNull(e.recorded_consumer_offset);
-    t["applied_transactions"] = OrNull(e.applied_transactions);
-    t["skipped_duplicates"] = OrNull(e.skipped_duplicates);
+    t["last_session_applied"] = OrNull(e.applied_transactions);
+    t["last_session_skipped_duplicates"] = OrNull(e.skipped_duplicates);
     t["dedup_rows"] = OrNull(e.dedup_rows);
     t["dedup_error"] = ErrorOrNull(e.dedup_error);
     t["last_error"] = OrNull(s.last_error);
     t["status_updated_at"] = OrNull(s.updated_at);
+    t["state_error"] = ErrorOrNull(e.state_error);
     t["quarantine"] = Json::array();
     for (const QuarantineRow& q : e.open_quarantine)
       t["quarantine"].push_back({{"xid", q.xid}, {"commit_lsn", q.commit_lsn}, {"state", q.state},
@@ -716,11 +722,12 @@ void PrintDiagnostics(const FlowConfig& config, const FlowStatus& s, const Exten
               << "  applied commit LSN:  " << opt(s.applied_commit_lsn, "none") << "\n"
               << "  recorded state:      " << (s.recorded_state.empty() ? "none" : s.recorded_state) << " (consumer offset "
               << opt(e.recorded_consumer_offset, "none") << ", updated " << opt(s.updated_at, "never") << ")\n"
-              << "  applied:             " << opt(e.applied_transactions, "unknown") << " transactions, "
+              << "  last applier session: " << opt(e.applied_transactions, "unknown") << " transactions applied, "
               << opt(e.skipped_duplicates, "unknown") << " duplicates skipped\n"
               << "  dedup rows:          " << (e.dedup_rows ? std::to_string(*e.dedup_rows) : "unknown: " + e.dedup_error)
               << "\n";
     if (s.last_error && !s.last_error->empty()) std::cout << "  last error:          " << *s.last_error << "\n";
+    if (!e.state_error.empty()) std::cout << "  trellara state:      not read: " << e.state_error << "\n";
     for (const QuarantineRow& q : e.open_quarantine)
       std::cout << "  quarantine:          xid " << q.xid << " commit " << q.commit_lsn << " " << q.state << " ("
                 << q.reason << "): " << q.message << "\n";
@@ -804,11 +811,14 @@ void PrintReport(const FlowConfig& config, const std::string& config_path, const
                                {"last_error", OrNull(t.last_error)}});
     j["state"] = s.state;
     j["applied_commit_lsn"] = OrNull(s.applied_commit_lsn);
-    j["applied_transactions"] = OrNull(e.applied_transactions);
-    j["skipped_duplicates"] = OrNull(e.skipped_duplicates);
+    j["applied_transactions"] = OrNull(e.dedup_rows);  // every transaction ever applied on this target
+    j["applied_transactions_error"] = ErrorOrNull(e.dedup_error);
+    j["last_session_applied"] = OrNull(e.applied_transactions);
+    j["last_session_skipped_duplicates"] = OrNull(e.skipped_duplicates);
     j["quarantined"] = count("quarantined");
     j["replay_ready"] = count("replay_ready");
     j["resolved"] = count("resolved");
+    j["state_error"] = ErrorOrNull(e.state_error);
     j["lag_records"] = s.log.lag_records;
     j["verify_hint"] = verify;
     j["next_action"] = s.next_action;
@@ -841,12 +851,17 @@ void PrintReport(const FlowConfig& config, const std::string& config_path, const
       std::cout << "snapshot:            " << r.table << " " << r.state << " (run " << r.run_id << ")"
                 << (e.source.publication_error.empty() ? " — not in the publication" : "") << "\n";
   std::cout << "state:               " << s.state << "\n"
-            << "applied:             " << (e.applied_transactions ? std::to_string(*e.applied_transactions) : "unknown")
+            << "applied:             " << (e.dedup_rows ? std::to_string(*e.dedup_rows) : "unknown (" + e.dedup_error + ")")
             << " transactions up to commit " << (s.applied_commit_lsn ? *s.applied_commit_lsn : std::string("none"))
-            << ", " << (e.skipped_duplicates ? std::to_string(*e.skipped_duplicates) : "unknown")
-            << " duplicates skipped\n"
-            << "quarantine:          " << count("quarantined") << " quarantined, " << count("replay_ready")
-            << " replay-ready, " << count("resolved") << " resolved\n"
+            << " (last applier session: " << (e.applied_transactions ? std::to_string(*e.applied_transactions) : "unknown")
+            << " applied, " << (e.skipped_duplicates ? std::to_string(*e.skipped_duplicates) : "unknown")
+            << " duplicates skipped)\n"
+            << "quarantine:          "
+            << (e.state_error.empty() ? std::to_string(count("quarantined")) + " quarantined, " +
+                                            std::to_string(count("replay_ready")) + " replay-ready, " +
+                                            std::to_string(count("resolved")) + " resolved"
+                                      : "unknown: " + e.state_error)
+            << "\n"
             << "pending in log:      " << s.log.lag_records << " records\n"
             << "verify:              " << verify << " (compares source and target at one exact point)\n"
             << "next action:         " << s.next_action << "\n";
