@@ -445,7 +445,7 @@ SourceFacts ReadSourceFacts(const FlowConfig& config) {
   try {
     source = ConnectPinned(config, config.source_conninfo, "source", "trellara-status/" + config.flow_name);
   } catch (const CommandFailed& failed) {
-    f.error = failed.what();
+    f.error = std::string(failed.what()) + " (" + f.described + ")";
     return f;
   }
   auto status = TryQuery(*source, "SELECT row_to_json(s)::text FROM trellara.status() s WHERE s.flow = $1",
