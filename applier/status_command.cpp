@@ -437,6 +437,7 @@ SourceFacts ReadSourceFacts(const FlowConfig& config) {
   SourceFacts f;
   if (config.source_conninfo.empty()) {
     f.error = "no [source] conninfo in " + config.path + ": the relay was not read";
+    f.publication_error = f.error;
     return f;
   }
   f.configured = true;
@@ -445,13 +446,15 @@ SourceFacts ReadSourceFacts(const FlowConfig& config) {
   try {
     source = ConnectPinned(config, config.source_conninfo, "source", "trellara-status/" + config.flow_name);
   } catch (const CommandFailed& failed) {
-    f.error = std::string(failed.what()) + " (" + f.described + ")";
+    f.error = failed.what();  // names host and port, never the password
+    f.publication_error = "the source was not read: " + f.error;
     return f;
   }
   auto status = TryQuery(*source, "SELECT row_to_json(s)::text FROM trellara.status() s WHERE s.flow = $1",
                          {config.flow_name}, "reading trellara.status() of flow " + config.flow_name);
   if (!status.result) {
     f.error = status.error + "; is the trellara extension installed there, and does the role have pg_monitor?";
+    f.publication_error = "the source was not read: " + f.error;
     return f;
   }
   f.reachable = true;
