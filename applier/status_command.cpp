@@ -631,7 +631,7 @@ void PrintDiagnostics(const FlowConfig& config, const FlowStatus& s, const Exten
     lg["first_offset"] = OrNull(e.log.first_offset);
     lg["last_offset"] = s.log.end_offset > 0 ? Json(s.log.end_offset - 1) : Json();
     lg["end_offset"] = s.log.end_offset;
-    lg["last_commit_lsn"] = s.log.last_commit_lsn ? Json(FormatLsn(s.log.last_commit_lsn)) : Json();
+    lg["pending_last_commit_lsn"] = s.log.last_commit_lsn ? Json(FormatLsn(s.log.last_commit_lsn)) : Json();
     lg["lag_records"] = s.log.lag_records;
     lg["lag_bytes"] = s.log.lag_bytes;
     lg["consumers"] = Json::array();
@@ -699,7 +699,8 @@ void PrintDiagnostics(const FlowConfig& config, const FlowStatus& s, const Exten
             << "  first offset:        " << opt(e.log.first_offset, "none") << "\n"
             << "  last offset:         " << (s.log.end_offset ? std::to_string(s.log.end_offset - 1) : std::string("none (empty log)"))
             << "  (durable end " << s.log.end_offset << ")\n"
-            << "  last commit LSN:     " << (s.log.last_commit_lsn ? FormatLsn(s.log.last_commit_lsn) : std::string("none"))
+            << "  pending up to:       "
+            << (s.log.last_commit_lsn ? "commit " + FormatLsn(s.log.last_commit_lsn) : std::string("no pending transaction"))
             << "\n"
             << "  lag:                 " << s.log.lag_records << " records, " << s.log.lag_bytes << " bytes\n";
   for (const auto& [name, c] : e.log.consumers)
