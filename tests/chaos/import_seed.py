@@ -99,8 +99,10 @@ MAPPING = {
                 "scenario": it("negative_control_skipping_the_origin_reset_is_caught", COMMIT_FAILURE)}),
     "applier_after_target_commit_before_stream_ack": dict(
         proof=[it("apply_worker_replays_safely_when_ack_fails_after_apply", FAIL_CLOSED)],
-        note="fault apply.after_commit_before_offset (crash and error); the paired defect skip_dedup is not "
-             "yet run against this fault"),
+        defect={"name": "apply_ignore_dedup",
+                "scenario": it("negative_control_replay_after_ack_fault_without_dedup_is_caught", FAIL_CLOSED)},
+        note="fault apply.after_commit_before_offset (crash and error); the paired defect apply_ignore_dedup runs "
+             "the crash round's rerun applying committed transactions again"),
     "duplicate_transaction_replay": dict(
         proof=[it("rereading_the_log_skips_duplicates_and_its_negative_control", FAIL_CLOSED)],
         defect={"name": "apply_ignore_dedup",

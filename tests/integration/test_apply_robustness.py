@@ -63,6 +63,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from capture_support import (CaptureFailure, assert_no_backend_crashes, TRELLARA_BIN, log_records, log_transactions, lsn_to_int,  # noqa: E402
                              run_pgbench, setup_flow, wait_for, run_scenarios, scenario, record_fault_fired)
 from harness import Cluster, PG_BIN  # noqa: E402
+import oracle  # noqa: E402
 
 KILLS = int(os.environ.get("TRELLARA_KILLS", "20"))
 KILL_SEED = int(os.environ.get("TRELLARA_KILL_SEED", str(random.SystemRandom().randrange(1 << 31))))
@@ -298,13 +299,16 @@ def assert_kill9_converged(pair, committed, label):
         raise CaptureFailure(f"target ledger has {ledger_rows} rows, the source committed {committed}")
 
 
-@scenario(suite="apply_crash", invariants=("no loss", "no duplicate effect (ledger seq per account)", "each logged transaction applied once", "data equals source"))
+@scenario(suite="apply_crash", invariants=("no loss", "no duplicate effect (ledger seq per account)", "each logged transaction applied once", "data equals source") + oracle.INVARIANTS)
 def applier_kill9_at_random_moments_converges_exactly_once():
     rng = random.Random(KILL_SEED)
     print(f"kill -9 test: seed {KILL_SEED} (TRELLARA_KILL_SEED={KILL_SEED} reproduces the delays), "
           f"{KILLS} kills (TRELLARA_KILLS)")
-    with FlowPair("apply-kill9", LEDGER_DDL, LEDGER_TABLES) as pair:
+    with FlowPair("apply-kill9", LEDGER_DDL + oracle.DDL, LEDGER_TABLES + oracle.TABLES) as pair:
         started = time.monotonic()
+        work = oracle.Oracle(KILL_SEED)
+        work.setup(pair)
+        work.run(pair, 300)   # part of the backlog the killed appliers work through
         committed, kills, landed, refused_busy, batches = kill9_rounds(pair, rng, KILLS)
         print(f"kill -9: {kills} kills ({landed} after the applier had committed something in that run), "
               f"{refused_busy} restarts refused while the killed session ended, {batches} backlog batches, "
@@ -314,6 +318,7 @@ def applier_kill9_at_random_moments_converges_exactly_once():
         if landed < KILLS // 4:
             raise CaptureFailure(f"only {landed} of {kills} kills landed while the applier was committing")
         assert_kill9_converged(pair, committed, "after kill -9")
+        work.check(pair, "oracle after kill -9")
         pair.check_no_crashes()
     print("ok: applier_kill9_at_random_moments_converges_exactly_once")
 
@@ -544,7 +549,7 @@ def crash_target_while_applying(pair, env=None):
     return lost_total, []
 
 
-@scenario(suite="apply_crash", invariants=("no transaction below the consumer offset lost by a target crash", "nothing quarantined", "rerun converges exactly once"))
+@scenario(suite="apply_crash", invariants=("no transaction below the consumer offset lost by a target crash", "nothing quarantined", "rerun converges exactly once") + oracle.INVARIANTS)
 def target_immediate_restart_while_applying_converges():
     """The target stops immediately (its backends die, unwritten WAL is lost) while the applier
     commits with synchronous_commit = off. The durability rule under test: the consumer offset never
@@ -558,7 +563,11 @@ def target_immediate_restart_while_applying_converges():
     flushed-progress query would — and the immediate stop (with SIGKILL for the frozen processes)
     really loses them. The source writes all along, so the applier never runs out of transactions,
     and every wait is a condition: machine speed changes how long it takes, not the outcome."""
-    with FlowPair("apply-restart", LEDGER_DDL, LEDGER_TABLES, RESTART_TARGET_SETTINGS) as pair:
+    with FlowPair("apply-restart", LEDGER_DDL + oracle.DDL, LEDGER_TABLES + oracle.TABLES,
+                  RESTART_TARGET_SETTINGS) as pair:
+        work = oracle.Oracle()
+        work.setup(pair)
+        work.run(pair, 300)   # ahead of the load: applied (partly) before the target's crash
         load = start_source_load(pair)
         try:
             lost, violations = crash_target_while_applying(pair)
@@ -578,6 +587,7 @@ def target_immediate_restart_while_applying_converges():
         committed = pair.source.query("SELECT count(*) FROM public.ledger")
         if pair.target.query("SELECT count(*) FROM public.ledger") != committed:
             raise CaptureFailure(f"the target ledger does not hold every source transaction ({committed})")
+        work.check(pair, "oracle after the target restart")
     print("ok: target_immediate_restart_while_applying_converges")
 
 
@@ -616,10 +626,12 @@ BIG_ROWS = 5000
 CHUNKED_STALL_MS = 600000
 
 
-@scenario(seed_rows=("strict_chunk_target_crash_after_staging_before_commit",), suite="strict_chunk", fault_points=("apply.after_staging_before_commit",), invariants=("no partial chunked transaction visible", "applied whole exactly once after restart", "one dedup row"))
+@scenario(seed_rows=("strict_chunk_target_crash_after_staging_before_commit",), suite="strict_chunk", fault_points=("apply.after_staging_before_commit",), invariants=("no partial chunked transaction visible", "applied whole exactly once after restart", "one dedup row") + oracle.INVARIANTS)
 def chunked_transaction_applies_atomically_and_once():
-    with FlowPair("apply-chunked", BIG_DDL, BIG_TABLES) as pair:
+    with FlowPair("apply-chunked", BIG_DDL + oracle.DDL, BIG_TABLES + oracle.TABLES) as pair:
         source, target = pair.source, pair.target
+        work = oracle.Oracle()
+        work.setup(pair)
         # Target caught up first, so the only open transaction that writes `big` is the new one.
         run_apply(pair.config, 0)
         base = 0
@@ -628,6 +640,9 @@ def chunked_transaction_applies_atomically_and_once():
                                f"generate_series({base + 1}, {base + BIG_ROWS}) g; SELECT txid_current(); "
                                f"COMMIT").splitlines()[0])
         source.query("INSERT INTO public.small VALUES (2, 'after')")
+        # After the chunked transaction, so the applier stalls in it, not in one of these; they are
+        # applied by the rerun after the kill.
+        work.run(pair, 200)
         wait_log_covers_source(source)
         records = [r for r in log_records(pair.log_dir) if r.get("xid") == xid]
         shape = {kind: sum(1 for r in records if r["type"] == kind) for kind in ("chunk", "manifest", "commit_marker")}
@@ -692,6 +707,7 @@ def chunked_transaction_applies_atomically_and_once():
         if target.query(f"SELECT count(*) FROM trellara.applied_transactions WHERE commit_lsn = '{commit_lsn}' "
                         f"AND xid = {xid}") != "1":
             raise CaptureFailure(f"no single dedup row for xid {xid} commit {commit_lsn}")
+        work.check(pair, "oracle after the killed chunked transaction")
         pair.check_no_crashes()
     print("ok: chunked_transaction_applies_atomically_and_once")
 

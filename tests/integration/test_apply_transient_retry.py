@@ -48,6 +48,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from capture_support import (CaptureFailure, TRELLARA_BIN, log_records, log_transactions, wait_for, run_scenarios,  # noqa: E402
                              scenario)
 import harness.cluster as hc  # noqa: E402
+import oracle  # noqa: E402
 from test_apply_robustness import (FlowPair, LEDGER_DDL, LEDGER_TABLES, assert_each_transaction_applied_once,  # noqa: E402
                                    assert_ledger_has_no_duplicate_effects, assert_same_data, run_ledger_workload,
                                    wait_log_covers_source)
@@ -151,9 +152,12 @@ def assert_converged(pair, label, committed=None):
         raise CaptureFailure(f"{label}: the target ledger does not hold every source transaction")
 
 
-@scenario(suite="transient_retry", invariants=("the daemon reconnects after a target restart and converges", "nothing quarantined"))
+@scenario(suite="transient_retry", invariants=("the daemon reconnects after a target restart and converges", "nothing quarantined") + oracle.INVARIANTS)
 def target_immediate_restart_while_daemon_applies_converges():
-    with FlowPair("retry-target", LEDGER_DDL, LEDGER_TABLES) as pair:
+    with FlowPair("retry-target", LEDGER_DDL + oracle.DDL, LEDGER_TABLES + oracle.TABLES) as pair:
+        work = oracle.Oracle()
+        work.setup(pair)
+        work.run(pair, 300)
         committed = run_ledger_workload(pair, 12000)
         daemon = Daemon(pair)
         try:
@@ -171,6 +175,7 @@ def target_immediate_restart_while_daemon_applies_converges():
             if "event=resumed" not in daemon.stderr():
                 raise CaptureFailure("the daemon did not say it resumed: " + daemon.stderr()[-2000:])
             assert_converged(pair, "after the target restart", committed)
+            work.check(pair, "oracle after the target restart")
             code = daemon.stop()
             if code != 0:
                 raise CaptureFailure(f"the daemon exited {code} on SIGTERM, expected 0")
