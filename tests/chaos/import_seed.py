@@ -110,8 +110,10 @@ MAPPING = {
         note="one scenario runs both halves: clean re-read, then the same re-read with the defect"),
     "target_schema_missing": dict(
         proof=[it("missing_target_table_fails_closed_without_checkpoint_or_dedup", FAIL_CLOSED)],
-        note="the fail-closed checker is shared with target_update_delete_zero_rows, whose negative control "
-             "runs it on a zero-row quarantine, not on a missing table; not claimed as this row's pair"),
+        defect={"name": "apply_skip_quarantined",
+                "scenario": it("negative_control_moving_past_a_missing_table_is_caught", FAIL_CLOSED)},
+        note="the paired defect moves past the missing_table quarantine instead of halting; the missing-table "
+             "checks must fail"),
     "target_update_delete_zero_rows": dict(
         proof=[it("update_delete_zero_row_match_fails_closed", FAIL_CLOSED)],
         defect={"name": "apply_skip_quarantined",
@@ -167,7 +169,9 @@ MAPPING = {
         proof=[ct("update_omits_absent_non_key_columns_for_unchanged_toast"),
                ct("update_omits_explicit_unchanged_toast_marker"),
                it("hostile_identifiers_and_values_replicate_exactly", ROBUSTNESS)],
-        note="paired defect unchanged_toast_as_null is not built yet"),
+        defect={"name": "unchanged_toast_as_null",
+                "scenario": it("negative_control_unchanged_toast_as_null_is_caught", ROBUSTNESS)},
+        note="the paired defect writes an unchanged-TOAST column as NULL; the hostile-values scenario must fail"),
     "snapshot_duplicate_copy_attempt": dict(proof=[it("snapshot_duplicate_copy_attempt", SNAPSHOT)],
                                             note=SNAPSHOT_UNPAIRED),
     "snapshot_incomplete_copy_resume": dict(proof=[it("snapshot_incomplete_copy_resume", SNAPSHOT)],

@@ -456,6 +456,39 @@ def negative_control_replay_after_ack_fault_without_dedup_is_caught(_shared_pair
     print("ok: negative_control_replay_after_ack_fault_without_dedup_is_caught")
 
 
+@scenario(suite="fail_closed", defect="apply_skip_quarantined", fault_points=("defect.apply_skip_quarantined",),
+          pairs_with="missing_target_table_fails_closed_without_checkpoint_or_dedup",
+          invariants=("the missing-table checks fail when the applier moves past the missing_table quarantine",))
+def negative_control_moving_past_a_missing_table_is_caught(_shared_pair):
+    """Negative control for missing_target_table_fails_closed_without_checkpoint_or_dedup: the same
+    transaction into a table the target lacks, then a later one, applied with
+    defect.apply_skip_quarantined (the applier quarantines and then moves on instead of halting). The
+    missing-table checks (exit 3, the quarantine row, no dedup row, origin progress or consumer
+    offset at or past it, the later transaction not applied) must then fail. Its own pair: the
+    defect leaves the flow past a transaction it never applied."""
+    with FlowPair("apply-missingdefect", DDL, TABLES) as pair:
+        pair.target.query("DROP TABLE public.audit")
+        xid, commit_lsn, offset = source_tx(pair, "INSERT INTO audit VALUES (1, 'first')")
+        source_tx(pair, "INSERT INTO items VALUES (200, 'after', 1)")
+        env = dict(os.environ, TRELLARA_FAULTS="defect.apply_skip_quarantined:1:defect")
+        result = subprocess.run(with_test_defects(apply_command(pair.config), env), capture_output=True, text=True,
+                                env=env, timeout=APPLY_TIMEOUT_S)
+        if "defect.apply_skip_quarantined" not in record_faults_from_output(result.stderr):
+            raise CaptureFailure(f"harness failure, not a caught defect: defect.apply_skip_quarantined never fired "
+                                 f"(exit {result.returncode}): {result.stderr[-500:]}")
+        try:
+            if result.returncode != EXIT_BLOCKED:
+                raise CaptureFailure(f"the applier exited {result.returncode}, expected {EXIT_BLOCKED} (blocked)")
+            assert_blocked_without_trace(pair, xid, commit_lsn, offset, "missing_table", lambda: pair.target.query(
+                "SELECT count(*) FROM public.items WHERE id = 200") == "0")
+        except CaptureFailure as caught:
+            print(f"negative control: applier exit {result.returncode} past the missing table — caught: {caught}")
+        else:
+            raise CaptureFailure("negative control: an applier that moves past a missing-table quarantine passed the "
+                                 "missing-table checks — they cannot catch that defect")
+    print("ok: negative_control_moving_past_a_missing_table_is_caught")
+
+
 SCENARIOS = (key_changing_update_sets_new_key_and_matches_old_key, update_delete_zero_row_match_fails_closed,
              missing_target_table_fails_closed_without_checkpoint_or_dedup,
              apply_worker_replays_safely_when_ack_fails_after_apply,
@@ -463,6 +496,7 @@ SCENARIOS = (key_changing_update_sets_new_key_and_matches_old_key, update_delete
              chunked_insert_conflict_in_a_copy_batch_quarantines_only_that_transaction, until_caught_up_stops_at_the_end_present_at_start,
              progress_is_shown_on_a_terminal, rereading_the_log_skips_duplicates_and_its_negative_control,
              negative_control_replay_after_ack_fault_without_dedup_is_caught,
+             negative_control_moving_past_a_missing_table_is_caught,
              negative_control_moving_past_a_quarantine_is_caught)
 
 if __name__ == "__main__":

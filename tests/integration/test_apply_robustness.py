@@ -61,7 +61,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (CaptureFailure, assert_no_backend_crashes, TRELLARA_BIN, log_records, log_transactions, lsn_to_int,  # noqa: E402
-                             run_pgbench, setup_flow, wait_for, run_scenarios, scenario, record_fault_fired)
+                             run_pgbench, setup_flow, wait_for, run_scenarios, scenario, record_fault_fired,
+                             record_faults_from_output)
 from harness import Cluster, PG_BIN  # noqa: E402
 import oracle  # noqa: E402
 
@@ -139,9 +140,10 @@ def with_test_defects(command, env):
     return [command[0], "--enable-test-defects"] + command[1:]
 
 
-def run_apply(config_path, expect_code):
+def run_apply(config_path, expect_code, env=None):
     started = time.monotonic()
-    result = subprocess.run(apply_command(config_path), capture_output=True, text=True, timeout=APPLY_TIMEOUT_S)
+    result = subprocess.run(with_test_defects(apply_command(config_path), env), capture_output=True, text=True,
+                            timeout=APPLY_TIMEOUT_S, env=env)
     lines = [line for line in result.stdout.splitlines() if line.startswith("apply flow=")]
     print(f"apply (exit {result.returncode}, {time.monotonic() - started:.1f}s): "
           f"{lines[-1] if lines else result.stderr.strip()[-500:]}")
@@ -815,6 +817,40 @@ HOSTILE_COLUMNS = ['Id"', "semi;colon", "MiXeD Case", "ñandú 名前", "c" * 63
 
 @scenario(seed_rows=("unchanged_toast_columns_preserved",), suite="apply_values", invariants=("hostile names and values replicate exactly", "an UPDATE leaving a TOASTed column unchanged keeps the target value"))
 def hostile_identifiers_and_values_replicate_exactly():
+    replicate_hostile_identifiers_and_values()
+    print("ok: hostile_identifiers_and_values_replicate_exactly")
+
+
+@scenario(suite="apply_values", defect="unchanged_toast_as_null", fault_points=("defect.unchanged_toast_as_null",),
+          pairs_with="hostile_identifiers_and_values_replicate_exactly",
+          invariants=("the TOAST-preservation check fails when an unchanged TOASTed column is written as NULL",))
+def negative_control_unchanged_toast_as_null_is_caught():
+    """Negative control for the unchanged-TOAST check above: with defect.unchanged_toast_as_null the
+    applier's UPDATE sets a column the source sent as 'unchanged TOAST' to NULL instead of leaving
+    it out. The same scenario must then fail its check that the target's TOASTed value was kept."""
+    env = dict(os.environ, TRELLARA_FAULTS="defect.unchanged_toast_as_null:1:defect")
+    fired = {}
+    try:
+        replicate_hostile_identifiers_and_values(env, fired)
+    except CaptureFailure as caught:
+        if not fired.get("defect.unchanged_toast_as_null"):
+            raise CaptureFailure(f"harness failure, not a caught defect: defect.unchanged_toast_as_null never "
+                                 f"fired; the scenario failed for another reason: {caught}")
+        print(f"negative control: the unchanged TOASTed column written as NULL — caught: {str(caught)[:300]}")
+    else:
+        raise CaptureFailure("negative control: an applier that writes unchanged TOASTed columns as NULL passed the "
+                             "hostile-values checks — they cannot catch that defect")
+    print("ok: negative_control_unchanged_toast_as_null_is_caught")
+
+
+def replicate_hostile_identifiers_and_values(env=None, fired=None):
+    """The body of hostile_identifiers_and_values_replicate_exactly; `env` switches a defect on for
+    every apply run, and the fault points the runs report firing are added to `fired`."""
+    def apply_once():
+        result = run_apply(pair.config, 0, env)
+        if fired is not None:
+            for point, count in record_faults_from_output(result.stderr).items():
+                fired[point] = fired.get(point, 0) + count
     assert len(HOSTILE_TABLE.encode()) == 63 and len(HOSTILE_COLUMNS[4].encode()) == 63
     t = "public." + quote_ident(HOSTILE_TABLE)
     c = [quote_ident(name) for name in HOSTILE_COLUMNS]
@@ -842,7 +878,7 @@ COMMIT;
         size = source.query(f"SELECT octet_length({c[10]}) FROM {t} WHERE {c[0]} = 1")
         stored = source.query(f"SELECT pg_column_size({c[10]}) FROM {t} WHERE {c[0]} = 1")
         wait_log_covers_source(source)
-        run_apply(pair.config, 0)
+        apply_once()
         # The target's copy of the TOASTed value is changed behind the applier's back: an UPDATE
         # that leaves the column unchanged on the source must leave the target's value alone.
         target.query(f"UPDATE {t} SET {c[10]} = repeat('target-', 200000) WHERE {c[0]} = 1")
@@ -852,7 +888,7 @@ COMMIT;
         source.query(f"UPDATE {t} SET {c[11]} = 'four updated' WHERE {c[0]} = 4")
         source.query(f"DELETE FROM {t} WHERE {c[0]} = 3")
         wait_log_covers_source(source)
-        run_apply(pair.config, 0)
+        apply_once()
         kept = target.query(f"SELECT {c[11]}, md5({c[10]}) FROM {t} WHERE {c[0]} = 1")
         print(f"TOASTed column ({size} bytes, stored {stored} bytes) after an UPDATE that left it unchanged: "
               f"target {kept}, the target's own value {target_huge}")
@@ -878,10 +914,10 @@ COMMIT;
             raise CaptureFailure(f"the target holds {negative_zero} float8 -0 values, the source 2")
         assert_each_transaction_applied_once(target, pair.log_dir, "hostile")
         pair.check_no_crashes()
-    print("ok: hostile_identifiers_and_values_replicate_exactly")
 
 
-SCENARIOS = (hostile_identifiers_and_values_replicate_exactly, key_addressed_changes_use_the_index_under_a_long_read,
+SCENARIOS = (hostile_identifiers_and_values_replicate_exactly, negative_control_unchanged_toast_as_null_is_caught,
+             key_addressed_changes_use_the_index_under_a_long_read,
              chunked_transaction_applies_atomically_and_once,
              conflicting_duplicate_is_quarantined, target_immediate_restart_while_applying_converges,
              negative_control_offset_past_flush_is_caught, applier_kill9_at_random_moments_converges_exactly_once,
