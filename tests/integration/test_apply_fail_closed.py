@@ -27,11 +27,15 @@ Postgres and real `trellara apply` processes, under seed 000's names (issue 5):
   - rereading_the_log_skips_duplicates_and_its_negative_control: without its consumer offset the
     applier skips every logged transaction as a duplicate; with defect.apply_ignore_dedup it must not
     pass that check;
+  - negative_control_replay_after_ack_fault_without_dedup_is_caught: the ack-fault crash round with
+    its rerun under defect.apply_ignore_dedup must fail the replay checks (its own pair);
+  - negative_control_moving_past_a_missing_table_is_caught: the missing-table transaction applied
+    under defect.apply_skip_quarantined must fail the missing-table checks (its own pair);
   - negative_control_moving_past_a_quarantine_is_caught: with defect.apply_skip_quarantined the
     fail-closed guarantees above must fail (run last: it leaves the flow past an unapplied
     transaction).
 
-One source + target pair for all four (cheap for CI); each scenario leaves the pair converged.
+One source + target pair for the others (cheap for CI); each scenario leaves the pair converged.
 """
 import os
 import subprocess

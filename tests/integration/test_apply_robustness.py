@@ -43,6 +43,12 @@ and the dedup table against the log: one row per completed source transaction, s
       names with quotes, semicolons, mixed case, non-ASCII, 63 bytes; backslashes, newlines, NaN,
       Infinity, -0, > 1 MB text, NULL vs '', bytea, arrays, jsonb; an UPDATE that leaves a TOASTed
       column unchanged keeps the target's value.
+  negative_control_unchanged_toast_as_null_is_caught
+      the same with defect.unchanged_toast_as_null (the UPDATE writes the unchanged TOASTed column
+      as NULL): its TOAST-preservation check must fail.
+
+The kill -9, target-restart and chunked-kill scenarios also run the oracle workload
+(tests/integration/oracle.py) in their backlog and check its invariants after converging.
 
 It prints what it measured. It must never signal a process it did not start (the applier is our
 child, killed or frozen by its Popen handle; clusters are stopped by the harness by PID; the
