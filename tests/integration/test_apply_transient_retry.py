@@ -10,7 +10,8 @@ per scenario (FlowPair of test_apply_robustness.py, whose helpers are reused, no
   does) and the same data directory is started again. The SAME applier process (same PID) logs a
   structured `event=retry state=reconnecting` line, reconnects, converges to the source exactly
   (each table by count and md5, dedup rows = the log's transactions, origin progress = the last
-  commit, no duplicate ledger effect) and nothing is quarantined.
+  commit, no duplicate ledger effect) and nothing is quarantined. The oracle workload
+  (tests/integration/oracle.py, 300 transactions ahead of the backlog) is checked after converging.
 - deadlock_with_a_local_target_transaction_is_retried_and_applied: a source transaction updates
   row 1 then row 2 (with 1 100 filler rows between, so it is chunked and takes the one-at-a-time
   path, where a failure used to be quarantined). On the target a local session takes row 2, then
