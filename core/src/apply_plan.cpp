@@ -4,6 +4,7 @@
 // unchanged-TOAST marker overwrite a column, and never plan a statement that could touch more
 // than the one row a captured row change describes.
 #include "trellara/apply_plan.h"
+#include "trellara/fault.h"
 
 #include <algorithm>
 #include <array>
@@ -365,7 +366,12 @@ Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationIn
   }
   std::vector<size_t> set_columns;
   for (size_t i = 0; i < width; i++) {
-    if (change.new_tuple[i].kind == Value::Kind::UnchangedToast) continue;  // never overwrite with "absent"
+    if (change.new_tuple[i].kind == Value::Kind::UnchangedToast) {
+      // Negative control (tests only, TRELLARA_FAULTS=defect.unchanged_toast_as_null:1:defect): the
+      // absent value is written as NULL, which the TOAST-preservation test must catch.
+      if (fault::Hit("defect.unchanged_toast_as_null") == fault::Action::Defect) set_columns.push_back(i);
+      continue;  // never overwrite with "absent"
+    }
     if (rel->columns[i].is_key && !key_changed) continue;                    // already equal to the matched key
     set_columns.push_back(i);
   }
@@ -391,7 +397,9 @@ Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationIn
     set_mask_columns = {0};
   }
   for (size_t i : set_columns) {
-    auto param = p.Param(change.new_tuple[i], i, "new");
+    auto param = change.new_tuple[i].kind == Value::Kind::UnchangedToast
+                     ? Result<std::optional<std::string>>(std::optional<std::string>{})  // only under the defect
+                     : p.Param(change.new_tuple[i], i, "new");
     if (!param.ok()) return param.error();
     plan.params.push_back(std::move(*param));
     plan.param_columns.push_back(rel->columns[i].name);

@@ -112,8 +112,10 @@ MAPPING = {
                 "scenario": it("negative_control_skipping_the_origin_reset_is_caught", COMMIT_FAILURE)}),
     "applier_after_target_commit_before_stream_ack": dict(
         proof=[it("apply_worker_replays_safely_when_ack_fails_after_apply", FAIL_CLOSED)],
-        note="fault apply.after_commit_before_offset (crash and error); the paired defect skip_dedup is not "
-             "yet run against this fault"),
+        defect={"name": "apply_ignore_dedup",
+                "scenario": it("negative_control_replay_after_ack_fault_without_dedup_is_caught", FAIL_CLOSED)},
+        note="fault apply.after_commit_before_offset (crash and error); the paired defect apply_ignore_dedup runs "
+             "the crash round's rerun applying committed transactions again"),
     "duplicate_transaction_replay": dict(
         proof=[it("rereading_the_log_skips_duplicates_and_its_negative_control", FAIL_CLOSED)],
         defect={"name": "apply_ignore_dedup",
@@ -121,8 +123,10 @@ MAPPING = {
         note="one scenario runs both halves: clean re-read, then the same re-read with the defect"),
     "target_schema_missing": dict(
         proof=[it("missing_target_table_fails_closed_without_checkpoint_or_dedup", FAIL_CLOSED)],
-        note="the fail-closed checker is shared with target_update_delete_zero_rows, whose negative control "
-             "runs it on a zero-row quarantine, not on a missing table; not claimed as this row's pair"),
+        defect={"name": "apply_skip_quarantined",
+                "scenario": it("negative_control_moving_past_a_missing_table_is_caught", FAIL_CLOSED)},
+        note="the paired defect moves past the missing_table quarantine instead of halting; the missing-table "
+             "checks must fail"),
     "target_update_delete_zero_rows": dict(
         proof=[it("update_delete_zero_row_match_fails_closed", FAIL_CLOSED)],
         defect={"name": "apply_skip_quarantined",
@@ -179,7 +183,9 @@ MAPPING = {
         proof=[ct("update_omits_absent_non_key_columns_for_unchanged_toast"),
                ct("update_omits_explicit_unchanged_toast_marker"),
                it("hostile_identifiers_and_values_replicate_exactly", ROBUSTNESS)],
-        note="paired defect unchanged_toast_as_null is not built yet"),
+        defect={"name": "unchanged_toast_as_null",
+                "scenario": it("negative_control_unchanged_toast_as_null_is_caught", ROBUSTNESS)},
+        note="the paired defect writes an unchanged-TOAST column as NULL; the hostile-values scenario must fail"),
     "snapshot_duplicate_copy_attempt": dict(proof=[it("snapshot_duplicate_copy_attempt", SNAPSHOT)],
                                             note=SNAPSHOT_UNPAIRED),
     "snapshot_incomplete_copy_resume": dict(proof=[it("snapshot_incomplete_copy_resume", SNAPSHOT)],

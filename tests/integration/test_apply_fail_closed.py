@@ -27,11 +27,15 @@ Postgres and real `trellara apply` processes, under seed 000's names (issue 5):
   - rereading_the_log_skips_duplicates_and_its_negative_control: without its consumer offset the
     applier skips every logged transaction as a duplicate; with defect.apply_ignore_dedup it must not
     pass that check;
+  - negative_control_replay_after_ack_fault_without_dedup_is_caught: the ack-fault crash round with
+    its rerun under defect.apply_ignore_dedup must fail the replay checks (its own pair);
+  - negative_control_moving_past_a_missing_table_is_caught: the missing-table transaction applied
+    under defect.apply_skip_quarantined must fail the missing-table checks (its own pair);
   - negative_control_moving_past_a_quarantine_is_caught: with defect.apply_skip_quarantined the
     fail-closed guarantees above must fail (run last: it leaves the flow past an unapplied
     transaction).
 
-One source + target pair for all four (cheap for CI); each scenario leaves the pair converged.
+One source + target pair for the others (cheap for CI); each scenario leaves the pair converged.
 """
 import os
 import subprocess
@@ -170,43 +174,60 @@ def missing_target_table_fails_closed_without_checkpoint_or_dedup(pair):
     print("ok: missing_target_table_fails_closed_without_checkpoint_or_dedup")
 
 
+def ack_fault_then_replay(pair, action, expect, first, rerun_env=None):
+    """One round of the scenario below: a bulk insert and 300 updates, the applier faulted between
+    the target COMMIT and the consumer-offset write (`action`), then a rerun (with `rerun_env`, the
+    negative control's defect) that must skip exactly the committed transactions as duplicates and
+    converge. Raises CaptureFailure when a check fails."""
+    pair.source.query(f"INSERT INTO audit SELECT g, 'bulk' FROM generate_series({first}, {first + 599}) g")  # one tx
+    for _ in range(300):
+        pair.source.query("UPDATE items SET qty = qty + 1 WHERE id = 10")
+    wait_log_covers_source(pair.source)
+    before_offset = consumer_offset(pair.log_dir)
+    before_dedup = int(pair.target.query("SELECT count(*) FROM trellara.applied_transactions"))
+    env = dict(os.environ, TRELLARA_FAULTS=f"apply.after_commit_before_offset:1:{action}")
+    result = subprocess.run(apply_command(pair.config), capture_output=True, text=True, env=env,
+                            timeout=APPLY_TIMEOUT_S)
+    committed = int(pair.target.query("SELECT count(*) FROM trellara.applied_transactions")) - before_dedup
+    print(f"ack fault {action}: exit {result.returncode}, {committed} transactions committed on the target, "
+          f"consumer offset {consumer_offset(pair.log_dir)} (was {before_offset}); {result.stderr.strip()[-200:]}")
+    if result.returncode != expect:
+        raise CaptureFailure(f"with the ack fault '{action}' the applier exited {result.returncode}, expected "
+                             f"{expect}: {result.stderr[-1000:]}")
+    if action == "error" and "consumers/applier" not in result.stderr:
+        raise CaptureFailure(f"the failed offset write does not name the consumer file: {result.stderr}")
+    if committed == 0:
+        raise CaptureFailure("the fault fired before anything was committed: nothing to replay")
+    if consumer_offset(pair.log_dir) != before_offset:
+        raise CaptureFailure("the consumer offset moved although its write was faulted")
+    # The applier says the fault fired (at exit, or before the crash action kills it).
+    if "apply.after_commit_before_offset" not in record_faults_from_output(result.stderr):
+        raise CaptureFailure(f"the applier does not report fault apply.after_commit_before_offset firing: "
+                             f"{result.stderr[-500:]}")
+    if rerun_env is None:
+        rerun = run_apply(pair.config, 0)
+    else:
+        rerun = subprocess.run(with_test_defects(apply_command(pair.config), rerun_env), capture_output=True,
+                               text=True, env=rerun_env, timeout=APPLY_TIMEOUT_S)
+        fired = record_faults_from_output(rerun.stderr)
+        if not any(point.startswith("defect.") for point in fired):
+            raise RuntimeError(f"harness failure, not a caught defect: the rerun's defect never fired "
+                               f"(exit {rerun.returncode}): {rerun.stderr[-500:]}")
+        if rerun.returncode != 0:
+            raise CaptureFailure(f"the rerun exited {rerun.returncode}, expected 0: {rerun.stderr[-500:]}")
+    line = [x for x in rerun.stdout.splitlines() if x.startswith("apply flow=")][-1]
+    fields = dict(kv.split("=", 1) for kv in line.split()[1:])
+    if int(fields["skipped_duplicates"]) != committed:
+        raise CaptureFailure(f"the rerun skipped {fields['skipped_duplicates']} duplicates, expected the "
+                             f"{committed} transactions committed before the fault")
+    assert_same_data(pair.source, pair.target, TABLES, f"after the ack fault {action}")
+    assert_each_transaction_applied_once(pair.target, pair.log_dir, f"after the ack fault {action}")
+
+
 @scenario(seed_rows=("applier_after_target_commit_before_stream_ack",), suite="fail_closed", fault_points=("apply.after_commit_before_offset",), invariants=("the rerun skips exactly the committed transactions as duplicates", "each logged transaction applied once", "data equals source"))
 def apply_worker_replays_safely_when_ack_fails_after_apply(pair):
     for round_no, (action, expect) in enumerate((("crash", -9), ("error", 1))):
-        first = 1000 + 1000 * round_no
-        pair.source.query(f"INSERT INTO audit SELECT g, 'bulk' FROM generate_series({first}, {first + 599}) g")  # one tx
-        for _ in range(300):
-            pair.source.query("UPDATE items SET qty = qty + 1 WHERE id = 10")
-        wait_log_covers_source(pair.source)
-        before_offset = consumer_offset(pair.log_dir)
-        before_dedup = int(pair.target.query("SELECT count(*) FROM trellara.applied_transactions"))
-        env = dict(os.environ, TRELLARA_FAULTS=f"apply.after_commit_before_offset:1:{action}")
-        result = subprocess.run(apply_command(pair.config), capture_output=True, text=True, env=env,
-                                timeout=APPLY_TIMEOUT_S)
-        committed = int(pair.target.query("SELECT count(*) FROM trellara.applied_transactions")) - before_dedup
-        print(f"ack fault {action}: exit {result.returncode}, {committed} transactions committed on the target, "
-              f"consumer offset {consumer_offset(pair.log_dir)} (was {before_offset}); {result.stderr.strip()[-200:]}")
-        if result.returncode != expect:
-            raise CaptureFailure(f"with the ack fault '{action}' the applier exited {result.returncode}, expected "
-                                 f"{expect}: {result.stderr[-1000:]}")
-        if action == "error" and "consumers/applier" not in result.stderr:
-            raise CaptureFailure(f"the failed offset write does not name the consumer file: {result.stderr}")
-        if committed == 0:
-            raise CaptureFailure("the fault fired before anything was committed: nothing to replay")
-        if consumer_offset(pair.log_dir) != before_offset:
-            raise CaptureFailure("the consumer offset moved although its write was faulted")
-        # The applier says the fault fired (at exit, or before the crash action kills it).
-        if "apply.after_commit_before_offset" not in record_faults_from_output(result.stderr):
-            raise CaptureFailure(f"the applier does not report fault apply.after_commit_before_offset firing: "
-                                 f"{result.stderr[-500:]}")
-        rerun = run_apply(pair.config, 0)
-        line = [x for x in rerun.stdout.splitlines() if x.startswith("apply flow=")][-1]
-        fields = dict(kv.split("=", 1) for kv in line.split()[1:])
-        if int(fields["skipped_duplicates"]) != committed:
-            raise CaptureFailure(f"the rerun skipped {fields['skipped_duplicates']} duplicates, expected the "
-                                 f"{committed} transactions committed before the fault")
-        assert_same_data(pair.source, pair.target, TABLES, f"after the ack fault {action}")
-        assert_each_transaction_applied_once(pair.target, pair.log_dir, f"after the ack fault {action}")
+        ack_fault_then_replay(pair, action, expect, 1000 + 1000 * round_no)
     print("ok: apply_worker_replays_safely_when_ack_fails_after_apply")
 
 
@@ -426,12 +447,72 @@ def negative_control_moving_past_a_quarantine_is_caught(pair):
     print("ok: negative_control_moving_past_a_quarantine_is_caught")
 
 
+@scenario(suite="fail_closed", defect="apply_ignore_dedup", fault_points=("defect.apply_ignore_dedup",),
+          pairs_with="apply_worker_replays_safely_when_ack_fails_after_apply",
+          invariants=("the ack-fault replay checks fail when the rerun applies the committed transactions again",))
+def negative_control_replay_after_ack_fault_without_dedup_is_caught(_shared_pair):
+    """Negative control for apply_worker_replays_safely_when_ack_fails_after_apply: the same crash
+    between the target COMMIT and the consumer-offset write, then a rerun with
+    defect.apply_ignore_dedup (a transaction the target already committed is applied again instead of
+    skipped as a duplicate). The replay checks (exactly the committed transactions skipped, data
+    equal to the source, each transaction applied once) must then fail. Its own pair: the defect
+    leaves the target diverged."""
+    with FlowPair("apply-ackdefect", DDL, TABLES) as pair:
+        pair.source.query("INSERT INTO items VALUES (10, 'counter', 0)")
+        wait_log_covers_source(pair.source)
+        run_apply(pair.config, 0)
+        env = dict(os.environ, TRELLARA_FAULTS="defect.apply_ignore_dedup:1:defect")
+        try:
+            ack_fault_then_replay(pair, "crash", -9, 1000, rerun_env=env)
+        except CaptureFailure as caught:
+            print(f"negative control: the rerun applied committed transactions again — caught: {str(caught)[:300]}")
+        else:
+            raise CaptureFailure("negative control: a rerun that applies already-committed transactions again "
+                                 "passed the ack-fault replay checks — they cannot catch that defect")
+    print("ok: negative_control_replay_after_ack_fault_without_dedup_is_caught")
+
+
+@scenario(suite="fail_closed", defect="apply_skip_quarantined", fault_points=("defect.apply_skip_quarantined",),
+          pairs_with="missing_target_table_fails_closed_without_checkpoint_or_dedup",
+          invariants=("the missing-table checks fail when the applier moves past the missing_table quarantine",))
+def negative_control_moving_past_a_missing_table_is_caught(_shared_pair):
+    """Negative control for missing_target_table_fails_closed_without_checkpoint_or_dedup: the same
+    transaction into a table the target lacks, then a later one, applied with
+    defect.apply_skip_quarantined (the applier quarantines and then moves on instead of halting). The
+    missing-table checks (exit 3, the quarantine row, no dedup row, origin progress or consumer
+    offset at or past it, the later transaction not applied) must then fail. Its own pair: the
+    defect leaves the flow past a transaction it never applied."""
+    with FlowPair("apply-missingdefect", DDL, TABLES) as pair:
+        pair.target.query("DROP TABLE public.audit")
+        xid, commit_lsn, offset = source_tx(pair, "INSERT INTO audit VALUES (1, 'first')")
+        source_tx(pair, "INSERT INTO items VALUES (200, 'after', 1)")
+        env = dict(os.environ, TRELLARA_FAULTS="defect.apply_skip_quarantined:1:defect")
+        result = subprocess.run(with_test_defects(apply_command(pair.config), env), capture_output=True, text=True,
+                                env=env, timeout=APPLY_TIMEOUT_S)
+        if "defect.apply_skip_quarantined" not in record_faults_from_output(result.stderr):
+            raise CaptureFailure(f"harness failure, not a caught defect: defect.apply_skip_quarantined never fired "
+                                 f"(exit {result.returncode}): {result.stderr[-500:]}")
+        try:
+            if result.returncode != EXIT_BLOCKED:
+                raise CaptureFailure(f"the applier exited {result.returncode}, expected {EXIT_BLOCKED} (blocked)")
+            assert_blocked_without_trace(pair, xid, commit_lsn, offset, "missing_table", lambda: pair.target.query(
+                "SELECT count(*) FROM public.items WHERE id = 200") == "0")
+        except CaptureFailure as caught:
+            print(f"negative control: applier exit {result.returncode} past the missing table — caught: {caught}")
+        else:
+            raise CaptureFailure("negative control: an applier that moves past a missing-table quarantine passed the "
+                                 "missing-table checks — they cannot catch that defect")
+    print("ok: negative_control_moving_past_a_missing_table_is_caught")
+
+
 SCENARIOS = (key_changing_update_sets_new_key_and_matches_old_key, update_delete_zero_row_match_fails_closed,
              missing_target_table_fails_closed_without_checkpoint_or_dedup,
              apply_worker_replays_safely_when_ack_fails_after_apply,
              whole_transaction_larger_than_a_batch_is_applied_alone,
              chunked_insert_conflict_in_a_copy_batch_quarantines_only_that_transaction, until_caught_up_stops_at_the_end_present_at_start,
              progress_is_shown_on_a_terminal, rereading_the_log_skips_duplicates_and_its_negative_control,
+             negative_control_replay_after_ack_fault_without_dedup_is_caught,
+             negative_control_moving_past_a_missing_table_is_caught,
              negative_control_moving_past_a_quarantine_is_caught)
 
 if __name__ == "__main__":

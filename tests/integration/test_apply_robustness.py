@@ -43,6 +43,12 @@ and the dedup table against the log: one row per completed source transaction, s
       names with quotes, semicolons, mixed case, non-ASCII, 63 bytes; backslashes, newlines, NaN,
       Infinity, -0, > 1 MB text, NULL vs '', bytea, arrays, jsonb; an UPDATE that leaves a TOASTed
       column unchanged keeps the target's value.
+  negative_control_unchanged_toast_as_null_is_caught
+      the same with defect.unchanged_toast_as_null (the UPDATE writes the unchanged TOASTed column
+      as NULL): its TOAST-preservation check must fail.
+
+The kill -9, target-restart and chunked-kill scenarios also run the oracle workload
+(tests/integration/oracle.py) in their backlog and check its invariants after converging.
 
 It prints what it measured. It must never signal a process it did not start (the applier is our
 child, killed or frozen by its Popen handle; clusters are stopped by the harness by PID; the
@@ -61,8 +67,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (CaptureFailure, assert_no_backend_crashes, TRELLARA_BIN, log_records, log_transactions, lsn_to_int,  # noqa: E402
-                             run_pgbench, setup_flow, wait_for, run_scenarios, scenario, record_fault_fired)
+                             run_pgbench, setup_flow, wait_for, run_scenarios, scenario, record_fault_fired,
+                             record_faults_from_output)
 from harness import Cluster, PG_BIN  # noqa: E402
+import oracle  # noqa: E402
 
 KILLS = int(os.environ.get("TRELLARA_KILLS", "20"))
 KILL_SEED = int(os.environ.get("TRELLARA_KILL_SEED", str(random.SystemRandom().randrange(1 << 31))))
@@ -138,9 +146,10 @@ def with_test_defects(command, env):
     return [command[0], "--enable-test-defects"] + command[1:]
 
 
-def run_apply(config_path, expect_code):
+def run_apply(config_path, expect_code, env=None):
     started = time.monotonic()
-    result = subprocess.run(apply_command(config_path), capture_output=True, text=True, timeout=APPLY_TIMEOUT_S)
+    result = subprocess.run(with_test_defects(apply_command(config_path), env), capture_output=True, text=True,
+                            timeout=APPLY_TIMEOUT_S, env=env)
     lines = [line for line in result.stdout.splitlines() if line.startswith("apply flow=")]
     print(f"apply (exit {result.returncode}, {time.monotonic() - started:.1f}s): "
           f"{lines[-1] if lines else result.stderr.strip()[-500:]}")
@@ -298,13 +307,16 @@ def assert_kill9_converged(pair, committed, label):
         raise CaptureFailure(f"target ledger has {ledger_rows} rows, the source committed {committed}")
 
 
-@scenario(suite="apply_crash", invariants=("no loss", "no duplicate effect (ledger seq per account)", "each logged transaction applied once", "data equals source"))
+@scenario(suite="apply_crash", invariants=("no loss", "no duplicate effect (ledger seq per account)", "each logged transaction applied once", "data equals source") + oracle.INVARIANTS)
 def applier_kill9_at_random_moments_converges_exactly_once():
     rng = random.Random(KILL_SEED)
     print(f"kill -9 test: seed {KILL_SEED} (TRELLARA_KILL_SEED={KILL_SEED} reproduces the delays), "
           f"{KILLS} kills (TRELLARA_KILLS)")
-    with FlowPair("apply-kill9", LEDGER_DDL, LEDGER_TABLES) as pair:
+    with FlowPair("apply-kill9", LEDGER_DDL + oracle.DDL, LEDGER_TABLES + oracle.TABLES) as pair:
         started = time.monotonic()
+        work = oracle.Oracle(KILL_SEED)
+        work.setup(pair)
+        work.run(pair, 300)   # part of the backlog the killed appliers work through
         committed, kills, landed, refused_busy, batches = kill9_rounds(pair, rng, KILLS)
         print(f"kill -9: {kills} kills ({landed} after the applier had committed something in that run), "
               f"{refused_busy} restarts refused while the killed session ended, {batches} backlog batches, "
@@ -314,6 +326,7 @@ def applier_kill9_at_random_moments_converges_exactly_once():
         if landed < KILLS // 4:
             raise CaptureFailure(f"only {landed} of {kills} kills landed while the applier was committing")
         assert_kill9_converged(pair, committed, "after kill -9")
+        work.check(pair, "oracle after kill -9")
         pair.check_no_crashes()
     print("ok: applier_kill9_at_random_moments_converges_exactly_once")
 
@@ -544,7 +557,7 @@ def crash_target_while_applying(pair, env=None):
     return lost_total, []
 
 
-@scenario(suite="apply_crash", invariants=("no transaction below the consumer offset lost by a target crash", "nothing quarantined", "rerun converges exactly once"))
+@scenario(suite="apply_crash", invariants=("no transaction below the consumer offset lost by a target crash", "nothing quarantined", "rerun converges exactly once") + oracle.INVARIANTS)
 def target_immediate_restart_while_applying_converges():
     """The target stops immediately (its backends die, unwritten WAL is lost) while the applier
     commits with synchronous_commit = off. The durability rule under test: the consumer offset never
@@ -558,7 +571,11 @@ def target_immediate_restart_while_applying_converges():
     flushed-progress query would — and the immediate stop (with SIGKILL for the frozen processes)
     really loses them. The source writes all along, so the applier never runs out of transactions,
     and every wait is a condition: machine speed changes how long it takes, not the outcome."""
-    with FlowPair("apply-restart", LEDGER_DDL, LEDGER_TABLES, RESTART_TARGET_SETTINGS) as pair:
+    with FlowPair("apply-restart", LEDGER_DDL + oracle.DDL, LEDGER_TABLES + oracle.TABLES,
+                  RESTART_TARGET_SETTINGS) as pair:
+        work = oracle.Oracle()
+        work.setup(pair)
+        work.run(pair, 300)   # ahead of the load: applied (partly) before the target's crash
         load = start_source_load(pair)
         try:
             lost, violations = crash_target_while_applying(pair)
@@ -578,6 +595,7 @@ def target_immediate_restart_while_applying_converges():
         committed = pair.source.query("SELECT count(*) FROM public.ledger")
         if pair.target.query("SELECT count(*) FROM public.ledger") != committed:
             raise CaptureFailure(f"the target ledger does not hold every source transaction ({committed})")
+        work.check(pair, "oracle after the target restart")
     print("ok: target_immediate_restart_while_applying_converges")
 
 
@@ -616,10 +634,12 @@ BIG_ROWS = 5000
 CHUNKED_STALL_MS = 600000
 
 
-@scenario(seed_rows=("strict_chunk_target_crash_after_staging_before_commit",), suite="strict_chunk", fault_points=("apply.after_staging_before_commit",), invariants=("no partial chunked transaction visible", "applied whole exactly once after restart", "one dedup row"))
+@scenario(seed_rows=("strict_chunk_target_crash_after_staging_before_commit",), suite="strict_chunk", fault_points=("apply.after_staging_before_commit",), invariants=("no partial chunked transaction visible", "applied whole exactly once after restart", "one dedup row") + oracle.INVARIANTS)
 def chunked_transaction_applies_atomically_and_once():
-    with FlowPair("apply-chunked", BIG_DDL, BIG_TABLES) as pair:
+    with FlowPair("apply-chunked", BIG_DDL + oracle.DDL, BIG_TABLES + oracle.TABLES) as pair:
         source, target = pair.source, pair.target
+        work = oracle.Oracle()
+        work.setup(pair)
         # Target caught up first, so the only open transaction that writes `big` is the new one.
         run_apply(pair.config, 0)
         base = 0
@@ -628,6 +648,9 @@ def chunked_transaction_applies_atomically_and_once():
                                f"generate_series({base + 1}, {base + BIG_ROWS}) g; SELECT txid_current(); "
                                f"COMMIT").splitlines()[0])
         source.query("INSERT INTO public.small VALUES (2, 'after')")
+        # After the chunked transaction, so the applier stalls in it, not in one of these; they are
+        # applied by the rerun after the kill.
+        work.run(pair, 200)
         wait_log_covers_source(source)
         records = [r for r in log_records(pair.log_dir) if r.get("xid") == xid]
         shape = {kind: sum(1 for r in records if r["type"] == kind) for kind in ("chunk", "manifest", "commit_marker")}
@@ -692,6 +715,7 @@ def chunked_transaction_applies_atomically_and_once():
         if target.query(f"SELECT count(*) FROM trellara.applied_transactions WHERE commit_lsn = '{commit_lsn}' "
                         f"AND xid = {xid}") != "1":
             raise CaptureFailure(f"no single dedup row for xid {xid} commit {commit_lsn}")
+        work.check(pair, "oracle after the killed chunked transaction")
         pair.check_no_crashes()
     print("ok: chunked_transaction_applies_atomically_and_once")
 
@@ -799,6 +823,40 @@ HOSTILE_COLUMNS = ['Id"', "semi;colon", "MiXeD Case", "ñandú 名前", "c" * 63
 
 @scenario(seed_rows=("unchanged_toast_columns_preserved",), suite="apply_values", invariants=("hostile names and values replicate exactly", "an UPDATE leaving a TOASTed column unchanged keeps the target value"))
 def hostile_identifiers_and_values_replicate_exactly():
+    replicate_hostile_identifiers_and_values()
+    print("ok: hostile_identifiers_and_values_replicate_exactly")
+
+
+@scenario(suite="apply_values", defect="unchanged_toast_as_null", fault_points=("defect.unchanged_toast_as_null",),
+          pairs_with="hostile_identifiers_and_values_replicate_exactly",
+          invariants=("the TOAST-preservation check fails when an unchanged TOASTed column is written as NULL",))
+def negative_control_unchanged_toast_as_null_is_caught():
+    """Negative control for the unchanged-TOAST check above: with defect.unchanged_toast_as_null the
+    applier's UPDATE sets a column the source sent as 'unchanged TOAST' to NULL instead of leaving
+    it out. The same scenario must then fail its check that the target's TOASTed value was kept."""
+    env = dict(os.environ, TRELLARA_FAULTS="defect.unchanged_toast_as_null:1:defect")
+    fired = {}
+    try:
+        replicate_hostile_identifiers_and_values(env, fired)
+    except CaptureFailure as caught:
+        if not fired.get("defect.unchanged_toast_as_null"):
+            raise CaptureFailure(f"harness failure, not a caught defect: defect.unchanged_toast_as_null never "
+                                 f"fired; the scenario failed for another reason: {caught}")
+        print(f"negative control: the unchanged TOASTed column written as NULL — caught: {str(caught)[:300]}")
+    else:
+        raise CaptureFailure("negative control: an applier that writes unchanged TOASTed columns as NULL passed the "
+                             "hostile-values checks — they cannot catch that defect")
+    print("ok: negative_control_unchanged_toast_as_null_is_caught")
+
+
+def replicate_hostile_identifiers_and_values(env=None, fired=None):
+    """The body of hostile_identifiers_and_values_replicate_exactly; `env` switches a defect on for
+    every apply run, and the fault points the runs report firing are added to `fired`."""
+    def apply_once():
+        result = run_apply(pair.config, 0, env)
+        if fired is not None:
+            for point, count in record_faults_from_output(result.stderr).items():
+                fired[point] = fired.get(point, 0) + count
     assert len(HOSTILE_TABLE.encode()) == 63 and len(HOSTILE_COLUMNS[4].encode()) == 63
     t = "public." + quote_ident(HOSTILE_TABLE)
     c = [quote_ident(name) for name in HOSTILE_COLUMNS]
@@ -826,7 +884,7 @@ COMMIT;
         size = source.query(f"SELECT octet_length({c[10]}) FROM {t} WHERE {c[0]} = 1")
         stored = source.query(f"SELECT pg_column_size({c[10]}) FROM {t} WHERE {c[0]} = 1")
         wait_log_covers_source(source)
-        run_apply(pair.config, 0)
+        apply_once()
         # The target's copy of the TOASTed value is changed behind the applier's back: an UPDATE
         # that leaves the column unchanged on the source must leave the target's value alone.
         target.query(f"UPDATE {t} SET {c[10]} = repeat('target-', 200000) WHERE {c[0]} = 1")
@@ -836,7 +894,7 @@ COMMIT;
         source.query(f"UPDATE {t} SET {c[11]} = 'four updated' WHERE {c[0]} = 4")
         source.query(f"DELETE FROM {t} WHERE {c[0]} = 3")
         wait_log_covers_source(source)
-        run_apply(pair.config, 0)
+        apply_once()
         kept = target.query(f"SELECT {c[11]}, md5({c[10]}) FROM {t} WHERE {c[0]} = 1")
         print(f"TOASTed column ({size} bytes, stored {stored} bytes) after an UPDATE that left it unchanged: "
               f"target {kept}, the target's own value {target_huge}")
@@ -862,10 +920,10 @@ COMMIT;
             raise CaptureFailure(f"the target holds {negative_zero} float8 -0 values, the source 2")
         assert_each_transaction_applied_once(target, pair.log_dir, "hostile")
         pair.check_no_crashes()
-    print("ok: hostile_identifiers_and_values_replicate_exactly")
 
 
-SCENARIOS = (hostile_identifiers_and_values_replicate_exactly, key_addressed_changes_use_the_index_under_a_long_read,
+SCENARIOS = (hostile_identifiers_and_values_replicate_exactly, negative_control_unchanged_toast_as_null_is_caught,
+             key_addressed_changes_use_the_index_under_a_long_read,
              chunked_transaction_applies_atomically_and_once,
              conflicting_duplicate_is_quarantined, target_immediate_restart_while_applying_converges,
              negative_control_offset_past_flush_is_caught, applier_kill9_at_random_moments_converges_exactly_once,

@@ -10,7 +10,8 @@ per scenario (FlowPair of test_apply_robustness.py, whose helpers are reused, no
   does) and the same data directory is started again. The SAME applier process (same PID) logs a
   structured `event=retry state=reconnecting` line, reconnects, converges to the source exactly
   (each table by count and md5, dedup rows = the log's transactions, origin progress = the last
-  commit, no duplicate ledger effect) and nothing is quarantined.
+  commit, no duplicate ledger effect) and nothing is quarantined. The oracle workload
+  (tests/integration/oracle.py, 300 transactions ahead of the backlog) is checked after converging.
 - deadlock_with_a_local_target_transaction_is_retried_and_applied: a source transaction updates
   row 1 then row 2 (with 1 100 filler rows between, so it is chunked and takes the one-at-a-time
   path, where a failure used to be quarantined). On the target a local session takes row 2, then
@@ -48,6 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from capture_support import (CaptureFailure, TRELLARA_BIN, log_records, log_transactions, wait_for, run_scenarios,  # noqa: E402
                              scenario)
 import harness.cluster as hc  # noqa: E402
+import oracle  # noqa: E402
 from test_apply_robustness import (FlowPair, LEDGER_DDL, LEDGER_TABLES, assert_each_transaction_applied_once,  # noqa: E402
                                    assert_ledger_has_no_duplicate_effects, assert_same_data, run_ledger_workload,
                                    wait_log_covers_source)
@@ -151,9 +153,12 @@ def assert_converged(pair, label, committed=None):
         raise CaptureFailure(f"{label}: the target ledger does not hold every source transaction")
 
 
-@scenario(suite="transient_retry", invariants=("the daemon reconnects after a target restart and converges", "nothing quarantined"))
+@scenario(suite="transient_retry", invariants=("the daemon reconnects after a target restart and converges", "nothing quarantined") + oracle.INVARIANTS)
 def target_immediate_restart_while_daemon_applies_converges():
-    with FlowPair("retry-target", LEDGER_DDL, LEDGER_TABLES) as pair:
+    with FlowPair("retry-target", LEDGER_DDL + oracle.DDL, LEDGER_TABLES + oracle.TABLES) as pair:
+        work = oracle.Oracle()
+        work.setup(pair)
+        work.run(pair, 300)
         committed = run_ledger_workload(pair, 12000)
         daemon = Daemon(pair)
         try:
@@ -171,6 +176,7 @@ def target_immediate_restart_while_daemon_applies_converges():
             if "event=resumed" not in daemon.stderr():
                 raise CaptureFailure("the daemon did not say it resumed: " + daemon.stderr()[-2000:])
             assert_converged(pair, "after the target restart", committed)
+            work.check(pair, "oracle after the target restart")
             code = daemon.stop()
             if code != 0:
                 raise CaptureFailure(f"the daemon exited {code} on SIGTERM, expected 0")
