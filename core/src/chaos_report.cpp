@@ -430,6 +430,22 @@ Report Decide(const std::vector<MatrixRow>& matrix, const std::vector<ScenarioRe
   return report;
 }
 
+namespace {
+// The fields of a row scripts depend on (header: RenderJson), shared by the JSON report and the
+// verified projection.
+json RowContract(const RowDecision& d) {
+  return json{
+      {"name", d.row.name},
+      {"suite", d.row.suite},
+      {"status", std::string(RowStatusName(d.status))},
+      {"command", d.command.empty() ? json(nullptr) : json(d.command)},
+      {"defect", d.defect.empty() ? json(nullptr) : json(d.defect)},
+      {"defect_command", d.defect_command.empty() ? json(nullptr) : json(d.defect_command)},
+      {"defect_caught", d.defect_caught ? json(*d.defect_caught) : json(nullptr)},
+  };
+}
+}  // namespace
+
 std::string RenderJson(const Report& report, const ReportIdentity& identity) {
   json rows = json::array();
   for (const auto& d : report.rows) {
@@ -437,14 +453,8 @@ std::string RenderJson(const Report& report, const ReportIdentity& identity) {
     for (const auto& [point, count] : d.faults_fired) faults[point] = count;
     json proof = json::array();
     for (const auto& ref : d.row.proof) proof.push_back(json{{"kind", ref.kind}, {"name", ref.name}});
-    rows.push_back(json{
-        {"name", d.row.name},
-        {"suite", d.row.suite},
-        {"status", std::string(RowStatusName(d.status))},
-        {"command", d.command.empty() ? json(nullptr) : json(d.command)},
-        {"defect", d.defect.empty() ? json(nullptr) : json(d.defect)},
-        {"defect_command", d.defect_command.empty() ? json(nullptr) : json(d.defect_command)},
-        {"defect_caught", d.defect_caught ? json(*d.defect_caught) : json(nullptr)},
+    json row = RowContract(d);
+    row.update(json{
         {"detail", d.detail},
         {"failure_point", d.row.failure_point},
         {"boundary", d.row.boundary},
@@ -457,6 +467,7 @@ std::string RenderJson(const Report& report, const ReportIdentity& identity) {
         {"faults_fired", faults},
         {"note", d.row.note},
     });
+    rows.push_back(std::move(row));
   }
   json others = json::array();
   for (const auto& r : report.other_results) others.push_back(ResultJson(r));
@@ -641,18 +652,9 @@ std::string VerifiedProjection(const Report& report, const ReportIdentity& ident
     for (const auto& [point, count] : d.faults_fired) {
       if (count > 0) faults.push_back(point);
     }
-    rows.push_back(json{
-        {"name", d.row.name},
-        {"suite", d.row.suite},
-        {"status", std::string(RowStatusName(d.status))},
-        {"command", d.command.empty() ? json(nullptr) : json(d.command)},
-        {"defect", d.defect.empty() ? json(nullptr) : json(d.defect)},
-        {"defect_command", d.defect_command.empty() ? json(nullptr) : json(d.defect_command)},
-        {"defect_caught", d.defect_caught ? json(*d.defect_caught) : json(nullptr)},
-        {"proof_passed", d.proof_passed},
-        {"proof_total", d.proof_total},
-        {"faults_fired", faults},
-    });
+    json row = RowContract(d);
+    row.update(json{{"proof_passed", d.proof_passed}, {"proof_total", d.proof_total}, {"faults_fired", faults}});
+    rows.push_back(std::move(row));
   }
   json others = json::object();
   for (const auto& r : report.other_results) {

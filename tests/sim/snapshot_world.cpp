@@ -88,25 +88,7 @@ class SnapshotWorld {
  private:
   // ---- scheduler and evidence ----
   bool Fire(const std::string& point) {
-    const int n = ++opportunities_[point];
-    bool fire = false;
-    if (config_.faults.random_per_mille > 0) {
-      if (static_cast<int>(rng_() % 1000) < config_.faults.random_per_mille) {
-        const int id = ++random_fault_seq_;
-        if (!config_.faults.suppressed.count(id)) {
-          fire = true;
-          out_.random_fault_ids.push_back(id);
-        }
-      }
-    } else {
-      auto it = config_.faults.fire_at.find(point);
-      fire = it != config_.faults.fire_at.end() && it->second.count(n);
-    }
-    if (fire) {
-      out_.faults_fired[point]++;
-      Trace("FAULT " + point + " (opportunity " + std::to_string(n) + ")");
-    }
-    return fire;
+    return faults_.Fire(point, [this](const std::string& line) { Trace(line); });
   }
   void Trace(const std::string& line) { out_.trace.push_back("step " + std::to_string(step_) + ": " + line); }
   void Violate(const std::string& invariant, const std::string& message) {
@@ -210,8 +192,7 @@ class SnapshotWorld {
   std::mt19937_64 rng_;
   SimOutcome out_;
   int step_ = 0;
-  std::map<std::string, int> opportunities_;
-  int random_fault_seq_ = 0;
+  FaultScheduler faults_{config_.faults, rng_, out_};
 
   uint32_t next_xid_ = 10;
   std::set<uint32_t> running_, committed_invisible_;

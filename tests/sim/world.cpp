@@ -174,8 +174,7 @@ class World {
   std::vector<SourceTx> source_;
   SimOutcome out_;
   int step_ = 0;
-  std::map<std::string, int> opportunities_;
-  int random_fault_seq_ = 0;
+  FaultScheduler faults_{config_.faults, random_, out_};
 
   // source + relay
   uint64_t slot_confirmed_ = 0;
@@ -205,28 +204,7 @@ class World {
 };
 
 bool World::Fire(const std::string& point) {
-  int n = ++opportunities_[point];
-  bool fire = false;
-  if (config_.faults.random_per_mille > 0) {
-    // A dropped chunk is log damage that must halt the flow: never part of the random schedule.
-    if (point == "transport.drop_chunk") return false;
-    bool draw = static_cast<int>(random_() % 1000) < config_.faults.random_per_mille;
-    if (draw) {
-      int id = ++random_fault_seq_;
-      if (!config_.faults.suppressed.count(id)) {
-        fire = true;
-        out_.random_fault_ids.push_back(id);
-      }
-    }
-  } else {
-    auto it = config_.faults.fire_at.find(point);
-    fire = it != config_.faults.fire_at.end() && it->second.count(n);
-  }
-  if (fire) {
-    out_.faults_fired[point]++;
-    Trace("FAULT " + point + " (opportunity " + std::to_string(n) + ")");
-  }
-  return fire;
+  return faults_.Fire(point, [this](const std::string& line) { Trace(line); }, point == "transport.drop_chunk");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -119,6 +119,49 @@ struct SimOutcome {
   std::string harness_error;  // the simulator itself failed (never a pass)
 };
 
+// The seeded fault schedule of both worlds: a named plan fires a point at its listed opportunities
+// (1-based, counted per point); randomized mode draws every opportunity at the plan's rate from the
+// world's own generator (so draws stay aligned with the rest of the schedule) and numbers the
+// faults it fires, which shrinking suppresses by id.
+class FaultScheduler {
+ public:
+  FaultScheduler(const FaultPlan& plan, std::mt19937_64& random, SimOutcome& out)
+      : plan_(plan), random_(random), out_(out) {}
+
+  // `trace` gets the FAULT line of a fired point. `never_random`: the point is not part of the
+  // random schedule (log damage that must halt the flow, which a random run does not expect).
+  template <typename TraceFn>
+  bool Fire(const std::string& point, TraceFn&& trace, bool never_random = false) {
+    const int n = ++opportunities_[point];
+    bool fire = false;
+    if (plan_.random_per_mille > 0) {
+      if (never_random) return false;
+      if (static_cast<int>(random_() % 1000) < plan_.random_per_mille) {
+        const int id = ++random_fault_seq_;
+        if (!plan_.suppressed.count(id)) {
+          fire = true;
+          out_.random_fault_ids.push_back(id);
+        }
+      }
+    } else {
+      auto it = plan_.fire_at.find(point);
+      fire = it != plan_.fire_at.end() && it->second.count(n);
+    }
+    if (fire) {
+      out_.faults_fired[point]++;
+      trace("FAULT " + point + " (opportunity " + std::to_string(n) + ")");
+    }
+    return fire;
+  }
+
+ private:
+  const FaultPlan& plan_;
+  std::mt19937_64& random_;
+  SimOutcome& out_;
+  std::map<std::string, int> opportunities_;
+  int random_fault_seq_ = 0;
+};
+
 SimOutcome RunSimulation(const SimConfig& config);
 SimOutcome RunSnapshotSimulation(const SimConfig& config);  // snapshot_world.cpp
 
