@@ -103,12 +103,17 @@ std::vector<Alert> DecideAlerts(const AlertFacts& f, const AlertThresholds& t) {
                       f.config_path;
     } else {
       a.value = f.relay_state;
-      a.firing = f.relay_state == "failed" || f.relay_state == "backoff";
+      // failed/backoff: the launcher restarts the relay; error: the flow cannot continue as it is
+      // and the relay is not restarted (docs/relay.md, "the error state").
+      a.firing = f.relay_state == "failed" || f.relay_state == "backoff" || f.relay_state == "error";
       if (a.firing) {
         a.why = "the relay of flow " + f.flow + " is " + f.relay_state +
                 (f.relay_last_error.empty() ? std::string() : ": " + f.relay_last_error);
-        a.next_action = "fix the cause named in the relay's last error (source server log, trellara.status() on the "
-                        "source); the relay retries by itself";
+        a.next_action = f.relay_state == "error"
+                            ? "the relay is not restarted in the error state: follow the last error's HINT "
+                              "(trellara.status() on the source), then on the source: SELECT trellara.start_flow('" + f.flow + "')"
+                            : "fix the cause named in the relay's last error (source server log, trellara.status() on "
+                              "the source); the relay retries by itself";
       } else {
         a.why = "the relay of flow " + f.flow + " is " + f.relay_state;
         a.next_action = "nothing to do";

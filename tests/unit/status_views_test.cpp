@@ -138,6 +138,13 @@ TEST_CASE("the_relay_is_judged_only_when_the_source_was_reached", "[status_views
   CHECK_THAT(Find(alerts, "relay_error").why, Catch::Contains("No space left on device"));
   f.relay_state = "backoff";
   CHECK(Firing(DecideAlerts(f, AlertThresholds{})) == std::vector<std::string>{"relay_error"});
+  // The error state (the flow cannot continue; the relay is not restarted) is the most critical.
+  f.relay_state = "error";
+  alerts = DecideAlerts(f, AlertThresholds{});
+  CHECK(Firing(alerts) == std::vector<std::string>{"relay_error"});
+  CHECK_THAT(Find(alerts, "relay_error").next_action, Catch::Contains("not restarted"));
+  f.relay_state = "running";
+  CHECK(Firing(DecideAlerts(f, AlertThresholds{})).empty());
   f.relay_state = "";  // the source answers but has no such flow
   CHECK(Find(DecideAlerts(f, AlertThresholds{}), "relay_error").value == "absent");
   CHECK(Find(DecideAlerts(f, AlertThresholds{}), "relay_error").firing);

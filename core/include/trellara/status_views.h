@@ -11,7 +11,7 @@
 //                                       consumer offset (nothing will apply them); value: the
 //                                       records past the offset
 //   target_unreachable        critical  status cannot reach the target (its facts are unknown)
-//   relay_error               critical  the source's relay for the flow is in state failed/backoff;
+//   relay_error               critical  the source's relay for the flow is in state failed/backoff/error;
 //                                       evaluated only when the source is reachable (otherwise not
 //                                       firing, value "unknown", and `why` says the source was not
 //                                       reachable or not configured)
