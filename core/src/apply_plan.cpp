@@ -162,8 +162,13 @@ Result<ChangePlan> PlanTruncate(const Change& change, const std::vector<Relation
     key += HexEncode(r->fingerprint) + ",";
   }
   key += change.truncate.restart_identity ? "|R" : "|C";
+  // Negative control (seed pgoutput_dml_truncate_envelope_mapping; tests only,
+  // TRELLARA_FAULTS=defect.apply_truncate_cascade:1:defect): the source's CASCADE is replayed, so the
+  // target truncates tables the source did not list (the record already names every table the
+  // source's cascade reached).
+  const bool cascade = change.truncate.cascade && fault::Hit("defect.apply_truncate_cascade") == fault::Action::Defect;
   plan.sql = "TRUNCATE TABLE " + list + (change.truncate.restart_identity ? " RESTART IDENTITY" : " CONTINUE IDENTITY") +
-             " RESTRICT";
+             (cascade ? " CASCADE" : " RESTRICT");
   plan.statement_key = std::move(key);
   return plan;
 }
@@ -177,11 +182,29 @@ Status PlanMatch(const Planner& p, ChangePlan& plan, std::string& where, std::st
   std::vector<size_t> match_columns;
   std::vector<const Value*> match_values;
   const char* image = "old key";
-  if (!keys.empty()) {
+  // Negative control (seed default_replica_identity_primary_key_apply; tests only,
+  // TRELLARA_FAULTS=defect.apply_match_whole_new_row:1:defect): an UPDATE of a table with a primary
+  // key and no old image matched on every column of its new row instead of the key, so any update
+  // that changes a non-key column matches nothing.
+  if (!keys.empty() && c.op == Op::Update && c.old_image == OldImage::None &&
+      fault::Hit("defect.apply_match_whole_new_row") == fault::Action::Defect) {
+    plan.match = MatchMode::FullRow;
+    image = "new row";
+    for (size_t i = 0; i < rel.columns.size(); i++) {
+      if (c.new_tuple[i].kind == Value::Kind::UnchangedToast) continue;
+      match_columns.push_back(i);
+      match_values.push_back(&c.new_tuple[i]);
+    }
+  } else if (!keys.empty()) {
     plan.match = MatchMode::Key;
     match_columns = keys;
     for (size_t k = 0; k < keys.size(); k++) {
-      if (c.old_image == OldImage::Key) {
+      // Negative control (seed default_replica_identity_key_change_apply; tests only,
+      // TRELLARA_FAULTS=defect.apply_match_new_key:1:defect): a key-changing UPDATE matched by its
+      // new key instead of the old key image, so the target row is never found.
+      if (c.old_image == OldImage::Key && fault::Hit("defect.apply_match_new_key") == fault::Action::Defect) {
+        match_values.push_back(&c.new_tuple[keys[k]]);
+      } else if (c.old_image == OldImage::Key) {
         match_values.push_back(&c.old_tuple[k]);
       } else if (c.old_image == OldImage::Full) {
         image = "old row";
@@ -272,6 +295,15 @@ Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationIn
   }
 
   const RelationInfo* rel = Find(relations, change.relation_oid);
+  // Negative control (seed pgoutput_row_without_relation_metadata; tests only,
+  // TRELLARA_FAULTS=defect.apply_skip_undescribed_relation:1:defect): a change on a relation the
+  // record does not describe is passed over as not applied instead of failing closed.
+  if (rel == nullptr && fault::Hit("defect.apply_skip_undescribed_relation") == fault::Action::Defect) {
+    ChangePlan plan;
+    plan.kind = PlanKind::NotApplied;
+    plan.not_applied_reason = "relation oid " + std::to_string(change.relation_oid) + " is not described";
+    return plan;
+  }
   if (rel == nullptr)
     return MakeError(std::string(OpName(change.op)) + " on relation oid " + std::to_string(change.relation_oid) +
                      ": the record does not describe this relation");

@@ -64,6 +64,11 @@ std::string SeqList(const std::vector<uint32_t>& seqs) {
 // TRELLARA_FAULTS=defect.barrier_trust_manifest:1:defect.
 bool TrustManifestDefect() { return fault::Hit("defect.barrier_trust_manifest") == fault::Action::Defect; }
 
+// Negative control (seed barrier_conflicting_duplicate_messages): a barrier that recognises a
+// duplicate chunk by (transaction, seq) alone and keeps the first copy, never comparing the second's
+// content — a conflicting duplicate then passes silently. TRELLARA_FAULTS=defect.barrier_duplicate_by_seq:1:defect.
+bool DuplicateBySeqDefect() { return fault::Hit("defect.barrier_duplicate_by_seq") == fault::Action::Defect; }
+
 constexpr const char* kLogDamaged =
     "; the log does not hold a complete verified copy of this transaction, so it cannot be applied";
 
@@ -280,7 +285,7 @@ Result<std::optional<ReadyTransaction>> TransactionBarrier::State::OnChunk(const
   const uint32_t next = static_cast<uint32_t>(o.chunks.size());
   if (chunk.seq < next) {
     const ChunkLocation& first = o.chunks[chunk.seq];
-    if (first.checksum != here.checksum || first.event_count != here.event_count)
+    if ((first.checksum != here.checksum || first.event_count != here.event_count) && !DuplicateBySeqDefect())
       return Fail(o.tx, frame.offset,
                   "conflicting duplicate: " + name + At(frame.offset) + " has checksum " + HexEncode(here.checksum) +
                       " (" + std::to_string(here.event_count) + " changes) but the copy at log offset " +

@@ -141,12 +141,17 @@ MAPPING = {
              "negative control)"),
     "pgoutput_row_without_relation_metadata": dict(
         proof=[ct("change_on_an_undescribed_relation_is_an_error")],
-        note="applier-side: a change on a relation without metadata fails closed"),
+        defect={"name": "apply_skip_undescribed_relation",
+                "scenario": ct("change_on_an_undescribed_relation_skipped_negative_control")},
+        note="applier-side: a change on a relation without metadata fails closed; the paired defect passes it "
+             "over as not applied"),
     "source_schema_handoff_recovery": dict(
         proof=[it("source_schema_change_recovered_by_following_the_repair_plan", CONTRACT)],
         note="no paired defect yet (a repair plan that omits the re-snapshot is not built as a negative control)"),
     "pgoutput_dml_truncate_envelope_mapping": dict(
-        proof=[rg("plugin_ops"), ct("plans_truncate_in_source_order")]),
+        proof=[rg("plugin_ops"), ct("plans_truncate_in_source_order")],
+        defect={"name": "apply_truncate_cascade", "scenario": ct("truncate_replaying_cascade_negative_control")},
+        note="the paired defect replays the source's CASCADE, truncating target tables the record does not list"),
     "pgoutput_ddl_only_boundary": dict(
         proof=[rg("plugin_ddl"), it("migration_under_load_converges_with_applier_killed", SCHEMA)],
         defect={"name": "ddl_record_dropped",
@@ -169,16 +174,22 @@ MAPPING = {
                 "scenario": it("negative_control_subxact_abort_kept_is_caught", STREAM)}),
     "pgoutput_keepalive_reports_last_durable_ack": dict(
         proof=[ct("confirm_follows_last_fully_durable_transaction"), ct("confirmed_position_never_moves_backwards")],
-        note="no walsender: the relay confirms the slot itself; the confirm_before_fsync defect on real "
-             "processes (power-loss style check) is not built yet"),
+        note="no walsender: the relay confirms the slot itself, only to the last fully durable transaction; the "
+             "confirm-before-fsync defect is caught by the simulator's power loss (a kill -9 keeps the page cache)"),
     "missing_replica_identity": dict(
         proof=[it("check_reports_a_published_table_without_replica_identity_as_critical", "test_check_command.py")],
         note="the preflight is `trellara check --config F` (source check() rows + target checks): exit 2 naming "
              "the keyless table; it does not stop a relay that is already running. No paired defect yet."),
-    "default_replica_identity_primary_key_apply": dict(proof=[ct("plans_update_with_key_predicate")]),
+    "default_replica_identity_primary_key_apply": dict(
+        proof=[ct("plans_update_with_key_predicate")],
+        defect={"name": "apply_match_whole_new_row", "scenario": ct("update_matched_by_whole_new_row_negative_control")},
+        note="planner level: the paired defect matches an UPDATE on every column of its new row instead of the key"),
     "default_replica_identity_key_change_apply": dict(
         proof=[ct("key_changing_update_sets_new_key_and_matches_old_key"),
-               it("key_changing_update_sets_new_key_and_matches_old_key", FAIL_CLOSED)]),
+               it("key_changing_update_sets_new_key_and_matches_old_key", FAIL_CLOSED)],
+        defect={"name": "apply_match_new_key", "scenario": ct("key_changing_update_matched_by_new_key_negative_control")},
+        note="the paired defect matches a key-changing UPDATE by its new key instead of the old key image "
+             "(planner level; the real-process scenario runs clean)"),
     "unchanged_toast_columns_preserved": dict(
         proof=[ct("update_omits_absent_non_key_columns_for_unchanged_toast"),
                ct("update_omits_explicit_unchanged_toast_marker"),
@@ -219,14 +230,22 @@ MAPPING = {
     "strict_chunk_target_crash_after_staging_before_commit": dict(
         proof=[it("chunked_transaction_applies_atomically_and_once", ROBUSTNESS)]),
     "protocol_property_chunk_manifest_reconstruction": dict(
-        proof=[ct("barrier_property_generated_logs_yield_exactly_the_valid_transactions")]),
+        proof=[ct("barrier_property_generated_logs_yield_exactly_the_valid_transactions")],
+        defect={"name": "barrier_trust_manifest",
+                "scenario": ct("barrier_property_with_a_barrier_that_trusts_the_manifest_negative_control")},
+        note="the same 400 generated logs and seed with defect.barrier_trust_manifest must violate the property "
+             "(the tamper_resealed shape yields a transaction)"),
     "strict_chunk_checksum_tampering": dict(
         proof=[ct("tampered_chunk_fails_closed")],
         defect={"name": "barrier_trust_manifest",
                 "scenario": ct("tampered_chunk_passes_a_barrier_that_trusts_the_manifest_negative_control")},
         note="paired defect defect.barrier_trust_manifest (the barrier trusts the manifest instead of checking "
              "the chunks against it): the tampered, re-sealed chunk passes as a ready transaction"),
-    "barrier_conflicting_duplicate_messages": dict(proof=[ct("conflicting_duplicate_chunk_fails_closed")]),
+    "barrier_conflicting_duplicate_messages": dict(
+        proof=[ct("conflicting_duplicate_chunk_fails_closed")],
+        defect={"name": "barrier_duplicate_by_seq",
+                "scenario": ct("conflicting_duplicate_chunk_passes_a_barrier_matching_by_seq_negative_control")},
+        note="the paired defect recognises a duplicate chunk by (transaction, seq) alone and keeps the first copy"),
     "partition_applier_before_ack": dict(not_built=NO_PARTITION),
     "fleet_fanin_offline_stores_publish_with_gaps": dict(not_built=NO_FLEET),
     "fleet_fanin_late_store_recovery": dict(not_built=NO_FLEET),
@@ -285,6 +304,7 @@ for _row, (_sim, _defect) in {
         "strict_chunk_partial_publish_failure": ("strict_chunk_relay_crash_after_manifest_before_source_ack",
                                                  "relay_confirm_at_manifest"),
         "repair_and_replay_ready": ("target_quarantine_repair_replay", "apply_skip_quarantined"),
+        "pgoutput_keepalive_reports_last_durable_ack": ("publish_ack_loss", "relay_confirm_before_fsync"),
 }.items():
     MAPPING[_row] = paired_by_sim(MAPPING[_row], _sim, _defect)
 

@@ -9,6 +9,7 @@
 #include "samples.h"
 #include "trellara/apply_plan.h"
 #include "trellara/checksum.h"
+#include "trellara/fault.h"
 
 using namespace trellara;
 
@@ -421,4 +422,72 @@ TEST_CASE("copy_row_straight_from_the_change_equals_the_planned_rows_and_refuses
   Change narrow = Row(Op::Insert, r.oid, {Value::Text("3")});
   std::string out;
   CHECK_FALSE(AppendCopyRowOf(narrow, r, out).ok());
+}
+
+// ---- paired defects (docs/correctness.md): each makes the clean test named in it fail ----------
+
+namespace {
+
+// Plans `c` with one test-only defect switched on, and reports whether its point was reached.
+Result<ChangePlan> PlanWithDefect(const char* defect, const Change& c, const std::vector<RelationInfo>& rels,
+                                  bool& fired) {
+  fault::AllowDefects(true, "unit test");  // defects need the explicit test-only switch (fault.h)
+  REQUIRE(fault::Configure(std::string(defect) + ":1:defect").ok());
+  auto plan = PlanChange(c, rels);
+  fired = fault::FiredCount(defect) >= 1;
+  fault::Clear();
+  fault::AllowDefects(false, "");
+  return plan;
+}
+
+}  // namespace
+
+// default_replica_identity_key_change_apply: matching a key-changing UPDATE by its new key finds no
+// row on the target (the old key is what is there); key_changing_update_sets_new_key_and_matches_old_key
+// must fail on it.
+TEST_CASE("key_changing_update_matched_by_new_key_negative_control", "[plan][seed000]") {
+  bool fired = false;
+  auto p = PlanWithDefect("defect.apply_match_new_key",
+                          Row(Op::Update, 16384, {T("44"), T(""), T("1.50"), Value::Null()}, OldImage::Key, {T("43")}),
+                          {Orders()}, fired);
+  REQUIRE(fired);
+  REQUIRE(p.ok());
+  CHECK(p->match_description == "(id)=(44)");  // the clean test requires (id)=(43): caught
+  CHECK(p->params.back() == std::optional<std::string>("44"));
+}
+
+// default_replica_identity_primary_key_apply: an UPDATE addressed by every column of its new row
+// instead of the primary key matches nothing once a non-key column changed; plans_update_with_key_predicate
+// must fail on it.
+TEST_CASE("update_matched_by_whole_new_row_negative_control", "[plan][seed000]") {
+  bool fired = false;
+  auto p = PlanWithDefect("defect.apply_match_whole_new_row",
+                          Row(Op::Update, 16384, {T("42"), T("changed"), T("1.50"), T("doc")}), {Orders()}, fired);
+  REQUIRE(fired);
+  REQUIRE(p.ok());
+  CHECK(p->match != MatchMode::Key);  // the clean test requires MatchMode::Key: caught
+  CHECK(p->sql.find("\"note\" IS NOT DISTINCT FROM") != std::string::npos);
+}
+
+// pgoutput_dml_truncate_envelope_mapping: replaying the source's CASCADE truncates target tables the
+// record does not list; plans_truncate_in_source_order (RESTRICT) must fail on it.
+TEST_CASE("truncate_replaying_cascade_negative_control", "[plan]") {
+  Change t;
+  t.op = Op::Truncate;
+  t.truncate = TruncateInfo{{16384}, /*cascade=*/true, /*restart_identity=*/false};
+  bool fired = false;
+  auto p = PlanWithDefect("defect.apply_truncate_cascade", t, {Orders()}, fired);
+  REQUIRE(fired);
+  REQUIRE(p.ok());
+  CHECK(p->sql == "TRUNCATE TABLE \"public\".\"orders\" CONTINUE IDENTITY CASCADE");  // not RESTRICT: caught
+}
+
+// pgoutput_row_without_relation_metadata: a change on a relation the record does not describe,
+// passed over instead of failing; change_on_an_undescribed_relation_is_an_error must fail on it.
+TEST_CASE("change_on_an_undescribed_relation_skipped_negative_control", "[plan]") {
+  bool fired = false;
+  auto p = PlanWithDefect("defect.apply_skip_undescribed_relation", Row(Op::Insert, 777, {T("1")}), {Orders()}, fired);
+  REQUIRE(fired);
+  REQUIRE(p.ok());  // the clean test's MustFail fails: caught
+  CHECK(p->kind == PlanKind::NotApplied);
 }

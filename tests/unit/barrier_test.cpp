@@ -388,6 +388,34 @@ TEST_CASE("conflicting_duplicate_chunk_fails_closed", "[barrier]") {
   CHECK_FALSE(again.ok());
 }
 
+// The paired defect of barrier_conflicting_duplicate_messages (docs/correctness.md): a barrier that
+// recognises a duplicate by (transaction, seq) alone keeps the first copy and lets the conflicting
+// second one through — the log of the test above then yields the transaction as ready.
+TEST_CASE("conflicting_duplicate_chunk_passes_a_barrier_matching_by_seq_negative_control", "[barrier]") {
+  Produced p = FourChunks();
+  const size_t c1 = IndexesOf(p, RecordType::Chunk)[1];
+  Frame other = Reencode(p.frames[c1], [](Record& r) {
+    Chunk& c = std::get<Chunk>(r);
+    Change extra;
+    extra.op = Op::Message;
+    extra.message = LogicalMessage{true, "conflict", "x"};
+    c.changes.push_back(extra);
+    REQUIRE(SealChunk(c).ok());
+  });
+  std::vector<Frame> log = p.frames;
+  log.insert(log.begin() + static_cast<long>(c1) + 1, other);
+  fault::AllowDefects(true, "unit test");
+  REQUIRE(fault::Configure("defect.barrier_duplicate_by_seq:1:defect").ok());
+  TransactionBarrier b;
+  Run run = FeedAll(b, log);
+  const int fired = fault::FiredCount("defect.barrier_duplicate_by_seq");
+  fault::Clear();
+  fault::AllowDefects(false, "");
+  CHECK(fired >= 1);              // the defect's decision was reached
+  CHECK_FALSE(run.failed);        // the clean test's CHECK(run.failed) fails: the defect is caught
+  CHECK(run.ready.size() == 1);
+}
+
 TEST_CASE("tampered_chunk_fails_closed", "[barrier]") {
   Produced p = FourChunks();
   const size_t c2 = IndexesOf(p, RecordType::Chunk)[2];
@@ -646,11 +674,16 @@ const char* ShapeName(Shape s) {
 
 }  // namespace
 
-TEST_CASE("barrier_property_generated_logs_yield_exactly_the_valid_transactions", "[barrier][property]") {
-  const uint64_t seed = SeedFor("barrier_property_generated_logs_yield_exactly_the_valid_transactions");
+namespace {
+
+// One run of the barrier property: `iterations` generated logs (a transaction in one of the shapes
+// above between two plain ones), each fed to a fresh barrier and compared with the oracle. Returns
+// every disagreement as text (empty = the property holds) and counts the shapes seen; the clean test
+// requires none, the negative control below requires some under a defect.
+std::vector<std::string> BarrierPropertyViolations(uint64_t seed, int iterations, std::map<std::string, int>& seen) {
+  std::vector<std::string> violations;
   std::mt19937_64 rng(seed);
-  std::map<std::string, int> seen;
-  for (int iteration = 0; iteration < 400; iteration++) {
+  for (int iteration = 0; iteration < iterations; iteration++) {
     const Shape shape = static_cast<Shape>(rng() % static_cast<int>(Shape::kCount));
     const uint32_t chunk_changes = 1 + static_cast<uint32_t>(rng() % 5);
     const size_t n = chunk_changes * 2 + rng() % 12;  // always chunked (more than chunk_changes)
@@ -769,25 +802,58 @@ TEST_CASE("barrier_property_generated_logs_yield_exactly_the_valid_transactions"
     log.insert(log.end(), after.frames.begin(), after.frames.end());
     TransactionBarrier b;
     Run run = FeedAll(b, log);
-    INFO("seed " << seed << " iteration " << iteration << " shape " << ShapeName(shape) << " chunks " << k
-                 << " error: " << run.error);
-    REQUIRE(!run.ready.empty());
-    CHECK(run.ready[0].tx == before.tx);  // what precedes the transaction is never held back
+    const std::string where = "seed " + std::to_string(seed) + " iteration " + std::to_string(iteration) + " shape " +
+                              ShapeName(shape) + " chunks " + std::to_string(k) + " error: " + run.error + ": ";
+    auto expect = [&](bool ok, const char* what) {
+      if (!ok) violations.push_back(where + what);
+      return ok;
+    };
+    if (!expect(!run.ready.empty(), "nothing was yielded")) continue;
+    expect(run.ready[0].tx == before.tx, "what precedes the transaction was held back");
     if (valid) {
-      REQUIRE_FALSE(run.failed);
-      REQUIRE(run.ready.size() == 3);
+      if (!expect(!run.failed, "a valid log failed") || !expect(run.ready.size() == 3, "not 3 transactions yielded"))
+        continue;
       const ReadyTransaction& t = run.ready[1];
-      CHECK(t.tx == tx.tx);
-      CHECK(t.checksum == ExpectedChecksum(tx));
-      CHECK(t.duplicate_chunks == expect_duplicates);
-      CHECK(Reassemble(t, run) == tx.changes);
-      CHECK(run.ready[2].tx == after.tx);
+      expect(t.tx == tx.tx, "wrong transaction yielded");
+      expect(t.checksum == ExpectedChecksum(tx), "transaction checksum differs");
+      expect(t.duplicate_chunks == expect_duplicates, "duplicate chunk count differs");
+      expect(Reassemble(t, run) == tx.changes, "reassembled changes differ");
+      expect(run.ready[2].tx == after.tx, "the following transaction differs");
     } else {
-      CHECK(run.failed);
-      CHECK(run.ready.size() == 1);  // neither the bad transaction nor anything after it
-      REQUIRE(b.failure().has_value());
-      if (b.failure()->tx) CHECK(b.failure()->tx == tx.tx);
+      expect(run.failed, "an invalid log did not fail closed");
+      expect(run.ready.size() == 1, "the bad transaction or one after it was yielded");
+      if (expect(b.failure().has_value(), "no failure recorded") && b.failure()->tx)
+        expect(b.failure()->tx == tx.tx, "the failure names another transaction");
     }
   }
+  return violations;
+}
+
+}  // namespace
+
+TEST_CASE("barrier_property_generated_logs_yield_exactly_the_valid_transactions", "[barrier][property]") {
+  const uint64_t seed = SeedFor("barrier_property_generated_logs_yield_exactly_the_valid_transactions");
+  std::map<std::string, int> seen;
+  const std::vector<std::string> violations = BarrierPropertyViolations(seed, 400, seen);
+  for (const std::string& v : violations) FAIL_CHECK(v);
+  CHECK(violations.empty());
   for (int s = 0; s < static_cast<int>(Shape::kCount); s++) CHECK(seen[ShapeName(static_cast<Shape>(s))] > 0);
+}
+
+// The paired defect of protocol_property_chunk_manifest_reconstruction (docs/correctness.md): with
+// defect.barrier_trust_manifest the same generated logs, same seed, must violate the property — the
+// tamper_resealed shape yields a transaction whose chunk no longer matches its manifest.
+TEST_CASE("barrier_property_with_a_barrier_that_trusts_the_manifest_negative_control", "[barrier][property]") {
+  const uint64_t seed = SeedFor("barrier_property_generated_logs_yield_exactly_the_valid_transactions");
+  std::map<std::string, int> seen;
+  fault::AllowDefects(true, "unit test");  // defects need the explicit test-only switch (fault.h)
+  REQUIRE(fault::Configure("defect.barrier_trust_manifest:1:defect").ok());
+  const std::vector<std::string> violations = BarrierPropertyViolations(seed, 400, seen);
+  fault::Clear();
+  fault::AllowDefects(false, "");
+  REQUIRE(seen["tamper_resealed"] > 0);
+  CHECK_FALSE(violations.empty());  // the clean property test's CHECK(violations.empty()) fails: caught
+  bool tamper_caught = false;
+  for (const std::string& v : violations) tamper_caught |= v.find("shape tamper_resealed") != std::string::npos;
+  CHECK(tamper_caught);
 }
