@@ -254,9 +254,14 @@ MAPPING = {
     "qualification_source_promotion_while_relay_disconnected": dict(not_built=NO_FAILOVER),
     "qualification_broker_outage_quorum_loss": dict(not_built=NO_BROKER),
     "qualification_target_restart_during_apply": dict(
-        untested="real-process target restarts exist (test_apply_robustness.py "
-                 "target_immediate_restart_while_applying_converges, test_apply_transient_retry.py), but none "
-                 "asserts that diagnostics name the replay boundary; not claimed"),
+        proof=[it("target_immediate_restart_while_applying_converges", ROBUSTNESS)],
+        defect={"name": "apply_offset_ignores_flush",
+                "scenario": it("negative_control_offset_past_flush_is_caught", ROBUSTNESS)},
+        note="the target stops immediately while the daemon applier commits (synchronous_commit = off) and loses "
+             "committed transactions; before the rerun `trellara status --view diagnostics` (json and text) must "
+             "name the replay boundary (the log consumer offset, the target's origin progress, the pending "
+             "transactions' last commit LSN) and `trellara apply --config`; the rerun converges exactly once. "
+             "The paired defect records the offset as far as the target committed rather than flushed"),
     "qualification_object_store_success_catalog_timeout": dict(not_built=NO_FLEET),
     "qualification_twenty_four_hour_soak_large_transaction_memory_ceiling": dict(
         untested="`trellara soak` exists and CI runs a 20-second window (test_soak.py "

@@ -56,6 +56,7 @@ target's WAL writer, background writer and checkpointer are frozen and killed on
 were read from that cluster's pg_stat_activity) and never leave a cluster running.
 """
 
+import json
 import os
 import random
 import signal
@@ -557,7 +558,69 @@ def crash_target_while_applying(pair, env=None):
     return lost_total, []
 
 
-@scenario(suite="apply_crash", invariants=("no transaction below the consumer offset lost by a target crash", "nothing quarantined", "rerun converges exactly once") + oracle.INVARIANTS)
+def diagnostics(pair):
+    """`trellara status --view diagnostics` of the pair's flow, as JSON and as text."""
+    views = {}
+    for fmt in ("json", "text"):
+        result = subprocess.run([TRELLARA_BIN, "status", "--config", pair.config, "--view", "diagnostics", "--format",
+                                 fmt], capture_output=True, text=True, timeout=60)
+        if result.returncode != 0:
+            raise CaptureFailure(f"status --view diagnostics --format {fmt} exited {result.returncode}: "
+                                 f"{result.stderr.strip()[-500:]}")
+        views[fmt] = result.stdout
+    try:
+        return json.loads(views["json"]), views["text"]
+    except ValueError as e:
+        raise CaptureFailure(f"status --view diagnostics --format json printed no JSON ({e}): {views['json'][:300]}")
+
+
+def assert_diagnostics_name_the_replay_boundary(pair):
+    """Seed qualification_target_restart_during_apply: after the target restart, before any rerun,
+    the diagnostics view names the replay boundary — the log consumer offset the rerun starts from,
+    the target's origin progress (what the restarted target really holds), the transactions pending
+    past the offset with the last of their commit LSNs — and the replay command; the target's own
+    recorded offset is never ahead of the log's. Returns the boundary it saw."""
+    d, text = diagnostics(pair)
+    offset = consumer_offset(pair.log_dir)
+    log, target = d.get("log") or {}, d.get("target") or {}
+    consumers = {c.get("name"): c for c in log.get("consumers") or []}
+    shown = (consumers.get("applier") or {}).get("next_offset")
+    if shown != offset:
+        raise CaptureFailure(f"diagnostics show the applier's consumer offset as {shown}, the log holds {offset}: {log}")
+    progress = pair.target.query("SELECT pg_replication_origin_progress('trellara_app', false)")
+    remote = (target.get("origin") or {}).get("remote_lsn")
+    if progress and remote != progress:
+        raise CaptureFailure(f"diagnostics show origin remote_lsn {remote}, the restarted target's flushed origin "
+                             f"progress is {progress}")
+    recorded = target.get("recorded_consumer_offset")
+    if recorded is not None and int(recorded) > offset:
+        raise CaptureFailure(f"the target records consumer offset {recorded}, past the log's {offset}")
+    if not log.get("lag_records") or log.get("pending_last_commit_lsn") is None:
+        raise CaptureFailure(f"transactions are pending past offset {offset} but diagnostics show lag_records "
+                             f"{log.get('lag_records')}, pending_last_commit_lsn {log.get('pending_last_commit_lsn')}")
+    if "trellara apply --config " + pair.config not in d.get("next_action", ""):
+        raise CaptureFailure(f"diagnostics' next action does not name the replay command: {d.get('next_action')!r}")
+    for fact in (str(offset), log["pending_last_commit_lsn"], "trellara apply --config " + pair.config):
+        if fact not in text:
+            raise CaptureFailure(f"the text diagnostics do not show {fact!r}:\n{text[:1500]}")
+    print(f"diagnostics after the restart: replay from consumer offset {offset}, origin {remote}, "
+          f"{log['lag_records']} records pending up to {log['pending_last_commit_lsn']}; next: {d['next_action']}")
+
+
+def assert_diagnostics_show_nothing_pending(pair):
+    """After the replay no transaction is pending (progress markers the relay may add meanwhile are not
+    transactions, so lag_records is not compared)."""
+    d, _ = diagnostics(pair)
+    log = d.get("log") or {}
+    if log.get("pending_last_commit_lsn") is not None:
+        raise CaptureFailure(f"after the replay diagnostics still show transactions pending up to "
+                             f"{log.get('pending_last_commit_lsn')} (lag_records {log.get('lag_records')})")
+
+
+@scenario(seed_rows=("qualification_target_restart_during_apply",), suite="apply_crash",
+          invariants=("no transaction below the consumer offset lost by a target crash", "nothing quarantined",
+                      "diagnostics name the replay boundary and command", "rerun converges exactly once")
+          + oracle.INVARIANTS)
 def target_immediate_restart_while_applying_converges():
     """The target stops immediately (its backends die, unwritten WAL is lost) while the applier
     commits with synchronous_commit = off. The durability rule under test: the consumer offset never
@@ -588,7 +651,10 @@ def target_immediate_restart_while_applying_converges():
         if lost == 0:
             raise CaptureFailure(f"{RESTART_ATTEMPTS} immediate stops of the target lost no committed transaction: the "
                                  f"scenario did not exercise the asynchronous-commit window it tests")
+        wait_log_covers_source(pair.source)
+        assert_diagnostics_name_the_replay_boundary(pair)
         run_apply(pair.config, 0)
+        assert_diagnostics_show_nothing_pending(pair)
         assert_same_data(pair.source, pair.target, LEDGER_TABLES, "after the target restart")
         assert_each_transaction_applied_once(pair.target, pair.log_dir, "after the target restart")
         assert_ledger_has_no_duplicate_effects(pair.target, "after the target restart")
