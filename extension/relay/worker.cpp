@@ -80,6 +80,7 @@ PGDLLEXPORT void trellara_relay_main(Datum main_arg);
 #include "plugin/plugin.h"
 #include "relay/relay.h"
 #include "relay/shared_state.h"
+#include "trellara/codec.h"
 #include "trellara/envelope.h"
 #include "trellara/fault.h"
 #include "trellara/log/reader.h"
@@ -529,6 +530,26 @@ Status AppendRecord(uint8_t type, uint32_t xid, uint64_t commit_lsn, std::span<c
   return Status::Ok();
 }
 
+// The LSN PostgreSQL passes with the record being written (for a streamed change, the change's).
+uint64_t g_write_lsn = 0;
+
+// The defect above: the stream record (an envelope of one change, commit LSN kStreamRecordCommitLsn)
+// re-sealed with the change's LSN as its commit LSN and appended like a transaction of its own.
+void LogStreamedChangeEarly(const plugin::WrittenRecord& info, std::span<const uint8_t> bytes) {
+  auto decoded = DecodeRecord(bytes);
+  if (!decoded.ok()) Fail("defect.stream_log_before_commit cannot decode a stream record", decoded.error());
+  auto* e = std::get_if<Envelope>(&*decoded);
+  if (e == nullptr || e->changes.empty()) return;
+  e->tx.commit_lsn = g_write_lsn;
+  Status sealed = SealEnvelope(*e);
+  if (!sealed.ok()) Fail("defect.stream_log_before_commit cannot seal a stream record", sealed.error());
+  auto encoded = EncodeRecord(*e);
+  if (!encoded.ok()) Fail("defect.stream_log_before_commit cannot encode a stream record", encoded.error());
+  Status s = AppendRecord(static_cast<uint8_t>(RecordType::Envelope), info.top_xid, g_write_lsn,
+                          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(encoded->data()), encoded->size()));
+  if (!s.ok()) Fail("defect.stream_log_before_commit cannot append", s.error());
+}
+
 // A stream record (plugin.h): a change goes to the spill store, an abort discards, a commit
 // assembles the transaction from the store and appends its records — the first moment anything
 // of it reaches the log (seed pgoutput_streamed_transaction_spills_until_commit).
@@ -541,6 +562,11 @@ void HandleStreamRecord(const plugin::WrittenRecord& info, std::span<const uint8
       if (!s.ok()) Fail("cannot keep a change of streamed transaction " + std::to_string(info.top_xid), s.error());
       // Fault point (tests): the transaction's changes have just been written to its spill file.
       if (spill.stats().spilled_bytes > spilled_before) fault::Hit("relay.stream_after_spill_write");
+      // Negative control (seed pgoutput_streamed_transaction_spills_until_commit; tests only,
+      // TRELLARA_FAULTS=defect.stream_log_before_commit:1:defect): a relay that also writes each
+      // streamed change to the log as it arrives, as an envelope of its own, so records of an
+      // in-progress transaction (which may still abort) reach the log before its commit.
+      if (fault::Hit("defect.stream_log_before_commit") == fault::Action::Defect) LogStreamedChangeEarly(info, bytes);
       return;
     }
     case plugin::kStreamAbortRecord: {
@@ -589,9 +615,10 @@ void HandleStreamRecord(const plugin::WrittenRecord& info, std::span<const uint8
   }
 }
 
-extern "C" void DoWrite(LogicalDecodingContext* ctx, XLogRecPtr, TransactionId, bool) {
+extern "C" void DoWrite(LogicalDecodingContext* ctx, XLogRecPtr lsn, TransactionId, bool) {
   const char* data = ctx->out->data;
   int len = ctx->out->len;
+  g_write_lsn = lsn;
   pg::GuardEntry("trellara relay write", [data, len] {
     StopIfRequested();
     const plugin::WrittenRecord& info = plugin::LastWrittenRecord();

@@ -165,8 +165,10 @@ MAPPING = {
                it("relay_kill9_while_streaming_applies_once", STREAM),
                it("relay_kill9_at_stream_commit_applies_once", STREAM),
                ct("pgoutput_streamed_transaction_spills_until_commit: replay logs the bytes of a transaction decoded at commit")],
-        note="no paired defect yet (a relay that logs a streamed transaction before its commit is not built as a "
-             "negative control)"),
+        defect={"name": "stream_log_before_commit",
+                "scenario": it("negative_control_stream_log_before_commit_is_caught", STREAM)},
+        note="the paired defect makes the relay also log each streamed change as it arrives; the open-transaction "
+             "check must fail"),
     "pgoutput_stream_abort_discards_partial_changes": dict(
         proof=[it("stream_abort_discards_top_transaction", STREAM),
                it("stream_abort_discards_exactly_the_rolled_back_subtransactions", STREAM)],

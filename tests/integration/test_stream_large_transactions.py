@@ -14,6 +14,9 @@ it wrote.
       an open transaction of 50 000 inserts: its changes are in its spill file and nothing of it
       is in the log; after COMMIT the log holds it as chunks + manifest + commit marker with 50 000
       changes, the spill file is gone, and the target equals the source after `trellara apply`.
+  negative_control_stream_log_before_commit_is_caught
+      the same open transaction with defect.stream_log_before_commit (the relay also logs each
+      streamed change as it arrives): the "nothing of it in the log" check must fail.
   stream_abort_discards_top_transaction
       the same open transaction rolled back after it was streamed: its spill file is removed and
       no record of its xid ever reaches the log.
@@ -209,6 +212,13 @@ def open_streamed_transaction(pair, rows):
     return session, xid
 
 
+def check_open_transaction_not_logged(pair, xid):
+    early = records_of(pair.log_dir, xid)
+    if early:
+        raise CaptureFailure(f"open transaction {xid} already has {len(early)} record(s) in the log: "
+                             f"{[r['type'] for r in early[:5]]}")
+
+
 @scenario(seed_rows=("pgoutput_streamed_transaction_spills_until_commit",), suite="large_transactions",
           invariants=("no record of an open streamed transaction in the log", "its changes are in its spill file",
                       "after commit: chunks + manifest + commit marker with every change, spill file removed",
@@ -218,10 +228,7 @@ def streamed_transaction_spills_until_commit():
         session, xid = open_streamed_transaction(pair, 50_000)
         try:
             spilled = len(spill_frame_xids(pair.spill_file(xid)))
-            early = records_of(pair.log_dir, xid)
-            if early:
-                raise CaptureFailure(f"open transaction {xid} already has {len(early)} record(s) in the log: "
-                                     f"{[r['type'] for r in early[:5]]}")
+            check_open_transaction_not_logged(pair, xid)
             print(f"open xid {xid}: {spilled} frames in {pair.spill_file(xid)}, nothing in the log")
             session.query("COMMIT")
         finally:
@@ -233,6 +240,37 @@ def streamed_transaction_spills_until_commit():
         apply_until_caught_up(pair)
         check_target_equals_source(pair, "spills until commit")
         assert_no_backend_crashes(pair.source, pair.target)
+
+
+@scenario(suite="large_transactions", defect="stream_log_before_commit",
+          fault_points=("defect.stream_log_before_commit",), pairs_with="streamed_transaction_spills_until_commit",
+          invariants=("the open-transaction check fails when the relay logs streamed changes as they arrive",))
+def negative_control_stream_log_before_commit_is_caught():
+    """streamed_transaction_spills_until_commit's check on the open transaction, with
+    defect.stream_log_before_commit (the relay also appends each streamed change to the log as it
+    arrives): it must fail. Waits (with a ceiling) for the check to fail, since the appended records
+    reach the log file as the writer flushes; then rolls the transaction back."""
+    with StreamPair("stream-early-defect", faults="defect.stream_log_before_commit:1:defect") as pair:
+        session, xid = open_streamed_transaction(pair, 50_000)
+        caught = []
+
+        def check_fails():
+            try:
+                check_open_transaction_not_logged(pair, xid)
+            except CaptureFailure as e:
+                if "already has" not in str(e):  # the log must be readable: the defect's records themselves fail it
+                    raise CaptureFailure(f"harness failure, not a caught defect: {e}")
+                caught.append(str(e))
+                return True
+            return False
+        try:
+            wait_for(f"the open-transaction check of xid {xid} to fail under defect.stream_log_before_commit",
+                     check_fails, 60, interval_s=0.2)
+            session.query("ROLLBACK")
+        finally:
+            session.close()
+        record_fault_fired("defect.stream_log_before_commit")
+        print(f"caught as expected: {caught[-1][:600]}")
 
 
 @scenario(seed_rows=("pgoutput_stream_abort_discards_partial_changes",), suite="large_transactions",
@@ -458,7 +496,8 @@ def uncapturable_streamed_transaction_puts_the_flow_in_error_state():
         assert_no_backend_crashes(pair.source)
 
 
-SCENARIOS = [streamed_transaction_spills_until_commit, stream_abort_discards_top_transaction,
+SCENARIOS = [streamed_transaction_spills_until_commit, negative_control_stream_log_before_commit_is_caught,
+             stream_abort_discards_top_transaction,
              stream_abort_discards_exactly_the_rolled_back_subtransactions,
              negative_control_subxact_abort_kept_is_caught, relay_kill9_while_streaming_applies_once,
              relay_kill9_at_stream_commit_applies_once, concurrent_streamed_transactions_land_in_commit_order,
