@@ -651,6 +651,10 @@ def target_immediate_restart_while_applying_converges():
         if lost == 0:
             raise CaptureFailure(f"{RESTART_ATTEMPTS} immediate stops of the target lost no committed transaction: the "
                                  f"scenario did not exercise the asynchronous-commit window it tests")
+        # A reconnecting applier may have re-applied everything before it was stopped: more source
+        # transactions now (the applier is stopped) make sure some are pending past the boundary.
+        if work.run(pair, 20)["committed"] == 0:
+            raise CaptureFailure("none of 20 oracle transactions committed on the source after the target restart")
         wait_log_covers_source(pair.source)
         assert_diagnostics_name_the_replay_boundary(pair)
         run_apply(pair.config, 0)
