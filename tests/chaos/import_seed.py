@@ -197,9 +197,18 @@ MAPPING = {
     "snapshot_target_crash_during_copy": dict(proof=[it("snapshot_target_crash_during_copy", SNAPSHOT)],
                                               note=SNAPSHOT_UNPAIRED),
     "snapshot_copy_failure_marked_recoverable": dict(
-        proof=[it("snapshot_copy_failure_marked_recoverable", SNAPSHOT)], note=SNAPSHOT_UNPAIRED),
-    "snapshot_invalid_state_regression": dict(proof=[it("snapshot_invalid_state_regression", SNAPSHOT)],
-                                              note=SNAPSHOT_UNPAIRED),
+        proof=[it("snapshot_copy_failure_marked_recoverable", SNAPSHOT)],
+        defect={"name": "snapshot_failure_not_recorded",
+                "scenario": it("negative_control_snapshot_failure_not_recorded_is_caught", SNAPSHOT)},
+        note="paired defect defect.snapshot_failure_not_recorded (the copy failure is kept in the process's memory "
+             "only: the table stays copying with no last_error); the failure checks must fail"),
+    "snapshot_invalid_state_regression": dict(
+        proof=[it("snapshot_invalid_state_regression", SNAPSHOT)],
+        defect={"name": "snapshot_state_regression",
+                "scenario": it("negative_control_snapshot_state_regression_is_caught", SNAPSHOT)},
+        note="paired defect defect.snapshot_state_regression (core CheckSnapshotTransition lets a backward move "
+             "through without --force: the handoff_ready table is copied again under another run); the refusal "
+             "checks must fail"),
     "snapshot_exported_visibility_boundary": dict(proof=[it("snapshot_exported_visibility_boundary", HANDOFF)],
                                                   defect=APPLY_IN_COPY),
     "partition_manifest_missing_chunk": dict(not_built=NO_PARTITION),
@@ -252,10 +261,16 @@ MAPPING = {
         proof=[it("update_delete_zero_row_match_fails_closed", FAIL_CLOSED)],
         note="repair + replay-ready then apply; no paired defect yet"),
     "quarantine_replay_ready_requires_exact_boundary": dict(
-        proof=[it("update_delete_zero_row_match_fails_closed", FAIL_CLOSED)],
+        proof=[it("update_delete_zero_row_match_fails_closed", FAIL_CLOSED),
+               ct("quarantine_replay_ready_refuses_unknown_transaction_boundary")],
+        defect={"name": "replay_ready_xid_only",
+                "scenario": ct("quarantine_replay_ready_matched_on_the_xid_alone_negative_control")},
         note="replay-ready with the quarantined xid at another commit LSN, or another xid at its commit LSN, is "
-             "refused and marks nothing; a boundary quarantined in two flows needs the flow named. No paired "
-             "defect yet."),
+             "refused and marks nothing; a boundary quarantined in two flows needs the flow named. Two guards: "
+             "the target's trellara.quarantine_replay_ready() (PL/pgSQL, the real-process proof; no fault seam "
+             "can reach it) and core's DecideReplayReady (trellara quarantine replay-ready, the simulator), "
+             "whose paired defect defect.replay_ready_xid_only matches the boundary on the xid alone: a "
+             "mistyped commit LSN is marked; caught at unit level"),
 }
 
 # Curated rows paired through the simulator: the named simulation of the same boundary (clean) and
