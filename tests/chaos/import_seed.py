@@ -172,9 +172,16 @@ MAPPING = {
         note="no walsender: the relay confirms the slot itself; the confirm_before_fsync defect on real "
              "processes (power-loss style check) is not built yet"),
     "missing_replica_identity": dict(
-        proof=[it("check_reports_a_published_table_without_replica_identity_as_critical", "test_check_command.py")],
+        proof=[it("check_reports_a_published_table_without_replica_identity_as_critical", "test_check_command.py"),
+               ct("contract_requires_replica_identity_only_when_updates_or_deletes_are_published")],
+        defect={"name": "contract_default_identity_without_key",
+                "scenario": ct("contract_passes_a_keyless_default_identity_table_negative_control")},
         note="the preflight is `trellara check --config F` (source check() rows + target checks): exit 2 naming "
-             "the keyless table; it does not stop a relay that is already running. No paired defect yet."),
+             "the keyless table; it does not stop a relay that is already running. The check's replica-identity "
+             "verdict is decided in the extension's PL/pgSQL trellara.check(), which no fault seam reaches; the "
+             "paired defect is in the other guard the row names, `trellara contract-test` (core "
+             "CheckReplicaIdentity): defect.contract_default_identity_without_key takes REPLICA IDENTITY DEFAULT "
+             "without a primary key as usable; caught at unit level"),
     "default_replica_identity_primary_key_apply": dict(proof=[ct("plans_update_with_key_predicate")]),
     "default_replica_identity_key_change_apply": dict(
         proof=[ct("key_changing_update_sets_new_key_and_matches_old_key"),
