@@ -182,6 +182,12 @@ ChunkOutcome CopyChunk(const CopyContext& ctx, Sessions& s, const SnapshotTable&
 // A table's failure, in its own target transaction (the chunk's transaction is gone).
 void MarkTableFailed(const CopyContext& ctx, Sessions& s, const SnapshotTable& t, const std::string& error,
                      int worker_no) {
+  // Negative control (tests only, --enable-test-defects with
+  // TRELLARA_FAULTS=defect.snapshot_failure_not_recorded:1:defect; seed row
+  // snapshot_copy_failure_marked_recoverable, caught by test_snapshot.py
+  // negative_control_snapshot_failure_not_recorded_is_caught): the failure stays in this process's
+  // memory only; the registry keeps the table copying with no last_error, as if a copy were in flight.
+  if (fault::Hit("defect.snapshot_failure_not_recorded") == fault::Action::Defect) return;
   for (int attempt = 0; attempt < 3; attempt++) {
     try {
       s.source.reset();

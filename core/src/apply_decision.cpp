@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "trellara/barrier.h"
+#include "trellara/fault.h"
 
 namespace trellara {
 
@@ -243,7 +244,12 @@ ReplayReadyDecision DecideReplayReady(const std::string& flow, const std::vector
   ReplayReadyDecision d;
   const std::string asked = Boundary(xid, commit_lsn) + " of flow " + flow;
   for (const auto& e : quarantine) {
-    if (e.xid != xid || e.commit_lsn != commit_lsn) continue;
+    if (e.xid != xid) continue;
+    // Negative control (tests only, TRELLARA_FAULTS=defect.replay_ready_xid_only:1:defect; seed row
+    // quarantine_replay_ready_requires_exact_boundary, caught by the ctest
+    // quarantine_replay_ready_matched_on_the_xid_alone_negative_control): the boundary is matched on
+    // the xid alone, so a replay-ready naming the right xid with a mistyped commit LSN marks it.
+    if (e.commit_lsn != commit_lsn && fault::Hit("defect.replay_ready_xid_only") != fault::Action::Defect) continue;
     switch (e.state) {
       case QuarantineState::Quarantined:
         d.outcome = ReplayReadyOutcome::Mark;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "trellara/apply_plan.h"
+#include "trellara/fault.h"
 
 namespace trellara {
 namespace {
@@ -100,7 +101,12 @@ void CheckReplicaIdentity(const ContractFacts& facts, const ContractSourceRelati
       why = "REPLICA IDENTITY NOTHING";
       break;
     case ReplicaIdentity::Default:
-      usable = s.has_primary_key;
+      // Negative control (tests only, TRELLARA_FAULTS=defect.contract_default_identity_without_key:1:defect;
+      // seed row missing_replica_identity, caught by the ctest
+      // contract_passes_a_keyless_default_identity_table_negative_control): DEFAULT is taken to mean
+      // "has a key", so a published table without a primary key passes the contract.
+      usable = s.has_primary_key ||
+               fault::Hit("defect.contract_default_identity_without_key") == fault::Action::Defect;
       why = "REPLICA IDENTITY DEFAULT and no primary key";
       break;
     case ReplicaIdentity::Index:

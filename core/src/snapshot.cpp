@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "trellara/fault.h"
+
 namespace trellara {
 namespace {
 
@@ -145,6 +147,11 @@ Status CheckSnapshotTransition(SnapshotState from, SnapshotState to, bool force,
   else
     allowed = rank(to) > rank(from);
   if (allowed) return Status::Ok();
+  // Negative control (tests only, TRELLARA_FAULTS=defect.snapshot_state_regression:1:defect; seed row
+  // snapshot_invalid_state_regression, caught by test_snapshot.py
+  // negative_control_snapshot_state_regression_is_caught): a backward move is let through without
+  // --force, so a finished table is registered and copied again under another run.
+  if (fault::Hit("defect.snapshot_state_regression") == fault::Action::Defect) return Status::Ok();
   return MakeError("refused: " + what + " is " + SnapshotStateName(from) + "; moving it back to " +
                    SnapshotStateName(to) + " would copy it again over what the stream has applied; rerun with "
                    "--force to start its copy over");

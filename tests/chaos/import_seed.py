@@ -65,8 +65,8 @@ APPLY_IN_COPY = {"name": "snapshot_apply_in_copy",
                  "scenario": it("negative_control_snapshot_apply_in_copy_is_caught", HANDOFF)}
 SKIP_AFTER_COPY = {"name": "snapshot_skip_after_copy",
                    "scenario": it("negative_control_snapshot_skip_after_copy_is_caught", HANDOFF)}
-SNAPSHOT_UNPAIRED = ("no paired defect yet: the copy side's own negative controls (a chunk recopied without "
-                     "re-registration, a state regression let through) are not built")
+SNAPSHOT_UNPAIRED = ("the real-process scenario runs clean only; its copy-side defect (a completed chunk recopied, "
+                     "a handoff before the copy completed) is caught in the simulator")
 
 MAPPING = {
     # ---- curated failure matrix ----
@@ -179,9 +179,16 @@ MAPPING = {
         note="no walsender: the relay confirms the slot itself, only to the last fully durable transaction; the "
              "confirm-before-fsync defect is caught by the simulator's power loss (a kill -9 keeps the page cache)"),
     "missing_replica_identity": dict(
-        proof=[it("check_reports_a_published_table_without_replica_identity_as_critical", "test_check_command.py")],
+        proof=[it("check_reports_a_published_table_without_replica_identity_as_critical", "test_check_command.py"),
+               ct("contract_requires_replica_identity_only_when_updates_or_deletes_are_published")],
+        defect={"name": "contract_default_identity_without_key",
+                "scenario": ct("contract_passes_a_keyless_default_identity_table_negative_control")},
         note="the preflight is `trellara check --config F` (source check() rows + target checks): exit 2 naming "
-             "the keyless table; it does not stop a relay that is already running. No paired defect yet."),
+             "the keyless table; it does not stop a relay that is already running. The check's replica-identity "
+             "verdict is decided in the extension's PL/pgSQL trellara.check(), which no fault seam reaches; the "
+             "paired defect is in the other guard the row names, `trellara contract-test` (core "
+             "CheckReplicaIdentity): defect.contract_default_identity_without_key takes REPLICA IDENTITY DEFAULT "
+             "without a primary key as usable; caught at unit level"),
     "default_replica_identity_primary_key_apply": dict(
         proof=[ct("plans_update_with_key_predicate")],
         defect={"name": "apply_match_whole_new_row", "scenario": ct("update_matched_by_whole_new_row_negative_control")},
@@ -210,9 +217,18 @@ MAPPING = {
     "snapshot_target_crash_during_copy": dict(proof=[it("snapshot_target_crash_during_copy", SNAPSHOT)],
                                               note=SNAPSHOT_UNPAIRED),
     "snapshot_copy_failure_marked_recoverable": dict(
-        proof=[it("snapshot_copy_failure_marked_recoverable", SNAPSHOT)], note=SNAPSHOT_UNPAIRED),
-    "snapshot_invalid_state_regression": dict(proof=[it("snapshot_invalid_state_regression", SNAPSHOT)],
-                                              note=SNAPSHOT_UNPAIRED),
+        proof=[it("snapshot_copy_failure_marked_recoverable", SNAPSHOT)],
+        defect={"name": "snapshot_failure_not_recorded",
+                "scenario": it("negative_control_snapshot_failure_not_recorded_is_caught", SNAPSHOT)},
+        note="paired defect defect.snapshot_failure_not_recorded (the copy failure is kept in the process's memory "
+             "only: the table stays copying with no last_error); the failure checks must fail"),
+    "snapshot_invalid_state_regression": dict(
+        proof=[it("snapshot_invalid_state_regression", SNAPSHOT)],
+        defect={"name": "snapshot_state_regression",
+                "scenario": it("negative_control_snapshot_state_regression_is_caught", SNAPSHOT)},
+        note="paired defect defect.snapshot_state_regression (core CheckSnapshotTransition lets a backward move "
+             "through without --force: the handoff_ready table is copied again under another run); the refusal "
+             "checks must fail"),
     "snapshot_exported_visibility_boundary": dict(proof=[it("snapshot_exported_visibility_boundary", HANDOFF)],
                                                   defect=APPLY_IN_COPY),
     "partition_manifest_missing_chunk": dict(not_built=NO_PARTITION),
@@ -278,10 +294,16 @@ MAPPING = {
         proof=[it("update_delete_zero_row_match_fails_closed", FAIL_CLOSED)],
         note="repair + replay-ready then apply; no paired defect yet"),
     "quarantine_replay_ready_requires_exact_boundary": dict(
-        proof=[it("update_delete_zero_row_match_fails_closed", FAIL_CLOSED)],
+        proof=[it("update_delete_zero_row_match_fails_closed", FAIL_CLOSED),
+               ct("quarantine_replay_ready_refuses_unknown_transaction_boundary")],
+        defect={"name": "replay_ready_xid_only",
+                "scenario": ct("quarantine_replay_ready_matched_on_the_xid_alone_negative_control")},
         note="replay-ready with the quarantined xid at another commit LSN, or another xid at its commit LSN, is "
-             "refused and marks nothing; a boundary quarantined in two flows needs the flow named. No paired "
-             "defect yet."),
+             "refused and marks nothing; a boundary quarantined in two flows needs the flow named. Two guards: "
+             "the target's trellara.quarantine_replay_ready() (PL/pgSQL, the real-process proof; no fault seam "
+             "can reach it) and core's DecideReplayReady (trellara quarantine replay-ready, the simulator), "
+             "whose paired defect defect.replay_ready_xid_only matches the boundary on the xid alone: a "
+             "mistyped commit LSN is marked; caught at unit level"),
 }
 
 # Curated rows paired through the simulator: the named simulation of the same boundary (clean) and

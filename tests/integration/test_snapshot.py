@@ -16,12 +16,16 @@ Scenarios (seed names where the seed has one):
     skipped) and the target is unchanged.
   - snapshot_invalid_state_regression: copying a handoff_ready table again under another run is
     refused without --force (states unchanged), done with it.
+  - negative_control_snapshot_state_regression_is_caught: the same refusal checks with
+    defect.snapshot_state_regression (a backward move let through without --force) must fail.
   - snapshot_incomplete_copy_resume: the snapshot process is stalled inside a chunk's COPY and
     killed with SIGKILL; the chunk in flight is lost, the rest is durable; a rerun copies only the
     missing chunks and the counts are exact.
   - snapshot_copy_failure_marked_recoverable: a target CHECK constraint makes one chunk fail: the
     table is failed_recoverable with last_error, the others are handoff_ready, the command exits
     non-zero naming the table and the rerun; after the fix the rerun finishes it.
+  - negative_control_snapshot_failure_not_recorded_is_caught: the same failure checks with
+    defect.snapshot_failure_not_recorded (the failure kept in memory, the table left copying) must fail.
   - snapshot_target_crash_during_copy: the target restarts while a chunk's COPY is in flight; the
     worker retries the transient failure and the run finishes exact.
   - snapshot_crash_before_handoff_record: killed between a table's `copied` and its handoff_ready
@@ -50,7 +54,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (CaptureFailure, TRELLARA_BIN, assert_no_backend_crashes, lsn_to_int,  # noqa: E402
-                             run_scenarios, scenario, setup_flow, wait_for)
+                             record_faults_from_output, run_scenarios, scenario, setup_flow, wait_for)
 from harness import Cluster, PG_BIN  # noqa: E402
 
 ITEMS = 6000
@@ -79,9 +83,16 @@ CONTENT = {
 }
 
 
+FAULTS_SEEN = {}  # fault point -> times fired, as the `trellara` processes run by trellara() said at exit
+
+
 def trellara(*args, expect=0, env=None, timeout=300):
-    result = subprocess.run([TRELLARA_BIN, *args], capture_output=True, text=True, timeout=timeout,
-                            env=env or dict(os.environ))
+    argv = [TRELLARA_BIN, *args]
+    if env and "defect." in env.get("TRELLARA_FAULTS", ""):
+        argv.insert(1, "--enable-test-defects")  # a defect needs the explicit test-only switch (fault.h)
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env or dict(os.environ))
+    for point, count in record_faults_from_output(result.stderr).items():
+        FAULTS_SEEN[point] = FAULTS_SEEN.get(point, 0) + count
     if expect is not None and result.returncode != expect:
         raise CaptureFailure(f"trellara {' '.join(args)} exited {result.returncode}, expected {expect}\n"
                              f"stdout: {result.stdout[-3000:]}\nstderr: {result.stderr[-3000:]}")
@@ -233,19 +244,63 @@ def snapshot_duplicate_copy_attempt():
 def snapshot_invalid_state_regression():
     with Pair("snap-regress") as p:
         snapshot_json(p.config, "--run-id", "r1")
-        refused = trellara("snapshot", "--config", p.config, "--run-id", "r2", "--table", "public.items", expect=1)
-        expect("handoff_ready" in refused.stderr and "--force" in refused.stderr and "public.items" in refused.stderr,
-               f"refusal names the table, the states and --force: {refused.stderr}")
-        expect(p.states()["public.items"] == "handoff_ready", f"state unchanged: {p.states()}")
-        expect(p.target.query("SELECT run_id FROM trellara.snapshot_tables WHERE table_name = 'items'") == "r1",
-               "still owned by r1")
-        expect(p.target.query("SELECT count(*) FROM trellara.snapshot_runs WHERE run_id = 'r2'") in ("0", "1"), "")
+        expect_backward_copy_refused(p)
         forced, _ = snapshot_json(p.config, "--run-id", "r2", "--table", "public.items", "--force")
         t = by_table(forced)["public.items"]
         expect(t["state"] == "handoff_ready" and t["chunks_copied"] == t["chunks"], f"forced copy: {t}")
         expect(p.target.query("SELECT run_id FROM trellara.snapshot_tables WHERE table_name = 'items'") == "r2",
                "re-registered under r2")
         p.expect_same("after the forced copy")
+
+
+def expect_backward_copy_refused(p, env=None):
+    """The refusal checks of snapshot_invalid_state_regression: after run r1 finished, copying
+    public.items again under run r2 without --force exits 1 naming the table, its state and
+    --force, and leaves the table handoff_ready, owned by r1, its rows uncopied."""
+    copied_at = p.target.query("SELECT string_agg(copied_at::text, ',' ORDER BY chunk_no) FROM trellara.snapshot_chunks "
+                               "WHERE table_name = 'items'")
+    refused = trellara("snapshot", "--config", p.config, "--run-id", "r2", "--table", "public.items", expect=None,
+                       env=env)
+    expect(refused.returncode == 1, f"copying a handoff_ready table again without --force exited {refused.returncode}, "
+                                    f"expected 1 (refused): {refused.stdout[-800:]} {refused.stderr[-800:]}")
+    expect("handoff_ready" in refused.stderr and "--force" in refused.stderr and "public.items" in refused.stderr,
+           f"refusal names the table, the states and --force: {refused.stderr}")
+    expect(p.states()["public.items"] == "handoff_ready", f"state unchanged: {p.states()}")
+    expect(p.target.query("SELECT run_id FROM trellara.snapshot_tables WHERE table_name = 'items'") == "r1",
+           "still owned by r1")
+    expect(p.target.query("SELECT count(*) FROM trellara.snapshot_runs WHERE run_id = 'r2'") in ("0", "1"), "")
+    expect(copied_at == p.target.query("SELECT string_agg(copied_at::text, ',' ORDER BY chunk_no) FROM "
+                                       "trellara.snapshot_chunks WHERE table_name = 'items'"),
+           "the refused run copied no chunk")
+
+
+def expect_defect_caught(defect, checks, what):
+    """Runs `checks` (a clean scenario's checks, with `defect` switched on) and passes only if they
+    fail after the defect point fired; a defect that never fired is a harness failure."""
+    FAULTS_SEEN.clear()
+    try:
+        checks()
+    except CaptureFailure as caught:
+        if not FAULTS_SEEN.get(f"defect.{defect}"):
+            raise CaptureFailure(f"harness failure, not a caught defect: defect.{defect} never fired; the checks "
+                                 f"failed on their own: {caught}")
+        print(f"negative control: with defect.{defect} ({what}) the checks fail — caught: {str(caught)[:600]}")
+        return
+    if not FAULTS_SEEN.get(f"defect.{defect}"):
+        raise CaptureFailure(f"harness failure, not a caught defect: defect.{defect} never fired")
+    raise CaptureFailure(f"negative control: with defect.{defect} ({what}) the clean checks passed — they cannot "
+                         f"catch that defect")
+
+
+@scenario(suite="snapshot", defect="snapshot_state_regression", fault_points=("defect.snapshot_state_regression",),
+          pairs_with="snapshot_invalid_state_regression",
+          invariants=["the refusal checks fail when a backward state move is let through without --force"])
+def negative_control_snapshot_state_regression_is_caught():
+    with Pair("snap-regress-defect") as p:
+        snapshot_json(p.config, "--run-id", "r1")
+        env = dict(os.environ, TRELLARA_FAULTS="defect.snapshot_state_regression:1:defect")
+        expect_defect_caught("snapshot_state_regression", lambda: expect_backward_copy_refused(p, env),
+                             "a handoff_ready table copied again under another run without --force")
 
 
 @scenario(seed_rows=["snapshot_incomplete_copy_resume"], suite="snapshot",
@@ -288,27 +343,45 @@ def snapshot_incomplete_copy_resume():
         p.expect_same("after the whole run")
 
 
+def expect_copy_failure_recorded(p, env=None):
+    """The failure checks of snapshot_copy_failure_marked_recoverable: a target CHECK constraint
+    makes one chunk of public.items fail; the command exits 1 naming the table, the cause and the
+    rerun; the registry durably records the table and the run failed_recoverable with last_error;
+    the other tables finish."""
+    p.target.query("ALTER TABLE public.items ADD CONSTRAINT no_777 CHECK (n <> 777)")
+    summary, result = snapshot_json(p.config, "--run-id", "r1", expect=1, env=env)
+    t = by_table(summary)
+    expect(t["public.items"]["state"] == "failed_recoverable", f"{summary}")
+    expect(t["public.nokey"]["state"] == "handoff_ready" and t["public.textkey"]["state"] == "handoff_ready",
+           f"the other tables continue: {summary}")
+    expect("public.items" in result.stderr and "--run-id r1" in result.stderr and "no_777" in result.stderr,
+           f"the error names the table, the cause and the rerun: {result.stderr}")
+    last_error = p.target.query("SELECT last_error FROM trellara.snapshot_tables WHERE table_name = 'items'")
+    expect("no_777" in last_error, f"last_error: {last_error}")
+    expect(p.target.query("SELECT state FROM trellara.snapshot_runs WHERE run_id = 'r1'") == "failed_recoverable", "")
+
+
 @scenario(seed_rows=["snapshot_copy_failure_marked_recoverable"], suite="snapshot",
           invariants=["a failing chunk leaves its table failed_recoverable with its error; a rerun finishes it"])
 def snapshot_copy_failure_marked_recoverable():
     with Pair("snap-fail") as p:
-        p.target.query("ALTER TABLE public.items ADD CONSTRAINT no_777 CHECK (n <> 777)")
-        summary, result = snapshot_json(p.config, "--run-id", "r1", expect=1)
-        t = by_table(summary)
-        expect(t["public.items"]["state"] == "failed_recoverable", f"{summary}")
-        expect(t["public.nokey"]["state"] == "handoff_ready" and t["public.textkey"]["state"] == "handoff_ready",
-               f"the other tables continue: {summary}")
-        expect("public.items" in result.stderr and "--run-id r1" in result.stderr and "no_777" in result.stderr,
-               f"the error names the table, the cause and the rerun: {result.stderr}")
-        last_error = p.target.query("SELECT last_error FROM trellara.snapshot_tables WHERE table_name = 'items'")
-        expect("no_777" in last_error, f"last_error: {last_error}")
-        expect(p.target.query("SELECT state FROM trellara.snapshot_runs WHERE run_id = 'r1'") == "failed_recoverable", "")
+        expect_copy_failure_recorded(p)
         p.target.query("ALTER TABLE public.items DROP CONSTRAINT no_777")
         summary, _ = snapshot_json(p.config, "--run-id", "r1")
         t = by_table(summary)["public.items"]
         expect(summary["state"] == "handoff_ready" and t["state"] == "handoff_ready" and t["chunks_skipped"] > 0
                and t["chunks_copied"] > 0, f"after the fix: {summary}")
         p.expect_same("after the fix")
+
+
+@scenario(suite="snapshot", defect="snapshot_failure_not_recorded",
+          fault_points=("defect.snapshot_failure_not_recorded",), pairs_with="snapshot_copy_failure_marked_recoverable",
+          invariants=["the failure checks fail when a table's copy failure is not recorded in the registry"])
+def negative_control_snapshot_failure_not_recorded_is_caught():
+    with Pair("snap-fail-defect") as p:
+        env = dict(os.environ, TRELLARA_FAULTS="defect.snapshot_failure_not_recorded:1:defect")
+        expect_defect_caught("snapshot_failure_not_recorded", lambda: expect_copy_failure_recorded(p, env),
+                             "the failed table left copying with no last_error")
 
 
 def wait_log_covers_source(source, flow="app", timeout_s=120):
@@ -471,7 +544,8 @@ def snapshot_crash_before_handoff_record():
 
 if __name__ == "__main__":
     run_scenarios([snapshot_copies_tables_and_reports_json, snapshot_duplicate_copy_attempt,
-                   snapshot_invalid_state_regression, snapshot_incomplete_copy_resume,
-                   snapshot_copy_failure_marked_recoverable, snapshot_target_crash_during_copy,
+                   snapshot_invalid_state_regression, negative_control_snapshot_state_regression_is_caught,
+                   snapshot_incomplete_copy_resume, snapshot_copy_failure_marked_recoverable,
+                   negative_control_snapshot_failure_not_recorded_is_caught, snapshot_target_crash_during_copy,
                    snapshot_crash_before_handoff_record, snapshot_kill9_repeated_while_source_writes,
                    snapshot_kill9_repeated_beside_running_applier])

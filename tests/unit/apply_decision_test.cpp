@@ -10,6 +10,7 @@
 #include <random>
 
 #include "trellara/apply_decision.h"
+#include "trellara/fault.h"
 
 using namespace trellara;
 
@@ -267,6 +268,29 @@ TEST_CASE("quarantine_replay_ready_refuses_unknown_transaction_boundary", "[deci
   CHECK(again.outcome == ReplayReadyOutcome::AlreadyReplayReady);
 
   CHECK(DecideReplayReady("app", {}, 7421, 0x3A1F2B0).outcome == ReplayReadyOutcome::Refuse);
+}
+
+// Seed row quarantine_replay_ready_requires_exact_boundary, paired defect: with
+// defect.replay_ready_xid_only the boundary is matched on the xid alone, and the replay-ready above
+// that names the quarantined xid with a mistyped commit LSN (wrong_lsn) is marked instead of refused.
+TEST_CASE("quarantine_replay_ready_matched_on_the_xid_alone_negative_control", "[decision][seed000]") {
+  std::vector<QuarantineEntry> q = {{7421, 0x3A1F2B0, QuarantineState::Quarantined, QuarantineReason::ZeroRowsMatched},
+                                    {7000, 0x3000000, QuarantineState::Resolved, QuarantineReason::DuplicateKey}};
+  fault::AllowDefects(true, "unit test");  // defects need the explicit test-only switch (fault.h)
+  REQUIRE(fault::Configure("defect.replay_ready_xid_only:1:defect").ok());
+  const ReplayReadyDecision exact = DecideReplayReady("app", q, 7421, 0x3A1F2B0);
+  const int fired_on_exact = fault::FiredCount("defect.replay_ready_xid_only");
+  const ReplayReadyDecision wrong_lsn = DecideReplayReady("app", q, 7421, 0x3A1F2B1);
+  const ReplayReadyDecision wrong_xid = DecideReplayReady("app", q, 7422, 0x3A1F2B0);
+  const int fired = fault::FiredCount("defect.replay_ready_xid_only");
+  fault::Clear();
+  fault::AllowDefects(false, "");
+  CHECK(exact.outcome == ReplayReadyOutcome::Mark);
+  CHECK(fired_on_exact == 0);  // the exact boundary never reaches the defect point
+  REQUIRE(fired == 1);          // else the seam was not exercised: a harness failure, not a caught defect
+  // The clean test's CHECK(wrong_lsn.outcome == ReplayReadyOutcome::Refuse) fails: the defect is caught.
+  CHECK(wrong_lsn.outcome == ReplayReadyOutcome::Mark);
+  CHECK(wrong_xid.outcome == ReplayReadyOutcome::Refuse);  // the defect is the LSN half only
 }
 
 TEST_CASE("statement_errors_map_to_quarantine_reasons", "[decision]") {

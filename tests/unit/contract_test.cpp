@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "trellara/contract.h"
+#include "trellara/fault.h"
 
 using namespace trellara;
 
@@ -162,6 +163,28 @@ TEST_CASE("contract_requires_replica_identity_only_when_updates_or_deletes_are_p
   INFO(Codes(insert_only));
   CHECK(WithCode(insert_only, "missing_replica_identity").empty());
   CHECK_FALSE(insert_only.has_error());
+}
+
+// Seed row missing_replica_identity, paired defect: with defect.contract_default_identity_without_key
+// (REPLICA IDENTITY DEFAULT taken to mean "has a key") the keyless public.orders of the test above
+// passes the contract: its REQUIRE(found.size() == 3) fails.
+TEST_CASE("contract_passes_a_keyless_default_identity_table_negative_control", "[contract]") {
+  ContractRelation no_key = CleanOrders();
+  no_key.source.has_primary_key = false;  // DEFAULT without a primary key
+  ContractRelation nothing = CleanOrders();
+  nothing.source.name = "events";
+  nothing.source.replica_identity = ReplicaIdentity::Nothing;
+  fault::AllowDefects(true, "unit test");  // defects need the explicit test-only switch (fault.h)
+  REQUIRE(fault::Configure("defect.contract_default_identity_without_key:1:defect").ok());
+  const ContractReport report = CheckContract(FactsWith({no_key, nothing}));
+  const int fired = fault::FiredCount("defect.contract_default_identity_without_key");
+  fault::Clear();
+  fault::AllowDefects(false, "");
+  INFO(Codes(report));
+  REQUIRE(fired >= 1);  // else the seam was not exercised: a harness failure, not a caught defect
+  auto found = WithCode(report, "missing_replica_identity");
+  REQUIRE(found.size() == 1);  // only REPLICA IDENTITY NOTHING is still refused
+  CHECK(found[0]->relation == "public.events");
 }
 
 TEST_CASE("contract_refuses_full_identity_on_a_type_without_exact_equality", "[contract]") {
