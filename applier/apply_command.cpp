@@ -54,7 +54,11 @@ namespace {
 // committed after the last write is safe: their dedup rows make them SkipDuplicate.
 constexpr uint64_t kOffsetWriteEveryTransactions = 512;
 constexpr auto kOffsetWriteInterval = std::chrono::seconds(1);
+// At the end of the log the daemon polls for new records after kTailPollMin, doubling up to
+// kTailPollInterval while none arrives: a transaction logged while records keep coming waits a few
+// milliseconds (end-to-end lag, docs/performance.md), an idle applier wakes five times a second.
 constexpr auto kTailPollInterval = std::chrono::milliseconds(200);
+constexpr auto kTailPollMin = std::chrono::milliseconds(5);
 // The metrics snapshot is handed to the server at most this often while applying (and at every
 // state change): a copy under a mutex and, then only, one read of the log's index for its end.
 constexpr auto kMetricsPublishInterval = std::chrono::milliseconds(100);
@@ -456,6 +460,7 @@ void Applier::Loop() {
   progress_.Start();
   last_offset_write_ = Clock::now();
   bool at_tail_reported = false;
+  auto tail_poll = std::chrono::milliseconds(kTailPollMin);
   for (;;) {
     if (StopRequested()) break;
     if (reader_->next_offset() >= stop_offset_) {  // --until-caught-up: the end present at start
@@ -484,9 +489,11 @@ void Applier::Loop() {
       }
       PublishMetrics(metrics::ApplyState::kCaughtUp, false);
       if (progress_.tty()) progress_.Show(counters_, [&] { return Figures(true); });
-      std::this_thread::sleep_for(kTailPollInterval);
+      std::this_thread::sleep_for(tail_poll);
+      tail_poll = std::min<std::chrono::milliseconds>(kTailPollInterval, tail_poll * 2);
       continue;
     }
+    tail_poll = kTailPollMin;
     at_tail_reported = false;
     const log::LogRecord& record = **next;
     // How far the log read so far covers the source (relay_progress.h): the LSN of the last

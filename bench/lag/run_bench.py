@@ -51,7 +51,7 @@ SEEN_DDL = """
 CREATE TABLE lag_seen (id bigint PRIMARY KEY, t_source timestamptz NOT NULL, t_seen timestamptz NOT NULL);
 CREATE FUNCTION lag_seen_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  INSERT INTO lag_seen VALUES (NEW.id, NEW.t_source, clock_timestamp());
+  INSERT INTO public.lag_seen VALUES (NEW.id, NEW.t_source, pg_catalog.clock_timestamp());
   RETURN NULL;
 END $$;
 CREATE CONSTRAINT TRIGGER lag_seen_at_commit AFTER INSERT ON lag_probe DEFERRABLE INITIALLY DEFERRED
@@ -140,6 +140,8 @@ def one_run(run, args, out_dir):
             f"WHERE slot_name = 'bench_sub'") == "t", 900, 0.005)
         native_max_tps = calibrated / (time.monotonic() - t0)
         rate = max(1, int(native_max_tps * args.load))
+        print(f"run {run}: native applied {calibrated} transactions at {native_max_tps:.0f} tx/s; load {rate} tx/s",
+              flush=True)
 
         work = tempfile.mkdtemp(prefix="trellara-bench-lag-")
         applier = None
