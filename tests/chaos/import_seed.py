@@ -147,7 +147,8 @@ MAPPING = {
         defect={"name": "drift_accepted_as_known",
                 "scenario": it("negative_control_drift_accepted_as_known_is_caught", SCHEMA)},
         note="paired defect defect.drift_accepted_as_known (an unexplained fingerprint of a relation known under "
-             "the same name accepted as known): the drifted transaction is not quarantined as schema_drift"),
+             "the same name accepted as known): the drifted transaction is not stopped as schema_drift: its "
+             "statements run on the target, which refuses the new column (missing_column)"),
     "pgoutput_row_without_relation_metadata": dict(
         proof=[ct("change_on_an_undescribed_relation_is_an_error")],
         note="applier-side: a change on a relation without metadata fails closed"),
