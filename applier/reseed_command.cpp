@@ -29,6 +29,7 @@
 #include "source_tables.h"
 #include "target_schema.h"
 #include "trellara/envelope.h"
+#include "trellara/fault.h"
 
 namespace trellara::cli {
 namespace {
@@ -117,9 +118,17 @@ Outcome ReseedFiltered(const FlowConfig& config, const Options& o) {
     key_match += (key_match.empty() ? "" : " AND ") + std::string("s.") + k + " = t." + k;
   }
   MustSucceed(*target, target->Exec(std::string("ANALYZE pg_temp.") + kStageTable), what);
+  // Negative control (tests only, TRELLARA_FAULTS=defect.reseed_delete_ignores_filter:1:defect;
+  // seed row filtered_reseed_preserves_out_of_scope_rows, caught by
+  // negative_control_reseed_delete_ignores_filter_is_caught in tests/integration/test_verify_reseed.py):
+  // the delete step leaves out the filter, so every target row not staged — all rows outside the
+  // filter among them — is deleted, as if the whole table were being replaced.
+  const std::string scope = fault::Hit("defect.reseed_delete_ignores_filter") == fault::Action::Defect
+                                ? std::string("true")
+                                : *o.where;
   auto deleted = MustSucceed(*target,
                              // ExecParams: one statement only, whatever the filter's text holds.
-                             target->ExecParams("DELETE FROM " + t.qualified + " AS t WHERE (" + *o.where +
+                             target->ExecParams("DELETE FROM " + t.qualified + " AS t WHERE (" + scope +
                                           ") AND NOT EXISTS (SELECT 1 FROM pg_temp." + kStageTable + " AS s WHERE " +
                                           key_match + ")",
                                           {}),

@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "trellara/apply_plan.h"
+#include "trellara/fault.h"
 
 namespace trellara {
 
@@ -616,7 +617,16 @@ RelationVerdict CheckKnownRelation(const std::optional<KnownRelation>& known, co
                                    bool replay_ready) {
   if (!known) return RelationVerdict::FirstSight;
   if (known->fingerprint == relation.fingerprint) return RelationVerdict::Known;
-  return replay_ready ? RelationVerdict::FirstSight : RelationVerdict::Drift;
+  if (replay_ready) return RelationVerdict::FirstSight;
+  // Negative control (tests only, TRELLARA_FAULTS=defect.drift_accepted_as_known:1:defect; seed row
+  // pgoutput_schema_change_during_stream, caught by negative_control_drift_accepted_as_known_is_caught
+  // in tests/integration/test_schema_apply.py): an unexplained fingerprint of a relation the flow
+  // knows under the same name is accepted as known, as a check of the relation's identity alone
+  // would; the changes then run under a definition the target never got.
+  if (known->schema == relation.schema && known->name == relation.name &&
+      fault::Hit("defect.drift_accepted_as_known") == fault::Action::Defect)
+    return RelationVerdict::Known;
+  return RelationVerdict::Drift;
 }
 
 QuarantineCause DriftCause(const KnownRelation& known, const RelationInfo& relation) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "trellara/fault.h"
 
 namespace trellara {
 namespace {
@@ -132,6 +133,12 @@ void RepairSchemaCommands(const Context& ctx, const RepairTransaction& tx, std::
   // leaves the values as they were: the copy is then only an alternative.
   const bool recopy = IsOneOf(tx.reason, {QuarantineReason::SchemaDrift, QuarantineReason::MissingColumn,
                                           QuarantineReason::MissingTable});
+  // Negative control (tests only, TRELLARA_FAULTS=defect.repair_plan_omits_resnapshot:1:defect;
+  // seed row source_schema_handoff_recovery, caught by
+  // negative_control_repair_plan_omits_resnapshot_is_caught in tests/integration/test_contract_repair.py):
+  // the plan repairs the definition only and leaves the re-snapshot out, as if the target's
+  // existing rows needed nothing once it accepts the new definition.
+  if (recopy && fault::Hit("defect.repair_plan_omits_resnapshot") == fault::Action::Defect) return;
   out.push_back(recopy ? "# then copy the tables again under the new definition, with an exact handoff (rows the "
                          "source changed with its definition cannot be repaired in place):"
                        : "# if the target lost data with its definition (a column dropped there), also copy the "

@@ -100,7 +100,11 @@ MAPPING = {
                ct("stale_index_discovers_durable_tail_without_truncating"),
                ct("inspect_reports_corrupt_index_rebuild"),
                ct("inspect_reports_torn_tail_bytes_before_recovery_append")],
-        note="paired defect read_past_invalid_frame is not built yet"),
+        defect={"name": "log_read_past_invalid_frame",
+                "scenario": ct("torn_tail_indexed_as_durable_by_a_scan_reading_past_an_invalid_frame_negative_control")},
+        note="paired defect defect.log_read_past_invalid_frame (the scan indexes an invalid frame and resynchronises "
+             "on the next frame magic): the torn tail is published as a durable offset and a missing index is "
+             "rebuilt over a damaged frame"),
     "local_stream_publish_ack_after_fsync_durability": dict(
         proof=[ct("log_power_loss_never_loses_acknowledged_records")],
         defect={"name": "acknowledge before fdatasync (simulated power loss)",
@@ -133,12 +137,18 @@ MAPPING = {
                 "scenario": it("negative_control_moving_past_a_quarantine_is_caught", FAIL_CLOSED)}),
     "filtered_reseed_preserves_out_of_scope_rows": dict(
         proof=[it("filtered_reseed_preserves_out_of_scope_rows", RESEED)],
-        note="no paired defect yet (a reseed that deletes out-of-scope rows is not built as a negative control)"),
+        defect={"name": "reseed_delete_ignores_filter",
+                "scenario": it("negative_control_reseed_delete_ignores_filter_is_caught", RESEED)},
+        note="paired defect defect.reseed_delete_ignores_filter (the delete step of reseed --where without the "
+             "filter): the rows outside the filter are deleted"),
     "pgoutput_schema_change_during_stream": dict(
         proof=[it("drift_without_ddl_record_is_quarantined_before_anything_applies", SCHEMA),
                ct("drift_verdicts_known_first_sight_drift_and_replay_ready")],
-        note="no paired defect yet (an applier that accepts an unexplained fingerprint is not built as a "
-             "negative control)"),
+        defect={"name": "drift_accepted_as_known",
+                "scenario": it("negative_control_drift_accepted_as_known_is_caught", SCHEMA)},
+        note="paired defect defect.drift_accepted_as_known (an unexplained fingerprint of a relation known under "
+             "the same name accepted as known): the drifted transaction is not stopped as schema_drift: its "
+             "statements run on the target, which refuses the new column (missing_column)"),
     "pgoutput_row_without_relation_metadata": dict(
         proof=[ct("change_on_an_undescribed_relation_is_an_error")],
         defect={"name": "apply_skip_undescribed_relation",
@@ -147,7 +157,10 @@ MAPPING = {
              "over as not applied"),
     "source_schema_handoff_recovery": dict(
         proof=[it("source_schema_change_recovered_by_following_the_repair_plan", CONTRACT)],
-        note="no paired defect yet (a repair plan that omits the re-snapshot is not built as a negative control)"),
+        defect={"name": "repair_plan_omits_resnapshot",
+                "scenario": it("negative_control_repair_plan_omits_resnapshot_is_caught", CONTRACT)},
+        note="paired defect defect.repair_plan_omits_resnapshot (the repair step without snapshot --force): "
+             "following the plan as printed leaves the existing rows diverged and verify fails"),
     "pgoutput_dml_truncate_envelope_mapping": dict(
         proof=[rg("plugin_ops"), ct("plans_truncate_in_source_order")],
         defect={"name": "apply_truncate_cascade", "scenario": ct("truncate_replaying_cascade_negative_control")},

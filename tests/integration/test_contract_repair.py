@@ -31,6 +31,10 @@ FlowPair (test_apply_robustness.py), with [source] conninfo added to the flow's 
       the plan as printed — psql \\d on both sides, the ALTER, contract-test (now exit 0), the fresh
       snapshot handoff, replay-ready, apply, verify — and the flow resumes: the existing rows carry
       the source's default, a later UPDATE arrives, the tables are equal.
+  negative_control_repair_plan_omits_resnapshot_is_caught
+      the same scenario with defect.repair_plan_omits_resnapshot (the repair step without the
+      snapshot --force): following the plan as printed, a convergence check (verify, equal tables,
+      the source's default on the existing rows) must fail, not only the check of the plan's shape.
 
 Clusters are stopped by PID by the harness; the applier is our child, stopped by its Popen handle.
 """
@@ -43,9 +47,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import CaptureFailure, TRELLARA_BIN, log_records, run_scenarios, scenario, wait_for  # noqa: E402
+from capture_support import (CaptureFailure, TRELLARA_BIN, log_records, record_faults_from_output,  # noqa: E402
+                             run_scenarios, scenario, wait_for)
 from test_apply_robustness import (EXIT_BLOCKED, FlowPair, assert_same_data, run_apply,  # noqa: E402
-                                   wait_log_covers_source)
+                                   wait_log_covers_source, with_test_defects)
 
 TABLES = ("public.orders", "public.events")
 DDL = """
@@ -74,21 +79,23 @@ class ContractPair(FlowPair):
         return path
 
 
-def trellara(*args, expect=None, timeout=300):
-    result = subprocess.run([TRELLARA_BIN, *args], capture_output=True, text=True, timeout=timeout)
+def trellara(*args, expect=None, timeout=300, env=None):
+    """`trellara args`; `env` naming a defect in TRELLARA_FAULTS adds the test-only switch."""
+    result = subprocess.run(with_test_defects([TRELLARA_BIN, *args], env), capture_output=True, text=True,
+                            timeout=timeout, env=env)
     if expect is not None and result.returncode != expect:
         raise CaptureFailure(f"trellara {' '.join(args)} exited {result.returncode}, expected {expect}\n"
                              f"stdout: {result.stdout[-3000:]}\nstderr: {result.stderr[-3000:]}")
     return result
 
 
-def run_plan_command(command, expect=0):
+def run_plan_command(command, expect=0, env=None):
     """Runs one `trellara ...` line of a repair plan exactly as printed (our binary for `trellara`)."""
     argv = shlex.split(command)
     if argv[0] != "trellara":
         raise CaptureFailure(f"not a trellara command: {command}")
     print(f"$ {command}")
-    result = trellara(*argv[1:], expect=expect)
+    result = trellara(*argv[1:], expect=expect, env=env)
     return result
 
 
@@ -271,90 +278,155 @@ def run_shell_line(command, psql_bin):
     return result
 
 
+class PlanShapeFailure(CaptureFailure):
+    """The repair plan does not have the expected commands (checked after following it)."""
+
+
+def check_schema_handoff_recovery(pair, env=None, outputs=None):
+    """The schema handoff scenario's checks; `env` (TRELLARA_FAULTS naming a defect) goes to every
+    trellara command, whose stderr (it reports the fault points that fired) is appended to
+    `outputs`. The plan is followed as printed — its repair step's psql lines, contract-test, its
+    trellara lines — before its shape is checked, so a plan that leaves a step out is caught by
+    the convergence checks (verify, equal tables, the source's default), then by its shape."""
+    from harness import PG_BIN
+    psql_bin = os.path.join(PG_BIN, "psql")
+    outputs = [] if outputs is None else outputs
+
+    def run(*args, expect=None):
+        result = trellara(*args, expect=expect, env=env)
+        outputs.append(result.stderr)
+        return result
+
+    def follow(command, expect=0):
+        result = run_plan_command(command, expect=expect, env=env)
+        outputs.append(result.stderr)
+        return result
+
+    source, target = pair.source, pair.target
+    source.psql("INSERT INTO public.orders SELECT g, 'order ' || g, g FROM generate_series(1, 40) g")
+    wait_log_covers_source(source)
+    run_apply(pair.config, 0, env)
+    # The source adds a column with a default (existing rows get 'new' there, never on the target)
+    # while Trellara's DDL event trigger is disabled (a DBA's maintenance script did it), and
+    # writes it: no DDL record explains the new definition, so the target does not follow.
+    source.psql("ALTER EVENT TRIGGER trellara_ddl_command_end DISABLE")
+    source.psql("ALTER TABLE public.orders ADD COLUMN status text DEFAULT 'new'")
+    source.psql("ALTER EVENT TRIGGER trellara_ddl_command_end ENABLE")
+    source.psql("UPDATE public.orders SET status = 'paid' WHERE id = 3; INSERT INTO public.orders VALUES "
+                "(41, 'with status', 1, 'open')")
+    wait_log_covers_source(source)
+    run_apply(pair.config, EXIT_BLOCKED, env)
+    row = target.query("SELECT xid, commit_lsn, reason FROM trellara.quarantine WHERE flow = 'app' "
+                       "AND state = 'quarantined'")
+    print(f"quarantined: {row}")
+    q_xid, q_lsn, reason = row.split("|")
+    if reason != "schema_drift":
+        raise CaptureFailure(f"the schema change was quarantined as {reason}")
+    run("contract-test", "--config", pair.config, expect=1)
+
+    plan = json.loads(run("repair-plan", "--config", pair.config, "--format", "json", expect=0).stdout)
+    print(run("repair-plan", "--config", pair.config, expect=0).stdout)
+    config = f"'{pair.config}'"
+    repair = commands(step(plan, "repair"))
+    want_alter = ('psql \'' + target.conninfo() + '\' -v ON_ERROR_STOP=1 -c '
+                  '\'ALTER TABLE "public"."orders" ADD COLUMN "status" text\'')
+    want_snapshot = f"trellara snapshot --config {config} --table 'public.orders' --force"
+    shape = None
+    if repair != [want_alter, want_snapshot]:
+        shape = f"repair step is {repair}, expected {[want_alter, want_snapshot]}"
+    discover = commands(step(plan, "discover the schema on both sides"))
+    if len(discover) != 2 or any(not c.startswith("psql ") for c in discover):
+        raise CaptureFailure(f"discover step: {discover}")
+    if any(not c.startswith(("psql ", "trellara ")) for c in repair):
+        raise CaptureFailure(f"the repair step has a command that is neither psql nor trellara: {repair}")
+
+    # Follow the plan as printed: discover, the repair step's target statements, contract-test (now
+    # clean), the repair step's trellara commands (the fresh snapshot handoff), replay-ready,
+    # resume, verify.
+    for c in discover:
+        shown = run_shell_line(c, psql_bin).stdout
+        if "status" not in shown and c == discover[0]:
+            raise CaptureFailure(f"the source's \\d does not show the new column: {shown}")
+    for c in repair:
+        if c.startswith("psql "):
+            run_shell_line(c, psql_bin)
+    follow(commands(step(plan, "contract test"))[0], expect=0)
+    for c in repair:
+        if c.startswith("trellara "):
+            follow(c)
+    follow(commands(step(plan, "mark the exact boundary replay-ready"))[0])
+    if commands(step(plan, "mark the exact boundary replay-ready")) != [
+            f"trellara quarantine replay-ready --config {config} --xid {q_xid} --commit-lsn {q_lsn}"]:
+        raise CaptureFailure("the replay-ready step does not name the exact boundary")
+    resume = commands(step(plan, "resume"))
+    applier = subprocess.Popen(with_test_defects([TRELLARA_BIN] + shlex.split(resume[0])[1:], env),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        wait_for("the quarantined schema change to be resolved", lambda: target.query(
+            f"SELECT state FROM trellara.quarantine WHERE flow = 'app' AND commit_lsn = '{q_lsn}'") == "resolved",
+            90)
+        source.psql("UPDATE public.orders SET status = 'shipped' WHERE id = 41")
+        wait_log_covers_source(source)
+        wait_for("the transaction after the repair to be applied", lambda: target.query(
+            "SELECT status FROM public.orders WHERE id = 41") == "shipped", 90)
+        print(follow(commands(step(plan, "verify"))[0]).stdout.strip()[-400:])
+    finally:
+        if applier.poll() is None:
+            applier.terminate()  # our own child, by its Popen handle
+        _, err = applier.communicate(timeout=60)
+        outputs.append(err)
+        print(f"applier stopped: {err.strip()[-300:]}")
+    assert_same_data(source, target, TABLES, "after the schema handoff")
+    if target.query("SELECT count(*) FROM public.orders WHERE status = 'new'") != "39":
+        raise CaptureFailure("the existing rows did not get the source's default through the fresh handoff")
+    if shape:
+        raise PlanShapeFailure(shape)
+    pair.check_no_crashes()
+
+
 @scenario(seed_rows=("source_schema_handoff_recovery",), suite="operator_commands", invariants=(
     "a source schema change the target does not follow halts the flow at that transaction",
     "repair-plan scripts discover, contract-test, the target ALTER, a fresh snapshot handoff, replay-ready, "
     "resume and verify",
     "following it exactly: contract-test exits 0, the flow resumes, verify exits 0, tables equal"))
 def source_schema_change_recovered_by_following_the_repair_plan():
-    from harness import PG_BIN
-    psql_bin = os.path.join(PG_BIN, "psql")
     with ContractPair("schema-handoff", DDL, TABLES) as pair:
-        source, target = pair.source, pair.target
-        source.psql("INSERT INTO public.orders SELECT g, 'order ' || g, g FROM generate_series(1, 40) g")
-        wait_log_covers_source(source)
-        run_apply(pair.config, 0)
-        # The source adds a column with a default (existing rows get 'new' there, never on the target)
-        # while Trellara's DDL event trigger is disabled (a DBA's maintenance script did it), and
-        # writes it: no DDL record explains the new definition, so the target does not follow.
-        source.psql("ALTER EVENT TRIGGER trellara_ddl_command_end DISABLE")
-        source.psql("ALTER TABLE public.orders ADD COLUMN status text DEFAULT 'new'")
-        source.psql("ALTER EVENT TRIGGER trellara_ddl_command_end ENABLE")
-        source.psql("UPDATE public.orders SET status = 'paid' WHERE id = 3; INSERT INTO public.orders VALUES "
-                    "(41, 'with status', 1, 'open')")
-        wait_log_covers_source(source)
-        run_apply(pair.config, EXIT_BLOCKED)
-        row = target.query("SELECT xid, commit_lsn, reason FROM trellara.quarantine WHERE flow = 'app' "
-                           "AND state = 'quarantined'")
-        print(f"quarantined: {row}")
-        q_xid, q_lsn, reason = row.split("|")
-        if reason != "schema_drift":
-            raise CaptureFailure(f"the schema change was quarantined as {reason}")
-        trellara("contract-test", "--config", pair.config, expect=1)
-
-        plan = json.loads(trellara("repair-plan", "--config", pair.config, "--format", "json", expect=0).stdout)
-        print(trellara("repair-plan", "--config", pair.config, expect=0).stdout)
-        config = f"'{pair.config}'"
-        repair = commands(step(plan, "repair"))
-        want_alter = ('psql \'' + target.conninfo() + '\' -v ON_ERROR_STOP=1 -c '
-                      '\'ALTER TABLE "public"."orders" ADD COLUMN "status" text\'')
-        want_snapshot = f"trellara snapshot --config {config} --table 'public.orders' --force"
-        if repair != [want_alter, want_snapshot]:
-            raise CaptureFailure(f"repair step is {repair}, expected {[want_alter, want_snapshot]}")
-        discover = commands(step(plan, "discover the schema on both sides"))
-        if len(discover) != 2 or any(not c.startswith("psql ") for c in discover):
-            raise CaptureFailure(f"discover step: {discover}")
-
-        # Follow the plan as printed: discover, ALTER, contract-test (now clean), fresh snapshot
-        # handoff, replay-ready, resume, verify.
-        for c in discover:
-            shown = run_shell_line(c, psql_bin).stdout
-            if "status" not in shown and c == discover[0]:
-                raise CaptureFailure(f"the source's \\d does not show the new column: {shown}")
-        run_shell_line(repair[0], psql_bin)
-        run_plan_command(commands(step(plan, "contract test"))[0], expect=0)
-        run_plan_command(repair[1])
-        run_plan_command(commands(step(plan, "mark the exact boundary replay-ready"))[0])
-        if commands(step(plan, "mark the exact boundary replay-ready")) != [
-                f"trellara quarantine replay-ready --config {config} --xid {q_xid} --commit-lsn {q_lsn}"]:
-            raise CaptureFailure("the replay-ready step does not name the exact boundary")
-        resume = commands(step(plan, "resume"))
-        applier = subprocess.Popen([TRELLARA_BIN] + shlex.split(resume[0])[1:], stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.PIPE, text=True)
-        try:
-            wait_for("the quarantined schema change to be resolved", lambda: target.query(
-                f"SELECT state FROM trellara.quarantine WHERE flow = 'app' AND commit_lsn = '{q_lsn}'") == "resolved",
-                90)
-            source.psql("UPDATE public.orders SET status = 'shipped' WHERE id = 41")
-            wait_log_covers_source(source)
-            wait_for("the transaction after the repair to be applied", lambda: target.query(
-                "SELECT status FROM public.orders WHERE id = 41") == "shipped", 90)
-            print(run_plan_command(commands(step(plan, "verify"))[0]).stdout.strip()[-400:])
-        finally:
-            if applier.poll() is None:
-                applier.terminate()  # our own child, by its Popen handle
-            _, err = applier.communicate(timeout=60)
-            print(f"applier stopped: {err.strip()[-300:]}")
-        assert_same_data(source, target, TABLES, "after the schema handoff")
-        if target.query("SELECT count(*) FROM public.orders WHERE status = 'new'") != "39":
-            raise CaptureFailure("the existing rows did not get the source's default through the fresh handoff")
-        pair.check_no_crashes()
+        check_schema_handoff_recovery(pair)
     print("ok: source_schema_change_recovered_by_following_the_repair_plan")
+
+
+@scenario(suite="operator_commands", defect="repair_plan_omits_resnapshot",
+          pairs_with="source_schema_change_recovered_by_following_the_repair_plan",
+          fault_points=("defect.repair_plan_omits_resnapshot",),
+          invariants=("following the plan with the defect leaves the target diverged: the convergence checks fail",))
+def negative_control_repair_plan_omits_resnapshot_is_caught():
+    # The paired defect of source_schema_handoff_recovery (core/src/repair_plan.cpp): the plan's
+    # repair step leaves the re-snapshot out. Following it must fail the clean scenario's
+    # convergence checks, not only its check of the plan's shape.
+    point = "defect.repair_plan_omits_resnapshot"
+    env = dict(os.environ, TRELLARA_FAULTS=f"{point}:1:defect")
+    with ContractPair("schema-handoff-no-resnapshot", DDL, TABLES) as pair:
+        outputs = []
+        try:
+            check_schema_handoff_recovery(pair, env, outputs)
+            caught = None
+        except CaptureFailure as failure:
+            caught = failure
+        fired = record_faults_from_output("".join(outputs)).get(point, 0)
+        if not fired:
+            raise CaptureFailure(f"harness failure, not a caught defect: {point} never fired")
+        if caught is None:
+            raise CaptureFailure(f"with {point} the schema handoff checks still passed: they cannot catch that defect")
+        if isinstance(caught, PlanShapeFailure):
+            raise CaptureFailure(f"with {point} only the plan's shape check failed; following the plan did not "
+                                 f"diverge: {caught}")
+        print(f"{point} caught by a convergence check: {str(caught)[:400]}")
 
 
 SCENARIOS = (contract_test_names_each_defect_and_exits_by_severity,
              repair_plan_scripts_recovery_from_a_quarantined_transaction,
-             source_schema_change_recovered_by_following_the_repair_plan)
+             source_schema_change_recovered_by_following_the_repair_plan,
+             negative_control_repair_plan_omits_resnapshot_is_caught)
 
 if __name__ == "__main__":
     run_scenarios(SCENARIOS)

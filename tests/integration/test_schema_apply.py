@@ -26,6 +26,9 @@ state), with the same schema `app` on both.
   drift_without_ddl_record_is_quarantined_before_anything_applies
       the DDL event trigger disabled, ALTER TABLE ADD COLUMN + INSERT on the source: schema_drift
       at that transaction, nothing of it applied; the target repaired + replay-ready -> it goes on.
+  negative_control_drift_accepted_as_known_is_caught
+      the same checks with defect.drift_accepted_as_known (the unexplained fingerprint accepted as
+      the known one): they must fail.
   unsupported_ddl_is_quarantined
       ALTER COLUMN TYPE ... USING: ddl_unsupported at that transaction, nothing of it applied.
   drop_table_keeps_or_drops_the_target_table_by_policy
@@ -312,8 +315,8 @@ def replay_ready(pair, xid, lsn):
         raise CaptureFailure(f"quarantine replay-ready exited {result.returncode}: {result.stderr}")
 
 
-def assert_converged(pair, label):
-    result = apply_until_caught_up(pair)
+def assert_converged(pair, label, env=None):
+    result = apply_until_caught_up(pair, env)
     if result.returncode != 0:
         raise CaptureFailure(f"{label}: apply exited {result.returncode}: {result.stderr[-1500:]}")
     want, have = columns(pair.source), columns(pair.target)
@@ -326,6 +329,7 @@ def assert_converged(pair, label):
             raise CaptureFailure(f"{label}: {table} differs between source and target")
     if pair.target.query("SELECT count(*) FROM trellara.quarantine WHERE state <> 'resolved'") != "0":
         raise CaptureFailure(f"{label}: open quarantine rows remain: {quarantine_rows(pair.target)}")
+    return result.stderr
 
 
 @scenario(suite="schema_changes", invariants=("ddl = halt quarantines ddl_policy_halt at the DDL transaction",
@@ -364,33 +368,70 @@ def rolled_back_ddl_leaves_no_trace():
             raise CaptureFailure("the rolled-back DDL left a trace on the target")
 
 
+def check_drift_without_ddl_record(pair, env=None, outputs=None):
+    """The drift scenario's checks; `env` (TRELLARA_FAULTS naming a defect) goes to every apply run,
+    whose stderr (it reports the fault points that fired) is appended to `outputs`, even when a
+    check fails."""
+    outputs = [] if outputs is None else outputs
+
+    def apply():
+        result = apply_until_caught_up(pair, env)
+        outputs.append(result.stderr)
+        return result
+
+    pair.source.psql("INSERT INTO app.events VALUES (1, 1, 10); UPDATE app.accounts SET balance = 1 WHERE id = 1;")
+    wait_log_covers_source(pair.source)
+    first = apply()
+    if first.returncode != 0:
+        raise CaptureFailure(f"the first run must apply: exit {first.returncode}: {first.stderr[-1500:]}")
+    pair.source.psql("ALTER EVENT TRIGGER trellara_ddl_command_end DISABLE;"
+                     "ALTER TABLE app.accounts ADD COLUMN region text;"
+                     "ALTER EVENT TRIGGER trellara_ddl_command_end ENABLE;")
+    xid = source_tx(pair, "INSERT INTO app.events VALUES (2, 2, 20); "
+                          "UPDATE app.accounts SET region = 'eu', balance = 2 WHERE id = 2")
+    pair.source.psql("INSERT INTO app.events VALUES (3, 3, 30);")
+    wait_log_covers_source(pair.source)
+    result = apply()
+    if result.returncode != EXIT_BLOCKED:
+        raise CaptureFailure(f"expected exit {EXIT_BLOCKED} at the drifted transaction, got {result.returncode}: "
+                             f"{result.stderr[-1500:]}")
+    lsn = expect_quarantine(pair, "schema_drift", xid)
+    if pair.target.query("SELECT count(*) FROM app.events") != "1":
+        raise CaptureFailure("something of (or after) the drifted transaction was applied")
+    pair.target.psql("ALTER TABLE app.accounts ADD COLUMN region text;")
+    replay_ready(pair, xid, lsn)
+    outputs.append(assert_converged(pair, "after repairing the drift", env))
+
+
 @scenario(seed_rows=("pgoutput_schema_change_during_stream",), suite="schema_changes",
           invariants=("drift quarantined as schema_drift before anything of the transaction applied",
                       "repair + replay-ready continues"))
 def drift_without_ddl_record_is_quarantined_before_anything_applies():
     with SchemaPair("schema-drift") as pair:
-        pair.source.psql("INSERT INTO app.events VALUES (1, 1, 10); UPDATE app.accounts SET balance = 1 WHERE id = 1;")
-        wait_log_covers_source(pair.source)
-        first = apply_until_caught_up(pair)
-        if first.returncode != 0:
-            raise CaptureFailure(f"the first run must apply: exit {first.returncode}: {first.stderr[-1500:]}")
-        pair.source.psql("ALTER EVENT TRIGGER trellara_ddl_command_end DISABLE;"
-                         "ALTER TABLE app.accounts ADD COLUMN region text;"
-                         "ALTER EVENT TRIGGER trellara_ddl_command_end ENABLE;")
-        xid = source_tx(pair, "INSERT INTO app.events VALUES (2, 2, 20); "
-                              "UPDATE app.accounts SET region = 'eu', balance = 2 WHERE id = 2")
-        pair.source.psql("INSERT INTO app.events VALUES (3, 3, 30);")
-        wait_log_covers_source(pair.source)
-        result = apply_until_caught_up(pair)
-        if result.returncode != EXIT_BLOCKED:
-            raise CaptureFailure(f"expected exit {EXIT_BLOCKED} at the drifted transaction, got {result.returncode}: "
-                                 f"{result.stderr[-1500:]}")
-        lsn = expect_quarantine(pair, "schema_drift", xid)
-        if pair.target.query("SELECT count(*) FROM app.events") != "1":
-            raise CaptureFailure("something of (or after) the drifted transaction was applied")
-        pair.target.psql("ALTER TABLE app.accounts ADD COLUMN region text;")
-        replay_ready(pair, xid, lsn)
-        assert_converged(pair, "after repairing the drift")
+        check_drift_without_ddl_record(pair)
+
+
+@scenario(suite="schema_changes", defect="drift_accepted_as_known",
+          pairs_with="drift_without_ddl_record_is_quarantined_before_anything_applies",
+          fault_points=("defect.drift_accepted_as_known",),
+          invariants=("with the defect the drift checks fail",))
+def negative_control_drift_accepted_as_known_is_caught():
+    # The paired defect of pgoutput_schema_change_during_stream (core CheckKnownRelation): an
+    # unexplained fingerprint accepted as known. The clean scenario's checks must fail.
+    point = "defect.drift_accepted_as_known"
+    env = dict(os.environ, TRELLARA_FAULTS=f"{point}:1:defect")
+    with SchemaPair("schema-drift-accepted") as pair:
+        outputs = []
+        try:
+            check_drift_without_ddl_record(pair, env, outputs)
+            caught = None
+        except CaptureFailure as failure:
+            caught = failure
+        if f"fault point {point} fired" not in "".join(outputs):
+            raise CaptureFailure(f"harness failure, not a caught defect: {point} never fired")
+        if caught is None:
+            raise CaptureFailure(f"with {point} the drift checks still passed: they cannot catch that defect")
+        print(f"{point} caught: {str(caught)[:400]}")
 
 
 @scenario(suite="schema_changes", invariants=("ALTER COLUMN TYPE ... USING is quarantined as ddl_unsupported",))
@@ -498,6 +539,7 @@ if __name__ == "__main__":
         ddl_halt_stops_at_the_ddl_transaction_and_resumes_after_repair,
         rolled_back_ddl_leaves_no_trace,
         drift_without_ddl_record_is_quarantined_before_anything_applies,
+        negative_control_drift_accepted_as_known_is_caught,
         unsupported_ddl_is_quarantined,
         drop_table_keeps_or_drops_the_target_table_by_policy,
         ddl_during_snapshot_copy_withholds_handoff,

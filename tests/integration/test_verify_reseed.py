@@ -25,6 +25,9 @@ lacks — a flow over all of them, and `trellara apply` as a daemon.
       500 as it was, keeps every row's target-owned `note`, resolves the open quarantine row naming
       items at or before its point (not the one naming tags); a second reseed of id 500 and verify
       exit 0 end it.
+  negative_control_reseed_delete_ignores_filter_is_caught
+      the same checks with defect.reseed_delete_ignores_filter (the delete step of reseed --where
+      without the filter: every unstaged target row goes): they must fail.
   verify_does_not_compare_a_table_still_being_copied
       (stand-in) a table whose snapshot_tables state is not handoff_ready is reported `copying`, not
       compared: exit 2 naming it when the rest matches, 1 when another table differs.
@@ -56,7 +59,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (CaptureFailure, PsqlSession, TRELLARA_BIN, assert_no_backend_crashes,  # noqa: E402
-                             lsn_to_int, run_pgbench, run_scenarios, scenario, setup_flow, wait_for)
+                             lsn_to_int, record_faults_from_output, run_pgbench, run_scenarios, scenario,
+                             setup_flow, wait_for)
 from harness import Cluster, PG_BIN  # noqa: E402
 
 SIMULATE = os.environ.get("TRELLARA_HOLD_SIMULATION") == "1"
@@ -77,10 +81,12 @@ CREATE TABLE public.tags (code text PRIMARY KEY, label text);
 TABLES = "pgbench_accounts, pgbench_branches, pgbench_tellers, pgbench_history, items, tags"
 
 
-def trellara(*args, expect=0, timeout_s=300):
+def trellara(*args, expect=0, timeout_s=300, env=None):
+    """`trellara args`; `env` naming a defect in TRELLARA_FAULTS adds the test-only switch."""
     started = time.monotonic()
     binary = APPLY_BIN if args[0] == "apply" else TRELLARA_BIN
-    result = subprocess.run([binary, *args], capture_output=True, text=True, timeout=timeout_s)
+    switch = ["--enable-test-defects"] if env and "defect." in env.get("TRELLARA_FAULTS", "") else []
+    result = subprocess.run([binary, *switch, *args], capture_output=True, text=True, timeout=timeout_s, env=env)
     if result.returncode != expect:
         raise CaptureFailure(f"trellara {' '.join(args)} exited {result.returncode}, expected {expect}\n"
                              f"stdout: {result.stdout[-4000:]}\nstderr: {result.stderr[-4000:]}")
@@ -405,46 +411,83 @@ def verify_without_applier_exits_2():
         print("ok: verify_without_applier_exits_2")
 
 
+def check_filtered_reseed(pair, env=None, outputs=None):
+    """The filtered reseed scenario's checks; `env` (TRELLARA_FAULTS naming a defect) goes to every
+    reseed run, whose stderr (it reports the fault points that fired) is appended to `outputs`,
+    even when a check fails."""
+    outputs = [] if outputs is None else outputs
+
+    def reseed(*args):
+        result = trellara("reseed", "--config", pair.config, "--table", "public.items", *args, env=env)
+        outputs.append(result.stderr)
+        return result
+
+    pair.start_applier()
+    pair.target.psql("UPDATE items SET qty = -1, name = 'damaged' WHERE id = 10; DELETE FROM items WHERE id = 20; "
+                     "INSERT INTO items (id, name, qty, note) VALUES (7, 'extra', 0, 'extra'); "
+                     "UPDATE items SET qty = -5 WHERE id = 500")
+    # Open quarantine rows: one of items at an early boundary, one of tags.
+    for lsn, relation in (("0/10", "public.items"), ("0/11", "public.tags")):
+        pair.target.psql(
+            "INSERT INTO trellara.quarantine (flow, commit_lsn, xid, origin_sysid, reason, detail, checksum, "
+            f"attempts, state, message, next_step) VALUES ('app', '{lsn}', 1, 0, 'zero_rows_matched', "
+            f"'UPDATE on {relation} matched 0 rows', '\\x00', 1, 'replay_ready', 'test row', 'none')")
+    pair.settle()
+    out = reseed("--where", "id <= 200", "--format", "json")
+    summary = json.loads(out.stdout)
+    print(f"reseed: {summary}")
+    rows = dict(line.split("|", 1) for line in pair.target.query(
+        "SELECT id, name || '/' || qty || '/' || coalesce(note, 'NULL') FROM items WHERE id IN (7, 10, 20, 500, 600) "
+        "ORDER BY id").splitlines())
+    expected = {"10": "item 10/10/kept-10", "20": "item 20/3/NULL", "500": "item 500/-5/kept-500",
+                "600": "item 600/5/kept-600"}
+    if rows != expected:
+        raise CaptureFailure(f"after reseed --where 'id <= 200': {rows}, expected {expected}")
+    kept = pair.target.query("SELECT count(*) FROM items WHERE note = 'kept-' || id")
+    if kept != str(1000 - 142 - 1):  # every row but the one the reseed re-inserted
+        raise CaptureFailure(f"target-owned notes kept on {kept} rows")
+    states = pair.target.query("SELECT commit_lsn || '=' || state FROM trellara.quarantine ORDER BY commit_lsn")
+    if states.split() != ["0/10=resolved", "0/11=replay_ready"]:
+        raise CaptureFailure(f"quarantine states after the reseed: {states}")
+    if summary["quarantines_resolved"] != 1 or summary["deleted"] != 1:
+        raise CaptureFailure(f"reseed summary: {summary}")
+    pair.target.psql("DELETE FROM trellara.quarantine")
+    reseed("--where", "id = 500")
+    final, _ = pair.verify()
+    if not final["match"]:
+        raise CaptureFailure(f"verify after the reseeds: {final}")
+
+
 @scenario(seed_rows=["filtered_reseed_preserves_out_of_scope_rows"], suite="snapshot",
           invariants=["rows outside the filter and target-only columns keep their values", "verify exits 0 after"])
 def filtered_reseed_preserves_out_of_scope_rows():
     with VerifyPair("reseed-filter") as pair:
-        pair.start_applier()
-        pair.target.psql("UPDATE items SET qty = -1, name = 'damaged' WHERE id = 10; DELETE FROM items WHERE id = 20; "
-                         "INSERT INTO items (id, name, qty, note) VALUES (7, 'extra', 0, 'extra'); "
-                         "UPDATE items SET qty = -5 WHERE id = 500")
-        # Open quarantine rows: one of items at an early boundary, one of tags.
-        for lsn, relation in (("0/10", "public.items"), ("0/11", "public.tags")):
-            pair.target.psql(
-                "INSERT INTO trellara.quarantine (flow, commit_lsn, xid, origin_sysid, reason, detail, checksum, "
-                f"attempts, state, message, next_step) VALUES ('app', '{lsn}', 1, 0, 'zero_rows_matched', "
-                f"'UPDATE on {relation} matched 0 rows', '\\x00', 1, 'replay_ready', 'test row', 'none')")
-        pair.settle()
-        out = trellara("reseed", "--config", pair.config, "--table", "public.items", "--where", "id <= 200",
-                       "--format", "json")
-        summary = json.loads(out.stdout)
-        print(f"reseed: {summary}")
-        rows = dict(line.split("|", 1) for line in pair.target.query(
-            "SELECT id, name || '/' || qty || '/' || coalesce(note, 'NULL') FROM items WHERE id IN (7, 10, 20, 500, 600) "
-            "ORDER BY id").splitlines())
-        expected = {"10": "item 10/10/kept-10", "20": "item 20/3/NULL", "500": "item 500/-5/kept-500",
-                    "600": "item 600/5/kept-600"}
-        if rows != expected:
-            raise CaptureFailure(f"after reseed --where 'id <= 200': {rows}, expected {expected}")
-        kept = pair.target.query("SELECT count(*) FROM items WHERE note = 'kept-' || id")
-        if kept != str(1000 - 142 - 1):  # every row but the one the reseed re-inserted
-            raise CaptureFailure(f"target-owned notes kept on {kept} rows")
-        states = pair.target.query("SELECT commit_lsn || '=' || state FROM trellara.quarantine ORDER BY commit_lsn")
-        if states.split() != ["0/10=resolved", "0/11=replay_ready"]:
-            raise CaptureFailure(f"quarantine states after the reseed: {states}")
-        if summary["quarantines_resolved"] != 1 or summary["deleted"] != 1:
-            raise CaptureFailure(f"reseed summary: {summary}")
-        pair.target.psql("DELETE FROM trellara.quarantine")
-        trellara("reseed", "--config", pair.config, "--table", "public.items", "--where", "id = 500")
-        final, _ = pair.verify()
-        if not final["match"]:
-            raise CaptureFailure(f"verify after the reseeds: {final}")
+        check_filtered_reseed(pair)
         print("ok: filtered_reseed_preserves_out_of_scope_rows")
+
+
+@scenario(suite="snapshot", defect="reseed_delete_ignores_filter",
+          pairs_with="filtered_reseed_preserves_out_of_scope_rows",
+          fault_points=("defect.reseed_delete_ignores_filter",),
+          invariants=["with the defect the filtered reseed checks fail"])
+def negative_control_reseed_delete_ignores_filter_is_caught():
+    # The paired defect of filtered_reseed_preserves_out_of_scope_rows (applier/reseed_command.cpp):
+    # the delete step of reseed --where leaves out the filter. The clean scenario's checks must fail.
+    point = "defect.reseed_delete_ignores_filter"
+    env = dict(os.environ, TRELLARA_FAULTS=f"{point}:1:defect")
+    with VerifyPair("reseed-unfiltered") as pair:
+        outputs = []
+        try:
+            check_filtered_reseed(pair, env, outputs)
+            caught = None
+        except CaptureFailure as failure:
+            caught = failure
+        fired = record_faults_from_output("".join(outputs)).get(point, 0)
+        if not fired:
+            raise CaptureFailure(f"harness failure, not a caught defect: {point} never fired")
+        if caught is None:
+            raise CaptureFailure(f"with {point} the filtered reseed checks still passed: they cannot catch that defect")
+        print(f"{point} caught: {str(caught)[:400]}")
 
 
 def verify_table_without_int_key_is_one_chunk():
@@ -469,4 +512,5 @@ if __name__ == "__main__":
                    verify_does_not_compare_a_table_still_being_copied, verify_and_reseed_hostile_identifiers,
                    verify_table_without_int_key_is_one_chunk,
                    verify_names_corrupted_row_key_range, filtered_reseed_preserves_out_of_scope_rows,
+                   negative_control_reseed_delete_ignores_filter_is_caught,
                    verify_matches_while_source_and_applier_live])

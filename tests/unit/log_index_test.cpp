@@ -2,8 +2,11 @@
 // detected, reported by `trellara log inspect`, and rebuilt from durable frames; inspection
 // reports a torn tail without truncating it. Seed-000 scenario names.
 #include <catch2/catch.hpp>
+#include <iostream>
+#include <optional>
 
 #include "log_support/log_test_support.h"
+#include "trellara/fault.h"
 #include "trellara/log/reader.h"
 #include "trellara/log/scan.h"
 
@@ -193,4 +196,89 @@ TEST_CASE("inspect_reports_torn_tail_bytes_before_recovery_append", "[log][index
   auto verify = RunTrellaraJson({"log", "verify-test", "--dir", dir.flow(), "--seed", "11", "--format", "json"});
   CHECK(verify["records"] == 13);
   CHECK(verify["mismatches"] == 0);
+}
+
+// The paired defect of local_stream_index_rebuild (docs/correctness.md): a scan that reads past an
+// invalid frame (defect.log_read_past_invalid_frame, core/src/log/scan.cpp) indexes it under its
+// header's word and resynchronises on the next frame magic. The clean checks of
+// inspect_reports_torn_tail_bytes_before_recovery_append (57 torn bytes, last valid offset 9, the
+// next append acknowledged at offset 10) fail: the torn write becomes durable offset 10 and the
+// recovered writer appends after it. Rebuilding a missing index over a damaged frame then indexes
+// the records after the hole as durable instead of refusing the log.
+TEST_CASE("torn_tail_indexed_as_durable_by_a_scan_reading_past_an_invalid_frame_negative_control", "[log][index]") {
+  namespace fault = trellara::fault;
+  TempDir torn_dir, hole_dir;
+  // The clean test's torn tail: 57 bytes of a frame for offset 10 that never became durable.
+  WriteLog(torn_dir.flow(), 10, 1 << 20);
+  const std::string segment_path = torn_dir.flow() + "/" + SegmentFileName(0);
+  auto segment = ReadFileBytes(segment_path);
+  std::vector<uint8_t> payload = MakeTestRecord(11, 10, 200);
+  std::vector<uint8_t> frame(kFrameHeaderBytes + payload.size());
+  EncodeFrame(static_cast<uint8_t>(RecordType::kTest), 10, TestRecordCommitLsn(10), 10, payload, frame.data());
+  segment.insert(segment.end(), frame.begin(), frame.begin() + 57);
+  WriteFileBytes(segment_path, segment);
+  // A hole: frame 5 of 10 damaged (one payload bit), the index gone so it must be rebuilt.
+  WriteLog(hole_dir.flow(), 10, 1 << 20);
+  const std::string hole_segment = hole_dir.flow() + "/" + SegmentFileName(0);
+  uint64_t hole_position = 0;
+  {
+    auto device = RealDevice();
+    auto index = ReadIndexFile(*device, hole_dir.flow(), 0);
+    REQUIRE(index.ok());
+    REQUIRE(index->entries.size() == 10);
+    hole_position = index->entries[5].position;
+  }
+  auto hole_bytes = ReadFileBytes(hole_segment);
+  hole_bytes[hole_position + kFrameHeaderBytes + 77] ^= 0x04;
+  WriteFileBytes(hole_segment, hole_bytes);
+  REQUIRE(std::filesystem::remove(hole_dir.flow() + "/" + IndexFileName(0)));
+
+  fault::AllowDefects(true, "unit test");  // defects need the explicit test-only switch (fault.h)
+  REQUIRE(fault::Configure("defect.log_read_past_invalid_frame:1:defect").ok());
+  auto device = RealDevice();
+  auto torn_scan = ScanLog(*device, torn_dir.flow(), ScanOptions{});
+  RecoveryReport torn_report;
+  std::optional<uint64_t> appended_at;
+  {
+    auto writer = LogWriter::Open(*device, torn_dir.flow(), WriterOptions{}, &torn_report);
+    if (writer.ok()) {
+      auto appended = (*writer)->Append(static_cast<uint8_t>(RecordType::kTest), TestRecordCommitLsn(11),
+                                        MakeTestRecord(11, 11, 200));
+      if (appended.ok() && (*writer)->Flush().ok()) appended_at = *appended;
+    }
+  }
+  auto hole_scan = ScanLog(*device, hole_dir.flow(), ScanOptions{});
+  RecoveryReport hole_report;
+  const bool hole_opened = LogWriter::Open(*device, hole_dir.flow(), WriterOptions{}, &hole_report).ok();
+  const int fired = fault::FiredCount("defect.log_read_past_invalid_frame");
+  fault::Clear();
+  fault::AllowDefects(false, "");
+  INFO("harness failure, not a caught defect, when defect.log_read_past_invalid_frame never fired");
+  REQUIRE(fired > 0);
+  REQUIRE(torn_scan.ok());
+  REQUIRE(hole_scan.ok());
+
+  // What the clean test asserts, caught failing under the defect.
+  CHECK(torn_scan->torn_tail_bytes() == 0);                                 // clean: 57
+  CHECK(torn_scan->last_valid_offset() == std::optional<uint64_t>(10));     // clean: 9
+  CHECK(torn_report.next_offset == 11);                                     // clean: 10
+  CHECK(appended_at == std::optional<uint64_t>(11));                        // clean: acked 10
+  // Offset 10 is now published by the index although its frame never became durable.
+  auto reader = LogReader::Open(*device, torn_dir.flow());
+  REQUIRE(reader.ok());
+  REQUIRE((*reader)->Seek(10).ok());
+  auto torn_record = (*reader)->Next();
+  CHECK((!torn_record.ok() || !torn_record->has_value() || !TestRecordMatches(11, 10, (*torn_record)->payload)));
+
+  // The hole: no corruption reported, the records after it indexed as durable.
+  CHECK_FALSE(hole_scan->corruption().has_value());                         // clean: corruption at offset 5
+  CHECK(hole_scan->last_valid_offset() == std::optional<uint64_t>(9));      // clean: 4
+  CHECK(hole_opened);                                                       // clean: recovery refuses the log
+  CHECK(hole_report.next_offset == 10);
+  std::cout << "negative control (scan reads past an invalid frame): torn tail of 57 bytes indexed as offset "
+            << (torn_scan->last_valid_offset() ? std::to_string(*torn_scan->last_valid_offset()) : "none")
+            << ", next append at " << (appended_at ? std::to_string(*appended_at) : "none")
+            << "; a damaged frame at offset 5 rebuilt into the index with "
+            << (hole_scan->last_valid_offset() ? std::to_string(*hole_scan->last_valid_offset() + 1) : "0")
+            << " records and " << (hole_opened ? "accepted by recovery" : "refused by recovery") << "\n";
 }

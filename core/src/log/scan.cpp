@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "trellara/fault.h"
+
 namespace trellara::log {
 
 const char* IndexStatusName(IndexStatus status) {
@@ -91,6 +93,23 @@ std::optional<uint64_t> LaterFrameSayingDurable(const std::vector<uint8_t>& byte
     if (header->durable_end_at_write > offset) return pos;
   }
   return std::nullopt;
+}
+
+// Negative control (tests only, TRELLARA_FAULTS=defect.log_read_past_invalid_frame:1:defect;
+// seed row local_stream_index_rebuild, caught by
+// torn_tail_indexed_as_durable_by_a_scan_reading_past_an_invalid_frame_negative_control in
+// tests/unit/log_index_test.cpp): the scan takes an invalid frame whose header still decodes (a
+// torn write, a CRC mismatch) at its header's word and resynchronises on the next frame magic
+// after it, or the end of the bytes — so a torn tail is indexed as a durable record, and records
+// after a damaged frame are indexed as if nothing were missing. Returns where the defective scan
+// goes on, or nullopt (the correct path: stop at the invalid frame).
+std::optional<uint64_t> ReadPastInvalidFrameDefect(const std::vector<uint8_t>& bytes, uint64_t pos) {
+  if (bytes.size() - pos < kFrameHeaderBytes || !DecodeFrameHeader(bytes.data() + pos)) return std::nullopt;
+  if (fault::Hit("defect.log_read_past_invalid_frame") != fault::Action::Defect) return std::nullopt;
+  for (uint64_t next = pos + 1; next + kFrameHeaderBytes <= bytes.size(); ++next) {
+    if (GetU32(bytes.data() + next) == kFrameMagic && DecodeFrameHeader(bytes.data() + next)) return next;
+  }
+  return bytes.size();
 }
 
 }  // namespace
@@ -234,7 +253,14 @@ Result<SegmentScan> ScanSegment(LogDevice& device, const std::string& dir, uint6
   while (pos < bytes->size()) {
     const uint64_t offset = first_offset + scan.frames.size();
     auto header = CheckFrameAt(*bytes, pos, offset, reason);
-    if (!header) break;
+    if (!header) {
+      auto past = ReadPastInvalidFrameDefect(*bytes, pos);
+      if (!past) break;
+      const auto torn = DecodeFrameHeader(bytes->data() + pos);
+      scan.frames.push_back(IndexEntry{offset, base + pos, torn->commit_lsn, torn->type});
+      pos = *past;
+      continue;
+    }
     scan.frames.push_back(IndexEntry{offset, base + pos, header->commit_lsn, header->type});
     pos += kFrameHeaderBytes + header->payload_bytes;
   }
