@@ -59,6 +59,10 @@ constexpr auto kOffsetWriteInterval = std::chrono::seconds(1);
 // milliseconds (end-to-end lag, docs/performance.md), an idle applier wakes five times a second.
 constexpr auto kTailPollInterval = std::chrono::milliseconds(200);
 constexpr auto kTailPollMin = std::chrono::milliseconds(5);
+// While records keep arriving, a whole transaction waits at most this long in the pipeline for
+// others to join its batch before the batch is sent (catching up, 256 transactions are read far
+// sooner; a steady stream would otherwise wait for a full batch: end-to-end lag).
+constexpr auto kBatchMaxWait = std::chrono::milliseconds(10);
 // The metrics snapshot is handed to the server at most this often while applying (and at every
 // state change): a copy under a mutex and, then only, one read of the log's index for its end.
 constexpr auto kMetricsPublishInterval = std::chrono::milliseconds(100);
@@ -461,6 +465,7 @@ void Applier::Loop() {
   last_offset_write_ = Clock::now();
   bool at_tail_reported = false;
   auto tail_poll = std::chrono::milliseconds(kTailPollMin);
+  Clock::time_point oldest_unsent_at = Clock::now();
   for (;;) {
     if (StopRequested()) break;
     if (reader_->next_offset() >= stop_offset_) {  // --until-caught-up: the end present at start
@@ -511,8 +516,10 @@ void Applier::Loop() {
     // Everything below `retain` is finished with once what it holds is applied.
     const uint64_t retain = barrier_.RetainFromOffset().value_or(record.offset + 1);
     if (*fed && (*fed)->envelope) {
+      if (pipeline_.unsent() == 0) oldest_unsent_at = Clock::now();
       pipeline_.ReadWhole(std::move(**fed), retain);
-      if (pipeline_.full() && Pump(false) == Outcome::Stopped) break;
+      if ((pipeline_.full() || Clock::now() - oldest_unsent_at >= kBatchMaxWait) && Pump(false) == Outcome::Stopped)
+        break;
     } else if (*fed) {
       // A chunked transaction: applied alone, streaming its chunks back from the log.
       if (Pump(true) == Outcome::Stopped) break;
