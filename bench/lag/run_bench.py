@@ -29,6 +29,7 @@ Usage: bench/lag/run_bench.py [--scale S] [--clients C] [--duration SECONDS] [--
            [--calibrate N] [--probe-interval MS] [--output DIR] [--runs R]
 """
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -42,6 +43,14 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests"))
 from harness import PG_BIN, Cluster  # noqa: E402
+
+# The apply benchmark's helpers (schema copy, table digest, condition wait), loaded by path: both
+# scripts are called run_bench.py.
+_spec = importlib.util.spec_from_file_location(
+    "apply_run_bench", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "apply", "run_bench.py"))
+_apply_bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_apply_bench)
+copy_schema, digest, wait_until = _apply_bench.copy_schema, _apply_bench.digest, _apply_bench.wait_until
 
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 TRELLARA = os.environ.get("TRELLARA_BIN", os.path.join(REPO, "build", "bin", "trellara"))
@@ -68,29 +77,14 @@ def pgbench(cluster, *args, background=False):
 
 
 def copy_tables(source, target, tables):
-    dump = subprocess.run([os.path.join(PG_BIN, "pg_dump"), "--schema-only", *sum((["-t", t] for t in tables), [])],
-                          env=source.env(), check=True, capture_output=True, text=True).stdout
-    target.psql(dump)
+    """The tables' definitions and rows, copied once, outside the timing, then analyzed."""
+    copy_schema(source, target, tables)
     for t in tables:
         data = subprocess.run([os.path.join(PG_BIN, "psql"), "-X", "-q", "-c", f"COPY {t} TO STDOUT"],
                               env=source.env(), check=True, capture_output=True).stdout
         subprocess.run([os.path.join(PG_BIN, "psql"), "-X", "-q", "-c", f"COPY {t} FROM STDIN"],
                        env=target.env(), input=data, check=True, capture_output=True)
     target.psql("ANALYZE")
-
-
-def digest(cluster, tables):
-    return cluster.query(" UNION ALL ".join(
-        f"SELECT '{t}', count(*)::text, md5(coalesce(string_agg(x::text, ',' ORDER BY x::text), '')) FROM {t} x"
-        for t in tables))
-
-
-def wait_until(what, condition, timeout_s, interval_s=0.02):
-    t0 = time.monotonic()
-    while not condition():
-        if time.monotonic() - t0 > timeout_s:
-            raise RuntimeError(f"{what} did not happen within {timeout_s} s")
-        time.sleep(interval_s)
 
 
 def percentile(values, p):

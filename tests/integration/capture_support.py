@@ -348,6 +348,25 @@ FAULT_FIRED_LINE = re.compile(r"trellara: fault point (\S+) fired (\d+) times")
 FAULT_CRASH_LINE = re.compile(r"trellara: fault point (\S+): crash")
 
 
+def checks_fail_under_defect(point, what, run_checks):
+    """A negative control: runs `run_checks(env, outputs)` — the clean scenario's checks, passing `env`
+    (TRELLARA_FAULTS=<point>:1:defect) to the `trellara` processes they start and appending those
+    processes' stderr to `outputs`. The defect must have fired (its "fault point ... fired" line,
+    else a harness failure) and the checks must fail; returns their failure."""
+    env = dict(os.environ, TRELLARA_FAULTS=f"{point}:1:defect")
+    outputs = []
+    try:
+        run_checks(env, outputs)
+        caught = None
+    except CaptureFailure as failure:
+        caught = failure
+    if not record_faults_from_output("".join(outputs)).get(point, 0):
+        raise CaptureFailure(f"harness failure, not a caught defect: {point} never fired")
+    if caught is None:
+        raise CaptureFailure(f"with {point} the {what} checks still passed: they cannot catch that defect")
+    return caught
+
+
 def record_faults_from_output(text):
     """Records the faults a `trellara` process says fired in its stderr `text` (it prints
     `trellara: fault point P fired N times` at exit, and `trellara: fault point P: crash` before a

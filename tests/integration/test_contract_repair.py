@@ -47,8 +47,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (CaptureFailure, TRELLARA_BIN, log_records, record_faults_from_output,  # noqa: E402
-                             run_scenarios, scenario, wait_for)
+from capture_support import (CaptureFailure, TRELLARA_BIN, log_records,  # noqa: E402
+                             run_scenarios, scenario, wait_for, checks_fail_under_defect)
 from test_apply_robustness import (EXIT_BLOCKED, FlowPair, assert_same_data, run_apply,  # noqa: E402
                                    wait_log_covers_source, with_test_defects)
 
@@ -404,19 +404,9 @@ def negative_control_repair_plan_omits_resnapshot_is_caught():
     # repair step leaves the re-snapshot out. Following it must fail the clean scenario's
     # convergence checks, not only its check of the plan's shape.
     point = "defect.repair_plan_omits_resnapshot"
-    env = dict(os.environ, TRELLARA_FAULTS=f"{point}:1:defect")
     with ContractPair("schema-handoff-no-resnapshot", DDL, TABLES) as pair:
-        outputs = []
-        try:
-            check_schema_handoff_recovery(pair, env, outputs)
-            caught = None
-        except CaptureFailure as failure:
-            caught = failure
-        fired = record_faults_from_output("".join(outputs)).get(point, 0)
-        if not fired:
-            raise CaptureFailure(f"harness failure, not a caught defect: {point} never fired")
-        if caught is None:
-            raise CaptureFailure(f"with {point} the schema handoff checks still passed: they cannot catch that defect")
+        caught = checks_fail_under_defect(point, "schema handoff", lambda env, outputs: check_schema_handoff_recovery(
+            pair, env, outputs))
         if isinstance(caught, PlanShapeFailure):
             raise CaptureFailure(f"with {point} only the plan's shape check failed; following the plan did not "
                                  f"diverge: {caught}")

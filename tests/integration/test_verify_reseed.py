@@ -59,8 +59,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (CaptureFailure, PsqlSession, TRELLARA_BIN, assert_no_backend_crashes,  # noqa: E402
-                             lsn_to_int, record_faults_from_output, run_pgbench, run_scenarios, scenario,
-                             setup_flow, wait_for)
+                             lsn_to_int, run_pgbench, run_scenarios, scenario,
+                             setup_flow, wait_for, checks_fail_under_defect)
 from harness import Cluster, PG_BIN  # noqa: E402
 
 SIMULATE = os.environ.get("TRELLARA_HOLD_SIMULATION") == "1"
@@ -474,19 +474,9 @@ def negative_control_reseed_delete_ignores_filter_is_caught():
     # The paired defect of filtered_reseed_preserves_out_of_scope_rows (applier/reseed_command.cpp):
     # the delete step of reseed --where leaves out the filter. The clean scenario's checks must fail.
     point = "defect.reseed_delete_ignores_filter"
-    env = dict(os.environ, TRELLARA_FAULTS=f"{point}:1:defect")
     with VerifyPair("reseed-unfiltered") as pair:
-        outputs = []
-        try:
-            check_filtered_reseed(pair, env, outputs)
-            caught = None
-        except CaptureFailure as failure:
-            caught = failure
-        fired = record_faults_from_output("".join(outputs)).get(point, 0)
-        if not fired:
-            raise CaptureFailure(f"harness failure, not a caught defect: {point} never fired")
-        if caught is None:
-            raise CaptureFailure(f"with {point} the filtered reseed checks still passed: they cannot catch that defect")
+        caught = checks_fail_under_defect(point, "filtered reseed", lambda env, outputs: check_filtered_reseed(
+            pair, env, outputs))
         print(f"{point} caught: {str(caught)[:400]}")
 
 

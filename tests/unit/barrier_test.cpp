@@ -364,10 +364,12 @@ TEST_CASE("strict_chunk_manifest_arrives_before_chunks", "[barrier][seed000]") {
   }
 }
 
-TEST_CASE("conflicting_duplicate_chunk_fails_closed", "[barrier]") {
-  Produced p = FourChunks();
+namespace {
+
+// Four chunks with a second copy of chunk 1 right after it: same transaction and seq, different
+// (self-consistent, re-sealed) content.
+std::vector<Frame> WithConflictingCopyOfChunk1(const Produced& p) {
   const size_t c1 = IndexesOf(p, RecordType::Chunk)[1];
-  // Same tx and seq, different (self-consistent, re-sealed) content.
   Frame other = Reencode(p.frames[c1], [](Record& r) {
     Chunk& c = std::get<Chunk>(r);
     Change extra;
@@ -378,6 +380,14 @@ TEST_CASE("conflicting_duplicate_chunk_fails_closed", "[barrier]") {
   });
   std::vector<Frame> log = p.frames;
   log.insert(log.begin() + static_cast<long>(c1) + 1, other);
+  return log;
+}
+
+}  // namespace
+
+TEST_CASE("conflicting_duplicate_chunk_fails_closed", "[barrier]") {
+  Produced p = FourChunks();
+  std::vector<Frame> log = WithConflictingCopyOfChunk1(p);
   TransactionBarrier b;
   Run run = FeedAll(b, log);
   CHECK(run.failed);
@@ -393,17 +403,7 @@ TEST_CASE("conflicting_duplicate_chunk_fails_closed", "[barrier]") {
 // second one through — the log of the test above then yields the transaction as ready.
 TEST_CASE("conflicting_duplicate_chunk_passes_a_barrier_matching_by_seq_negative_control", "[barrier]") {
   Produced p = FourChunks();
-  const size_t c1 = IndexesOf(p, RecordType::Chunk)[1];
-  Frame other = Reencode(p.frames[c1], [](Record& r) {
-    Chunk& c = std::get<Chunk>(r);
-    Change extra;
-    extra.op = Op::Message;
-    extra.message = LogicalMessage{true, "conflict", "x"};
-    c.changes.push_back(extra);
-    REQUIRE(SealChunk(c).ok());
-  });
-  std::vector<Frame> log = p.frames;
-  log.insert(log.begin() + static_cast<long>(c1) + 1, other);
+  std::vector<Frame> log = WithConflictingCopyOfChunk1(p);
   fault::AllowDefects(true, "unit test");
   REQUIRE(fault::Configure("defect.barrier_duplicate_by_seq:1:defect").ok());
   TransactionBarrier b;
