@@ -54,15 +54,7 @@ namespace {
 // committed after the last write is safe: their dedup rows make them SkipDuplicate.
 constexpr uint64_t kOffsetWriteEveryTransactions = 512;
 constexpr auto kOffsetWriteInterval = std::chrono::seconds(1);
-// At the end of the log the daemon polls for new records after kTailPollMin, doubling up to
-// kTailPollInterval while none arrives: a transaction logged while records keep coming waits a few
-// milliseconds (end-to-end lag, docs/performance.md), an idle applier wakes five times a second.
 constexpr auto kTailPollInterval = std::chrono::milliseconds(200);
-constexpr auto kTailPollMin = std::chrono::milliseconds(5);
-// While records keep arriving, a whole transaction waits at most this long in the pipeline for
-// others to join its batch before the batch is sent (catching up, 256 transactions are read far
-// sooner; a steady stream would otherwise wait for a full batch: end-to-end lag).
-constexpr auto kBatchMaxWait = std::chrono::milliseconds(10);
 // The metrics snapshot is handed to the server at most this often while applying (and at every
 // state change): a copy under a mutex and, then only, one read of the log's index for its end.
 constexpr auto kMetricsPublishInterval = std::chrono::milliseconds(100);
@@ -464,8 +456,6 @@ void Applier::Loop() {
   progress_.Start();
   last_offset_write_ = Clock::now();
   bool at_tail_reported = false;
-  auto tail_poll = std::chrono::milliseconds(kTailPollMin);
-  Clock::time_point oldest_unsent_at = Clock::now();
   for (;;) {
     if (StopRequested()) break;
     if (reader_->next_offset() >= stop_offset_) {  // --until-caught-up: the end present at start
@@ -494,11 +484,9 @@ void Applier::Loop() {
       }
       PublishMetrics(metrics::ApplyState::kCaughtUp, false);
       if (progress_.tty()) progress_.Show(counters_, [&] { return Figures(true); });
-      std::this_thread::sleep_for(tail_poll);
-      tail_poll = std::min<std::chrono::milliseconds>(kTailPollInterval, tail_poll * 2);
+      std::this_thread::sleep_for(kTailPollInterval);
       continue;
     }
-    tail_poll = kTailPollMin;
     at_tail_reported = false;
     const log::LogRecord& record = **next;
     // How far the log read so far covers the source (relay_progress.h): the LSN of the last
@@ -516,10 +504,8 @@ void Applier::Loop() {
     // Everything below `retain` is finished with once what it holds is applied.
     const uint64_t retain = barrier_.RetainFromOffset().value_or(record.offset + 1);
     if (*fed && (*fed)->envelope) {
-      if (pipeline_.unsent() == 0) oldest_unsent_at = Clock::now();
       pipeline_.ReadWhole(std::move(**fed), retain);
-      if ((pipeline_.full() || Clock::now() - oldest_unsent_at >= kBatchMaxWait) && Pump(false) == Outcome::Stopped)
-        break;
+      if (pipeline_.full() && Pump(false) == Outcome::Stopped) break;
     } else if (*fed) {
       // A chunked transaction: applied alone, streaming its chunks back from the log.
       if (Pump(true) == Outcome::Stopped) break;
