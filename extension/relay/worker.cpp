@@ -95,11 +95,7 @@ namespace {
 
 #define LSN_ARGS(lsn) static_cast<uint32>((lsn) >> 32), static_cast<uint32>(lsn)
 
-// Between passes the relay sleeps kPassSleepMinMs after a pass that found WAL to decode, doubling
-// up to kPassSleepMs while none arrives: a busy source's commit waits a few milliseconds for its
-// pass (end-to-end lag, docs/performance.md "End-to-end lag"), an idle relay wakes ten times a second.
 constexpr long kPassSleepMs = 100;
-constexpr long kPassSleepMinMs = 5;
 // Above this many appended-but-unacknowledged bytes, decoding pauses until they are durable.
 constexpr uint64_t kMaxUnackedBytes = 8ull << 20;
 constexpr long kHealthyAfterMs = 60'000;
@@ -785,7 +781,6 @@ void trellara_relay_main(Datum) {
                        flow_name, slot_name, publication, log_directory, skip_lsn)));
   pg::GuardEntry("trellara relay publish", [] { Publish(FlowState::kRunning); });
 
-  long pass_sleep_ms = kPassSleepMinMs;
   while (!got_sigterm) {
     CHECK_FOR_INTERRUPTS();
     if (ConfigReloadPending) {
@@ -817,8 +812,7 @@ void trellara_relay_main(Datum) {
     XLogRecPtr decoded_end = ctx->reader->EndRecPtr;
     pg::GuardEntry("trellara relay pass", [decoded_end] { FinishPass(decoded_end); });
     if (in_pass_transaction) CommitTransactionCommand();
-    pass_sleep_ms = in_pass_transaction ? kPassSleepMinMs : std::min(kPassSleepMs, pass_sleep_ms * 2);
-    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, pass_sleep_ms, PG_WAIT_EXTENSION);
+    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, kPassSleepMs, PG_WAIT_EXTENSION);
     ResetLatch(MyLatch);
   }
   // SIGTERM: everything appended is made durable and confirmed before leaving.
