@@ -54,6 +54,12 @@ namespace {
 // committed after the last write is safe: their dedup rows make them SkipDuplicate.
 constexpr uint64_t kOffsetWriteEveryTransactions = 512;
 constexpr auto kOffsetWriteInterval = std::chrono::seconds(1);
+// At the end of the log the applier looks for new records after kTailPollMin, doubling the wait up
+// to kTailPollInterval while none arrive: a transaction the relay appends is applied within a few
+// milliseconds (end-to-end lag), and an idle applier polls five times a second. The caught-up
+// bookkeeping (forced offset write, registry poll and holds, status and state files, quarantine
+// read) runs at most once per kTailPollInterval, not on every poll.
+constexpr auto kTailPollMin = std::chrono::milliseconds(2);
 constexpr auto kTailPollInterval = std::chrono::milliseconds(200);
 // The metrics snapshot is handed to the server at most this often while applying (and at every
 // state change): a copy under a mutex and, then only, one read of the log's index for its end.
@@ -456,6 +462,8 @@ void Applier::Loop() {
   progress_.Start();
   last_offset_write_ = Clock::now();
   bool at_tail_reported = false;
+  Clock::duration tail_sleep = kTailPollMin;
+  Clock::time_point last_tail_work{};
   for (;;) {
     if (StopRequested()) break;
     if (reader_->next_offset() >= stop_offset_) {  // --until-caught-up: the end present at start
@@ -469,25 +477,35 @@ void Applier::Loop() {
            " failed: " + next.error().message + "; nothing past the last committed transaction was applied");
     if (!*next) {
       if (Pump(true) == Outcome::Stopped) break;
-      WriteOffset(true);
-      if (until_caught_up_) break;
-      // Idle and caught up: learn of holds and registrations; a progress marker at or past a
-      // hold's LSN reaches it (everything up to it is applied, nothing after).
-      PollRegistry();
-      if (!registry_.holds().empty() && !StopAtHolds(std::nullopt)) break;
-      if (!at_tail_reported) {
-        WriteStatus("caught_up", "");
-        WriteStateFile("caught_up", "", "");
-        ReadQuarantineOpen();
-        PublishMetrics(metrics::ApplyState::kCaughtUp, true);
-        at_tail_reported = true;
+      if (until_caught_up_) {
+        WriteOffset(true);
+        break;
+      }
+      if (Clock::now() - last_tail_work >= kTailPollInterval) {
+        last_tail_work = Clock::now();
+        WriteOffset(true);
+        // Idle and caught up: learn of holds and registrations; a progress marker at or past a
+        // hold's LSN reaches it (everything up to it is applied, nothing after).
+        PollRegistry();
+        if (!registry_.holds().empty() && !StopAtHolds(std::nullopt)) break;
+        if (!at_tail_reported) {
+          WriteStatus("caught_up", "");
+          WriteStateFile("caught_up", "", "");
+          ReadQuarantineOpen();
+          PublishMetrics(metrics::ApplyState::kCaughtUp, true);
+          at_tail_reported = true;
+        }
+      } else {
+        WriteOffset(false);
       }
       PublishMetrics(metrics::ApplyState::kCaughtUp, false);
       if (progress_.tty()) progress_.Show(counters_, [&] { return Figures(true); });
-      std::this_thread::sleep_for(kTailPollInterval);
+      std::this_thread::sleep_for(tail_sleep);
+      tail_sleep = std::min<Clock::duration>(tail_sleep * 2, kTailPollInterval);
       continue;
     }
     at_tail_reported = false;
+    tail_sleep = kTailPollMin;
     const log::LogRecord& record = **next;
     // How far the log read so far covers the source (relay_progress.h): the LSN of the last
     // transaction end or progress marker.

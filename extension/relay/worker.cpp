@@ -26,6 +26,9 @@
 // - Idle and filtered flows: after a pass over all flushed WAL with every record durable, the
 //   worker writes a progress marker when the decoder is well past what the log covers, then
 //   confirms it, so the slot's restart_lsn keeps moving and WAL is not retained without bound.
+// - Pass cadence: the worker sleeps 5 ms after a pass that read WAL, doubling to 100 ms while
+//   there is none, so a committed transaction reaches the log within milliseconds and an idle
+//   relay wakes ten times a second.
 // - Waiting: the worker waits on its latch, with io_uring completions arriving on an eventfd
 //   watched by the same WaitLatchOrSocket; it never blocks in the ring where it cannot see
 //   SIGTERM or postmaster death. WAL is read up to GetFlushRecPtr() of each pass, like
@@ -71,6 +74,7 @@ extern "C" {
 PGDLLEXPORT void trellara_relay_main(Datum main_arg);
 }
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -95,6 +99,8 @@ namespace {
 
 #define LSN_ARGS(lsn) static_cast<uint32>((lsn) >> 32), static_cast<uint32>(lsn)
 
+// Sleep between passes: kPassSleepMinMs after a pass that read WAL, doubling up to kPassSleepMs.
+constexpr long kPassSleepMinMs = 5;
 constexpr long kPassSleepMs = 100;
 // Above this many appended-but-unacknowledged bytes, decoding pauses until they are durable.
 constexpr uint64_t kMaxUnackedBytes = 8ull << 20;
@@ -781,6 +787,7 @@ void trellara_relay_main(Datum) {
                        flow_name, slot_name, publication, log_directory, skip_lsn)));
   pg::GuardEntry("trellara relay publish", [] { Publish(FlowState::kRunning); });
 
+  long pass_sleep_ms = kPassSleepMs;
   while (!got_sigterm) {
     CHECK_FOR_INTERRUPTS();
     if (ConfigReloadPending) {
@@ -812,7 +819,8 @@ void trellara_relay_main(Datum) {
     XLogRecPtr decoded_end = ctx->reader->EndRecPtr;
     pg::GuardEntry("trellara relay pass", [decoded_end] { FinishPass(decoded_end); });
     if (in_pass_transaction) CommitTransactionCommand();
-    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, kPassSleepMs, PG_WAIT_EXTENSION);
+    pass_sleep_ms = in_pass_transaction ? kPassSleepMinMs : std::min(pass_sleep_ms * 2, kPassSleepMs);
+    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, pass_sleep_ms, PG_WAIT_EXTENSION);
     ResetLatch(MyLatch);
   }
   // SIGTERM: everything appended is made durable and confirmed before leaving.

@@ -86,8 +86,16 @@ MAPPING = {
     "source_failover_slot_unsynced": dict(not_built=NO_FAILOVER),
     "source_failover_slot_disabled": dict(not_built=NO_FAILOVER),
     "source_slot_abandoned_idle_timeout": dict(
-        not_built="idle_replication_slot_timeout is PostgreSQL 18; `trellara check --config` (issue 13 item 5) "
-                  "is not built"),
+        proof=[it("check_reports_an_inactive_slot_and_its_wal_cleanup_posture", "test_check_command.py")],
+        defect={"name": "check_passes_abandoned_slot",
+                "scenario": it("negative_control_check_passing_an_abandoned_slot_is_caught", "test_check_command.py")},
+        note="PG15 form of the row: idle_replication_slot_timeout (PG18) and pg_replication_slots.inactive_since "
+             "(PG17) do not exist here; the cleanup that can remove an abandoned slot's WAL on PG15 is "
+             "max_slot_wal_keep_size. `trellara check --config F` (source rows of trellara.check()) reports the "
+             "stopped flow's inactive slot as a warning naming the WAL it retains from, degrades the status, and "
+             "says whether cleanup is disabled (-1: warning) or configured (the limit named). The paired defect "
+             "is a mutated trellara.check() installed by the test (the verdict is PL/pgSQL, no fault seam "
+             "reaches it)"),
     "broker_publish_failure": dict(
         proof=[ct("log_fsync_failure_recovery_never_trusts_page_cache_bytes"),
                ct("log_fsync_failure_in_a_writer_process_recovers_to_its_last_acknowledged_record")],

@@ -175,6 +175,13 @@ def applier_session_gone(target):
     return target.query("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'trellara/app'") == "0"
 
 
+def log_has_records(log_dir):
+    try:
+        return bool(log_records(log_dir))
+    except CaptureFailure:
+        return False
+
+
 class FlowPair:
     """A source with a flow over `tables` and a target with the same DDL; stops both by PID."""
 
@@ -193,6 +200,15 @@ class FlowPair:
             self.target.psql(self.ddl)
             self.log_dir = setup_flow(self.source, f"CREATE PUBLICATION pub FOR TABLE {', '.join(self.tables)}",
                                       truth=False)
+            # The scenarios compare the dedup rows with every transaction the log ever held
+            # (assert_each_transaction_applied_once): a consumer registered at the log's start keeps
+            # the relay's retention from deleting a segment the applier is done with (a long kill -9
+            # run writes more than one 64 MiB segment).
+            wait_for("the flow's log to hold its start marker", lambda: log_has_records(self.log_dir), 60)
+            registered = subprocess.run([TRELLARA_BIN, "log", "register-consumer", "whole-log-check", "--dir",
+                                         self.log_dir], capture_output=True, text=True, timeout=60)
+            if registered.returncode != 0:
+                raise CaptureFailure(f"register-consumer whole-log-check failed: {registered.stderr}")
             self.config = os.path.join(self.work.name, "flow.toml")
             with open(self.config, "w") as config:
                 config.write(f'[flow]\nname = "app"\nlog_directory = "{self.log_dir}"\n\n'

@@ -19,6 +19,13 @@ four tables. Scenarios (one cluster pair, in this order):
   - check_source_unreachable_or_absent: a source conninfo naming a dead port gives a critical
     finding naming host and port, never the password, exit 2; a configuration without [source]
     says the source checks were not run (a warning, not silence) and the target is still checked;
+  - check_reports_an_inactive_slot_and_its_wal_cleanup_posture (seed
+    source_slot_abandoned_idle_timeout, PG15 form): with the flow stopped, the inactive slot is a
+    warning naming the WAL it retains, and the WAL-cleanup posture is explicit — max_slot_wal_keep_size
+    unlimited is a warning ("a stalled flow can fill the disk"), a configured limit is reported with
+    its size; the paired defect (negative_control_check_passing_an_abandoned_slot_is_caught) installs a
+    mutated trellara.check() that calls the inactive slot ok and the posture silent, and the same checks
+    must fail;
   - check_reports_a_published_table_without_replica_identity_as_critical (seed
     missing_replica_identity): a keyless table added to the publication is a critical
     replica_identity finding naming it, exit 2; with REPLICA IDENTITY FULL it is no longer critical.
@@ -249,6 +256,124 @@ def check_source_unreachable_or_absent(env):
     print(f"no [source]: {said[0]['detail']}")
 
 
+def set_slot_wal_keep(source, value):
+    source.query(f"ALTER SYSTEM SET max_slot_wal_keep_size = '{value}'")
+    source.query("SELECT pg_reload_conf()")
+    wait_for(f"max_slot_wal_keep_size to be {value}",
+             lambda: source.query("SELECT current_setting('max_slot_wal_keep_size')") == value, 30)
+
+
+def source_report(config):
+    """`trellara check --format json` for its source side: the target of this cluster pair carries
+    the earlier scenarios' critical leftovers, so the exit status (2) and overall status say nothing
+    about the source here."""
+    result = subprocess.run([TRELLARA_BIN, "check", "--config", config, "--format", "json"], capture_output=True,
+                            text=True, timeout=120)
+    try:
+        report = json.loads(result.stdout)
+    except json.JSONDecodeError as error:
+        raise CaptureFailure(f"check --format json printed no JSON ({error}), exit {result.returncode}: "
+                             f"{result.stdout[-3000:]} {result.stderr[-2000:]}")
+    if not report["source"]["reachable"]:
+        raise CaptureFailure(f"the source was not checked: {report['source']}")
+    return report
+
+
+def abandoned_slot_checks(source, config):
+    """The checks of an abandoned slot (the flow stopped, its slot inactive): raise CaptureFailure
+    when trellara check does not degrade the flow and state the WAL-cleanup posture."""
+    slot = source.query("SELECT slot_name FROM trellara.flows WHERE name = 'app'")
+    set_slot_wal_keep(source, "-1")
+    report = source_report(config)
+    inactive = [f for f in findings(report, "source", "slot", "warning") if f["subject"] == slot]
+    if len(inactive) != 1 or "inactive" not in inactive[0]["detail"] or "retains WAL from" not in inactive[0]["detail"] \
+            or "start_flow" not in (inactive[0]["remedy"] or ""):
+        raise CaptureFailure(f"a stopped flow's inactive slot {slot} must be a warning naming the WAL it retains "
+                             f"and the next step: {findings(report, 'source', 'slot')}")
+    critical = findings(report, "source", severity="critical")
+    if critical:
+        raise CaptureFailure(f"a flow stopped on purpose is a warning, not critical: {critical}")
+    unlimited = [f for f in findings(report, "source", "wal_retention", "warning") if f["subject"] == slot]
+    if len(unlimited) != 1 or "unlimited" not in unlimited[0]["detail"]:
+        raise CaptureFailure(f"with max_slot_wal_keep_size = -1 (no cleanup) the posture must be a warning "
+                             f"saying so: {findings(report, 'source', 'wal_retention')}")
+    print(f"stopped flow: {inactive[0]['detail']}; {unlimited[0]['detail']}")
+    set_slot_wal_keep(source, "1GB")
+    report = source_report(config)
+    limited = [f for f in findings(report, "source", "wal_retention") if f["subject"] == slot]
+    if len(limited) != 1 or "limit 1024 MB" not in limited[0]["detail"]:
+        raise CaptureFailure(f"with max_slot_wal_keep_size = 1GB the posture must name the limit: {limited}")
+    print(f"configured cleanup: {limited[0]['severity']}: {limited[0]['detail']}")
+
+
+def with_flow_stopped(source, body):
+    source.query("SELECT trellara.stop_flow('app')")
+    try:
+        wait_for("the flow's slot to be inactive",
+                 lambda: source.query("SELECT NOT active FROM pg_replication_slots s JOIN trellara.flows f "
+                                      "ON f.slot_name = s.slot_name WHERE f.name = 'app'") == "t", 60)
+        return body()
+    finally:
+        source.query("ALTER SYSTEM RESET max_slot_wal_keep_size")
+        source.query("SELECT pg_reload_conf()")
+        source.query("SELECT trellara.start_flow('app')")
+        wait_for("the flow's slot to be active again",
+                 lambda: source.query("SELECT active FROM pg_replication_slots s JOIN trellara.flows f "
+                                      "ON f.slot_name = s.slot_name WHERE f.name = 'app'") == "t", 60)
+
+
+@scenario(seed_rows=("source_slot_abandoned_idle_timeout",), suite="check",
+          invariants=("a stopped flow's inactive slot is a warning that names the WAL it retains and start_flow",
+                      "no source finding is critical (the flow was stopped on purpose)",
+                      "max_slot_wal_keep_size = -1 (no cleanup) is a warning; a configured limit is named"))
+def check_reports_an_inactive_slot_and_its_wal_cleanup_posture(env):
+    source, target, work, log_dir = env["source"], env["target"], env["work"], env["log_dir"]
+    config = write_config(work, "abandoned.toml", "app", log_dir, source.conninfo(), target.conninfo())
+    with_flow_stopped(source, lambda: abandoned_slot_checks(source, config))
+
+
+# The defect: trellara.check() as a careless version would have it — an inactive slot of a stopped
+# flow reported ok, and the WAL-cleanup posture reported ok whatever max_slot_wal_keep_size says.
+# The verdict is PL/pgSQL, which no TRELLARA_FAULTS seam reaches: the scenario installs the mutated
+# function (CREATE OR REPLACE keeps it a member of the extension), runs the clean checks, and puts
+# the original definition back whatever happens.
+CHECK_MUTATIONS = (
+    ("RETURN QUERY SELECT 'warning', 'slot', f.slot_name::text,\n        format('flow is stopped;",
+     "RETURN QUERY SELECT 'ok', 'slot', f.slot_name::text,\n        format('flow is stopped;"),
+    ("RETURN QUERY SELECT 'warning', 'wal_retention', f.slot_name::text,\n        format('max_slot_wal_keep_size is unlimited;",
+     "RETURN QUERY SELECT 'ok', 'wal_retention', f.slot_name::text,\n        format('slot retains WAL; keep size"),
+)
+
+
+@scenario(seed_rows=(), suite="check", defect="check_passes_abandoned_slot",
+          pairs_with="check_reports_an_inactive_slot_and_its_wal_cleanup_posture",
+          invariants=("with trellara.check() mutated to call an inactive slot and unlimited WAL retention ok, "
+                      "the abandoned-slot checks fail"))
+def negative_control_check_passing_an_abandoned_slot_is_caught(env):
+    source, target, work, log_dir = env["source"], env["target"], env["work"], env["log_dir"]
+    config = write_config(work, "abandoned-defect.toml", "app", log_dir, source.conninfo(), target.conninfo())
+    original = source.query("SELECT pg_get_functiondef('trellara.check(text)'::regprocedure)")
+    mutated = original
+    for before, after in CHECK_MUTATIONS:
+        if mutated.count(before) != 1:
+            raise CaptureFailure(f"harness failure, not a caught defect: trellara.check() no longer contains "
+                                 f"{before!r} once; update CHECK_MUTATIONS")
+        mutated = mutated.replace(before, after)
+    source.query(mutated)
+    try:
+        caught = None
+        try:
+            with_flow_stopped(source, lambda: abandoned_slot_checks(source, config))
+        except CaptureFailure as failure:
+            caught = failure
+    finally:
+        source.query(original)
+    if caught is None:
+        raise CaptureFailure("with trellara.check() calling an abandoned slot ok, the abandoned-slot checks still "
+                             "passed: they cannot catch that defect")
+    print(f"defect caught: {caught}")
+
+
 @scenario(seed_rows=("missing_replica_identity",), suite="check",
           invariants=("a published table whose UPDATE/DELETE carry no key is a critical source finding naming it",
                       "check exits 2 (critical) while it has none; with REPLICA IDENTITY FULL the finding is not critical"))
@@ -295,4 +420,6 @@ if __name__ == "__main__":
                        check_reports_an_unresolved_quarantine_as_critical,
                        check_reports_target_triggers_missing_tables_and_privileges_and_exits_2,
                        check_source_unreachable_or_absent,
+                       check_reports_an_inactive_slot_and_its_wal_cleanup_posture,
+                       negative_control_check_passing_an_abandoned_slot_is_caught,
                        check_reports_a_published_table_without_replica_identity_as_critical], env)
