@@ -265,18 +265,27 @@ def assert_ledger_has_no_duplicate_effects(target, label):
         raise CaptureFailure(f"{label}: duplicate or missing effects on the target")
 
 
+FIRST_BACKLOG_BATCH = 800
+MAX_BACKLOG_BATCH = 12800
+
+
 def kill9_rounds(pair, rng, kills_wanted, env=None):
     """Starts the applier over and over and kills it with kill -9, until `kills_wanted` kills,
     adding ledger backlog whenever a run caught up first; then one run to the end. Every fourth
     kill lands at a random moment 0.05-0.6 s after the start (start-up included); the others wait
     (a condition) until the run has committed something, then kill at a random moment up to 0.3 s
     later, so at least three quarters of the kills land while the applier commits, whatever the
-    machine's speed. Returns (committed, kills, landed, refused_busy, batches)."""
+    machine's speed. A run that caught up before its kill gets twice the backlog next time (up to
+    MAX_BACKLOG_BATCH): a fast applier commits 800 transactions in a few tens of milliseconds, in
+    a handful of grouped target transactions, and with a fixed batch the kills then land by
+    chance only (a clean-clone CI run spent 700 s here). Returns (committed, kills, landed,
+    refused_busy, batches)."""
     def applied():
         return pair.target.psql("SELECT count(*) FROM trellara.applied_transactions", check=False).stdout.strip()
     committed = run_ledger_workload(pair, 2400)
     print(f"backlog: {committed} ledger transactions")
     kills, landed, refused_busy, batches = 0, 0, 0, 1
+    backlog = FIRST_BACKLOG_BATCH
     while True:
         before = applied()
         proc = subprocess.Popen(with_test_defects(apply_command(pair.config), env), stdout=subprocess.PIPE,
@@ -310,8 +319,9 @@ def kill9_rounds(pair, rng, kills_wanted, env=None):
         if kills >= kills_wanted:
             print(f"final run: {out.strip().splitlines()[-1]}")
             return committed, kills, landed, refused_busy, batches
-        # Caught up before enough kills: give it more backlog.
-        committed += run_ledger_workload(pair, 800)
+        # Caught up before enough kills: give it more backlog, more each time this happens.
+        committed += run_ledger_workload(pair, backlog)
+        backlog = min(backlog * 2, MAX_BACKLOG_BATCH)
         batches += 1
 
 
