@@ -556,7 +556,10 @@ def snapshot_copy_beside_live_stream_converges():
             time.sleep(2)
         finally:
             if bench.poll() is None:
-                bench.send_signal(signal.SIGINT)  # our own child
+                # Our own child. SIGTERM, not SIGINT: a shell that starts the suite in the background
+                # without job control leaves SIGINT ignored in every process below it, pgbench
+                # included (a clean-clone run started that way timed out here).
+                bench.send_signal(signal.SIGTERM)
             out, err = bench.communicate(timeout=60)
         processed = [line for line in out.splitlines() if "processed" in line]
         print(f"pgbench: {processed[0] if processed else err.strip()[-300:]}")
