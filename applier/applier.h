@@ -66,7 +66,7 @@ bool StopRequested();
 enum class Outcome { Applied, SkippedDuplicate, Stopped };
 
 // What each message queued in a batch answers, in order.
-enum class What { Begin, ControlCheck, Record, Prepare, Statement, Commit };
+enum class What { Begin, ControlCheck, Record, Prepare, Statement, UpdateGuard, Commit };
 
 // How one attempt of the one-at-a-time path ended.
 struct Attempt {
@@ -147,6 +147,8 @@ class Applier {
   Admission Classify(PipelineTx& tx, const Evidence& evidence);
   void SendBatch();
   void CollectBatch();
+  void RefuseSupersededUpdates(const PgResult& refusal);
+  void DefectAckEverythingRead();
   void Counted(const PipelineTx& tx);
   Outcome Pump(bool drain);
 
@@ -188,6 +190,11 @@ class Applier {
   // Whole transactions read and not yet retired, the batch rules and the consumer offset (core).
   ApplyPipeline pipeline_{0, PipelineLimits{kBatchMaxTransactions, kBatchMaxStatements}};
   std::vector<Expect> expects_;     // the answers the in-flight batch owes
+  // Superseded updates (docs/apply.md "Superseded updates in a group"): the relations the in-flight
+  // group left UPDATEs of (its guard's argument, in order), and those whose target fires triggers
+  // or rules for replicated UPDATEs (the guard refused them): every UPDATE of those is sent.
+  std::vector<std::string> guarded_relations_;
+  std::set<std::string> update_triggers_;
   uint64_t start_offset_ = 0;
   uint64_t stop_offset_ = UINT64_MAX;  // --until-caught-up: the log's published end at start
   uint64_t written_offset_ = 0;  // what consumers/applier holds

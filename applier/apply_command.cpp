@@ -55,8 +55,9 @@ namespace {
 constexpr uint64_t kOffsetWriteEveryTransactions = 512;
 constexpr auto kOffsetWriteInterval = std::chrono::seconds(1);
 // At the end of the log the applier looks for new records after kTailPollMin, doubling the wait up
-// to kTailPollInterval while none arrive: a transaction the relay appends is applied within a few
-// milliseconds (end-to-end lag), and an idle applier polls five times a second. The caught-up
+// to kTailPollInterval while none arrive: while records keep arriving, one the relay appends is
+// read within a few milliseconds (end-to-end lag); after a quiet spell of about 0.4 s the first new
+// record can wait up to kTailPollInterval; an idle applier polls five times a second. The caught-up
 // bookkeeping (forced offset write, registry poll and holds, status and state files, quarantine
 // read) runs at most once per kTailPollInterval, not on every poll.
 constexpr auto kTailPollMin = std::chrono::milliseconds(2);
@@ -523,6 +524,11 @@ void Applier::Loop() {
     const uint64_t retain = barrier_.RetainFromOffset().value_or(record.offset + 1);
     if (*fed && (*fed)->envelope) {
       pipeline_.ReadWhole(std::move(**fed), retain);
+      // Negative control (defect.apply_ack_before_commit, apply_pipeline.cpp): also acknowledged
+      // while read, every 16 transactions, so a kill loses those waiting for the next batch even
+      // when each batch takes everything read before it.
+      if (pipeline_.unsent() % 16 == 0 && fault::Hit("defect.apply_ack_before_commit") == fault::Action::Defect)
+        DefectAckEverythingRead();
       if (pipeline_.full() && Pump(false) == Outcome::Stopped) break;
     } else if (*fed) {
       // A chunked transaction: applied alone, streaming its chunks back from the log.

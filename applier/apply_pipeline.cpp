@@ -9,6 +9,7 @@
 // failed transaction is ever committed; the applier then retries transaction k alone, on the
 // one-at-a-time path (apply_transaction.cpp), which quarantines it with the exact cause if it
 // fails again.
+#include <cstdlib>
 #include <iostream>
 
 #include "applier.h"
@@ -17,6 +18,27 @@
 #include "trellara/log/consumer_offsets.h"
 
 namespace trellara::cli::apply {
+namespace {
+
+// A Postgres text[] literal: every element double-quoted, backslash and double quote escaped.
+std::string TextArrayLiteral(const std::vector<std::string>& elements) {
+  std::string out = "{";
+  for (const std::string& element : elements) {
+    if (out.size() > 1) out += ',';
+    out += '"';
+    for (char c : element) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    out += '"';
+  }
+  return out + "}";
+}
+
+// SQLSTATE of trellara.require_no_update_triggers (sql/trellara_target.sql).
+constexpr const char* kUpdateTriggersSqlstate = "TR011";
+
+}  // namespace
 
 // ---- batches of whole transactions ----------------------------------------------------
 
@@ -39,6 +61,7 @@ Admission Applier::Classify(PipelineTx& tx, const Evidence& evidence) {
   if (decision.action != ApplyAction::Apply || evidence.target.quarantine) return Admission::Alone;
   tx.plans.clear();
   tx.snapshot_in_copy = 0;
+  tx.superseded = 0;
   for (const auto& change : tx.ready.envelope->changes) {
     // DDL, a relation seen for the first time or with another fingerprint (drift): the
     // one-at-a-time path decides it in transaction order (apply_transaction.cpp) and moves what the
@@ -52,7 +75,10 @@ Admission Applier::Classify(PipelineTx& tx, const Evidence& evidence) {
       if (!rewrite.plans.empty() && session_.CheckRelationsOf(change, tx.ready.envelope->relations))
         return Admission::Alone;
       tx.snapshot_in_copy += rewrite.left_out;
-      for (auto& plan : rewrite.plans) tx.plans.push_back(std::move(plan));
+      for (auto& plan : rewrite.plans) {
+        plan.row_key.clear();  // never left out as superseded: the handoff rule decided it
+        tx.plans.push_back(std::move(plan));
+      }
       continue;
     }
     auto plan = PlanChange(change, tx.ready.envelope->relations);
@@ -108,15 +134,33 @@ void Applier::SendBatch() {
     queued(conn_->SendPrepared("trellara_control_check", session_.ControlCheckParams(registry_.version())));
     expects_.push_back({k, What::ControlCheck, {}});
   };
+  // A grouped batch leaves out the UPDATEs a later UPDATE of the group overwrites (core
+  // FindSupersededUpdates); a guard before its COMMIT makes the target refuse that when a trigger or
+  // rule fires for replicated UPDATEs of such a relation.
+  SupersededUpdates superseded;
+  guarded_relations_.clear();
+  if (grouped && config_.leave_out_superseded_updates && config_.session_replication_role == "replica") {
+    std::vector<const std::vector<ChangePlan>*> group;
+    for (size_t k = 0; k < count; k++)
+      group.push_back(&pipeline_.at(k).plans);  // a duplicate's plans are empty
+    superseded = FindSupersededUpdates(group, update_triggers_);
+    guarded_relations_ = superseded.relations;
+  }
   std::optional<size_t> last_member;
   for (size_t k = 0; k < count; k++) {
-    const PipelineTx& tx = pipeline_.at(k);
+    PipelineTx& tx = pipeline_.at(k);
     if (tx.duplicate) continue;
     if (!grouped || !last_member) open_transaction(k);
     last_member = k;
     queued(conn_->SendPrepared("trellara_commit_record", session_.CommitRecordParams(tx.ready)));
     expects_.push_back({k, What::Record, {}});
-    for (const ChangePlan& plan : tx.plans) {
+    tx.superseded = 0;
+    for (size_t p = 0; p < tx.plans.size(); p++) {
+      const ChangePlan& plan = tx.plans[p];
+      if (superseded.count > 0 && superseded.superseded[k][p]) {
+        tx.superseded++;
+        continue;
+      }
       const auto [name, must_prepare] = session_.StatementFor(plan);
       if (must_prepare) {
         queued(conn_->SendPrepare(name, RowCheckedSql(plan), static_cast<int>(plan.params.size())));
@@ -134,6 +178,13 @@ void Applier::SendBatch() {
     queued(conn_->Flush());
   }
   if (grouped && last_member) {
+    // Negative control (tests only, TRELLARA_FAULTS=defect.apply_superseded_unguarded:1:defect): the
+    // guard is not sent, so UPDATEs are left out although a target trigger fires for each one;
+    // test_apply_superseded.py must catch the trigger seeing fewer UPDATEs than the source made.
+    if (!guarded_relations_.empty() && fault::Hit("defect.apply_superseded_unguarded") != fault::Action::Defect) {
+      queued(conn_->SendPrepared("trellara_update_guard", {TextArrayLiteral(guarded_relations_)}));
+      expects_.push_back({*last_member, What::UpdateGuard, {}});
+    }
     queued(conn_->SendPrepared("trellara_commit", {}));
     expects_.push_back({*last_member, What::Commit, {}});
   }
@@ -145,13 +196,16 @@ void Applier::SendBatch() {
   // acknowledging on read instead of after COMMIT. A kill then loses them for good, which the
   // kill -9 scenario must catch. (Only past the sent batch would hardly ever lose anything: the
   // target still commits what was sent before the applier died.)
-  if (fault::Hit("defect.apply_ack_before_commit") == fault::Action::Defect) {
-    pipeline_.DefectTreatEverythingReadAsDone();
-    const uint64_t early = pipeline_.DurableOffset(UINT64_MAX);
-    if (early != written_offset_ &&
-        log::WriteConsumerOffset(*device_, config_.log_directory, kConsumerName, early).ok())
-      written_offset_ = early;
-  }
+  if (fault::Hit("defect.apply_ack_before_commit") == fault::Action::Defect) DefectAckEverythingRead();
+}
+
+// Negative control only (defect.apply_ack_before_commit): records the consumer offset past every
+// transaction read so far, committed or not.
+void Applier::DefectAckEverythingRead() {
+  pipeline_.DefectTreatEverythingReadAsDone();
+  const uint64_t early = pipeline_.DurableOffset(UINT64_MAX);
+  if (early != written_offset_ && log::WriteConsumerOffset(*device_, config_.log_directory, kConsumerName, early).ok())
+    written_offset_ = early;
 }
 
 // Reads the in-flight batch's answers; core retires, in order, every transaction that committed
@@ -182,6 +236,8 @@ void Applier::CollectBatch() {
       if (!ok && !next.aborted && !failed) {
         failed = DescribeTransaction(pipeline_.at(expect.index).ready.tx) + ": " + next.result.Describe();
         registry_changed = expect.what == What::ControlCheck && next.result.sqlstate() == kRegistryChangedSqlstate;
+        if (expect.what == What::UpdateGuard && next.result.sqlstate() == kUpdateTriggersSqlstate)
+          RefuseSupersededUpdates(next.result);
       }
       if (expect.what == What::Commit && ok) {
         if (pipeline_.grouped()) {
@@ -217,6 +273,31 @@ void Applier::CollectBatch() {
   for (const PipelineTx& tx : outcome->retired) Counted(tx);
 }
 
+// The guard refused leaving out UPDATEs (TR011): DETAIL holds the 1-based positions, in
+// guarded_relations_, of the relations whose target fires a trigger or rule for replicated UPDATEs.
+// Every UPDATE of those is sent from now on (the group itself goes again one transaction each).
+void Applier::RefuseSupersededUpdates(const PgResult& refusal) {
+  const std::string detail = refusal.detail();
+  size_t learned = 0;
+  size_t start = 0;
+  while (start <= detail.size()) {
+    const size_t end = std::min(detail.find(',', start), detail.size());
+    const std::string item = detail.substr(start, end - start);
+    char* rest = nullptr;
+    const unsigned long position = std::strtoul(item.c_str(), &rest, 10);
+    if (!item.empty() && rest != nullptr && *rest == '\0' && position >= 1 && position <= guarded_relations_.size() &&
+        update_triggers_.insert(guarded_relations_[position - 1]).second)
+      learned++;
+    start = end + 1;
+  }
+  // A refusal that names nothing this applier can read (a changed guard function): send every
+  // UPDATE of every guarded relation rather than be refused again and again.
+  if (learned == 0)
+    for (const std::string& relation : guarded_relations_) update_triggers_.insert(relation);
+  std::cerr << "trellara: flow " << config_.flow_name << ": sending every replicated UPDATE of these tables from now on: "
+            << refusal.Describe() << "\n";
+}
+
 // A retired transaction of a batch, counted.
 void Applier::Counted(const PipelineTx& tx) {
   unwritten_transactions_++;
@@ -230,6 +311,7 @@ void Applier::Counted(const PipelineTx& tx) {
     const size_t executed = tx.plans.size() + tx.snapshot_in_copy;
     counters_.not_applied_changes += changes > executed ? changes - executed : 0;
     counters_.snapshot_in_copy += tx.snapshot_in_copy;
+    counters_.superseded_updates += tx.superseded;
   }
 }
 

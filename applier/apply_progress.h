@@ -25,6 +25,9 @@ struct Counters {
   // on the target, or nothing to run (an index, a kept DROP TABLE, a step the target reflects).
   uint64_t ddl_applied = 0;
   uint64_t ddl_no_target_change = 0;
+  // UPDATEs of committed grouped batches left out because a later UPDATE of the group overwrote the
+  // same row (docs/apply.md "Superseded updates in a group").
+  uint64_t superseded_updates = 0;
 };
 
 // Where the applier stands in the log, for a progress line.

@@ -35,7 +35,10 @@ const std::map<std::string, std::map<std::string, KeySpec>>& Schema() {
                  "drops the target's table too, irreversibly)"}},
         {"group_transactions",
          {false, "\"on\" (default: a batch of whole source transactions shares one target transaction, each "
-                 "with its own dedup row) or \"off\" (one target transaction per source transaction)"}}}},
+                 "with its own dedup row) or \"off\" (one target transaction per source transaction)"}},
+        {"superseded_updates",
+         {false, "\"leave_out\" (default: in a grouped batch an UPDATE that a later UPDATE of the same row in the "
+                 "group overwrites is not sent) or \"send\" (every UPDATE is sent)"}}}},
       {"metrics",
        {{"listen",
          {false, "\"HOST:PORT\" where trellara apply serves GET /metrics (Prometheus text format): HOST an IPv4 "
@@ -151,6 +154,14 @@ Result<FlowConfig> LoadFlowConfig(const std::string& path) {
       config.group_transactions = false;
     else
       return SettingError(path, "apply.group_transactions", "is \"" + *group + "\"");
+  }
+  if (auto superseded = get("apply", "superseded_updates")) {
+    if (*superseded == "leave_out")
+      config.leave_out_superseded_updates = true;
+    else if (*superseded == "send")
+      config.leave_out_superseded_updates = false;
+    else
+      return SettingError(path, "apply.superseded_updates", "is \"" + *superseded + "\"");
   }
   if (auto listen = get("metrics", "listen")) {
     auto address = metrics::ParseListenAddress(*listen);

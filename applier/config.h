@@ -23,6 +23,13 @@
 //              again one target transaction each, which finds and quarantines exactly the failing
 //              one (docs/apply.md "Grouped batches"). "off": one target transaction per source
 //              transaction.
+//            superseded_updates = "leave_out" (default) | "send"
+//              in a grouped batch, an UPDATE of a row that a later UPDATE of the same group
+//              overwrites entirely (same key, same columns, nothing else written to that table in
+//              between) is left out; the group still commits as a whole. Never for a table whose
+//              target fires triggers or rules for replicated UPDATEs, nor with
+//              session_replication_role = "origin" (docs/apply.md "Superseded updates in a group").
+//              "send": every UPDATE is sent.
 //            ddl_drop_table = "keep" (default) | "apply"
 //              DROP TABLE of a published table: "keep" leaves the target's table and its rows (the
 //              flow stops following it); "apply" drops it on the target too. Dropping target data
@@ -54,6 +61,7 @@ struct FlowConfig {
   std::string session_replication_role = "replica";  // [apply] session_replication_role
   std::string synchronous_commit = "off";            // [apply] synchronous_commit
   bool group_transactions = true;                    // [apply] group_transactions
+  bool leave_out_superseded_updates = true;          // [apply] superseded_updates
   DdlPolicy ddl = DdlPolicy::Apply;                  // [apply] ddl
   DropTablePolicy ddl_drop_table = DropTablePolicy::Keep;  // [apply] ddl_drop_table
   std::optional<metrics::ListenAddress> metrics_listen;    // [metrics] listen

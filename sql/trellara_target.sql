@@ -81,6 +81,39 @@ BEGIN
 END
 $fn$;
 
+-- The guard of superseded updates (docs/apply.md "Superseded updates in a group"): a grouped batch
+-- that left out UPDATEs overwritten later in the same group calls this last, before its COMMIT,
+-- with every relation it left an UPDATE of. It raises (SQLSTATE TR011, the 1-based positions of the
+-- refusing relations in DETAIL) when a trigger or rule on one of them fires for the applier's
+-- UPDATEs: ENABLE ALWAYS or ENABLE REPLICA, as the apply session runs with
+-- session_replication_role = replica; internal (foreign-key) triggers do not fire then. Such a
+-- trigger must see every UPDATE, so the group rolls back and is applied one source transaction at a
+-- time with nothing left out, and the applier stops leaving out UPDATEs of that relation. Called
+-- after the group's statements, it sees any trigger enabled before they locked the relation.
+CREATE OR REPLACE FUNCTION trellara.require_no_update_triggers(relations text[])
+RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+  positions text;
+  found text;
+BEGIN
+  SELECT string_agg(DISTINCT r.pos::text, ','),
+         string_agg(DISTINCT format('%s (%s)', r.name, f.what), ', ')
+    INTO positions, found
+    FROM unnest(relations) WITH ORDINALITY AS r(name, pos)
+    CROSS JOIN LATERAL (
+      SELECT 'trigger ' || t.tgname AS what FROM pg_catalog.pg_trigger t
+       WHERE t.tgrelid = r.name::regclass AND NOT t.tgisinternal AND t.tgenabled IN ('A', 'R')
+         AND t.tgtype::int & 16 <> 0
+      UNION ALL
+      SELECT 'rule ' || w.rulename FROM pg_catalog.pg_rewrite w
+       WHERE w.ev_class = r.name::regclass AND w.ev_enabled IN ('A', 'R') AND w.ev_type = '2') AS f;
+  IF positions IS NOT NULL THEN
+    RAISE EXCEPTION 'a trigger or rule fires for replicated UPDATEs of %', found
+      USING ERRCODE = 'TR011', DETAIL = positions;
+  END IF;
+END
+$fn$;
+
 -- Marks exactly one quarantined boundary replay-ready; refuses (raises) for anything else, so a
 -- mistyped xid or LSN never releases another transaction. Same rules as core's DecideReplayReady.
 -- The flow may be named; it must be when flows applying into this database quarantined the same
@@ -183,6 +216,7 @@ REVOKE ALL ON FUNCTION trellara.quarantine_replay_ready(bigint, pg_lsn) FROM PUB
 REVOKE ALL ON FUNCTION trellara.quarantine_replay_ready(bigint, pg_lsn, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION trellara.quarantine_list() FROM PUBLIC;
 REVOKE ALL ON FUNCTION trellara.require_one_row(bigint) FROM PUBLIC;  -- the applier's own check
+REVOKE ALL ON FUNCTION trellara.require_no_update_triggers(text[]) FROM PUBLIC;  -- the applier's own guard
 REVOKE ALL ON FUNCTION trellara.apply_status() FROM PUBLIC;
 GRANT USAGE ON SCHEMA trellara TO pg_monitor;
 GRANT EXECUTE ON FUNCTION trellara.quarantine_list() TO pg_monitor;

@@ -16,6 +16,7 @@ transaction holds a snapshot open on each target throughout, as a report or pg_d
 
 Usage: bench/apply/run_bench.py [--transactions N] [--runs R] [--scale S] [--clients C]
            [--workload pgbench|inserts] [--mode catch-up|daemon] [--long-read] [--group-transactions on|off]
+           [--superseded-updates leave_out|send]
 """
 import argparse
 import os
@@ -132,7 +133,8 @@ def one_run(run, args):
                 with open(config, "w") as f:
                     f.write(f'[flow]\nname = "bench"\nlog_directory = "{log_dir}"\n\n'
                             f'[target]\nconninfo = "{trellara_target.conninfo()}"\n\n'
-                            f'[apply]\ngroup_transactions = "{args.group_transactions}"\n')
+                            f'[apply]\ngroup_transactions = "{args.group_transactions}"\n'
+                            f'superseded_updates = "{args.superseded_updates}"\n')
                 command = [TRELLARA, "apply", "--config", config]
                 if args.mode == "catch-up":
                     command.append("--until-caught-up")
@@ -191,10 +193,12 @@ def main():
     parser.add_argument("--long-read", action="store_true")
     parser.add_argument("--group-transactions", choices=["on", "off"], default="on",
                         help="the applier's apply.group_transactions (docs/apply.md)")
+    parser.add_argument("--superseded-updates", choices=["leave_out", "send"], default="leave_out",
+                        help="the applier's apply.superseded_updates (docs/apply.md)")
     args = parser.parse_args()
     print(f"shape: workload {args.workload}, scale {args.scale}, clients {args.clients}, {args.transactions} "
           f"transactions, mode {args.mode}, long read {'on' if args.long_read else 'off'}, "
-          f"group_transactions {args.group_transactions}", flush=True)
+          f"group_transactions {args.group_transactions}, superseded_updates {args.superseded_updates}", flush=True)
     results = []
     for run in range(args.runs):
         r = one_run(run, args)

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 
 namespace trellara {
 namespace {
@@ -80,8 +81,12 @@ bool ApplyPipeline::Admit(size_t index, Admission admission, size_t planned_stat
       alone_ = true;
       return false;
     case Admission::Apply: {
-      const size_t cost = planned_statements + kBatchStatementsPerTransaction;
-      if (cost > limits_.batch_statements_max) {
+      // A transaction alone costs its changes and kBatchStatementsPerTransaction. In a grouped batch
+      // BEGIN, the registry check and COMMIT are sent once for the group, so each further
+      // transaction costs its changes and its dedup row only.
+      const size_t alone_cost = planned_statements + kBatchStatementsPerTransaction;
+      const size_t cost = grouped_ && admitted_statements_ > 0 ? planned_statements + 1 : alone_cost;
+      if (alone_cost > limits_.batch_statements_max) {
         // Larger than a whole batch: alone, reading each answer as it comes.
         closed_ = true;
         if (admitted_ == 0) alone_ = true;
@@ -191,6 +196,54 @@ PipelineTx ApplyPipeline::PopFront(uint64_t required_lsn) {
 
 void ApplyPipeline::DefectTreatEverythingReadAsDone() {
   for (const PipelineTx& tx : queue_) offsets_.Done(tx.offset_after, 0);
+}
+
+SupersededUpdates FindSupersededUpdates(const std::vector<const std::vector<ChangePlan>*>& group,
+                                        const std::set<std::string>& refused) {
+  SupersededUpdates out;
+  out.superseded.resize(group.size());
+  for (size_t t = 0; t < group.size(); t++) out.superseded[t].assign(group[t]->size(), false);
+  // The last key-preserving UPDATE of each row since its relation was last written otherwise.
+  struct Last {
+    size_t tx, plan;
+    uint64_t generation;
+  };
+  std::map<std::string, Last> last;              // row_key -> its last UPDATE
+  std::map<std::string, uint64_t> generation;    // target_relation -> bumped by every other write
+  uint64_t everything = 0;                       // bumped by a TRUNCATE or a plan without a relation
+  std::set<std::string> relations;
+  const auto current = [&](const std::string& relation) {
+    auto it = generation.find(relation);
+    return everything + (it == generation.end() ? 0 : it->second);
+  };
+  for (size_t t = 0; t < group.size(); t++) {
+    for (size_t k = 0; k < group[t]->size(); k++) {
+      const ChangePlan& plan = (*group[t])[k];
+      if (plan.kind == PlanKind::NotApplied) continue;
+      if (plan.target_relation.empty() || plan.kind == PlanKind::Truncate) {
+        // Generations only grow, so bumping the shared part invalidates every remembered UPDATE.
+        everything++;
+        continue;
+      }
+      if (plan.kind != PlanKind::Update || plan.row_key.empty() || refused.count(plan.target_relation) > 0) {
+        generation[plan.target_relation]++;
+        continue;
+      }
+      const uint64_t now = current(plan.target_relation);
+      auto it = last.find(plan.row_key);
+      if (it != last.end() && it->second.generation == now) {
+        const ChangePlan& earlier = (*group[it->second.tx])[it->second.plan];
+        if (earlier.statement_key == plan.statement_key) {
+          out.superseded[it->second.tx][it->second.plan] = true;
+          out.count++;
+          relations.insert(plan.target_relation);
+        }
+      }
+      last[plan.row_key] = Last{t, k, now};
+    }
+  }
+  out.relations.assign(relations.begin(), relations.end());
+  return out;
 }
 
 }  // namespace trellara

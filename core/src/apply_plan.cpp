@@ -315,6 +315,7 @@ Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationIn
   const size_t width = rel->columns.size();
   auto qualified = QualifiedName(*rel);
   if (!qualified.ok()) return p.Err(qualified.error().message);
+  plan.target_relation = *qualified;
 
   // Shapes the codec guarantees, re-checked: the planner must not index out of range.
   if (change.op != Op::Delete && change.new_tuple.size() != width)
@@ -443,6 +444,12 @@ Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationIn
   plan.sql = "UPDATE " + *qualified + " SET " + set + where;
   plan.statement_key = "U|" + HexEncode(rel->fingerprint) + "|S" + Mask(width, set_mask_columns) +
                        (set_columns.empty() ? "o" : "n") + "|" + key_part;
+  if (plan.match == MatchMode::Key && !key_changed) {
+    // The match parameters are the last ones; a key value is never NULL (PlanMatch refuses it).
+    plan.row_key = *qualified;
+    for (size_t i = plan.params.size() - keys.size(); i < plan.params.size(); i++)
+      plan.row_key += "|" + std::to_string(plan.params[i]->size()) + ":" + *plan.params[i];
+  }
   return plan;
 }
 

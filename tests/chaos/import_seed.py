@@ -436,7 +436,18 @@ SIM_UNTESTED_ROWS = {
 # Rows of our own: DESIGN §2 boundaries the seed has no row for, proven by real-process pairs.
 CONTINUITY = "test_apply_continuity.py"
 TRANSIENT = "test_apply_transient_retry.py"
+SUPERSEDED = "test_apply_superseded.py"
 DESIGN_ROWS = [
+    dict(name="grouped_batch_superseded_updates", boundary="log → target, grouped batches (docs/apply.md)",
+         invariant="an UPDATE is left out of a grouped batch only when a later UPDATE of the same group "
+                   "overwrites the same row and nothing else wrote its table in between",
+         safety_property="the target ends equal to the source, each transaction applied once; a trigger or rule "
+                         "that fires for replicated UPDATEs sees every one (the guard refuses the group)",
+         recovery="automatic: a refused group goes again one transaction each, nothing left out",
+         proof=[it("superseded_updates_are_left_out_and_the_target_matches_the_source", SUPERSEDED),
+                it("a_target_update_trigger_sees_every_replicated_update", SUPERSEDED)],
+         defect={"name": "apply_superseded_unguarded",
+                 "scenario": it("negative_control_an_unguarded_group_is_caught", SUPERSEDED)}),
     dict(name="applier_kill9_at_random_moments", boundary="log → target (DESIGN §2)",
          invariant="changes, dedup row and checkpoint commit in one target transaction",
          safety_property="a kill -9 of the applier at any moment loses nothing and applies nothing twice; the "

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "samples.h"
 #include "trellara/apply_pipeline.h"
 
 using namespace trellara;
@@ -517,6 +518,121 @@ uint64_t BaseSeed() {
 }
 
 }  // namespace
+
+TEST_CASE("a_grouped_batch_counts_begin_registry_check_and_commit_once", "[pipeline]") {
+  PipelineLimits limits;
+  limits.batch_statements_max = 20;
+  // Ungrouped, each transaction of 3 changes costs 3 + 4 statements: two fit in 20.
+  ApplyPipeline ungrouped = Queue(6, limits);
+  CHECK(ungrouped.Admit(0, Admission::Apply, 3));
+  CHECK(ungrouped.Admit(1, Admission::Apply, 3));
+  CHECK_FALSE(ungrouped.Admit(2, Admission::Apply, 3));
+  CHECK(ungrouped.Seal() == 2);
+  // Grouped, the first costs 7 and each further one 3 + its dedup row: 7 + 4 + 4 + 4 = 19.
+  limits.group_transactions = true;
+  ApplyPipeline grouped = Queue(6, limits);
+  for (size_t i = 0; i < 4; i++) CHECK(grouped.Admit(i, Admission::Apply, 3));
+  CHECK_FALSE(grouped.Admit(4, Admission::Apply, 3));
+  CHECK(grouped.Seal() == 4);
+  CHECK(grouped.grouped());
+  // A transaction that does not fit a batch on its own still goes alone at the front, grouped or not.
+  ApplyPipeline large = Queue(2, limits);
+  CHECK_FALSE(large.Admit(0, Admission::Apply, 17));
+  CHECK(large.Seal() == 0);
+  CHECK(large.Next() == PipelineStep::Alone);
+}
+
+namespace {
+
+// Plans of public.orders (id key; note, amount, doc) as the applier makes them.
+ChangePlan OrdersPlan(Op op, const std::string& id, const std::string& note, bool doc_unchanged = false,
+                      std::optional<std::string> old_id = std::nullopt) {
+  Change c;
+  c.op = op;
+  c.relation_oid = 16384;
+  if (op == Op::Delete) {
+    c.old_image = OldImage::Key;
+    c.old_tuple = {Value::Text(id)};
+  } else {
+    c.new_tuple = {Value::Text(id), Value::Text(note), Value::Text("1.00"),
+                   doc_unchanged ? Value::UnchangedToast() : Value::Text("doc")};
+  }
+  if (old_id) {
+    c.old_image = OldImage::Key;
+    c.old_tuple = {Value::Text(*old_id)};
+  }
+  auto plan = PlanChange(c, {testing::SampleOrders(), testing::SampleLineItems()});
+  REQUIRE(plan);
+  return *plan;
+}
+
+ChangePlan LineItemsInsert(const std::string& order) {
+  Change c;
+  c.op = Op::Insert;
+  c.relation_oid = 16400;
+  c.new_tuple = {Value::Text(order), Value::Text("1"), Value::Text("5")};
+  auto plan = PlanChange(c, {testing::SampleOrders(), testing::SampleLineItems()});
+  REQUIRE(plan);
+  return *plan;
+}
+
+ChangePlan TruncateLineItems() {
+  Change c;
+  c.op = Op::Truncate;
+  c.truncate = TruncateInfo{{16400}, false, false};
+  auto plan = PlanChange(c, {testing::SampleOrders(), testing::SampleLineItems()});
+  REQUIRE(plan);
+  return *plan;
+}
+
+SupersededUpdates Superseded(const std::vector<std::vector<ChangePlan>>& group, const std::set<std::string>& refused = {}) {
+  std::vector<const std::vector<ChangePlan>*> pointers;
+  for (const auto& tx : group) pointers.push_back(&tx);
+  return FindSupersededUpdates(pointers, refused);
+}
+
+}  // namespace
+
+TEST_CASE("superseded_updates_a_chain_of_key_preserving_updates_of_one_row_keeps_only_the_last", "[pipeline]") {
+  const auto u1a = OrdersPlan(Op::Update, "1", "a");
+  CHECK(u1a.row_key == OrdersPlan(Op::Update, "1", "other").row_key);
+  CHECK(u1a.row_key != OrdersPlan(Op::Update, "11", "a").row_key);
+  CHECK(u1a.target_relation == "\"public\".\"orders\"");
+  const auto found = Superseded({{u1a, OrdersPlan(Op::Update, "2", "x")},
+                                 {OrdersPlan(Op::Update, "1", "b")},
+                                 {},  // a duplicate of the group: nothing planned
+                                 {OrdersPlan(Op::Update, "1", "c"), OrdersPlan(Op::Update, "2", "y")}});
+  CHECK(found.count == 3);
+  CHECK(found.superseded == std::vector<std::vector<bool>>{{true, true}, {true}, {}, {false, false}});
+  CHECK(found.relations == std::vector<std::string>{"\"public\".\"orders\""});
+  // Writes of another relation in between change nothing for this one.
+  const auto across = Superseded({{OrdersPlan(Op::Update, "1", "a"), LineItemsInsert("1")}, {OrdersPlan(Op::Update, "1", "b")}});
+  CHECK(across.superseded == std::vector<std::vector<bool>>{{true, false}, {false}});
+}
+
+TEST_CASE("superseded_updates_never_across_another_write_of_the_relation_a_truncate_or_other_columns", "[pipeline]") {
+  const std::vector<ChangePlan> barriers = {
+      OrdersPlan(Op::Insert, "5", "new"),                           // the set of rows changes
+      OrdersPlan(Op::Delete, "7", ""),                              //
+      OrdersPlan(Op::Update, "4", "moved", false, std::string("3")),  // a key-changing UPDATE
+      TruncateLineItems(),                                          // any TRUNCATE
+  };
+  CHECK(barriers[2].row_key.empty());
+  for (const ChangePlan& barrier : barriers) {
+    INFO(barrier.sql);
+    const auto found = Superseded({{OrdersPlan(Op::Update, "1", "a")}, {barrier}, {OrdersPlan(Op::Update, "1", "b")}});
+    CHECK(found.count == 0);
+  }
+  // Another SET list (the later one leaves the TOASTed doc unchanged): the earlier one assigned doc.
+  CHECK(Superseded({{OrdersPlan(Op::Update, "1", "a")}, {OrdersPlan(Op::Update, "1", "b", true)}}).count == 0);
+  // Once the shape matches again, the chain resumes from the last UPDATE.
+  const auto resumed = Superseded({{OrdersPlan(Op::Update, "1", "a")}, {OrdersPlan(Op::Update, "1", "b", true)},
+                                   {OrdersPlan(Op::Update, "1", "c", true)}});
+  CHECK(resumed.superseded == std::vector<std::vector<bool>>{{false}, {true}, {false}});
+  // A relation whose target fires triggers for replicated UPDATEs: every UPDATE is sent.
+  CHECK(Superseded({{OrdersPlan(Op::Update, "1", "a")}, {OrdersPlan(Op::Update, "1", "b")}},
+                   {"\"public\".\"orders\""}).count == 0);
+}
 
 TEST_CASE("pipeline_keeps_exactly_once_order_and_offset_rules_under_random_failures_and_late_flushes",
           "[pipeline]") {

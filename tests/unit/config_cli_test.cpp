@@ -50,6 +50,8 @@ TEST_CASE("configuration_errors_name_the_setting_and_the_accepted_values", "[cli
       {"bad_drop", kFlow + kTarget + "[apply]\nddl_drop_table = \"drop\"\n",
        {"setting apply.ddl_drop_table is \"drop\"", "\"keep\" (default", "\"apply\" (DROP TABLE"}},
       {"ddl_not_string", kFlow + kTarget + "[apply]\nddl = false\n", {"apply.ddl must be a string"}},
+      {"bad_superseded", kFlow + kTarget + "[apply]\nsuperseded_updates = \"skip\"\n",
+       {"setting apply.superseded_updates is \"skip\"", "\"leave_out\" (default", "\"send\" (every UPDATE"}},
       {"bad_toml", "[flow\nname = \"app\"\n", {"is not valid TOML at line 1"}},
       {"listen_without_port", kFlow + kTarget + "[metrics]\nlisten = \"127.0.0.1\"\n",
        {"setting metrics.listen \"127.0.0.1\" has no :PORT", "HOST:PORT"}},
@@ -74,7 +76,8 @@ TEST_CASE("valid_configuration_with_every_apply_setting_is_accepted", "[cli][con
   const std::string path =
       WriteConfig("valid", kFlow + "[source]\nconninfo = \"dbname=src\"\n" + kTarget +
                                "[apply]\nsession_replication_role = \"origin\"\nsynchronous_commit = \"on\"\n"
-                               "ddl = \"halt\"\nddl_drop_table = \"apply\"\n");
+                               "ddl = \"halt\"\nddl_drop_table = \"apply\"\ngroup_transactions = \"off\"\n"
+                               "superseded_updates = \"send\"\n");
   auto run = RunTrellara("apply --config " + path + " --until-caught-up");
   INFO(run.all);
   // Loading succeeded: what fails is the log directory, named, with exit 1.

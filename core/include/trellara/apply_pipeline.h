@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,7 +54,10 @@ inline constexpr size_t kBatchStatementsPerTransaction = 4;
 
 struct PipelineLimits {
   size_t batch_transactions_max = 256;  // transactions in one batch
-  size_t batch_statements_max = 1024;   // statements queued in one batch (kBatchStatementsPerTransaction included)
+  // Statements queued in one batch: kBatchStatementsPerTransaction per target transaction included
+  // (a grouped batch's BEGIN, registry check and COMMIT count once), plus at most one statement
+  // that guards superseded updates (FindSupersededUpdates).
+  size_t batch_statements_max = 1024;
   // Grouped batches (issue 14): the batch's transactions share one target transaction — each
   // keeps its own dedup row, the origin progress is the last one's — so a batch commits all or
   // nothing. A grouped batch that fails retires nothing and its transactions are formed again one
@@ -69,6 +73,7 @@ struct PipelineTx {
   std::vector<ChangePlan> plans;  // the adapter's plans, filled while a batch is formed
   bool duplicate = false;         // admitted as already applied: nothing is sent for it
   size_t snapshot_in_copy = 0;    // row changes the adapter left out because a snapshot copy holds them
+  size_t superseded = 0;          // plans left out of its grouped batch (FindSupersededUpdates)
 };
 
 // What the adapter found out about a candidate of the batch being formed.
@@ -172,5 +177,29 @@ class ApplyPipeline {
   std::optional<uint64_t> retain_after_queue_;  // ReadNothing after the last queued transaction
   ApplyOffsetTracker offsets_;
 };
+
+// ---- superseded updates in a grouped batch (docs/apply.md "Superseded updates in a group") ----
+//
+// A grouped batch commits all of its source transactions in one target transaction, so no one ever
+// sees the row an UPDATE leaves when a later UPDATE of the same group overwrites it: the adapter
+// sends only the later one. UPDATE plan P of the group is superseded when a later UPDATE plan Q of
+// the group (in log order, the same transaction or a later one)
+//   - has P's row_key (same relation, same key values, key unchanged by both) and P's
+//     statement_key (the same SET columns, so Q assigns every value P assigned), and
+//   - no plan between P and Q writes P's relation otherwise (an INSERT, a DELETE, a key-changing or
+//     key-less UPDATE of it, a TRUNCATE of anything, or a plan without a target relation): only
+//     key-preserving UPDATEs of the relation come between, so its rows are the same set at P and at
+//     Q, and Q's row-count check (exactly one row) stands for P's;
+//   - P's relation is not in `refused` (the target fires triggers or rules for replicated UPDATEs
+//     of it, which must see every UPDATE; the adapter learns these from the target's refusal).
+// A chain P1, P2, .., Pn of such UPDATEs leaves Pn only. Nothing else is ever superseded, and
+// ungrouped batches (one target transaction per source transaction) never call this.
+struct SupersededUpdates {
+  std::vector<std::vector<bool>> superseded;  // [transaction of the group][plan]: not sent
+  size_t count = 0;                           // plans superseded
+  std::vector<std::string> relations;         // target_relation of the superseded plans, sorted, unique
+};
+SupersededUpdates FindSupersededUpdates(const std::vector<const std::vector<ChangePlan>*>& group,
+                                        const std::set<std::string>& refused);
 
 }  // namespace trellara

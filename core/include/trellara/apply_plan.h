@@ -80,6 +80,12 @@ struct ChangePlan {
   std::string match_description;
   std::string relation_display;  // public.orders (or the list for TRUNCATE)
   std::string not_applied_reason;  // PlanKind::NotApplied: why nothing is executed
+
+  // For finding superseded updates in a grouped batch (apply_pipeline.h FindSupersededUpdates):
+  std::string target_relation;  // "schema"."name" an INSERT/UPDATE/DELETE writes; empty otherwise
+  // An UPDATE matched by its key that leaves the key unchanged: the relation and the key's values,
+  // encoded unambiguously (equal row_key <=> same relation and same key text). Empty otherwise.
+  std::string row_key;
 };
 
 // Plans `change`, whose relations (and truncated relations) are described by `relations` (the
