@@ -195,6 +195,7 @@ class Applier {
   // or rules for replicated UPDATEs (the guard refused them): every UPDATE of those is sent.
   std::vector<std::string> guarded_relations_;
   std::set<std::string> update_triggers_;
+  PlanCache plan_cache_;  // each relation's quoted names, made once for the batch path's plans
   uint64_t start_offset_ = 0;
   uint64_t stop_offset_ = UINT64_MAX;  // --until-caught-up: the log's published end at start
   uint64_t written_offset_ = 0;  // what consumers/applier holds

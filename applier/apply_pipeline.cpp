@@ -81,7 +81,7 @@ Admission Applier::Classify(PipelineTx& tx, const Evidence& evidence) {
       }
       continue;
     }
-    auto plan = PlanChange(change, tx.ready.envelope->relations);
+    auto plan = PlanChange(change, tx.ready.envelope->relations, plan_cache_);
     if (!plan) return Admission::Alone;  // the one-at-a-time path quarantines it as plan_error
     if (plan->kind == PlanKind::NotApplied) continue;
     // The one-at-a-time path quarantines it with the cause.
@@ -123,9 +123,9 @@ void Applier::SendBatch() {
            "); rerun trellara apply: the dedup rows make it resume exactly once");
   };
   queued(conn_->EnterPipeline());
-  // A grouped batch is one target transaction: one BEGIN, one registry check and one COMMIT around
-  // every transaction's dedup row and changes. Each dedup row sets the origin progress again
-  // (pg_replication_origin_xact_setup), so it commits as the last transaction's commit LSN.
+  // A grouped batch is one target transaction: one BEGIN, one registry check, one statement inserting
+  // every transaction's dedup row (and setting the origin progress to the last one's commit LSN,
+  // pg_replication_origin_xact_setup), every transaction's changes, and one COMMIT.
   const bool grouped = pipeline_.grouped();
   const auto open_transaction = [&](size_t k) {
     queued(conn_->SendPrepared("trellara_begin", {}));
@@ -147,13 +147,29 @@ void Applier::SendBatch() {
     guarded_relations_ = superseded.relations;
   }
   std::optional<size_t> last_member;
+  if (grouped) {
+    // The group's dedup rows, one per member, in one statement right after the registry check (a
+    // failure there, e.g. a row already present, sends the group again one transaction each).
+    std::vector<const ReadyTransaction*> members;
+    for (size_t k = 0; k < count; k++)
+      if (!pipeline_.at(k).duplicate) members.push_back(&pipeline_.at(k).ready);
+    if (!members.empty()) {
+      size_t first = 0;
+      while (pipeline_.at(first).duplicate) first++;
+      open_transaction(first);
+      queued(conn_->SendPrepared("trellara_commit_records", session_.CommitRecordsParams(members)));
+      expects_.push_back({first, What::Record, {}});
+    }
+  }
   for (size_t k = 0; k < count; k++) {
     PipelineTx& tx = pipeline_.at(k);
     if (tx.duplicate) continue;
-    if (!grouped || !last_member) open_transaction(k);
+    if (!grouped) {
+      open_transaction(k);
+      queued(conn_->SendPrepared("trellara_commit_record", session_.CommitRecordParams(tx.ready)));
+      expects_.push_back({k, What::Record, {}});
+    }
     last_member = k;
-    queued(conn_->SendPrepared("trellara_commit_record", session_.CommitRecordParams(tx.ready)));
-    expects_.push_back({k, What::Record, {}});
     tx.superseded = 0;
     for (size_t p = 0; p < tx.plans.size(); p++) {
       const ChangePlan& plan = tx.plans[p];

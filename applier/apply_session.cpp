@@ -172,6 +172,17 @@ void ApplySession::Connect(bool reconnecting) {
                       "FROM pg_replication_origin_xact_setup($2::pg_lsn, $6::timestamptz)",
                       6),
        "preparing the dedup insert");
+  // A grouped batch's dedup rows, one per transaction, in one statement (apply_pipeline.cpp): the
+  // arrays hold each transaction's commit LSN, xid, origin system identifier and checksum (hex); the
+  // origin progress is set once, to the group's last commit (what the one COMMIT makes durable).
+  Must(conn_->Prepare("trellara_commit_records",
+                      "INSERT INTO trellara.applied_transactions (flow, commit_lsn, xid, origin_sysid, checksum) "
+                      "SELECT $1::text, r.lsn, r.xid, r.sysid, decode(r.checksum, 'hex') "
+                      "FROM pg_replication_origin_xact_setup($6::pg_lsn, $7::timestamptz) "
+                      "CROSS JOIN unnest($2::pg_lsn[], $3::bigint[], $4::numeric[], $5::text[]) "
+                      "AS r(lsn, xid, sysid, checksum)",
+                      7),
+       "preparing the dedup insert of a group");
   Must(conn_->Prepare("trellara_flushed_progress", "SELECT pg_replication_origin_progress($1, true)", 1),
        "preparing the flushed-progress lookup");
   // Columns in attribute order; every row also carries the primary key's columns (in key order)
@@ -207,6 +218,20 @@ SqlParams ApplySession::CommitRecordParams(const ReadyTransaction& ready) const 
   const std::string lsn = FormatLsn(tx.commit_lsn);
   return {tx.flow, lsn, std::to_string(tx.xid), std::to_string(tx.origin_sysid), ChecksumParam(ready.checksum),
           TimestampParam(ready.commit_time_us)};
+}
+SqlParams ApplySession::CommitRecordsParams(const std::vector<const ReadyTransaction*>& group) const {
+  std::string lsns = "{", xids = "{", sysids = "{", checksums = "{";
+  for (const ReadyTransaction* ready : group) {
+    const char* sep = lsns.size() > 1 ? "," : "";
+    // LSNs, integers and hex digits need no quoting in an array literal.
+    lsns += sep + FormatLsn(ready->tx.commit_lsn);
+    xids += sep + std::to_string(ready->tx.xid);
+    sysids += sep + std::to_string(ready->tx.origin_sysid);
+    checksums += sep + HexEncode(ready->checksum);
+  }
+  const ReadyTransaction& last = *group.back();
+  return {group.front()->tx.flow, lsns + "}", xids + "}", sysids + "}", checksums + "}",
+          FormatLsn(last.tx.commit_lsn), TimestampParam(last.commit_time_us)};
 }
 void ApplySession::WriteStatus(const std::string& state, const std::string& last_error,
                                const StatusFigures& figures) {

@@ -93,6 +93,8 @@ class ApplySession {
   // Parameters of the prepared trellara_commit_record: the dedup row and
   // pg_replication_origin_xact_setup(commit_lsn, commit_time) of `ready`.
   SqlParams CommitRecordParams(const ReadyTransaction& ready) const;
+  // trellara_commit_records: the dedup rows of a grouped batch's members (in log order, at least one).
+  SqlParams CommitRecordsParams(const std::vector<const ReadyTransaction*>& group) const;
 
   // Best effort: a status write never hides the error that ended the run.
   void WriteStatus(const std::string& state, const std::string& last_error, const StatusFigures& figures);

@@ -3,7 +3,10 @@
 #include "config.h"
 
 #include <map>
+#include <initializer_list>
 #include <optional>
+#include <string_view>
+#include <utility>
 #include <toml++/toml.h>
 
 namespace trellara::cli {
@@ -52,6 +55,20 @@ Error SettingError(const std::string& path, const std::string& setting, const st
   const auto& spec = Schema().at(setting.substr(0, dot)).at(setting.substr(dot + 1));
   return MakeError("configuration " + path + ": setting " + setting + " " + problem + "; it accepts " +
                    spec.accepts);
+}
+
+// An enumerated setting: `value`, when present, must name one of `choices`, which is stored in
+// `out`; absent leaves `out` at its default.
+template <typename T>
+Status Choose(const std::optional<std::string>& value, const std::string& path, const std::string& setting,
+              std::initializer_list<std::pair<std::string_view, T>> choices, T& out) {
+  if (!value) return Status::Ok();
+  for (const auto& [name, choice] : choices) {
+    if (*value != name) continue;
+    out = choice;
+    return Status::Ok();
+  }
+  return SettingError(path, setting, "is \"" + *value + "\"");
 }
 
 }  // namespace
@@ -121,48 +138,21 @@ Result<FlowConfig> LoadFlowConfig(const std::string& path) {
   if (config.target_conninfo.empty()) return SettingError(path, "target.conninfo", "is empty");
   config.source_conninfo = get("source", "conninfo").value_or("");
 
-  if (auto role = get("apply", "session_replication_role")) {
-    if (*role != "replica" && *role != "origin")
-      return SettingError(path, "apply.session_replication_role", "is \"" + *role + "\"");
-    config.session_replication_role = *role;
-  }
-  if (auto sync = get("apply", "synchronous_commit")) {
-    if (*sync != "off" && *sync != "local" && *sync != "remote_write" && *sync != "on" && *sync != "remote_apply")
-      return SettingError(path, "apply.synchronous_commit", "is \"" + *sync + "\"");
-    config.synchronous_commit = *sync;
-  }
-  if (auto ddl = get("apply", "ddl")) {
-    if (*ddl == "apply")
-      config.ddl = DdlPolicy::Apply;
-    else if (*ddl == "halt")
-      config.ddl = DdlPolicy::Halt;
-    else
-      return SettingError(path, "apply.ddl", "is \"" + *ddl + "\"");
-  }
-  if (auto drop = get("apply", "ddl_drop_table")) {
-    if (*drop == "keep")
-      config.ddl_drop_table = DropTablePolicy::Keep;
-    else if (*drop == "apply")
-      config.ddl_drop_table = DropTablePolicy::Apply;
-    else
-      return SettingError(path, "apply.ddl_drop_table", "is \"" + *drop + "\"");
-  }
-  if (auto group = get("apply", "group_transactions")) {
-    if (*group == "on")
-      config.group_transactions = true;
-    else if (*group == "off")
-      config.group_transactions = false;
-    else
-      return SettingError(path, "apply.group_transactions", "is \"" + *group + "\"");
-  }
-  if (auto superseded = get("apply", "superseded_updates")) {
-    if (*superseded == "leave_out")
-      config.leave_out_superseded_updates = true;
-    else if (*superseded == "send")
-      config.leave_out_superseded_updates = false;
-    else
-      return SettingError(path, "apply.superseded_updates", "is \"" + *superseded + "\"");
-  }
+  using Text = std::string;
+  TRELLARA_TRY(Choose<Text>(get("apply", "session_replication_role"), path, "apply.session_replication_role",
+                            {{"replica", "replica"}, {"origin", "origin"}}, config.session_replication_role));
+  TRELLARA_TRY(Choose<Text>(get("apply", "synchronous_commit"), path, "apply.synchronous_commit",
+                            {{"off", "off"}, {"local", "local"}, {"remote_write", "remote_write"}, {"on", "on"},
+                             {"remote_apply", "remote_apply"}},
+                            config.synchronous_commit));
+  TRELLARA_TRY(Choose(get("apply", "ddl"), path, "apply.ddl", {{"apply", DdlPolicy::Apply}, {"halt", DdlPolicy::Halt}},
+                      config.ddl));
+  TRELLARA_TRY(Choose(get("apply", "ddl_drop_table"), path, "apply.ddl_drop_table",
+                      {{"keep", DropTablePolicy::Keep}, {"apply", DropTablePolicy::Apply}}, config.ddl_drop_table));
+  TRELLARA_TRY(Choose(get("apply", "group_transactions"), path, "apply.group_transactions",
+                      {{"on", true}, {"off", false}}, config.group_transactions));
+  TRELLARA_TRY(Choose(get("apply", "superseded_updates"), path, "apply.superseded_updates",
+                      {{"leave_out", true}, {"send", false}}, config.leave_out_superseded_updates));
   if (auto listen = get("metrics", "listen")) {
     auto address = metrics::ParseListenAddress(*listen);
     if (!address) return SettingError(path, "metrics.listen", address.error().message);

@@ -82,10 +82,10 @@ bool ApplyPipeline::Admit(size_t index, Admission admission, size_t planned_stat
       return false;
     case Admission::Apply: {
       // A transaction alone costs its changes and kBatchStatementsPerTransaction. In a grouped batch
-      // BEGIN, the registry check and COMMIT are sent once for the group, so each further
-      // transaction costs its changes and its dedup row only.
+      // BEGIN, the registry check, the statement inserting every member's dedup row and COMMIT are
+      // sent once for the group, so each further transaction costs its changes only.
       const size_t alone_cost = planned_statements + kBatchStatementsPerTransaction;
-      const size_t cost = grouped_ && admitted_statements_ > 0 ? planned_statements + 1 : alone_cost;
+      const size_t cost = grouped_ && admitted_statements_ > 0 ? planned_statements : alone_cost;
       if (alone_cost > limits_.batch_statements_max) {
         // Larger than a whole batch: alone, reading each answer as it comes.
         closed_ = true;

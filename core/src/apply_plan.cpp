@@ -44,9 +44,10 @@ std::string IdentityRemedy(const RelationInfo& r) {
 struct Planner {
   const Change& change;
   const RelationInfo& rel;
-  std::string what;  // "UPDATE on public.orders"
+  const RelationText& text;
+  const char* kind;  // "UPDATE": messages say "UPDATE on public.orders: ..."
 
-  Error Err(const std::string& message) const { return MakeError(what + ": " + message); }
+  Error Err(const std::string& message) const { return MakeError(kind + (" on " + text.display) + ": " + message); }
 
   // A parameter value: text or NULL. Unchanged-TOAST, binary and NUL-holding text are refused.
   Result<std::optional<std::string>> Param(const Value& v, size_t column, const char* image) const {
@@ -243,13 +244,12 @@ Status PlanMatch(const Planner& p, ChangePlan& plan, std::string& where, std::st
                    " image; a replica identity key cannot be NULL, so no row can be matched");
     auto param = p.Param(v, col, image);
     if (!param.ok()) return param.error();
-    auto q = QuoteIdentifier(rel.columns[col].name);
-    if (!q.ok()) return p.Err("column " + rel.columns[col].name + ": " + q.error().message);
     plan.params.push_back(std::move(*param));
     plan.param_columns.push_back(rel.columns[col].name);
     if (!predicate.empty()) predicate += " AND ";
-    predicate += *q + (plan.match == MatchMode::Key ? " = $" : " IS NOT DISTINCT FROM $") +
-                 std::to_string(plan.params.size());
+    predicate += p.text.quoted[col];  // every column's name was quoted before planning
+    predicate += plan.match == MatchMode::Key ? " = $" : " IS NOT DISTINCT FROM $";
+    predicate += std::to_string(plan.params.size());
     if (!cols.empty()) {
       cols += ", ";
       vals += ", ";
@@ -258,13 +258,12 @@ Status PlanMatch(const Planner& p, ChangePlan& plan, std::string& where, std::st
     vals += DisplayValue(v);
   }
   plan.match_description = "(" + cols + ")=(" + vals + ")";
-  auto qualified = QualifiedName(rel);
-  if (!qualified.ok()) return p.Err(qualified.error().message);
   if (plan.match == MatchMode::Key) {
     where = " WHERE " + predicate;
   } else {
     // No key: duplicates may exist; touch exactly one matching row, as the source did.
-    where = " WHERE (tableoid, ctid) = (SELECT tableoid, ctid FROM " + *qualified + " WHERE " + predicate + " LIMIT 1)";
+    where = " WHERE (tableoid, ctid) = (SELECT tableoid, ctid FROM " + p.text.qualified + " WHERE " + predicate +
+            " LIMIT 1)";
   }
   key_part = std::string(plan.match == MatchMode::Key ? "K" : "F") + Mask(rel.columns.size(), match_columns);
   return Status::Ok();
@@ -272,7 +271,57 @@ Status PlanMatch(const Planner& p, ChangePlan& plan, std::string& where, std::st
 
 }  // namespace
 
+namespace {
+
+// The text of `rel` (RelationText), every name quoted or the first failure recorded.
+void MakeRelationText(const RelationInfo& rel, RelationText& text) {
+  text = RelationText{};
+  text.display = DisplayName(rel);
+  text.fingerprint_hex = HexEncode(rel.fingerprint);
+  auto qualified = QualifiedName(rel);
+  if (qualified.ok()) {
+    text.qualified = std::move(*qualified);
+  } else {
+    text.qualified_error = qualified.error().message;
+  }
+  text.quoted.resize(rel.columns.size());
+  for (size_t i = 0; i < rel.columns.size(); i++) {
+    auto q = QuoteIdentifier(rel.columns[i].name);
+    if (!q.ok()) {
+      text.column_error = "column " + std::to_string(i + 1) + ": " + q.error().message;
+      break;
+    }
+    text.quoted[i] = std::move(*q);
+  }
+}
+
+Result<ChangePlan> PlanWith(const Change& change, const std::vector<RelationInfo>& relations, PlanCache* cache);
+
+}  // namespace
+
+const RelationText& PlanCache::Text(const RelationInfo& relation) {
+  auto found = relations_.find(relation.fingerprint);
+  if (found != relations_.end() && found->second.first == relation) return found->second.second;
+  MakeRelationText(relation, scratch_);
+  if (scratch_.qualified_error || scratch_.column_error) return scratch_;
+  if (relations_.size() >= kMaxRelations) relations_.clear();
+  auto& slot = relations_[relation.fingerprint];
+  slot.first = relation;
+  slot.second = std::move(scratch_);
+  return slot.second;
+}
+
 Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationInfo>& relations) {
+  return PlanWith(change, relations, nullptr);
+}
+
+Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationInfo>& relations, PlanCache& cache) {
+  return PlanWith(change, relations, &cache);
+}
+
+namespace {
+
+Result<ChangePlan> PlanWith(const Change& change, const std::vector<RelationInfo>& relations, PlanCache* cache) {
   switch (change.op) {
     case Op::Message: {
       ChangePlan plan;
@@ -310,12 +359,15 @@ Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationIn
   ChangePlan plan;
   plan.kind = change.op == Op::Insert ? PlanKind::Insert : change.op == Op::Update ? PlanKind::Update : PlanKind::Delete;
   plan.expect = RowExpectation::ExactlyOne;
-  plan.relation_display = DisplayName(*rel);
-  Planner p{change, *rel, std::string(PlanKindName(plan.kind)) + " on " + DisplayName(*rel)};
+  RelationText uncached;
+  if (cache == nullptr) MakeRelationText(*rel, uncached);
+  const RelationText& text = cache != nullptr ? cache->Text(*rel) : uncached;
+  plan.relation_display = text.display;
+  Planner p{change, *rel, text, PlanKindName(plan.kind)};
   const size_t width = rel->columns.size();
-  auto qualified = QualifiedName(*rel);
-  if (!qualified.ok()) return p.Err(qualified.error().message);
-  plan.target_relation = *qualified;
+  if (text.qualified_error) return p.Err(*text.qualified_error);
+  const std::string* qualified = &text.qualified;
+  plan.target_relation = text.qualified;
 
   // Shapes the codec guarantees, re-checked: the planner must not index out of range.
   if (change.op != Op::Delete && change.new_tuple.size() != width)
@@ -329,12 +381,8 @@ Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationIn
     return p.Err("the old row image has " + std::to_string(change.old_tuple.size()) + " values for " +
                  std::to_string(width) + " columns");
 
-  std::vector<std::string> quoted(width);
-  for (size_t i = 0; i < width; i++) {
-    auto q = QuoteIdentifier(rel->columns[i].name);
-    if (!q.ok()) return p.Err("column " + std::to_string(i + 1) + ": " + q.error().message);
-    quoted[i] = std::move(*q);
-  }
+  if (text.column_error) return p.Err(*text.column_error);
+  const std::vector<std::string>& quoted = text.quoted;
 
   if (change.op == Op::Insert) {
     std::string cols, vals;
@@ -352,7 +400,7 @@ Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationIn
     }
     plan.sql = width == 0 ? "INSERT INTO " + *qualified + " DEFAULT VALUES"
                           : "INSERT INTO " + *qualified + " (" + cols + ") OVERRIDING SYSTEM VALUE VALUES (" + vals + ")";
-    plan.statement_key = "I|" + HexEncode(rel->fingerprint) + "|" + std::to_string(width);
+    plan.statement_key = "I|" + text.fingerprint_hex + "|" + std::to_string(width);
     // What the row is, for a duplicate-key message: its key columns when it has some.
     std::string kc, kv;
     for (size_t i = 0; i < width; i++) {
@@ -375,7 +423,7 @@ Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationIn
     std::string where, key_part;
     TRELLARA_TRY(PlanMatch(p, plan, where, key_part));
     plan.sql = "DELETE FROM " + *qualified + where;
-    plan.statement_key = "D|" + HexEncode(rel->fingerprint) + "|" + key_part;
+    plan.statement_key = "D|" + text.fingerprint_hex + "|" + key_part;
     return plan;
   }
 
@@ -442,7 +490,7 @@ Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationIn
   std::string where, key_part;
   TRELLARA_TRY(PlanMatch(p, plan, where, key_part));
   plan.sql = "UPDATE " + *qualified + " SET " + set + where;
-  plan.statement_key = "U|" + HexEncode(rel->fingerprint) + "|S" + Mask(width, set_mask_columns) +
+  plan.statement_key = "U|" + text.fingerprint_hex + "|S" + Mask(width, set_mask_columns) +
                        (set_columns.empty() ? "o" : "n") + "|" + key_part;
   if (plan.match == MatchMode::Key && !key_changed) {
     // The match parameters are the last ones; a key value is never NULL (PlanMatch refuses it).
@@ -452,6 +500,8 @@ Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationIn
   }
   return plan;
 }
+
+}  // namespace
 
 Result<std::string> CopyInsertSql(const RelationInfo& relation) {
   const std::string what = "COPY into " + DisplayName(relation);

@@ -80,6 +80,7 @@ struct TransactionBarrier::State {
   BarrierStats stats;
   bool have_offset = false;
   uint64_t last_offset = 0;
+  VerifiedRelations verified_relations;  // fingerprints already checked in earlier records
 
   Error Fail(std::optional<TxIdentity> tx, uint64_t offset, std::string reason) {
     failure = BarrierFailure{std::move(tx), offset, std::move(reason)};
@@ -200,7 +201,7 @@ Result<std::optional<ReadyTransaction>> TransactionBarrier::Feed(const LogFrame&
     return s.Fail(TxOf(record), frame.offset,
                   std::string(RecordTypeName(TypeOf(record))) + " of " + DescribeTransaction(TxOf(record)) +
                       " is framed with commit LSN " + FormatLsn(frame.lsn) + At(frame.offset));
-  if (Status v = VerifyRecordChecksum(record); !v.ok())
+  if (Status v = VerifyRecordChecksum(record, s.verified_relations); !v.ok())
     return s.Fail(TxOf(record), frame.offset,
                   std::string(RecordTypeName(TypeOf(record))) + " of " + DescribeTransaction(TxOf(record)) +
                       At(frame.offset) + " failed verification: " + v.error().message);

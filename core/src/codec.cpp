@@ -796,12 +796,25 @@ Result<Record> DecodeRecord(std::span<const uint8_t> bytes) {
   }
 }
 
+bool VerifiedRelations::Matches(const RelationInfo& relation) {
+  auto found = verified_.find(relation.fingerprint);
+  if (found != verified_.end() && found->second == relation) return true;
+  computed_++;
+  if (ComputeFingerprint(relation) != relation.fingerprint) return false;
+  if (verified_.size() >= kMaxRelations) verified_.clear();
+  verified_.insert_or_assign(relation.fingerprint, relation);
+  return true;
+}
+
 namespace {
-Status VerifyRecordChecksumRaw(const Record& record) {
-  auto check = [](const std::vector<Change>& changes, const std::vector<RelationInfo>& rels,
+Status VerifyRecordChecksumRaw(const Record& record, VerifiedRelations* verified) {
+  const auto matches = [verified](const RelationInfo& r) {
+    return verified != nullptr ? verified->Matches(r) : ComputeFingerprint(r) == r.fingerprint;
+  };
+  auto check = [&matches](const std::vector<Change>& changes, const std::vector<RelationInfo>& rels,
                   const Sha256& recorded, const std::string& what) -> Status {
     for (const auto& r : rels) {
-      if (ComputeFingerprint(r) != r.fingerprint)
+      if (!matches(r))
         return MakeError(what + ": fingerprint of relation " + r.schema + "." + r.name +
                          " does not match its columns (recorded " + HexEncode(r.fingerprint) + ")");
     }
@@ -821,7 +834,7 @@ Status VerifyRecordChecksumRaw(const Record& record) {
                      FormatLsn(c->tx.commit_lsn));
   if (const auto* m = std::get_if<Manifest>(&record)) {
     for (const auto& r : m->relations)
-      if (ComputeFingerprint(r) != r.fingerprint)
+      if (!matches(r))
         return MakeError("manifest of xid " + std::to_string(m->tx.xid) + ": fingerprint of relation " + r.schema +
                          "." + r.name + " does not match its columns");
   }
@@ -829,8 +842,14 @@ Status VerifyRecordChecksumRaw(const Record& record) {
 }
 }  // namespace
 
+Status VerifyRecordChecksum(const Record& record, VerifiedRelations& verified) {
+  Status s = VerifyRecordChecksumRaw(record, &verified);
+  if (s.ok()) return s;
+  return MakeError(EscapeInvalidUtf8(s.error().message));
+}
+
 Status VerifyRecordChecksum(const Record& record) {
-  Status s = VerifyRecordChecksumRaw(record);
+  Status s = VerifyRecordChecksumRaw(record, nullptr);
   if (s.ok()) return s;
   return MakeError(EscapeInvalidUtf8(s.error().message));
 }

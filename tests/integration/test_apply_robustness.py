@@ -854,6 +854,14 @@ KEY_LOOKUP_DDL = "CREATE TABLE public.hot (id int PRIMARY KEY, n int NOT NULL, p
 KEY_LOOKUP_UPDATES = 600
 
 
+def table_writes(target, table):
+    """(rows updated, rows deleted) in `table` per the target's own statistics."""
+    text = target.query(f"SELECT coalesce(n_tup_upd, 0) || ' ' || coalesce(n_tup_del, 0) FROM pg_stat_user_tables "
+                        f"WHERE relid = '{table}'::regclass")
+    updated, deleted = text.split()
+    return int(updated), int(deleted)
+
+
 def table_scans(target, table):
     text = target.query(f"SELECT coalesce(seq_scan, 0) || ' ' || coalesce(idx_scan, 0) FROM pg_stat_user_tables "
                         f"WHERE relid = '{table}'::regclass")
@@ -894,15 +902,26 @@ def key_addressed_changes_use_the_index_under_a_long_read():
             source.psql("\n".join(statements))
             wait_log_covers_source(source)
             seq_before, idx_before = table_scans(target, "public.hot")
+            updated_before, deleted_before = table_writes(target, "public.hot")
             applied = run_apply(pair.config, 0)
+            # The applier's backend reports its table statistics when its session ends; the two
+            # DELETEs are never left out, so once they show, the session's figures are all in.
+            wait_for("the applier's table statistics on the target",
+                     lambda: table_writes(target, "public.hot")[1] - deleted_before == 2, 60)
+            updated_after, _ = table_writes(target, "public.hot")
             # Grouped batches leave out UPDATEs a later UPDATE of the same row overwrites
-            # (docs/apply.md "Superseded updates in a group"): every statement sent must use the index.
+            # (docs/apply.md "Superseded updates in a group"). The UPDATEs sent, counted by the target
+            # (each updates exactly one row), must agree with what the applier says it left out, and
+            # every statement sent must use the index.
+            sent_updates = updated_after - updated_before
             superseded = re.findall(r"\bsuperseded_updates=(\d+)\b", applied.stdout)
             if not superseded:
                 raise CaptureFailure(f"the applier's progress line has no superseded_updates: {applied.stdout[-800:]}")
-            wanted = KEY_LOOKUP_UPDATES + 2 - int(superseded[-1])
-            # The applier's backend reports its table statistics when its session ends.
-            wait_for("the applier's table statistics on the target",
+            if not 1 <= sent_updates <= KEY_LOOKUP_UPDATES or sent_updates + int(superseded[-1]) != KEY_LOOKUP_UPDATES:
+                raise CaptureFailure(f"the target updated {sent_updates} rows of public.hot and the applier reports "
+                                     f"{superseded[-1]} UPDATEs left out, for {KEY_LOOKUP_UPDATES} source UPDATEs")
+            wanted = sent_updates + 2
+            wait_for("the applier's scans in the target's statistics",
                      lambda: sum(table_scans(target, "public.hot")) - seq_before - idx_before >= wanted, 60)
             seq_after, idx_after = table_scans(target, "public.hot")
             print(f"public.hot on the target while a report is open: {seq_after - seq_before} sequential scans, "

@@ -528,12 +528,13 @@ TEST_CASE("a_grouped_batch_counts_begin_registry_check_and_commit_once", "[pipel
   CHECK(ungrouped.Admit(1, Admission::Apply, 3));
   CHECK_FALSE(ungrouped.Admit(2, Admission::Apply, 3));
   CHECK(ungrouped.Seal() == 2);
-  // Grouped, the first costs 7 and each further one 3 + its dedup row: 7 + 4 + 4 + 4 = 19.
+  // Grouped, the first costs 7 and each further one its 3 changes only (the group's dedup rows are
+  // one statement): 7 + 3 + 3 + 3 + 3 = 19.
   limits.group_transactions = true;
   ApplyPipeline grouped = Queue(6, limits);
-  for (size_t i = 0; i < 4; i++) CHECK(grouped.Admit(i, Admission::Apply, 3));
-  CHECK_FALSE(grouped.Admit(4, Admission::Apply, 3));
-  CHECK(grouped.Seal() == 4);
+  for (size_t i = 0; i < 5; i++) CHECK(grouped.Admit(i, Admission::Apply, 3));
+  CHECK_FALSE(grouped.Admit(5, Admission::Apply, 3));
+  CHECK(grouped.Seal() == 5);
   CHECK(grouped.grouped());
   // A transaction that does not fit a batch on its own still goes alone at the front, grouped or not.
   ApplyPipeline large = Queue(2, limits);

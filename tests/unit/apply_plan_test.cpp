@@ -44,16 +44,48 @@ Change Row(Op op, uint32_t oid, std::vector<Value> new_tuple, OldImage image = O
 
 Value T(std::string s) { return Value::Text(std::move(s)); }
 
+// One PlanCache across every test of this file: each plan is also made through it, cold and warm,
+// and must be identical to the plan made without it.
+PlanCache& SharedCache() {
+  static PlanCache cache;
+  return cache;
+}
+
+void CheckSamePlan(const ChangePlan& a, const ChangePlan& b) {
+  CHECK(a.kind == b.kind);
+  CHECK(a.statement_key == b.statement_key);
+  CHECK(a.sql == b.sql);
+  CHECK(a.params == b.params);
+  CHECK(a.param_columns == b.param_columns);
+  CHECK(a.expect == b.expect);
+  CHECK(a.match == b.match);
+  CHECK(a.match_description == b.match_description);
+  CHECK(a.relation_display == b.relation_display);
+  CHECK(a.not_applied_reason == b.not_applied_reason);
+  CHECK(a.target_relation == b.target_relation);
+  CHECK(a.row_key == b.row_key);
+}
+
 ChangePlan MustPlan(const Change& c, const std::vector<RelationInfo>& rels) {
   auto plan = PlanChange(c, rels);
   INFO((plan.ok() ? std::string() : plan.error().message));
   REQUIRE(plan.ok());
+  for (int pass = 0; pass < 2; pass++) {
+    auto cached = PlanChange(c, rels, SharedCache());
+    REQUIRE(cached.ok());
+    CheckSamePlan(*plan, *cached);
+  }
   return *plan;
 }
 
 std::string MustFail(const Change& c, const std::vector<RelationInfo>& rels) {
   auto plan = PlanChange(c, rels);
   REQUIRE_FALSE(plan.ok());
+  for (int pass = 0; pass < 2; pass++) {
+    auto cached = PlanChange(c, rels, SharedCache());
+    REQUIRE_FALSE(cached.ok());
+    CHECK(cached.error().message == plan.error().message);
+  }
   return plan.error().message;
 }
 
@@ -490,4 +522,33 @@ TEST_CASE("change_on_an_undescribed_relation_skipped_negative_control", "[plan]"
   REQUIRE(fired);
   REQUIRE(p.ok());  // the clean test's MustFail fails: caught
   CHECK(p->kind == PlanKind::NotApplied);
+}
+
+TEST_CASE("plan_cache_serves_only_a_relation_equal_to_the_one_it_quoted", "[plan]") {
+  PlanCache cache;
+  const RelationInfo orders = Orders();
+  const Change insert = Row(Op::Insert, 16384, {T("1"), T("a"), T("1.00"), T("d")});
+  auto first = PlanChange(insert, {orders}, cache);
+  REQUIRE(first.ok());
+  // The same fingerprint on a relation renamed after it was computed (as a tampered record would
+  // carry): the cache must not hand back the old quoted names.
+  RelationInfo renamed = orders;
+  renamed.name = "invoices";
+  renamed.columns[1].name = "memo";
+  auto second = PlanChange(insert, {renamed}, cache);
+  REQUIRE(second.ok());
+  CHECK(second->target_relation == "\"public\".\"invoices\"");
+  CHECK(second->sql.find("\"memo\"") != std::string::npos);
+  CHECK(second->sql == PlanChange(insert, {renamed})->sql);
+  // A name that cannot be quoted is refused with the uncached message every time, and never kept.
+  RelationInfo bad = orders;
+  bad.columns[1].name = std::string(64, 'x');
+  bad.fingerprint = ComputeFingerprint(bad);
+  for (int pass = 0; pass < 2; pass++) {
+    auto refused = PlanChange(insert, {bad}, cache);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().message == PlanChange(insert, {bad}).error().message);
+  }
+  // The original relation still plans as before.
+  CHECK(PlanChange(insert, {orders}, cache)->sql == first->sql);
 }

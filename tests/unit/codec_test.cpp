@@ -538,3 +538,33 @@ TEST_CASE("checksum_changes_when_a_ddl_step_or_definition_is_altered", "[codec][
     CHECK_FALSE(VerifyRecordChecksum(*back).ok());
   }
 }
+
+TEST_CASE("verified_relations_skip_only_a_field_for_field_equal_relation", "[codec]") {
+  const Envelope base = SampleEnvelope();
+  VerifiedRelations verified;
+  // The first record computes each fingerprint; the same RelationInfo again computes nothing.
+  REQUIRE(VerifyRecordChecksum(Record(base), verified).ok());
+  const size_t first = verified.computed();
+  CHECK(first == base.relations.size());
+  REQUIRE(VerifyRecordChecksum(Record(base), verified).ok());
+  CHECK(verified.computed() == first);
+  // A column renamed under the same (now wrong) fingerprint: not equal to what was verified, so it
+  // is computed again and refused, exactly as without the cache.
+  Envelope renamed = base;
+  renamed.relations[0].columns[1].name = "notes";
+  CHECK_FALSE(VerifyRecordChecksum(Record(renamed), verified).ok());
+  CHECK_FALSE(VerifyRecordChecksum(Record(renamed)).ok());
+  CHECK(verified.computed() == first + 1);
+  // Other fields the fingerprint covers, each altered alone under the verified fingerprint.
+  Envelope retyped = base;
+  retyped.relations[0].columns[2].type_name = "numeric(14,2)";
+  CHECK_FALSE(VerifyRecordChecksum(Record(retyped), verified).ok());
+  Envelope rekeyed = base;
+  rekeyed.relations[0].columns[1].is_key = !rekeyed.relations[0].columns[1].is_key;
+  CHECK_FALSE(VerifyRecordChecksum(Record(rekeyed), verified).ok());
+  Envelope moved = base;
+  moved.relations[0].schema = "other";
+  CHECK_FALSE(VerifyRecordChecksum(Record(moved), verified).ok());
+  // The original still verifies from the cache.
+  REQUIRE(VerifyRecordChecksum(Record(base), verified).ok());
+}

@@ -55,7 +55,7 @@ inline constexpr size_t kBatchStatementsPerTransaction = 4;
 struct PipelineLimits {
   size_t batch_transactions_max = 256;  // transactions in one batch
   // Statements queued in one batch: kBatchStatementsPerTransaction per target transaction included
-  // (a grouped batch's BEGIN, registry check and COMMIT count once), plus at most one statement
+  // (a grouped batch's BEGIN, registry check, dedup rows and COMMIT count once), plus at most one statement
   // that guards superseded updates (FindSupersededUpdates).
   size_t batch_statements_max = 1024;
   // Grouped batches (issue 14): the batch's transactions share one target transaction — each

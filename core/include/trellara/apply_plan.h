@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -92,6 +93,31 @@ struct ChangePlan {
 // record's RelationInfo list). The SQL text is always filled, so the applier can prepare on a cache
 // miss; when its cache already holds `statement_key` it only binds `params`.
 Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationInfo>& relations);
+
+// What the planner derives from a relation alone: its quoted names and fingerprint in hex.
+struct RelationText {
+  std::string qualified;                // "schema"."name"
+  std::vector<std::string> quoted;      // each column's quoted name, in column order
+  std::string display;                  // schema.name, for messages
+  std::string fingerprint_hex;
+  std::optional<std::string> qualified_error;  // the relation's name cannot be quoted
+  std::optional<std::string> column_error;     // a column's name cannot be quoted
+};
+// Keeps RelationText across PlanChange calls (the applier plans every change of every transaction
+// of relations it has seen before): found by fingerprint and used only for a RelationInfo equal to
+// the one it was made from, field for field. A relation whose names cannot be quoted is never
+// kept. Bounded: forgets everything past kMaxRelations and starts again.
+class PlanCache {
+ public:
+  static constexpr size_t kMaxRelations = 4096;
+  const RelationText& Text(const RelationInfo& relation);
+
+ private:
+  std::map<Sha256, std::pair<RelationInfo, RelationText>> relations_;
+  RelationText scratch_;  // the text of a relation that is not kept
+};
+// The same plan as PlanChange(change, relations), with each relation's text from `cache`.
+Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationInfo>& relations, PlanCache& cache);
 
 // The statement the applier executes for `plan`: for RowExpectation::ExactlyOne the planned DML is
 // wrapped so that the target itself raises when it touched anything but exactly one row —

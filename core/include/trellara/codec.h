@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <string_view>
@@ -31,6 +32,25 @@ inline Result<Record> DecodeRecord(const std::string& bytes) {
 // their changes and every RelationInfo fingerprint from its columns. A Manifest's transaction
 // checksum and a CommitMarker's manifest checksum bind to other records: the barrier checks those.
 Status VerifyRecordChecksum(const Record& record);
+
+// RelationInfos whose fingerprint was verified: every record of a flow repeats the RelationInfo of
+// each relation it touches, so a reader that verifies many records (the applier's barrier) keeps
+// one of these and recomputes a fingerprint only for a RelationInfo not equal, field for field
+// (oid and fingerprint included), to one verified before. Bounded: forgets everything past
+// kMaxRelations distinct ones and starts again.
+class VerifiedRelations {
+ public:
+  static constexpr size_t kMaxRelations = 4096;
+  // ComputeFingerprint(relation) == relation.fingerprint, remembered when true.
+  bool Matches(const RelationInfo& relation);
+  size_t computed() const { return computed_; }  // fingerprints actually computed (tests)
+
+ private:
+  std::map<Sha256, RelationInfo> verified_;
+  size_t computed_ = 0;
+};
+// The same check, with fingerprints already verified in `verified` not computed again.
+Status VerifyRecordChecksum(const Record& record, VerifiedRelations& verified);
 
 // Fills fingerprints, counts, event count and checksum of a record built by a producer. Fails
 // (and leaves the checksum zero) if a change refers to a relation the record does not describe.
