@@ -139,9 +139,33 @@ Result<std::optional<LogRecord>> LogReader::Next() {
     if (!*exists) return std::optional<LogRecord>();
     TRELLARA_TRY(RefreshIndex());
     if (index < entries_.size()) continue;
+    // The writer creates the successor's segment file, then its index, then writes the index header
+    // (LogWriter::StartSegment): a reader can see the segment before its index is whole. An active
+    // successor that is still empty, with its index missing or shorter than its header, holds no
+    // record yet: nothing new for now (the next call looks again), not a damaged index.
+    auto creating = SegmentBeingCreated(successor);
+    if (!creating.ok()) return creating.error();
+    if (*creating) return std::optional<LogRecord>();
     TRELLARA_TRY(LoadSegment(successor));
   }
   return std::optional<LogRecord>();
+}
+
+Result<bool> LogReader::SegmentBeingCreated(uint64_t first_offset) {
+  auto segments = ListSegments(device_, dir_);
+  if (!segments.ok()) return segments.error();
+  if (segments->empty() || segments->back() != first_offset) return false;  // sealed: its index is whole
+  auto index = ReadIndexFile(device_, dir_, first_offset);
+  if (!index.ok()) return index.error();
+  const bool header_missing = index->found == IndexStatus::kMissing ||
+                              (index->found == IndexStatus::kCorrupt && index->short_header);
+  if (!header_missing) return false;
+  auto file = device_.OpenFileReadOnly(JoinPath(dir_, SegmentFileName(first_offset)));
+  if (!file.ok()) return file.error();
+  auto size = device_.FileSize(*file);
+  device_.CloseFile(*file);
+  if (!size.ok()) return size.error();
+  return *size == 0;  // a record already written there with no index header is damage: LoadSegment says so
 }
 
 }  // namespace trellara::log

@@ -142,6 +142,7 @@ Result<IndexRead> ReadIndexFile(LogDevice& device, const std::string& dir, uint6
   if (bytes->size() < kIndexHeaderBytes) {
     read.found = IndexStatus::kCorrupt;
     read.detail = IndexFileName(first_offset) + " is shorter than its header";
+    read.short_header = true;
     return read;
   }
   auto header_first = DecodeIndexHeader(bytes->data());

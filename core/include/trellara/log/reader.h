@@ -50,6 +50,9 @@ class LogReader {
   LogReader(LogDevice& device, std::string dir) : device_(device), dir_(std::move(dir)) {}
   Status LoadSegment(uint64_t first_offset);
   Status RefreshIndex();
+  // True when `first_offset` is the active segment, still empty, whose index the writer has not
+  // finished creating (missing or shorter than its header): it holds no record yet.
+  Result<bool> SegmentBeingCreated(uint64_t first_offset);
   void CloseSegment();
   Result<LogRecord> ReadFrame(const IndexEntry& entry);
 

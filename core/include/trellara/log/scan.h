@@ -95,6 +95,7 @@ struct IndexRead {
   IndexStatus found = IndexStatus::kOk;
   std::string detail;
   std::vector<IndexEntry> entries;
+  bool short_header = false;  // kCorrupt because the file is shorter than its header (being created?)
 };
 Result<IndexRead> ReadIndexFile(LogDevice& device, const std::string& dir, uint64_t first_offset);
 
