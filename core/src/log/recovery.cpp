@@ -46,16 +46,26 @@ Status RebuildIndexFile(LogDevice& device, const std::string& dir, const Segment
 namespace {
 
 Status CreateEmptySegment(LogDevice& device, const std::string& dir, uint64_t first_offset) {
+  // Index first, whole and under its final name, then the segment file (as LogWriter::StartSegment
+  // does): a reader never lists a segment whose index is missing or shorter than its header.
+  const std::string index_path = JoinPath(dir, IndexFileName(first_offset));
+  const std::string tmp_path = index_path + ".tmp";
+  uint8_t header[kIndexHeaderBytes];
+  EncodeIndexHeader(first_offset, header);
+  auto tmp = device.OpenFile(tmp_path, true);
+  if (!tmp.ok()) return tmp.error();
+  Status status = device.Truncate(*tmp, 0);
+  if (status.ok()) status = device.WriteAt(*tmp, 0, header, sizeof header);
+  if (status.ok()) status = device.SyncData(*tmp);
+  device.CloseFile(*tmp);
+  TRELLARA_TRY(status);
+  TRELLARA_TRY(device.Rename(tmp_path, index_path));
   auto segment = device.OpenFile(JoinPath(dir, SegmentFileName(first_offset)), true);
   if (!segment.ok()) return segment.error();
-  Status status = device.SyncData(*segment);
+  status = device.SyncData(*segment);
   device.CloseFile(*segment);
   TRELLARA_TRY(status);
-  SegmentScan empty;
-  empty.first_offset = first_offset;
-  empty.segment_name = SegmentFileName(first_offset);
-  empty.index_name = IndexFileName(first_offset);
-  return RebuildIndexFile(device, dir, empty);  // also fsyncs the directory
+  return device.SyncDirectory(dir);
 }
 
 // Brings the log back to the point recorded by the writer after an fdatasync failure: segments

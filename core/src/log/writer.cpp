@@ -70,18 +70,24 @@ Result<std::unique_ptr<LogWriter>> LogWriter::Open(LogDevice& device, const std:
 Status LogWriter::StartSegment(uint64_t first_offset, bool create) {
   const std::string segment_path = JoinPath(dir_, SegmentFileName(first_offset));
   const std::string index_path = JoinPath(dir_, IndexFileName(first_offset));
-  auto segment = device_.OpenFile(segment_path, create);
-  if (!segment.ok()) return segment.error();
-  segment_file_ = *segment;
+  // A new segment's index is created whole (header written and synced) before the segment file
+  // exists: readers find segments by their segment files (ListSegments), so none can see a segment
+  // whose index is missing or shorter than its header. A crash in between leaves an index without
+  // a segment, which recovery removes (ScanLog's orphan_index_files).
   auto index = device_.OpenFile(index_path, create);
   if (!index.ok()) return index.error();
   index_file_ = *index;
-  segment_first_offset_ = first_offset;
   if (create) {
     uint8_t header[kIndexHeaderBytes];
     EncodeIndexHeader(first_offset, header);
     TRELLARA_TRY(device_.WriteAt(*index_file_, 0, header, sizeof header));
     TRELLARA_TRY(device_.SyncData(*index_file_));
+  }
+  auto segment = device_.OpenFile(segment_path, create);
+  if (!segment.ok()) return segment.error();
+  segment_file_ = *segment;
+  segment_first_offset_ = first_offset;
+  if (create) {
     TRELLARA_TRY(device_.SyncData(*segment_file_));
     // The new names must survive power loss before any record in them is acknowledged.
     TRELLARA_TRY(device_.SyncDirectory(dir_));
