@@ -100,6 +100,7 @@ class Applier {
   uint64_t CheckContinuity(std::optional<uint64_t> recorded_offset);
   void CheckLogFlow(const log::LogRecord& record);
   void CheckFlowOf(const TxIdentity& tx);
+  bool WaitForLogDirectory();
   bool RecoverFrom(TransientFailure failure);
   void WriteStateFile(const std::string& state, const std::string& last_error, const std::string& sqlstate);
   void WriteOffset(bool force);

@@ -29,7 +29,11 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -134,10 +138,18 @@ void Applier::Run() {
   device_ = std::move(device.value());
   // One applier per flow: first the lock in the log directory (it also stops two appliers of
   // one log that point at different targets), then the target's advisory lock.
-  auto lock = log::ConsumerLock::Acquire(config_.log_directory, kConsumerName);
-  if (!lock)
+  if (!WaitForLogDirectory()) {  // stopped while waiting
+    progress_.Print("stopped", counters_, Figures(false));
+    return;
+  }
+  bool held_by_another = false;
+  auto lock = log::ConsumerLock::Acquire(config_.log_directory, kConsumerName, &held_by_another);
+  if (!lock && held_by_another)
     Fail("another applier of flow " + config_.flow_name + " is running on this log: " + lock.error().message +
          "; stop it first, or leave it running: only one applier per flow may apply");
+  if (!lock)
+    Fail("the applier of flow " + config_.flow_name + " cannot take its lock in the log directory " +
+         config_.log_directory + " (flow.log_directory): " + lock.error().message);
   log_lock_ = std::move(lock.value());
   session_.Connect();
   conn_ = &session_.conn();
@@ -155,6 +167,46 @@ void Applier::Run() {
       if (!RecoverFrom(failure)) return;  // stopped while waiting
     }
   }
+}
+
+// The relay creates the flow's log directory when it first starts, a moment after
+// trellara.create_flow(); an applier started right after (a script, a service unit ordered after
+// the source) waits for it instead of failing. --until-caught-up does not wait: there is nothing to
+// catch up with, and a wrong log_directory must not look like an idle flow. Returns false when a
+// stop signal arrived while waiting.
+bool Applier::WaitForLogDirectory() {
+  struct stat st;
+  auto state = [&]() -> int { return ::stat(config_.log_directory.c_str(), &st) == 0 ? 0 : errno; };
+  int err = state();
+  if (err == 0 && !S_ISDIR(st.st_mode))
+    Fail("flow.log_directory " + config_.log_directory + " of flow " + config_.flow_name +
+         " is not a directory; set it to the flow's log directory (SELECT log_directory FROM trellara.flows)");
+  if (err == 0) return true;
+  const std::string why = "the log directory " + config_.log_directory + " of flow " + config_.flow_name +
+                          " (flow.log_directory) " +
+                          (err == ENOENT ? "does not exist yet" : "cannot be read: " + std::string(std::strerror(err)));
+  if (until_caught_up_ || err != ENOENT)
+    Fail(why + "; check flow.log_directory against SELECT log_directory FROM trellara.flows on the source, and "
+               "that the flow's relay has started (SELECT flow, state FROM trellara.status())");
+  auto announce = [&] {
+    std::cerr << "apply flow=" << config_.flow_name << " event=waiting reason=\"" << why
+              << "; waiting for the flow's relay to create it (SELECT flow, state FROM trellara.status() on the "
+                 "source)\"" << std::endl;
+  };
+  announce();  // no state file: it lives in the directory being waited for
+  auto next_announcement = Clock::now() + std::chrono::seconds(60);
+  while ((err = state()) == ENOENT) {
+    if (StopRequested()) return false;
+    if (Clock::now() >= next_announcement) {
+      announce();
+      next_announcement = Clock::now() + std::chrono::seconds(60);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (err != 0 || !S_ISDIR(st.st_mode))
+    Fail("the log directory " + config_.log_directory + " of flow " + config_.flow_name +
+         " appeared but cannot be used: " + (err != 0 ? std::string(std::strerror(err)) : "not a directory"));
+  return true;
 }
 
 // A transient failure: drop the session, back off, reconnect, resume from the consumer offset.

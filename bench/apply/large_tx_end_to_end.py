@@ -77,7 +77,11 @@ def trellara_run(run, rows):
                 while source.query("SELECT state FROM trellara.status() WHERE flow = 'bench'") != "running" or \
                         target.query("SELECT to_regclass('trellara.applied_transactions') IS NOT NULL") != "t":
                     if time.monotonic() > deadline or applier.poll() is not None:
-                        raise RuntimeError("the flow or the applier did not start")
+                        out.flush()
+                        with open(os.path.join(work, "apply.out")) as f:
+                            said = f.read()
+                        raise RuntimeError(f"the flow or the applier did not start (applier exit code "
+                                           f"{applier.poll()}; its output:\n{said})")
                     time.sleep(0.1)
                 return run_transaction(source, target, rows, "SELECT log_durable_lsn >= '{lsn}' FROM trellara.status()")
             finally:

@@ -117,8 +117,10 @@ TEST_CASE("one_process_per_consumer_through_the_directory_lock", "[log][consumer
     CHECK((*first)->path() == dir + "/consumers/.applier.lock");
     // flock conflicts between open file descriptions, so a second open in this process stands in
     // for a second process.
-    auto second = ConsumerLock::Acquire(dir, "applier");
+    bool held = false;
+    auto second = ConsumerLock::Acquire(dir, "applier", &held);
     REQUIRE_FALSE(second.ok());
+    CHECK(held);
     CHECK_THAT(second.error().message, Catch::Contains("consumer applier of " + dir + " is held by another process") &&
                                            Catch::Contains("(pid " + std::to_string(::getpid()) + ")") &&
                                            Catch::Contains(".applier.lock"));
@@ -134,5 +136,11 @@ TEST_CASE("one_process_per_consumer_through_the_directory_lock", "[log][consumer
   // Released with its holder: the next one gets it.
   CHECK(ConsumerLock::Acquire(dir, "applier").ok());
   CHECK_FALSE(ConsumerLock::Acquire(dir, "../x").ok());
+  // A log directory that does not exist (yet) is not "held by another process".
+  bool held = true;
+  auto missing = ConsumerLock::Acquire(dir + "/not-created-yet", "applier", &held);
+  REQUIRE_FALSE(missing.ok());
+  CHECK_FALSE(held);
+  CHECK_THAT(missing.error().message, Catch::Contains("not-created-yet/consumers") && Catch::Contains("No such file"));
   std::filesystem::remove_all(dir);
 }

@@ -13,7 +13,9 @@
 
 namespace trellara::log {
 
-Result<std::unique_ptr<ConsumerLock>> ConsumerLock::Acquire(const std::string& dir, const std::string& name) {
+Result<std::unique_ptr<ConsumerLock>> ConsumerLock::Acquire(const std::string& dir, const std::string& name,
+                                                             bool* held_by_another) {
+  if (held_by_another != nullptr) *held_by_another = false;
   TRELLARA_TRY(ValidateConsumerName(name));
   const std::string consumers = dir + "/consumers";
   if (::mkdir(consumers.c_str(), 0700) != 0 && errno != EEXIST)
@@ -40,9 +42,11 @@ Result<std::unique_ptr<ConsumerLock>> ConsumerLock::Acquire(const std::string& d
     ::close(fd);
     std::string pid = n > 0 ? std::string(holder, static_cast<size_t>(n)) : std::string();
     while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
-    if (err == EWOULDBLOCK)
+    if (err == EWOULDBLOCK) {
+      if (held_by_another != nullptr) *held_by_another = true;
       return MakeError("consumer " + name + " of " + dir + " is held by another process" +
                        (pid.empty() ? std::string() : " (pid " + pid + ")") + " through " + path);
+    }
     return MakeError("cannot lock " + path + ": " + std::strerror(err));
   }
   const std::string pid = std::to_string(::getpid()) + "\n";

@@ -20,8 +20,10 @@ class ConsumerLock {
  public:
   // Takes the lock of consumer `name` of log directory `dir`, creating consumers/ if needed.
   // Fails when another process (or another open of the file) holds it; the message names the
-  // lock file and the holder's pid.
-  static Result<std::unique_ptr<ConsumerLock>> Acquire(const std::string& dir, const std::string& name);
+  // lock file and the holder's pid; `held_by_another` (optional) tells that case apart from a
+  // directory that is missing or not writable.
+  static Result<std::unique_ptr<ConsumerLock>> Acquire(const std::string& dir, const std::string& name,
+                                                       bool* held_by_another = nullptr);
   ~ConsumerLock();
   ConsumerLock(const ConsumerLock&) = delete;
   ConsumerLock& operator=(const ConsumerLock&) = delete;
