@@ -217,5 +217,66 @@ def operator_commands_report_verify_and_release_quarantine():
         print("ok: operator_commands_report_verify_and_release_quarantine")
 
 
+def applier_started_before_the_relay_waits_for_the_log_directory():
+    """A daemon `trellara apply` started before the flow exists (a script or a service unit that
+    runs right after create_flow, or before it) waits for the relay to create the log directory,
+    then applies; `--until-caught-up` refuses at once, naming flow.log_directory. Until 2026-12-02
+    the daemon exited with "another applier of flow ... is running on this log" in that window."""
+    with Cluster("early-source") as source, Cluster("early-target", preload=False) as target, \
+            tempfile.TemporaryDirectory(prefix="trellara-early-") as work:
+        ddl = "CREATE TABLE items (id bigint PRIMARY KEY, v text NOT NULL)"
+        source.query("CREATE EXTENSION trellara")
+        source.query(ddl)
+        target.query(ddl)
+        source.query("CREATE PUBLICATION pub FOR TABLE items")
+        log_dir = os.path.join(source.query("SHOW data_directory"), "pg_trellara", "early")
+        config = os.path.join(work, "flow.toml")
+        with open(config, "w") as f:
+            f.write(f'[flow]\nname = "early"\nlog_directory = "{log_dir}"\n\n'
+                    f'[source]\nconninfo = "{source.conninfo()}"\n\n[target]\nconninfo = "{target.conninfo()}"\n')
+
+        refused = trellara("apply", "--config", config, "--until-caught-up", expect=1)
+        if "does not exist yet" not in refused.stderr or "flow.log_directory" not in refused.stderr:
+            raise CaptureFailure(f"--until-caught-up without a log directory: {refused.stderr}")
+
+        err_path = os.path.join(work, "apply.err")
+        with open(err_path, "w") as err:
+            applier = subprocess.Popen([TRELLARA_BIN, "apply", "--config", config], stdout=subprocess.DEVNULL,
+                                       stderr=err)
+        try:
+            def said_waiting():
+                if applier.poll() is not None:
+                    raise CaptureFailure(f"the daemon applier exited {applier.returncode} before the flow existed: "
+                                         f"{open(err_path).read()}")
+                return "event=waiting" in open(err_path).read()
+            wait_for("the daemon applier to say it waits for the log directory", said_waiting, 30)
+            if os.path.exists(log_dir):
+                raise CaptureFailure(f"{log_dir} exists before the flow was created")
+            source.query("SELECT trellara.create_flow('early', 'pub')")
+            if source.query("SELECT log_directory FROM trellara.flows WHERE name = 'early'") != log_dir:
+                raise CaptureFailure("the flow's log directory is not the one the config names")
+            source.query("INSERT INTO items SELECT g, md5(g::text) FROM generate_series(1, 500) g")
+
+            def applied():
+                if applier.poll() is not None:
+                    raise CaptureFailure(f"the daemon applier exited {applier.returncode} after the flow was created: "
+                                         f"{open(err_path).read()}")
+                return target.query("SELECT count(*) FROM items") == "500"
+            wait_for("the daemon applier to apply the flow's first transaction", applied, 60)
+        finally:
+            if applier.poll() is None:
+                applier.send_signal(signal.SIGTERM)   # our own child, by its Popen handle
+            code = applier.wait(timeout=60)
+        if code != 0:
+            raise CaptureFailure(f"the daemon applier ended with {code} on SIGTERM: {open(err_path).read()}")
+        if source.query("SELECT md5(string_agg(v, ',' ORDER BY id)) FROM items") != \
+                target.query("SELECT md5(string_agg(v, ',' ORDER BY id)) FROM items"):
+            raise CaptureFailure("items differ between source and target")
+        assert_no_backend_crashes(source, target)
+        print("ok: applier_started_before_the_relay_waits_for_the_log_directory (waited, then applied 500 rows; "
+              "--until-caught-up refused: " + refused.stderr.strip().splitlines()[-1][:160] + ")")
+
+
 if __name__ == "__main__":
     operator_commands_report_verify_and_release_quarantine()
+    applier_started_before_the_relay_waits_for_the_log_directory()
