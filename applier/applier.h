@@ -192,10 +192,11 @@ class Applier {
   ApplyPipeline pipeline_{0, PipelineLimits{kBatchMaxTransactions, kBatchMaxStatements}};
   std::vector<Expect> expects_;     // the answers the in-flight batch owes
   // Superseded updates (docs/apply.md "Superseded updates in a group"): the relations the in-flight
-  // group left UPDATEs of (its guard's argument, in order), and those whose target fires triggers
-  // or rules for replicated UPDATEs (the guard refused them): every UPDATE of those is sent.
+  // group writes when it left UPDATEs out (its guard's argument, in order), and those whose target
+  // fires triggers or rules for replicated changes (the guard refused them): no UPDATE of those,
+  // and none across a write of those, is left out.
   std::vector<std::string> guarded_relations_;
-  std::set<std::string> update_triggers_;
+  std::set<std::string> replica_triggers_;
   PlanCache plan_cache_;  // each relation's quoted names, made once for the batch path's plans
   uint64_t start_offset_ = 0;
   uint64_t stop_offset_ = UINT64_MAX;  // --until-caught-up: the log's published end at start

@@ -35,8 +35,8 @@ std::string TextArrayLiteral(const std::vector<std::string>& elements) {
   return out + "}";
 }
 
-// SQLSTATE of trellara.require_no_update_triggers (sql/trellara_target.sql).
-constexpr const char* kUpdateTriggersSqlstate = "TR011";
+// SQLSTATE of trellara.require_no_replica_triggers (sql/trellara_target.sql).
+constexpr const char* kReplicaTriggersSqlstate = "TR011";
 
 }  // namespace
 
@@ -136,14 +136,14 @@ void Applier::SendBatch() {
   };
   // A grouped batch leaves out the UPDATEs a later UPDATE of the group overwrites (core
   // FindSupersededUpdates); a guard before its COMMIT makes the target refuse that when a trigger or
-  // rule fires for replicated UPDATEs of such a relation.
+  // rule fires for replicated changes of any relation the group writes.
   SupersededUpdates superseded;
   guarded_relations_.clear();
   if (grouped && config_.leave_out_superseded_updates && config_.session_replication_role == "replica") {
     std::vector<const std::vector<ChangePlan>*> group;
     for (size_t k = 0; k < count; k++)
       group.push_back(&pipeline_.at(k).plans);  // a duplicate's plans are empty
-    superseded = FindSupersededUpdates(group, update_triggers_);
+    superseded = FindSupersededUpdates(group, replica_triggers_);
     guarded_relations_ = superseded.relations;
   }
   std::optional<size_t> last_member;
@@ -252,7 +252,7 @@ void Applier::CollectBatch() {
       if (!ok && !next.aborted && !failed) {
         failed = DescribeTransaction(pipeline_.at(expect.index).ready.tx) + ": " + next.result.Describe();
         registry_changed = expect.what == What::ControlCheck && next.result.sqlstate() == kRegistryChangedSqlstate;
-        if (expect.what == What::UpdateGuard && next.result.sqlstate() == kUpdateTriggersSqlstate)
+        if (expect.what == What::UpdateGuard && next.result.sqlstate() == kReplicaTriggersSqlstate)
           RefuseSupersededUpdates(next.result);
       }
       if (expect.what == What::Commit && ok) {
@@ -290,8 +290,9 @@ void Applier::CollectBatch() {
 }
 
 // The guard refused leaving out UPDATEs (TR011): DETAIL holds the 1-based positions, in
-// guarded_relations_, of the relations whose target fires a trigger or rule for replicated UPDATEs.
-// Every UPDATE of those is sent from now on (the group itself goes again one transaction each).
+// guarded_relations_, of the relations whose target fires a trigger or rule for replicated changes.
+// No UPDATE of those, and none across a write of those, is left out from now on (the group itself
+// goes again one transaction each).
 void Applier::RefuseSupersededUpdates(const PgResult& refusal) {
   const std::string detail = refusal.detail();
   size_t learned = 0;
@@ -302,15 +303,17 @@ void Applier::RefuseSupersededUpdates(const PgResult& refusal) {
     char* rest = nullptr;
     const unsigned long position = std::strtoul(item.c_str(), &rest, 10);
     if (!item.empty() && rest != nullptr && *rest == '\0' && position >= 1 && position <= guarded_relations_.size() &&
-        update_triggers_.insert(guarded_relations_[position - 1]).second)
+        replica_triggers_.insert(guarded_relations_[position - 1]).second)
       learned++;
     start = end + 1;
   }
   // A refusal that names nothing this applier can read (a changed guard function): send every
   // UPDATE of every guarded relation rather than be refused again and again.
   if (learned == 0)
-    for (const std::string& relation : guarded_relations_) update_triggers_.insert(relation);
-  std::cerr << "trellara: flow " << config_.flow_name << ": sending every replicated UPDATE of these tables from now on: "
+    for (const std::string& relation : guarded_relations_) replica_triggers_.insert(relation);
+  std::cerr << "trellara: flow " << config_.flow_name
+            << ": sending every replicated UPDATE of these tables, and every UPDATE a write of them comes between, "
+               "from now on: "
             << refusal.Describe() << "\n";
 }
 

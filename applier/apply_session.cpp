@@ -209,7 +209,7 @@ void ApplySession::Connect(bool reconnecting) {
   Must(conn_->Prepare("trellara_begin", "BEGIN", 0), "preparing BEGIN");
   Must(conn_->Prepare("trellara_commit", "COMMIT", 0), "preparing COMMIT");
   // The last statement of a grouped batch that left superseded UPDATEs out (apply_pipeline.cpp).
-  Must(conn_->Prepare("trellara_update_guard", "SELECT trellara.require_no_update_triggers($1::text[])", 1),
+  Must(conn_->Prepare("trellara_update_guard", "SELECT trellara.require_no_replica_triggers($1::text[])", 1),
        "preparing the guard of superseded updates");
 }
 

@@ -83,14 +83,18 @@ $fn$;
 
 -- The guard of superseded updates (docs/apply.md "Superseded updates in a group"): a grouped batch
 -- that left out UPDATEs overwritten later in the same group calls this last, before its COMMIT,
--- with every relation it left an UPDATE of. It raises (SQLSTATE TR011, the 1-based positions of the
+-- with every relation the group writes. It raises (SQLSTATE TR011, the 1-based positions of the
 -- refusing relations in DETAIL) when a trigger or rule on one of them fires for the applier's
--- UPDATEs: ENABLE ALWAYS or ENABLE REPLICA, as the apply session runs with
+-- changes: ENABLE ALWAYS or ENABLE REPLICA, any event, as the apply session runs with
 -- session_replication_role = replica; internal (foreign-key) triggers do not fire then. Such a
--- trigger must see every UPDATE, so the group rolls back and is applied one source transaction at a
--- time with nothing left out, and the applier stops leaving out UPDATEs of that relation. Called
--- after the group's statements, it sees any trigger enabled before they locked the relation.
-CREATE OR REPLACE FUNCTION trellara.require_no_update_triggers(relations text[])
+-- trigger must see every UPDATE of its own table and, since it may read any table, every row as
+-- in-order apply leaves it, so the group rolls back and is applied one source transaction at a
+-- time with nothing left out, and the applier stops leaving out any UPDATE of that relation or
+-- across a write of it. Called after the group's statements, it sees any trigger enabled before
+-- they locked the relation. (Until 2026-12-02 it was require_no_update_triggers and looked at
+-- UPDATE triggers of the relations with a left-out UPDATE only.)
+DROP FUNCTION IF EXISTS trellara.require_no_update_triggers(text[]);
+CREATE OR REPLACE FUNCTION trellara.require_no_replica_triggers(relations text[])
 RETURNS void LANGUAGE plpgsql AS $fn$
 DECLARE
   positions text;
@@ -103,12 +107,11 @@ BEGIN
     CROSS JOIN LATERAL (
       SELECT 'trigger ' || t.tgname AS what FROM pg_catalog.pg_trigger t
        WHERE t.tgrelid = r.name::regclass AND NOT t.tgisinternal AND t.tgenabled IN ('A', 'R')
-         AND t.tgtype::int & 16 <> 0
       UNION ALL
       SELECT 'rule ' || w.rulename FROM pg_catalog.pg_rewrite w
-       WHERE w.ev_class = r.name::regclass AND w.ev_enabled IN ('A', 'R') AND w.ev_type = '2') AS f;
+       WHERE w.ev_class = r.name::regclass AND w.ev_enabled IN ('A', 'R') AND w.ev_type <> '1') AS f;
   IF positions IS NOT NULL THEN
-    RAISE EXCEPTION 'a trigger or rule fires for replicated UPDATEs of %', found
+    RAISE EXCEPTION 'a trigger or rule fires for replicated changes of %', found
       USING ERRCODE = 'TR011', DETAIL = positions;
   END IF;
 END
@@ -216,7 +219,7 @@ REVOKE ALL ON FUNCTION trellara.quarantine_replay_ready(bigint, pg_lsn) FROM PUB
 REVOKE ALL ON FUNCTION trellara.quarantine_replay_ready(bigint, pg_lsn, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION trellara.quarantine_list() FROM PUBLIC;
 REVOKE ALL ON FUNCTION trellara.require_one_row(bigint) FROM PUBLIC;  -- the applier's own check
-REVOKE ALL ON FUNCTION trellara.require_no_update_triggers(text[]) FROM PUBLIC;  -- the applier's own guard
+REVOKE ALL ON FUNCTION trellara.require_no_replica_triggers(text[]) FROM PUBLIC;  -- the applier's own guard
 REVOKE ALL ON FUNCTION trellara.apply_status() FROM PUBLIC;
 GRANT USAGE ON SCHEMA trellara TO pg_monitor;
 GRANT EXECUTE ON FUNCTION trellara.quarantine_list() TO pg_monitor;

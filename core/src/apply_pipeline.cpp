@@ -211,7 +211,7 @@ SupersededUpdates FindSupersededUpdates(const std::vector<const std::vector<Chan
   std::map<std::string, Last> last;              // row_key -> its last UPDATE
   std::map<std::string, uint64_t> generation;    // target_relation -> bumped by every other write
   uint64_t everything = 0;                       // bumped by a TRUNCATE or a plan without a relation
-  std::set<std::string> relations;
+  std::set<std::string> written;
   const auto current = [&](const std::string& relation) {
     auto it = generation.find(relation);
     return everything + (it == generation.end() ? 0 : it->second);
@@ -220,12 +220,16 @@ SupersededUpdates FindSupersededUpdates(const std::vector<const std::vector<Chan
     for (size_t k = 0; k < group[t]->size(); k++) {
       const ChangePlan& plan = (*group[t])[k];
       if (plan.kind == PlanKind::NotApplied) continue;
-      if (plan.target_relation.empty() || plan.kind == PlanKind::Truncate) {
-        // Generations only grow, so bumping the shared part invalidates every remembered UPDATE.
+      if (!plan.target_relation.empty()) written.insert(plan.target_relation);
+      if (plan.target_relation.empty() || plan.kind == PlanKind::Truncate ||
+          refused.count(plan.target_relation) > 0) {
+        // Generations only grow, so bumping the shared part invalidates every remembered UPDATE:
+        // a trigger of a refused relation may read any row, and must see each as in-order apply
+        // leaves it.
         everything++;
         continue;
       }
-      if (plan.kind != PlanKind::Update || plan.row_key.empty() || refused.count(plan.target_relation) > 0) {
+      if (plan.kind != PlanKind::Update || plan.row_key.empty()) {
         generation[plan.target_relation]++;
         continue;
       }
@@ -236,13 +240,12 @@ SupersededUpdates FindSupersededUpdates(const std::vector<const std::vector<Chan
         if (earlier.statement_key == plan.statement_key) {
           out.superseded[it->second.tx][it->second.plan] = true;
           out.count++;
-          relations.insert(plan.target_relation);
         }
       }
       last[plan.row_key] = Last{t, k, now};
     }
   }
-  out.relations.assign(relations.begin(), relations.end());
+  if (out.count > 0) out.relations.assign(written.begin(), written.end());
   return out;
 }
 

@@ -9,6 +9,9 @@ out an UPDATE that a later UPDATE of the same row in the group overwrites. The s
     transactions, with deletes + re-inserts and key-changing UPDATEs of the same rows in between
     (where nothing may be left out across them); the applier reports superseded_updates > 0, the
     target equals the source table by table, and every logged transaction has exactly one dedup row;
+  - a_target_trigger_of_another_table_reads_rows_as_applied_in_order: an ENABLE ALWAYS trigger
+    on the target's events table reads the hot row each event was inserted after; it must read
+    exactly the value the source had (nothing left out across a write of a table with a trigger);
   - a_target_update_trigger_sees_every_replicated_update: the target has an AFTER UPDATE trigger
     enabled ALWAYS that records each UPDATE it sees; it must see exactly as many as the source made
     (the guard refuses the group, the applier sends every UPDATE of that table from then on);
@@ -49,6 +52,23 @@ DROP TRIGGER IF EXISTS counters_audit ON public.counters;
 CREATE TRIGGER counters_audit AFTER UPDATE ON public.counters FOR EACH ROW EXECUTE FUNCTION public.audit_update();
 ALTER TABLE public.counters ENABLE ALWAYS TRIGGER counters_audit;
 TRUNCATE public.update_audit;
+"""
+
+# The target-only table and trigger that record, for every replicated INSERT into public.events,
+# the value of its hot row in public.counters at that moment: a trigger of *another* table that
+# reads a table whose UPDATEs a group could leave out. The source inserted each event with that
+# very value (events.n), so in-order apply makes every recorded value equal its event's n.
+EVENT_AUDIT_DDL = """
+CREATE TABLE IF NOT EXISTS public.event_audit (event bigint NOT NULL, counter_n bigint);
+CREATE OR REPLACE FUNCTION public.audit_event() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO public.event_audit SELECT NEW.id, (SELECT c.n FROM public.counters c WHERE c.id = NEW.counter);
+  RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS events_audit ON public.events;
+CREATE TRIGGER events_audit AFTER INSERT ON public.events FOR EACH ROW EXECUTE FUNCTION public.audit_event();
+ALTER TABLE public.events ENABLE ALWAYS TRIGGER events_audit;
+TRUNCATE public.event_audit;
 """
 
 
@@ -141,6 +161,43 @@ def check_trigger_sees_every_update(pair, workload, env=None, outputs=None):
 
 
 @scenario(suite="grouped_apply",
+          invariants=("a target trigger ENABLE ALWAYS on another table reads every row as in-order apply leaves it",
+                      "target equals source", "one dedup row per logged transaction"))
+def a_target_trigger_of_another_table_reads_rows_as_applied_in_order(pair, workload):
+    """Each source transaction updates a hot counter, then inserts an event carrying the counter's
+    new value; a later transaction of the same group updates the same counter again. Leaving the
+    first UPDATE out would make the events trigger read the older value."""
+    pair.target.psql(EVENT_AUDIT_DDL)
+    try:
+        first_event = workload.next_event
+        script, updates = workload.updates(400, barriers=False)
+        pair.source.psql(script)
+        wait_log_covers_source(pair.source)
+        result = run_apply(pair.config, 0)
+        audited = int(pair.target.query("SELECT count(*) FROM public.event_audit"))
+        wrong = pair.target.query(
+            "SELECT count(*) || ' ' || coalesce(string_agg(e.id || ':' || e.n || '/' || coalesce(a.counter_n::text, 'null'), "
+            "' ' ORDER BY e.id), '') FROM public.events e JOIN public.event_audit a ON a.event = e.id "
+            "WHERE a.counter_n IS DISTINCT FROM e.n")
+        print(f"seed {SEED}: {workload.next_event - first_event} events, {audited} audited by the target's trigger, "
+              f"mismatching: {wrong.split(' ')[0]}; superseded_updates={superseded_count(result)}")
+        if audited != workload.next_event - first_event:
+            raise CaptureFailure(f"the events trigger ran {audited} times for {workload.next_event - first_event} "
+                                 f"replicated INSERTs (seed {SEED})")
+        if wrong.split(" ")[0] != "0":
+            raise CaptureFailure(f"the target's ALWAYS trigger on public.events read a counter value in-order apply "
+                                 f"would not have shown it (event:expected/seen): {wrong[:600]} (seed {SEED})")
+        if "sending every replicated UPDATE" not in result.stderr:
+            raise CaptureFailure(f"the applier did not say it stops leaving UPDATEs out around public.events: "
+                                 f"{result.stderr[-1500:]}")
+        assert_same_data(pair.source, pair.target, TABLES, "with the target's events trigger")
+        assert_each_transaction_applied_once(pair.target, pair.log_dir, "with the target's events trigger")
+    finally:
+        pair.target.psql("DROP TRIGGER IF EXISTS events_audit ON public.events")
+    print("ok: a_target_trigger_of_another_table_reads_rows_as_applied_in_order")
+
+
+@scenario(suite="grouped_apply",
           invariants=("a target trigger ENABLE ALWAYS sees every replicated UPDATE",
                       "target equals source", "one dedup row per logged transaction"))
 def a_target_update_trigger_sees_every_replicated_update(pair, workload):
@@ -160,6 +217,7 @@ def negative_control_an_unguarded_group_is_caught(pair, workload):
 
 
 SCENARIOS = (superseded_updates_are_left_out_and_the_target_matches_the_source,
+             a_target_trigger_of_another_table_reads_rows_as_applied_in_order,
              a_target_update_trigger_sees_every_replicated_update,
              negative_control_an_unguarded_group_is_caught)
 

@@ -606,9 +606,29 @@ TEST_CASE("superseded_updates_a_chain_of_key_preserving_updates_of_one_row_keeps
   CHECK(found.count == 3);
   CHECK(found.superseded == std::vector<std::vector<bool>>{{true, true}, {true}, {}, {false, false}});
   CHECK(found.relations == std::vector<std::string>{"\"public\".\"orders\""});
-  // Writes of another relation in between change nothing for this one.
+  // Writes of another relation in between change nothing for this one; the guard then covers
+  // every relation the group writes.
   const auto across = Superseded({{OrdersPlan(Op::Update, "1", "a"), LineItemsInsert("1")}, {OrdersPlan(Op::Update, "1", "b")}});
   CHECK(across.superseded == std::vector<std::vector<bool>>{{true, false}, {false}});
+  CHECK(across.relations == std::vector<std::string>{"\"Sales\".\"line \"\"items\"\"\"", "\"public\".\"orders\""});
+  // Nothing superseded: no guard, no relations.
+  CHECK(Superseded({{OrdersPlan(Op::Update, "1", "a"), LineItemsInsert("1")}}).relations.empty());
+}
+
+TEST_CASE("superseded_updates_never_across_a_write_of_a_relation_whose_target_fires_triggers", "[pipeline]") {
+  // A trigger of line_items enabled ALWAYS on the target may read orders: the UPDATE of order 1
+  // before the line_items INSERT must be on the target when it fires, so it is not left out.
+  const std::set<std::string> refused = {"\"Sales\".\"line \"\"items\"\"\""};
+  const auto found = Superseded({{OrdersPlan(Op::Update, "1", "a"), LineItemsInsert("1")}, {OrdersPlan(Op::Update, "1", "b")}},
+                                refused);
+  CHECK(found.count == 0);
+  CHECK(found.superseded == std::vector<std::vector<bool>>{{false, false}, {false}});
+  // After that write, a chain without one in between is still compacted.
+  const auto after = Superseded({{OrdersPlan(Op::Update, "1", "a"), LineItemsInsert("1")},
+                                 {OrdersPlan(Op::Update, "1", "b")}, {OrdersPlan(Op::Update, "1", "c")}},
+                                refused);
+  CHECK(after.superseded == std::vector<std::vector<bool>>{{false, false}, {true}, {false}});
+  CHECK(after.relations == std::vector<std::string>{"\"Sales\".\"line \"\"items\"\"\"", "\"public\".\"orders\""});
 }
 
 TEST_CASE("superseded_updates_never_across_another_write_of_the_relation_a_truncate_or_other_columns", "[pipeline]") {

@@ -190,14 +190,21 @@ class ApplyPipeline {
 //     key-less UPDATE of it, a TRUNCATE of anything, or a plan without a target relation): only
 //     key-preserving UPDATEs of the relation come between, so its rows are the same set at P and at
 //     Q, and Q's row-count check (exactly one row) stands for P's;
-//   - P's relation is not in `refused` (the target fires triggers or rules for replicated UPDATEs
-//     of it, which must see every UPDATE; the adapter learns these from the target's refusal).
+//   - neither P's relation nor the relation of any plan between P and Q is in `refused`: the target
+//     fires triggers or rules for replicated changes of those, and such a trigger may read any
+//     table — P's row included — so it must run against exactly the rows in-order apply would
+//     show it (the adapter learns these relations from the target's refusal, below).
 // A chain P1, P2, .., Pn of such UPDATEs leaves Pn only. Nothing else is ever superseded, and
 // ungrouped batches (one target transaction per source transaction) never call this.
+//
+// When anything is superseded, `relations` lists every relation the group writes: the adapter's
+// guard before COMMIT refuses the group (TR011) if the target fires a trigger or rule for
+// replicated changes of any of them — an UPDATE trigger of P's relation would miss P, and a
+// trigger of another relation written between P and Q could read P's row without P.
 struct SupersededUpdates {
   std::vector<std::vector<bool>> superseded;  // [transaction of the group][plan]: not sent
   size_t count = 0;                           // plans superseded
-  std::vector<std::string> relations;         // target_relation of the superseded plans, sorted, unique
+  std::vector<std::string> relations;         // when count > 0: every target_relation the group writes, sorted, unique
 };
 SupersededUpdates FindSupersededUpdates(const std::vector<const std::vector<ChangePlan>*>& group,
                                         const std::set<std::string>& refused);
