@@ -82,32 +82,53 @@ def wait_log_covers_source(source, flow="app"):
     wait_for("the log to cover the source's WAL", covered, WAIT_S)
 
 
-def wait_applied(source, target, log_dir):
+def wait_applied(source, target, log_dir, applier):
     """The applier applied everything in the log: same row count, consumer offset at the log's end."""
     wait_log_covers_source(source)
     want = source.query("SELECT count(*) FROM public.blob")
-    wait_for(f"the applier to apply {want} rows", lambda: target.query("SELECT count(*) FROM public.blob") == want,
-             WAIT_S)
+    wait_for(f"the applier to apply {want} rows",
+             while_running(applier, lambda: target.query("SELECT count(*) FROM public.blob") == want), WAIT_S)
     end = consumers(log_dir)["end_offset"]
     wait_for("the applier's consumer offset to reach the log's end",
-             lambda: (consumer(log_dir, "applier") or {}).get("next_offset", -1) >= end, WAIT_S)
+             while_running(applier, lambda: (consumer(log_dir, "applier") or {}).get("next_offset", -1) >= end), WAIT_S)
 
 
-def start_applier(config_path):
-    return subprocess.Popen([TRELLARA_BIN, "apply", "--config", config_path], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+def start_applier(config_path, work):
+    """The daemon applier, its output in a file (a pipe nobody reads would stall it once full)."""
+    output = open(os.path.join(work, "apply.out"), "w+")
+    applier = subprocess.Popen([TRELLARA_BIN, "apply", "--config", config_path], stdout=output,
+                               stderr=subprocess.STDOUT, text=True)
+    applier.output = output
+    return applier
+
+
+def applier_output(applier):
+    applier.output.flush()
+    applier.output.seek(0)
+    return applier.output.read()
+
+
+def while_running(applier, predicate):
+    """`predicate` for wait_for that fails at once, with the applier's output, if the applier exited."""
+    def check():
+        if applier.poll() is not None:
+            raise CaptureFailure(f"the daemon applier exited ({applier.returncode}) while the test waited on it: "
+                                 f"{applier_output(applier)[-2000:]}")
+        return predicate()
+    return check
 
 
 def stop_applier(applier):
     applier.send_signal(signal.SIGTERM)   # our own child, by its Popen handle
     try:
-        out, err = applier.communicate(timeout=60)
+        applier.wait(timeout=60)
     finally:
         if applier.poll() is None:
             applier.kill()
             applier.wait()
     if applier.returncode != 0:
-        raise CaptureFailure(f"the applier did not stop cleanly (exit {applier.returncode}): {err[-1000:]}")
+        raise CaptureFailure(f"the applier did not stop cleanly (exit {applier.returncode}): "
+                             f"{applier_output(applier)[-1000:]}")
 
 
 def check_rows(source, flow="app"):
@@ -138,13 +159,14 @@ def log_retention_follows_consumers():
         print(f"no consumer registered: {len(before)} segments kept, first offset {before[0]}")
 
         # 1. A following applier keeps the directory within a few segments.
-        applier = start_applier(config_path)
+        applier = start_applier(config_path, work)
         try:
-            wait_for("the applier to register consumer 'applier'", lambda: consumer(log_dir, "applier"), WAIT_S)
+            wait_for("the applier to register consumer 'applier'",
+                     while_running(applier, lambda: consumer(log_dir, "applier")), WAIT_S)
             steps = 10
             for step in range(steps):
                 write_segments(source, 1)
-                wait_applied(source, target, log_dir)
+                wait_applied(source, target, log_dir, applier)
                 wait_for(f"step {step}: the log to shrink to {MAX_SEGMENTS_FOLLOWING} segments",
                          lambda: len(segments(log_dir)) <= MAX_SEGMENTS_FOLLOWING, WAIT_S)
                 state = consumers(log_dir)
@@ -168,7 +190,7 @@ def log_retention_follows_consumers():
             audit_offset = consumer(log_dir, "audit")["next_offset"]
             first_segment_for_audit = max(s for s in segments(log_dir) if s <= audit_offset)
             write_segments(source, 5)
-            wait_applied(source, target, log_dir)
+            wait_applied(source, target, log_dir, applier)
             kept = segments(log_dir)
             if kept[0] > first_segment_for_audit or len(kept) < 5:
                 raise CaptureFailure(f"the stopped consumer audit (offset {audit_offset}) did not retain the log: "
@@ -204,7 +226,7 @@ def log_retention_follows_consumers():
             wait_for("the relay to run again", lambda: source.query(
                 "SELECT state FROM trellara.status() WHERE flow = 'app'") == "running", WAIT_S)
             write_segments(source, 1)
-            wait_applied(source, target, log_dir)
+            wait_applied(source, target, log_dir, applier)
             print(f"relay restarted on a log starting at offset {first_before_restart}; the applier followed")
             missing = source.psql("SELECT trellara.unregister_consumer('app', 'audit')", check=False)
             if missing.returncode == 0 or "has no consumer named audit" not in missing.stderr:
