@@ -197,6 +197,10 @@ class Applier {
   // and none across a write of those, is left out.
   std::vector<std::string> guarded_relations_;
   std::set<std::string> replica_triggers_;
+  // Chunks of the chunked transaction being read, as the barrier verified them (ResumeLog sets the
+  // barrier's sink; cleared once the transaction is handled). A chunk past the bound is re-read.
+  static constexpr uint64_t kChunkCacheBytes = 16u << 20;
+  VerifiedChunkCache chunk_cache_{kChunkCacheBytes};
   PlanCache plan_cache_;  // each relation's quoted names, made once for the batch path's plans
   uint64_t start_offset_ = 0;
   uint64_t stop_offset_ = UINT64_MAX;  // --until-caught-up: the log's published end at start

@@ -340,6 +340,10 @@ void Applier::OpenLog() {
 void Applier::ResumeLog() {
   chunk_reader_.reset();
   barrier_ = TransactionBarrier();
+  // The chunks the barrier verifies are kept, within kChunkCacheBytes, for the pass that applies
+  // their transaction (ForEachVerifiedChunk): decoded and hashed once, not twice.
+  chunk_cache_.Clear();
+  barrier_.SetChunkSink([this](uint64_t offset, Chunk&& chunk) { chunk_cache_.Offer(offset, std::move(chunk)); });
   expects_.clear();
   unwritten_transactions_ = 0;
   covered_lsn_ = 0;
@@ -586,7 +590,9 @@ void Applier::Loop() {
       // A chunked transaction: applied alone, streaming its chunks back from the log.
       if (Pump(true) == Outcome::Stopped) break;
       if (!registry_.holds().empty() && !StopAtHolds((*fed)->tx.commit_lsn)) break;
-      if (Process(**fed) == Outcome::Stopped) break;
+      const Outcome processed = Process(**fed);
+      chunk_cache_.Clear();  // handled (or stopping): its chunks are not needed again
+      if (processed == Outcome::Stopped) break;
       Status done = pipeline_.AppliedAlone(retain, (*fed)->tx.commit_lsn);
       if (!done.ok()) Fail("flow " + config_.flow_name + ": " + done.error().message);
       unwritten_transactions_++;

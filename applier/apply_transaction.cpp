@@ -380,7 +380,8 @@ Attempt Applier::ApplyInTransaction(const ReadyTransaction& ready, bool resolves
             if (failure) return MakeError("stopped at a failed change");
           }
           return Status::Ok();
-        });
+        },
+        &chunk_cache_);
     if (!failure && walked.ok()) failure = FlushChunked(tx);
     if (!walked.ok() && !failure) {
       QuarantineCause cause;

@@ -81,6 +81,7 @@ struct TransactionBarrier::State {
   bool have_offset = false;
   uint64_t last_offset = 0;
   VerifiedRelations verified_relations;  // fingerprints already checked in earlier records
+  std::function<void(uint64_t, Chunk&&)> chunk_sink;  // SetChunkSink
 
   Error Fail(std::optional<TxIdentity> tx, uint64_t offset, std::string reason) {
     failure = BarrierFailure{std::move(tx), offset, std::move(reason)};
@@ -142,6 +143,9 @@ TransactionBarrier& TransactionBarrier::operator=(TransactionBarrier&&) noexcept
 
 const std::optional<BarrierFailure>& TransactionBarrier::failure() const { return state_->failure; }
 const BarrierStats& TransactionBarrier::stats() const { return state_->stats; }
+void TransactionBarrier::SetChunkSink(std::function<void(uint64_t, Chunk&&)> sink) {
+  state_->chunk_sink = std::move(sink);
+}
 
 std::optional<uint64_t> TransactionBarrier::RetainFromOffset() const {
   std::optional<uint64_t> lowest;
@@ -323,6 +327,7 @@ Result<std::optional<ReadyTransaction>> TransactionBarrier::State::OnChunk(const
   for (const auto& r : chunk.relations) o.relation_oids.insert(r.oid);
   o.chunks.push_back(here);
   stats.chunks++;
+  if (chunk_sink) chunk_sink(frame.offset, std::move(chunk));
   return std::optional<ReadyTransaction>{};
 }
 
@@ -448,42 +453,89 @@ Result<std::optional<ReadyTransaction>> TransactionBarrier::State::OnCommitMarke
 }
 
 Status ForEachVerifiedChunk(const ReadyTransaction& ready, const ReadFramePayload& read,
-                            const std::function<Status(const Chunk&)>& visit) {
+                            const std::function<Status(const Chunk&)>& visit, const VerifiedChunkCache* cache) {
   if (!ready.manifest)
     return MakeError("internal: ForEachVerifiedChunk called for the whole transaction " +
                      DescribeTransaction(ready.tx));
+  const bool all_cached =
+      cache != nullptr && std::all_of(ready.chunks.begin(), ready.chunks.end(),
+                                      [cache](const ChunkLocation& loc) { return cache->Find(loc.offset) != nullptr; });
   ChangeHasher hasher;
   uint64_t changes = 0;
   for (size_t i = 0; i < ready.chunks.size(); i++) {
     const ChunkLocation& loc = ready.chunks[i];
-    const std::string name = "chunk " + std::to_string(loc.seq) + " of " + DescribeTransaction(ready.tx) +
-                             " (log offset " + std::to_string(loc.offset) + ")";
-    auto bytes = read(loc.offset);
-    if (!bytes.ok()) return MakeError("cannot re-read " + name + ": " + bytes.error().message);
-    auto decoded = DecodeRecord(std::span<const uint8_t>(bytes->data(), bytes->size()));
-    if (!decoded.ok()) return MakeError("re-read " + name + " does not decode: " + decoded.error().message);
-    const Chunk* chunk = std::get_if<Chunk>(&*decoded);
-    if (chunk == nullptr)
-      return MakeError("re-read " + name + " is a " + RecordTypeName(TypeOf(*decoded)) + ", not a chunk");
-    if (Status v = VerifyRecordChecksum(*decoded); !v.ok())
-      return MakeError("re-read " + name + " failed verification: " + v.error().message);
+    const auto name = [&] {
+      return "chunk " + std::to_string(loc.seq) + " of " + DescribeTransaction(ready.tx) + " (log offset " +
+             std::to_string(loc.offset) + ")";
+    };
+    const Chunk* chunk = cache != nullptr ? cache->Find(loc.offset) : nullptr;
+    std::optional<Record> decoded;
+    if (chunk == nullptr) {
+      auto bytes = read(loc.offset);
+      if (!bytes.ok()) return MakeError("cannot re-read " + name() + ": " + bytes.error().message);
+      auto record = DecodeRecord(std::span<const uint8_t>(bytes->data(), bytes->size()));
+      if (!record.ok()) return MakeError("re-read " + name() + " does not decode: " + record.error().message);
+      decoded = std::move(record).value();
+      chunk = std::get_if<Chunk>(&*decoded);
+      if (chunk == nullptr)
+        return MakeError("re-read " + name() + " is a " + RecordTypeName(TypeOf(*decoded)) + ", not a chunk");
+      if (Status v = VerifyRecordChecksum(*decoded); !v.ok())
+        return MakeError("re-read " + name() + " failed verification: " + v.error().message);
+    }
     if (!(chunk->tx == ready.tx) || chunk->seq != loc.seq || chunk->event_count != loc.event_count ||
         chunk->checksum != loc.checksum || chunk->partition_id != loc.partition_id)
-      return MakeError("re-read " + name + " is not the chunk the barrier verified; the log changed under the applier");
-    for (const Change& c : chunk->changes) {
-      const RelationInfo* rel = nullptr;
-      if (c.op == Op::Insert || c.op == Op::Update || c.op == Op::Delete)
-        rel = FindRelation(chunk->relations, c.relation_oid);
-      hasher.Add(c, rel, chunk->relations);
+      return MakeError((decoded ? "re-read " : "cached ") + name() +
+                       " is not the chunk the barrier verified; the log changed under the applier");
+    if (!all_cached) {
+      for (const Change& c : chunk->changes) {
+        const RelationInfo* rel = nullptr;
+        if (c.op == Op::Insert || c.op == Op::Update || c.op == Op::Delete)
+          rel = FindRelation(chunk->relations, c.relation_oid);
+        hasher.Add(c, rel, chunk->relations);
+      }
     }
     changes += chunk->changes.size();
     TRELLARA_TRY(visit(*chunk));
   }
-  Sha256 total = hasher.Finish();
-  if (changes != ready.total_changes || total != ready.checksum)
+  if (changes != ready.total_changes || (!all_cached && hasher.Finish() != ready.checksum))
     return MakeError("re-read chunks of " + DescribeTransaction(ready.tx) +
                      " no longer add up to the verified transaction checksum; the log changed under the applier");
   return Status::Ok();
+}
+
+uint64_t EstimatedBytes(const Chunk& chunk) {
+  // Objects plus every string's heap block (short strings live inside the object).
+  const auto text = [](const std::string& s) -> uint64_t { return s.size() > 15 ? s.capacity() + 1 : 0; };
+  uint64_t bytes = sizeof(Chunk) + chunk.relations.size() * (sizeof(RelationInfo) + 1024);
+  for (const Change& c : chunk.changes) {
+    bytes += sizeof(Change) + (c.old_tuple.size() + c.new_tuple.size()) * sizeof(Value);
+    for (const Value& v : c.old_tuple) bytes += text(v.data);
+    for (const Value& v : c.new_tuple) bytes += text(v.data);
+    bytes += text(c.message.prefix) + text(c.message.content) + c.truncate.relation_oids.size() * sizeof(uint32_t);
+    if (c.op == Op::Ddl) bytes += 4096 + text(c.ddl.sql);  // steps and the definition: rare, counted coarsely
+  }
+  return bytes;
+}
+
+bool VerifiedChunkCache::Offer(uint64_t offset, Chunk&& chunk) {
+  const uint64_t size = EstimatedBytes(chunk);
+  if (bytes_ + size > bytes_max_ || chunks_.count(offset) > 0) {
+    refused_++;
+    return false;
+  }
+  bytes_ += size;
+  chunks_.emplace(offset, std::move(chunk));
+  return true;
+}
+
+const Chunk* VerifiedChunkCache::Find(uint64_t offset) const {
+  auto it = chunks_.find(offset);
+  return it == chunks_.end() ? nullptr : &it->second;
+}
+
+void VerifiedChunkCache::Clear() {
+  chunks_.clear();
+  bytes_ = 0;
 }
 
 }  // namespace trellara

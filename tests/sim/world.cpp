@@ -137,6 +137,7 @@ class World {
     applier_running_ = false;
     reader_.reset();
     barrier_.reset();
+    chunk_cache_.reset();
     pipeline_.reset();
   }
   void ProcessPipeline();
@@ -196,6 +197,10 @@ class World {
   int halted_since_ = 0;               // step at which the applier halted (0: not halted)
   std::unique_ptr<log::LogReader> reader_;
   std::unique_ptr<TransactionBarrier> barrier_;
+  // As the real applier: the barrier's verified chunks, reused by the pass that applies them. The
+  // bound comes from the seed (nothing fits / about one chunk / everything), so runs exercise the
+  // cached, the re-read and the mixed pass.
+  std::unique_ptr<VerifiedChunkCache> chunk_cache_;
   std::unique_ptr<ApplyPipeline> pipeline_;
   uint64_t consumer_offset_ = 0;  // as last written (durable: atomic file on the device)
   std::vector<ReadyTransaction> deferred_chunked_;
@@ -330,6 +335,7 @@ void World::PowerLoss(const std::string& why) {
   applier_running_ = false;
   reader_.reset();
   barrier_.reset();
+  chunk_cache_.reset();
   pipeline_.reset();
 }
 
@@ -486,6 +492,11 @@ void World::ApplierStart() {
     return;
   }
   barrier_ = std::make_unique<TransactionBarrier>();
+  static constexpr uint64_t kCacheBounds[] = {0, 4096, 64u << 20};
+  chunk_cache_ = std::make_unique<VerifiedChunkCache>(kCacheBounds[config_.seed % 3]);
+  barrier_->SetChunkSink([cache = chunk_cache_.get()](uint64_t offset, Chunk&& chunk) {
+    cache->Offer(offset, std::move(chunk));
+  });
   PipelineLimits limits;
   limits.batch_transactions_max = 3;
   pipeline_ = std::make_unique<ApplyPipeline>(consumer_offset_, limits);
@@ -516,7 +527,7 @@ std::vector<std::pair<uint64_t, int>> World::RowsOf(const ReadyTransaction& read
     Status s = ForEachVerifiedChunk(ready, read, [&add](const Chunk& chunk) {
       add(chunk.changes);
       return Status::Ok();
-    });
+    }, chunk_cache_.get());
     if (!s.ok()) out_.harness_error = "re-reading chunks: " + s.error().message;
   }
   return rows;

@@ -656,6 +656,93 @@ TEST_CASE("re_read_chunks_must_be_the_verified_ones", "[barrier]") {
   CHECK_THAT(s.error().message, Catch::Contains("not the chunk the barrier verified"));
 }
 
+TEST_CASE("verified_chunks_kept_by_the_barrier_are_applied_without_being_read_again", "[barrier]") {
+  Produced p = FourChunks();
+  // Reference: the pass without a cache re-reads every chunk.
+  TransactionBarrier plain;
+  Run run = FeedAll(plain, p.frames);
+  REQUIRE(run.ready.size() == 1);
+  const std::vector<Change> expected = Reassemble(run.ready[0], run);
+
+  const auto pass = [&](VerifiedChunkCache& cache, std::vector<uint64_t>& reads, std::vector<Change>& out) {
+    TransactionBarrier b;
+    b.SetChunkSink([&cache](uint64_t offset, Chunk&& chunk) { cache.Offer(offset, std::move(chunk)); });
+    Run fed = FeedAll(b, p.frames);
+    REQUIRE(fed.ready.size() == 1);
+    ReadFramePayload read = [&fed, &reads](uint64_t offset) -> Result<std::vector<uint8_t>> {
+      reads.push_back(offset);
+      return Reader(fed)(offset);
+    };
+    return std::make_pair(fed.ready[0], ForEachVerifiedChunk(fed.ready[0], read, [&out](const Chunk& c) -> Status {
+      out.insert(out.end(), c.changes.begin(), c.changes.end());
+      return Status::Ok();
+    }, &cache));
+  };
+  SECTION("every chunk kept: nothing is read, the same changes in the same order") {
+    VerifiedChunkCache cache(64u << 20);
+    std::vector<uint64_t> reads;
+    std::vector<Change> out;
+    auto [ready, walked] = pass(cache, reads, out);
+    REQUIRE(walked.ok());
+    CHECK(reads.empty());
+    CHECK(out == expected);
+    CHECK(cache.refused() == 0);
+  }
+  SECTION("a bound that holds one chunk: the rest is re-read and the total checksum still checked") {
+    TransactionBarrier b;
+    Run fed = FeedAll(b, p.frames);
+    auto first = DecodeRecord(fed.by_offset[fed.ready[0].chunks[0].offset]);
+    REQUIRE(first.ok());
+    VerifiedChunkCache cache(EstimatedBytes(std::get<Chunk>(*first)));
+    std::vector<uint64_t> reads;
+    std::vector<Change> out;
+    auto [ready, walked] = pass(cache, reads, out);
+    REQUIRE(walked.ok());
+    CHECK(reads == std::vector<uint64_t>{ready.chunks[1].offset, ready.chunks[2].offset, ready.chunks[3].offset});
+    CHECK(out == expected);
+    CHECK(cache.refused() == 3);
+  }
+  SECTION("a cached chunk that is not the one at its location is refused before it is visited") {
+    VerifiedChunkCache cache(64u << 20);
+    TransactionBarrier b;
+    Run fed = FeedAll(b, p.frames);
+    const ReadyTransaction& ready = fed.ready[0];
+    // Chunk 2's object offered under chunk 1's offset (a cache keyed wrongly).
+    for (size_t i : {0u, 2u, 3u}) {
+      auto decoded = DecodeRecord(fed.by_offset[ready.chunks[i].offset]);
+      REQUIRE(decoded.ok());
+      REQUIRE(cache.Offer(i == 2 ? ready.chunks[1].offset : ready.chunks[i].offset, std::get<Chunk>(std::move(*decoded))));
+    }
+    int visited = 0;
+    Status walked = ForEachVerifiedChunk(ready, Reader(fed), [&visited](const Chunk&) -> Status {
+      visited++;
+      return Status::Ok();
+    }, &cache);
+    CHECK_FALSE(walked.ok());
+    CHECK(visited == 1);
+    CHECK_THAT(walked.error().message, Catch::Contains("cached chunk 1") && Catch::Contains("not the chunk the barrier verified"));
+  }
+  SECTION("duplicates are not handed to the sink; Clear empties it") {
+    VerifiedChunkCache cache(64u << 20);
+    TransactionBarrier b;
+    std::vector<uint64_t> handed;
+    b.SetChunkSink([&](uint64_t offset, Chunk&& chunk) {
+      handed.push_back(offset);
+      cache.Offer(offset, std::move(chunk));
+    });
+    // A re-emitted prefix: chunks 0 and 1, then the whole transaction again.
+    std::vector<Frame> frames = {p.frames[0], p.frames[1]};
+    frames.insert(frames.end(), p.frames.begin(), p.frames.end());
+    Run fed = FeedAll(b, frames);
+    REQUIRE(fed.ready.size() == 1);
+    CHECK(handed.size() == 4);
+    CHECK(cache.bytes() > 0);
+    cache.Clear();
+    CHECK(cache.bytes() == 0);
+    CHECK(cache.Find(handed[0]) == nullptr);
+  }
+}
+
 // ---- property tests ------------------------------------------------------------------------
 
 namespace {

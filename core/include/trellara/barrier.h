@@ -37,6 +37,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -145,10 +146,40 @@ class TransactionBarrier {
   const std::optional<BarrierFailure>& failure() const;
   const BarrierStats& stats() const;
 
+  // Hands every newly accepted chunk (not an identical duplicate), after the barrier has verified
+  // it and added its changes to the transaction's checksum, to `sink` with its log offset — for a
+  // VerifiedChunkCache, so the applier need not decode and hash it again. Unset: nothing handed.
+  void SetChunkSink(std::function<void(uint64_t offset, Chunk&& chunk)> sink);
+
  private:
   struct State;
   std::unique_ptr<State> state_;
 };
+
+// Decoded chunks the barrier verified (TransactionBarrier::SetChunkSink), kept so that the
+// applier's pass over a chunked transaction neither decodes nor hashes them a second time. Bounded:
+// a chunk that would take the estimated size past `bytes_max` is not kept (the pass re-reads it
+// from the log as before). The applier clears it once a transaction is handled and whenever it
+// resets its barrier, so only chunks of transactions still to be applied are held.
+class VerifiedChunkCache {
+ public:
+  explicit VerifiedChunkCache(uint64_t bytes_max) : bytes_max_(bytes_max) {}
+  // Keeps `chunk`, verified by the barrier at log offset `offset`, if it fits; false if not.
+  bool Offer(uint64_t offset, Chunk&& chunk);
+  const Chunk* Find(uint64_t offset) const;
+  void Clear();
+  uint64_t bytes() const { return bytes_; }
+  uint64_t refused() const { return refused_; }  // chunks not kept: over bytes_max
+
+ private:
+  uint64_t bytes_max_;
+  uint64_t bytes_ = 0;
+  uint64_t refused_ = 0;
+  std::map<uint64_t, Chunk> chunks_;
+};
+
+// Estimated heap and object bytes of a decoded chunk (what VerifiedChunkCache counts).
+uint64_t EstimatedBytes(const Chunk& chunk);
 
 // Re-reads the chunks of a ready chunked transaction in seq order, checks each against what the
 // barrier verified (identity, seq, event count, checksum, its own checksum) and recomputes the
@@ -156,9 +187,15 @@ class TransactionBarrier {
 // the frame at a log offset. A visit error stops the walk and is returned as is. A mismatch
 // (the log changed under the applier) fails before the chunk is visited; the total-checksum
 // check comes after the last visit, so the applier must treat a failure as "roll back".
+// A chunk found in `cache` at its location's offset is the very object the barrier verified: it is
+// visited without reading, decoding or checking its record checksum again (its identity, seq,
+// event count and checksum are still compared with the location). When every chunk is cached the
+// total checksum is not recomputed either — the barrier computed it over these same objects;
+// otherwise it is recomputed over all of them, cached or re-read.
 using ReadFramePayload = std::function<Result<std::vector<uint8_t>>(uint64_t offset)>;
 Status ForEachVerifiedChunk(const ReadyTransaction& ready, const ReadFramePayload& read,
-                            const std::function<Status(const Chunk&)>& visit);
+                            const std::function<Status(const Chunk&)>& visit,
+                            const VerifiedChunkCache* cache = nullptr);
 
 // "xid 7421 (commit 0/3A1F2B0) of flow app", how every barrier message names a transaction.
 std::string DescribeTransaction(const TxIdentity& tx);
