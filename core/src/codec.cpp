@@ -13,6 +13,7 @@
 #include <memory>
 #include <set>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 
 #include "trellara.pb-c.h"
@@ -276,9 +277,14 @@ class Decoder {
     return b.len == 0 ? std::string() : std::string(reinterpret_cast<const char*>(b.data), b.len);
   }
 
-  void Digest(const ProtobufCBinaryData& b, Sha256& out, const char* what) {
+  // `what` names the field for the error: a string, or a callable that builds it (only on error).
+  template <typename What>
+  void Digest(const ProtobufCBinaryData& b, Sha256& out, const What& what) {
     if (b.len != out.size()) {
-      Fail(std::string(what) + " is " + std::to_string(b.len) + " bytes, expected a 32-byte SHA-256");
+      std::string name;
+      if constexpr (std::is_invocable_v<const What&>) name = what();
+      else name = what;
+      Fail(name + " is " + std::to_string(b.len) + " bytes, expected a 32-byte SHA-256");
       return;
     }
     std::memcpy(out.data(), b.data, out.size());
@@ -308,19 +314,20 @@ class Decoder {
       r.oid = m->oid;
       r.schema = S(m->schema);
       r.name = S(m->name);
-      std::string label = "relation " + std::to_string(i) + " (" + r.schema + "." + r.name + ")";
-      if (r.oid == 0) Fail(label + " has oid 0");
-      if (!seen.insert(r.oid).second) Fail(label + " duplicates relation oid " + std::to_string(r.oid));
-      if (r.name.empty()) Fail(label + " has an empty name");
+      // Messages are built only on failure: this runs for every record the applier reads.
+      const auto label = [&] { return "relation " + std::to_string(i) + " (" + r.schema + "." + r.name + ")"; };
+      if (r.oid == 0) Fail(label() + " has oid 0");
+      if (!seen.insert(r.oid).second) Fail(label() + " duplicates relation oid " + std::to_string(r.oid));
+      if (r.name.empty()) Fail(label() + " has an empty name");
       int ri = static_cast<int>(m->replica_identity);
-      if (ri < 1 || ri > 4) Fail(label + " has unknown replica identity " + std::to_string(ri));
+      if (ri < 1 || ri > 4) Fail(label() + " has unknown replica identity " + std::to_string(ri));
       r.replica_identity = static_cast<ReplicaIdentity>(ri);
-      Digest(m->fingerprint, r.fingerprint, (label + " fingerprint").c_str());
+      Digest(m->fingerprint, r.fingerprint, [&] { return label() + " fingerprint"; });
       r.columns.reserve(m->n_columns);
       for (size_t j = 0; j < m->n_columns; j++) {
         const auto* c = m->columns[j];
         Column col{S(c->name), c->type_oid, S(c->type_name), c->typmod, c->is_key != 0};
-        if (col.name.empty()) Fail(label + " column " + std::to_string(j) + " has an empty name");
+        if (col.name.empty()) Fail(label() + " column " + std::to_string(j) + " has an empty name");
         r.columns.push_back(std::move(col));
       }
       out.push_back(std::move(r));
@@ -328,7 +335,9 @@ class Decoder {
     return out;
   }
 
-  std::vector<Value> Values(const Trellara__Tuple* t, const std::string& label, bool toast_allowed) {
+  // `label` builds the tuple's name for an error message (called only on failure).
+  template <typename Label>
+  std::vector<Value> Values(const Trellara__Tuple* t, const Label& label, bool toast_allowed) {
     std::vector<Value> out;
     if (t == nullptr) return out;
     out.reserve(t->n_values);
@@ -340,12 +349,12 @@ class Decoder {
         case TRELLARA__COLUMN_VALUE__KIND_BINARY: out.push_back(Value::Binary(B(v->binary))); break;
         case TRELLARA__COLUMN_VALUE__KIND_UNCHANGED_TOAST:
           if (!toast_allowed)
-            Fail(label + " value " + std::to_string(i) +
+            Fail(label() + " value " + std::to_string(i) +
                  " is marked unchanged-TOAST, which only an UPDATE's new tuple may carry");
           out.push_back(Value::UnchangedToast());
           break;
         default:
-          Fail(label + " value " + std::to_string(i) + " has no kind (null, text, binary or unchanged_toast)");
+          Fail(label() + " value " + std::to_string(i) + " has no kind (null, text, binary or unchanged_toast)");
       }
     }
     return out;
@@ -424,17 +433,25 @@ class Decoder {
       const auto* m = changes[i];
       Change c;
       int op = static_cast<int>(m->op);
-      std::string label = "change " + std::to_string(i);
+      // "change 3 (update) on public.orders", as far as known; built only for an error message.
+      bool op_known = false;
+      const RelationInfo* named = nullptr;
+      const auto label = [&] {
+        std::string l = "change " + std::to_string(i);
+        if (op_known) l += " (" + std::string(OpName(c.op)) + ")";
+        if (named != nullptr) l += " on " + named->schema + "." + named->name;
+        return l;
+      };
       if (op < 1 || op > 6) {
-        Fail(label + " has unknown op " + std::to_string(op));
+        Fail(label() + " has unknown op " + std::to_string(op));
         break;
       }
       c.op = static_cast<Op>(op);
-      label += " (" + std::string(OpName(c.op)) + ")";
+      op_known = true;
       c.relation_oid = m->relation_oid;
       int old_image = static_cast<int>(m->old_image);
       if (old_image < 0 || old_image > 2) {
-        Fail(label + " has unknown old image kind " + std::to_string(old_image));
+        Fail(label() + " has unknown old image kind " + std::to_string(old_image));
         break;
       }
       c.old_image = static_cast<OldImage>(old_image);
@@ -444,35 +461,35 @@ class Decoder {
         case Op::Delete: {
           const RelationInfo* rel = find(c.relation_oid);
           if (rel == nullptr) {
-            Fail(label + " refers to relation oid " + std::to_string(c.relation_oid) +
+            Fail(label() + " refers to relation oid " + std::to_string(c.relation_oid) +
                  " but the record carries no RelationInfo for it; refusing to guess its columns");
             break;
           }
-          label += " on " + rel->schema + "." + rel->name;
-          c.old_tuple = Values(m->old_tuple, label + " old tuple", false);
-          c.new_tuple = Values(m->new_tuple, label + " new tuple", c.op == Op::Update);
+          named = rel;
+          c.old_tuple = Values(m->old_tuple, [&] { return label() + " old tuple"; }, false);
+          c.new_tuple = Values(m->new_tuple, [&] { return label() + " new tuple"; }, c.op == Op::Update);
           size_t want_old = c.old_image == OldImage::Key    ? rel->KeyColumnCount()
                             : c.old_image == OldImage::Full ? rel->columns.size()
                                                             : 0;
-          if (c.op == Op::Insert && c.old_image != OldImage::None) Fail(label + " carries an old image");
+          if (c.op == Op::Insert && c.old_image != OldImage::None) Fail(label() + " carries an old image");
           if (c.old_tuple.size() != want_old)
-            Fail(label + " old tuple has " + std::to_string(c.old_tuple.size()) + " values, expected " +
+            Fail(label() + " old tuple has " + std::to_string(c.old_tuple.size()) + " values, expected " +
                  std::to_string(want_old) + " for old image '" + OldImageName(c.old_image) + "'");
           size_t want_new = c.op == Op::Delete ? 0 : rel->columns.size();
           if (c.new_tuple.size() != want_new)
-            Fail(label + " new tuple has " + std::to_string(c.new_tuple.size()) + " values, expected " +
+            Fail(label() + " new tuple has " + std::to_string(c.new_tuple.size()) + " values, expected " +
                  std::to_string(want_new));
           break;
         }
         case Op::Truncate:
           if (m->truncate == nullptr || m->truncate->n_relation_oids == 0) {
-            Fail(label + " names no relations");
+            Fail(label() + " names no relations");
             break;
           }
           for (size_t k = 0; k < m->truncate->n_relation_oids; k++) {
             uint32_t oid = m->truncate->relation_oids[k];
             if (find(oid) == nullptr)
-              Fail(label + " truncates relation oid " + std::to_string(oid) +
+              Fail(label() + " truncates relation oid " + std::to_string(oid) +
                    " but the record carries no RelationInfo for it");
             c.truncate.relation_oids.push_back(oid);
           }
@@ -481,7 +498,7 @@ class Decoder {
           break;
         case Op::Message:
           if (m->message == nullptr) {
-            Fail(label + " has no message body");
+            Fail(label() + " has no message body");
             break;
           }
           c.message.transactional = m->message->transactional != 0;
@@ -490,26 +507,26 @@ class Decoder {
           break;
         case Op::Ddl:
           if (m->ddl == nullptr) {
-            Fail(label + " has no DDL body");
+            Fail(label() + " has no DDL body");
             break;
           }
-          c.ddl = DdlModel(m->ddl, label);
+          c.ddl = DdlModel(m->ddl, label());
           if (c.relation_oid != 0) {
             const RelationInfo* rel = find(c.relation_oid);
             if (rel == nullptr)
-              Fail(label + " refers to relation oid " + std::to_string(c.relation_oid) +
+              Fail(label() + " refers to relation oid " + std::to_string(c.relation_oid) +
                    " but the record carries no RelationInfo for it");
             else if (!c.ddl.definition)
-              Fail(label + " refers to relation " + rel->schema + "." + rel->name + " but carries no definition");
+              Fail(label() + " refers to relation " + rel->schema + "." + rel->name + " but carries no definition");
             else if (c.ddl.definition->oid != c.relation_oid)
-              Fail(label + " refers to relation oid " + std::to_string(c.relation_oid) + " but its definition is of oid " +
+              Fail(label() + " refers to relation oid " + std::to_string(c.relation_oid) + " but its definition is of oid " +
                    std::to_string(c.ddl.definition->oid));
           }
           break;
       }
       if ((c.op == Op::Truncate || c.op == Op::Message || c.op == Op::Ddl) &&
           (c.old_image != OldImage::None || m->old_tuple != nullptr || m->new_tuple != nullptr))
-        Fail(label + " carries tuples, which only insert/update/delete may");
+        Fail(label() + " carries tuples, which only insert/update/delete may");
       out.push_back(std::move(c));
     }
     return out;

@@ -421,17 +421,18 @@ Status ReplayStreamedTransaction(StreamSpill& spill, const StreamedCommit& commi
   assembler.Begin(commit.top_xid, commit.begin_lsn, commit.commit_lsn, commit.commit_time_us);
   uint64_t index = 0;
   Status status = spill.Commit(commit.top_xid, [&](std::span<const uint8_t> bytes) -> Status {
-    const std::string label = "stream record " + std::to_string(index++);
+    const uint64_t at = index++;
+    const auto label = [at] { return "stream record " + std::to_string(at); };  // for errors only
     auto decoded = DecodeRecord(bytes);
-    if (!decoded.ok()) return MakeError(label + ": " + decoded.error().message);
+    if (!decoded.ok()) return MakeError(label() + ": " + decoded.error().message);
     auto* e = std::get_if<Envelope>(&*decoded);
     if (e == nullptr)
-      return MakeError(label + " is a " + RecordTypeName(TypeOf(*decoded)) + ", expected an envelope");
+      return MakeError(label() + " is a " + RecordTypeName(TypeOf(*decoded)) + ", expected an envelope");
     if (e->tx.commit_lsn != kStreamRecordCommitLsn)
-      return MakeError(label + " (xid " + std::to_string(e->tx.xid) + ") carries commit LSN " +
+      return MakeError(label() + " (xid " + std::to_string(e->tx.xid) + ") carries commit LSN " +
                        FormatLsn(e->tx.commit_lsn) + ": it is a log record, not a stream record");
     if (e->changes.size() > 1)
-      return MakeError(label + " (xid " + std::to_string(e->tx.xid) + ") holds " +
+      return MakeError(label() + " (xid " + std::to_string(e->tx.xid) + ") holds " +
                        std::to_string(e->changes.size()) + " changes, expected at most 1");
     if (e->changes.empty()) return Status::Ok();  // relations only: nothing to replay
     Change& change = e->changes.front();
@@ -450,7 +451,7 @@ Status ReplayStreamedTransaction(StreamSpill& spill, const StreamedCommit& commi
         if (change.relation_oid != 0) {
           relation = find(change.relation_oid);
           if (relation == nullptr)  // DecodeRecord already refuses this; checked again, cheaply
-            return MakeError(label + " refers to relation oid " + std::to_string(change.relation_oid) +
+            return MakeError(label() + " refers to relation oid " + std::to_string(change.relation_oid) +
                              " it does not describe");
         }
         break;
@@ -458,7 +459,7 @@ Status ReplayStreamedTransaction(StreamSpill& spill, const StreamedCommit& commi
         for (uint32_t oid : change.truncate.relation_oids) {
           const RelationInfo* r = find(oid);
           if (r == nullptr)
-            return MakeError(label + " truncates relation oid " + std::to_string(oid) + " it does not describe");
+            return MakeError(label() + " truncates relation oid " + std::to_string(oid) + " it does not describe");
           truncated.push_back(r);
         }
         break;
@@ -466,7 +467,7 @@ Status ReplayStreamedTransaction(StreamSpill& spill, const StreamedCommit& commi
         break;
     }
     Status s = assembler.AddChange(std::move(change), relation, truncated, sink);
-    if (!s.ok()) return MakeError(label + ": " + s.error().message);
+    if (!s.ok()) return MakeError(label() + ": " + s.error().message);
     return Status::Ok();
   });
   if (status.ok()) status = assembler.Commit(sink);
