@@ -294,23 +294,7 @@ void Applier::CollectBatch() {
 // No UPDATE of those, and none across a write of those, is left out from now on (the group itself
 // goes again one transaction each).
 void Applier::RefuseSupersededUpdates(const PgResult& refusal) {
-  const std::string detail = refusal.detail();
-  size_t learned = 0;
-  size_t start = 0;
-  while (start <= detail.size()) {
-    const size_t end = std::min(detail.find(',', start), detail.size());
-    const std::string item = detail.substr(start, end - start);
-    char* rest = nullptr;
-    const unsigned long position = std::strtoul(item.c_str(), &rest, 10);
-    if (!item.empty() && rest != nullptr && *rest == '\0' && position >= 1 && position <= guarded_relations_.size() &&
-        replica_triggers_.insert(guarded_relations_[position - 1]).second)
-      learned++;
-    start = end + 1;
-  }
-  // A refusal that names nothing this applier can read (a changed guard function): send every
-  // UPDATE of every guarded relation rather than be refused again and again.
-  if (learned == 0)
-    for (const std::string& relation : guarded_relations_) replica_triggers_.insert(relation);
+  LearnRefusedRelations(refusal.detail(), guarded_relations_, replica_triggers_);
   std::cerr << "trellara: flow " << config_.flow_name
             << ": sending every replicated UPDATE of these tables, and every UPDATE a write of them comes between, "
                "from now on: "

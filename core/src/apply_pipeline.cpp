@@ -4,6 +4,7 @@
 #include "trellara/apply_pipeline.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -207,11 +208,15 @@ SupersededUpdates FindSupersededUpdates(const std::vector<const std::vector<Chan
   struct Last {
     size_t tx, plan;
     uint64_t generation;
+    size_t position;  // in the group's plans, in order
   };
   std::map<std::string, Last> last;              // row_key -> its last UPDATE
   std::map<std::string, uint64_t> generation;    // target_relation -> bumped by every other write
   uint64_t everything = 0;                       // bumped by a TRUNCATE or a plan without a relation
-  std::set<std::string> written;
+  // Every plan in order (its relation, null for none), and the spans from a superseded UPDATE to
+  // the UPDATE that supersedes it (positions, both included).
+  std::vector<const std::string*> relation_at;
+  std::vector<std::pair<size_t, size_t>> spans;
   const auto current = [&](const std::string& relation) {
     auto it = generation.find(relation);
     return everything + (it == generation.end() ? 0 : it->second);
@@ -220,7 +225,8 @@ SupersededUpdates FindSupersededUpdates(const std::vector<const std::vector<Chan
     for (size_t k = 0; k < group[t]->size(); k++) {
       const ChangePlan& plan = (*group[t])[k];
       if (plan.kind == PlanKind::NotApplied) continue;
-      if (!plan.target_relation.empty()) written.insert(plan.target_relation);
+      const size_t position = relation_at.size();
+      relation_at.push_back(plan.target_relation.empty() ? nullptr : &plan.target_relation);
       if (plan.target_relation.empty() || plan.kind == PlanKind::Truncate ||
           refused.count(plan.target_relation) > 0) {
         // Generations only grow, so bumping the shared part invalidates every remembered UPDATE:
@@ -240,13 +246,50 @@ SupersededUpdates FindSupersededUpdates(const std::vector<const std::vector<Chan
         if (earlier.statement_key == plan.statement_key) {
           out.superseded[it->second.tx][it->second.plan] = true;
           out.count++;
+          spans.emplace_back(it->second.position, position);
         }
       }
-      last[plan.row_key] = Last{t, k, now};
+      last[plan.row_key] = Last{t, k, now, position};
     }
   }
-  if (out.count > 0) out.relations.assign(written.begin(), written.end());
+  // The guard covers every relation written inside a span: the superseded UPDATE's own relation
+  // (an UPDATE trigger would miss it) and any other relation written between it and the UPDATE
+  // that supersedes it (a trigger there could read the row without it). Nothing written outside
+  // every span can observe a left-out UPDATE, and a refused relation never lies inside one.
+  std::vector<int> opened(relation_at.size() + 1, 0);  // spans open at a position: prefix sums
+  for (const auto& [first, last_position] : spans) {
+    opened[first]++;
+    opened[last_position + 1]--;
+  }
+  std::set<std::string> inside;
+  int depth = 0;
+  for (size_t i = 0; i < relation_at.size(); i++) {
+    depth += opened[i];
+    if (depth > 0 && relation_at[i] != nullptr) inside.insert(*relation_at[i]);
+  }
+  out.relations.assign(inside.begin(), inside.end());
   return out;
+}
+
+size_t LearnRefusedRelations(const std::string& detail, const std::vector<std::string>& guarded,
+                             std::set<std::string>& refused) {
+  size_t named = 0, learned = 0;
+  size_t start = 0;
+  while (start <= detail.size()) {
+    const size_t end = std::min(detail.find(',', start), detail.size());
+    const std::string item = detail.substr(start, end - start);
+    char* rest = nullptr;
+    const unsigned long position = std::strtoul(item.c_str(), &rest, 10);
+    if (!item.empty() && std::isdigit(static_cast<unsigned char>(item[0])) && rest != nullptr && *rest == '\0' &&
+        position >= 1 && position <= guarded.size()) {
+      named++;
+      if (refused.insert(guarded[position - 1]).second) learned++;
+    }
+    start = end + 1;
+  }
+  if (named == 0)
+    for (const std::string& relation : guarded) learned += refused.insert(relation).second ? 1 : 0;
+  return learned;
 }
 
 }  // namespace trellara

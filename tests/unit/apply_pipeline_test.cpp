@@ -628,7 +628,36 @@ TEST_CASE("superseded_updates_never_across_a_write_of_a_relation_whose_target_fi
                                  {OrdersPlan(Op::Update, "1", "b")}, {OrdersPlan(Op::Update, "1", "c")}},
                                 refused);
   CHECK(after.superseded == std::vector<std::vector<bool>>{{false, false}, {true}, {false}});
-  CHECK(after.relations == std::vector<std::string>{"\"Sales\".\"line \"\"items\"\"\"", "\"public\".\"orders\""});
+  // The guard names only what lies between a left-out UPDATE and the one that supersedes it: never
+  // the refused relation (the same group is not refused again for it).
+  CHECK(after.relations == std::vector<std::string>{"\"public\".\"orders\""});
+}
+
+TEST_CASE("superseded_updates_guard_only_relations_written_between_a_left_out_update_and_its_successor",
+          "[pipeline]") {
+  const std::string orders = "\"public\".\"orders\"", items = "\"Sales\".\"line \"\"items\"\"\"";
+  // line_items written before the chain and after it: no trigger of it can see the left-out UPDATE.
+  const auto outside = Superseded({{LineItemsInsert("1"), OrdersPlan(Op::Update, "1", "a")},
+                                   {OrdersPlan(Op::Update, "1", "b"), LineItemsInsert("2")}});
+  CHECK(outside.count == 1);
+  CHECK(outside.relations == std::vector<std::string>{orders});
+  // Written inside the chain (between the superseded UPDATE and its successor): guarded.
+  const auto inside = Superseded({{OrdersPlan(Op::Update, "1", "a")}, {LineItemsInsert("2")},
+                                  {OrdersPlan(Op::Update, "1", "b")}});
+  CHECK(inside.count == 1);
+  CHECK(inside.relations == std::vector<std::string>{items, orders});
+  // The guard's refusal names positions in that list; learned once, never again.
+  std::set<std::string> refused;
+  CHECK(LearnRefusedRelations("1", inside.relations, refused) == 1);
+  CHECK(refused == std::set<std::string>{items});
+  CHECK(LearnRefusedRelations("1", inside.relations, refused) == 0);
+  CHECK(LearnRefusedRelations("2,1", inside.relations, refused) == 1);
+  CHECK(refused.size() == 2);
+  // A DETAIL naming nothing readable refuses every guarded relation.
+  std::set<std::string> fallback;
+  CHECK(LearnRefusedRelations("", inside.relations, fallback) == 2);
+  std::set<std::string> junk;
+  CHECK(LearnRefusedRelations("x,0,3,-1, 2", inside.relations, junk) == 2);
 }
 
 TEST_CASE("superseded_updates_never_across_another_write_of_the_relation_a_truncate_or_other_columns", "[pipeline]") {

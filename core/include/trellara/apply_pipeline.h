@@ -197,16 +197,27 @@ class ApplyPipeline {
 // A chain P1, P2, .., Pn of such UPDATEs leaves Pn only. Nothing else is ever superseded, and
 // ungrouped batches (one target transaction per source transaction) never call this.
 //
-// When anything is superseded, `relations` lists every relation the group writes: the adapter's
-// guard before COMMIT refuses the group (TR011) if the target fires a trigger or rule for
+// `relations` lists every relation written from some superseded P to its Q, both included: the
+// adapter's guard before COMMIT refuses the group (TR011) if the target fires a trigger or rule for
 // replicated changes of any of them — an UPDATE trigger of P's relation would miss P, and a
-// trigger of another relation written between P and Q could read P's row without P.
+// trigger of another relation written between P and Q could read P's row without P. A write
+// outside every such span sees the rows in-order apply would show it, and a refused relation is
+// never inside one (its write ends every chain), so the guard never refuses a group for a
+// relation already refused.
 struct SupersededUpdates {
   std::vector<std::vector<bool>> superseded;  // [transaction of the group][plan]: not sent
   size_t count = 0;                           // plans superseded
-  std::vector<std::string> relations;         // when count > 0: every target_relation the group writes, sorted, unique
+  std::vector<std::string> relations;         // written inside a P..Q span, sorted, unique (empty when count == 0)
 };
 SupersededUpdates FindSupersededUpdates(const std::vector<const std::vector<ChangePlan>*>& group,
                                         const std::set<std::string>& refused);
+
+// The guard's refusal (SQLSTATE TR011) names, in DETAIL, the 1-based positions in `guarded` (the
+// relations it was called with) of those whose target fires triggers or rules for replicated
+// changes: "2" or "1,3". Adds them to `refused` and returns how many were new. A DETAIL naming none
+// of them (a guard function from another version) refuses every guarded relation, so the same
+// group is never refused again and again.
+size_t LearnRefusedRelations(const std::string& detail, const std::vector<std::string>& guarded,
+                             std::set<std::string>& refused);
 
 }  // namespace trellara
