@@ -21,19 +21,18 @@
 // the dedup rows make re-reading what was already committed safe. Never quarantined. Each retry is
 // one structured line on stderr and the state file consumers/.applier.state (trellara status).
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>

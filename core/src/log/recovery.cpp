@@ -3,12 +3,36 @@
 // for a frame that is not fdatasync'ed.
 #include "trellara/log/recovery.h"
 
+#include <span>
+#include <string>
 #include <vector>
 
 #include "trellara/fault.h"
 #include "trellara/log/writer_failure.h"
 
 namespace trellara::log {
+
+namespace {
+
+// Writes an index file whole under a temporary name, fsyncs it and renames it into place (the
+// directory fsync is the caller's). `what` names the operation in the error.
+Status ReplaceIndexFile(LogDevice& device, const std::string& final_path, std::span<const uint8_t> bytes,
+                        const std::string& what) {
+  const std::string tmp_path = final_path + ".tmp";
+  auto tmp = device.OpenFile(tmp_path, true);
+  if (!tmp.ok()) return tmp.error();
+  Status status = device.Truncate(*tmp, 0);
+  if (status.ok()) status = device.WriteAt(*tmp, 0, bytes.data(), bytes.size());
+  if (status.ok()) status = device.SyncData(*tmp);
+  device.CloseFile(*tmp);
+  if (!status.ok()) {
+    return MakeError(what + " " + final_path + " failed: " + status.error().message +
+                     "; the index is derived data, opening the log again retries");
+  }
+  return device.Rename(tmp_path, final_path);
+}
+
+}  // namespace
 
 Status RebuildIndexFile(LogDevice& device, const std::string& dir, const SegmentScan& segment) {
   {
@@ -27,19 +51,7 @@ Status RebuildIndexFile(LogDevice& device, const std::string& dir, const Segment
   for (size_t i = 0; i < segment.frames.size(); ++i) {
     EncodeIndexEntry(segment.frames[i], bytes.data() + kIndexHeaderBytes + i * kIndexEntryBytes);
   }
-  const std::string final_path = JoinPath(dir, segment.index_name);
-  const std::string tmp_path = final_path + ".tmp";
-  auto tmp = device.OpenFile(tmp_path, true);
-  if (!tmp.ok()) return tmp.error();
-  Status status = device.Truncate(*tmp, 0);
-  if (status.ok()) status = device.WriteAt(*tmp, 0, bytes.data(), bytes.size());
-  if (status.ok()) status = device.SyncData(*tmp);
-  device.CloseFile(*tmp);
-  if (!status.ok()) {
-    return MakeError("rebuilding index " + final_path + " failed: " + status.error().message +
-                     "; the index is derived data, opening the log again retries");
-  }
-  TRELLARA_TRY(device.Rename(tmp_path, final_path));
+  TRELLARA_TRY(ReplaceIndexFile(device, JoinPath(dir, segment.index_name), bytes, "rebuilding index"));
   return device.SyncDirectory(dir);
 }
 
@@ -48,21 +60,12 @@ namespace {
 Status CreateEmptySegment(LogDevice& device, const std::string& dir, uint64_t first_offset) {
   // Index first, whole and under its final name, then the segment file (as LogWriter::StartSegment
   // does): a reader never lists a segment whose index is missing or shorter than its header.
-  const std::string index_path = JoinPath(dir, IndexFileName(first_offset));
-  const std::string tmp_path = index_path + ".tmp";
   uint8_t header[kIndexHeaderBytes];
   EncodeIndexHeader(first_offset, header);
-  auto tmp = device.OpenFile(tmp_path, true);
-  if (!tmp.ok()) return tmp.error();
-  Status status = device.Truncate(*tmp, 0);
-  if (status.ok()) status = device.WriteAt(*tmp, 0, header, sizeof header);
-  if (status.ok()) status = device.SyncData(*tmp);
-  device.CloseFile(*tmp);
-  TRELLARA_TRY(status);
-  TRELLARA_TRY(device.Rename(tmp_path, index_path));
+  TRELLARA_TRY(ReplaceIndexFile(device, JoinPath(dir, IndexFileName(first_offset)), header, "creating index"));
   auto segment = device.OpenFile(JoinPath(dir, SegmentFileName(first_offset)), true);
   if (!segment.ok()) return segment.error();
-  status = device.SyncData(*segment);
+  Status status = device.SyncData(*segment);
   device.CloseFile(*segment);
   TRELLARA_TRY(status);
   return device.SyncDirectory(dir);
