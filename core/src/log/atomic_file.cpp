@@ -5,6 +5,12 @@ namespace trellara::log {
 
 Status WriteFileAtomically(LogDevice& device, const std::string& dir, const std::string& name,
                            const std::string& tmp_name, const std::string& text) {
+  return WriteFileAtomically(device, dir, name, tmp_name,
+                             std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+}
+
+Status WriteFileAtomically(LogDevice& device, const std::string& dir, const std::string& name,
+                           const std::string& tmp_name, std::span<const uint8_t> text) {
   const std::string final_path = JoinPath(dir, name);
   const std::string tmp_path = JoinPath(dir, tmp_name);
   auto tmp = device.OpenFile(tmp_path, true);

@@ -8,28 +8,21 @@
 #include <vector>
 
 #include "trellara/fault.h"
+#include "trellara/log/atomic_file.h"
 #include "trellara/log/writer_failure.h"
 
 namespace trellara::log {
 
 namespace {
 
-// Writes an index file whole under a temporary name, fsyncs it and renames it into place (the
-// directory fsync is the caller's). `what` names the operation in the error.
-Status ReplaceIndexFile(LogDevice& device, const std::string& final_path, std::span<const uint8_t> bytes,
-                        const std::string& what) {
-  const std::string tmp_path = final_path + ".tmp";
-  auto tmp = device.OpenFile(tmp_path, true);
-  if (!tmp.ok()) return tmp.error();
-  Status status = device.Truncate(*tmp, 0);
-  if (status.ok()) status = device.WriteAt(*tmp, 0, bytes.data(), bytes.size());
-  if (status.ok()) status = device.SyncData(*tmp);
-  device.CloseFile(*tmp);
-  if (!status.ok()) {
-    return MakeError(what + " " + final_path + " failed: " + status.error().message +
-                     "; the index is derived data, opening the log again retries");
-  }
-  return device.Rename(tmp_path, final_path);
+// An index file replaced whole (log/atomic_file.h); the index is derived data, so a failure only
+// means the next open of the log rebuilds it again.
+Status ReplaceIndexFile(LogDevice& device, const std::string& dir, const std::string& name,
+                        std::span<const uint8_t> bytes, const std::string& what) {
+  Status written = WriteFileAtomically(device, dir, name, name + ".tmp", bytes);
+  if (written.ok()) return written;
+  return MakeError(what + " " + JoinPath(dir, name) + " failed: " + written.error().message +
+                   "; the index is derived data, opening the log again retries");
 }
 
 }  // namespace
@@ -51,8 +44,7 @@ Status RebuildIndexFile(LogDevice& device, const std::string& dir, const Segment
   for (size_t i = 0; i < segment.frames.size(); ++i) {
     EncodeIndexEntry(segment.frames[i], bytes.data() + kIndexHeaderBytes + i * kIndexEntryBytes);
   }
-  TRELLARA_TRY(ReplaceIndexFile(device, JoinPath(dir, segment.index_name), bytes, "rebuilding index"));
-  return device.SyncDirectory(dir);
+  return ReplaceIndexFile(device, dir, segment.index_name, bytes, "rebuilding index");
 }
 
 namespace {
@@ -62,7 +54,7 @@ Status CreateEmptySegment(LogDevice& device, const std::string& dir, uint64_t fi
   // does): a reader never lists a segment whose index is missing or shorter than its header.
   uint8_t header[kIndexHeaderBytes];
   EncodeIndexHeader(first_offset, header);
-  TRELLARA_TRY(ReplaceIndexFile(device, JoinPath(dir, IndexFileName(first_offset)), header, "creating index"));
+  TRELLARA_TRY(ReplaceIndexFile(device, dir, IndexFileName(first_offset), header, "creating index"));
   auto segment = device.OpenFile(JoinPath(dir, SegmentFileName(first_offset)), true);
   if (!segment.ok()) return segment.error();
   Status status = device.SyncData(*segment);
