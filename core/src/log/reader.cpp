@@ -139,8 +139,8 @@ Result<std::optional<LogRecord>> LogReader::Next() {
     if (!*exists) return std::optional<LogRecord>();
     TRELLARA_TRY(RefreshIndex());
     if (index < entries_.size()) continue;
-    // The writer creates the successor's segment file, then its index, then writes the index header
-    // (LogWriter::StartSegment): a reader can see the segment before its index is whole. An active
+    // A relay built before 2026-12-02 created the successor's segment file before its index and
+    // header (the writer now creates the index whole first, LogWriter::StartSegment): an active
     // successor that is still empty, with its index missing or shorter than its header, holds no
     // record yet: nothing new for now (the next call looks again), not a damaged index.
     auto creating = SegmentBeingCreated(successor);

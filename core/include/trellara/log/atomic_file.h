@@ -1,7 +1,8 @@
 // atomic_file.h — the one way core replaces a whole file in a log directory (consumer offsets,
 // lost marks, the writer-failure record, a rebuilt or new index): write a temporary file,
-// fdatasync it, rename it over the final name, fsync the directory. A crash at any point leaves either the old or the new
-// file whole, never a mix; a failure returns before the rename, so the old file still holds.
+// fdatasync it, rename it over the final name, fsync the directory. A crash at any point leaves
+// either the old or the new file whole, never a mix; a failure returns before the rename, so the
+// old file still holds.
 #pragma once
 
 #include <cstdint>
