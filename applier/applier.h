@@ -28,7 +28,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <map>
 #include <set>
+#include <unordered_set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -140,7 +142,13 @@ class Applier {
   std::optional<QuarantineCause> StartCopy(const TxIdentity& tx);
   std::optional<QuarantineCause> CopyRowAppended(const TxIdentity& tx);
   std::optional<QuarantineCause> FinishCopy(const TxIdentity& tx);
-  std::optional<QuarantineCause> QueuePiped(ChangePlan plan, const TxIdentity& tx);
+  std::optional<QuarantineCause> QueueUpdateRow(ChangePlan plan, const TxIdentity& tx);
+  std::optional<QuarantineCause> EndUpdateRun(const TxIdentity& tx);
+  std::optional<QuarantineCause> SendUpdateBatch(const TxIdentity& tx);
+  const std::vector<std::string>* UpdateBatchTypes(const ChangePlan& plan, const TxIdentity& tx,
+                                                   std::optional<QuarantineCause>& cause);
+  std::optional<QuarantineCause> QueuePiped(ChangePlan plan, const TxIdentity& tx,
+                                            std::vector<std::string> batch_matches = {});
   std::optional<QuarantineCause> FlushPiped(const TxIdentity& tx);
   void ResetChunked();
 
@@ -223,6 +231,7 @@ class Applier {
   // and logged only once its COMMIT succeeded.
   bool replay_ready_ = false;
   uint64_t attempt_ddl_applied_ = 0;
+  uint64_t attempt_batched_updates_ = 0;  // UPDATEs of this attempt sent in batches (apply_chunked.cpp)
   uint64_t attempt_ddl_no_target_change_ = 0;
   std::vector<std::string> attempt_ddl_notes_;
   bool attempt_registry_changed_ = false;  // a DDL withheld a snapshot handoff: reload after COMMIT
@@ -238,10 +247,20 @@ class Applier {
     ChangePlan copy_plan;                // the run's first row (relation, kind) for a failure's cause
     uint64_t copy_rows = 0;              // rows sent in the open COPY
     std::string copy_buffer;             // COPY rows not yet handed to libpq
+    // The UPDATE run (core UpdateBatchable plans of one statement_key, distinct row keys), sent as
+    // one statement (SendUpdateBatch) once it has kUpdateBatchRowsMin rows, or one by one if shorter.
+    std::string update_key;                         // "" none
+    std::vector<ChangePlan> update_rows;
+    std::unordered_set<std::string> update_row_keys;
+    size_t update_bytes = 0;
+    // The target's answer per statement_key, asked once per transaction: the cast type of each
+    // parameter column, or nullopt when that relation's UPDATEs must go one at a time.
+    std::map<std::string, std::optional<std::vector<std::string>>> update_types;
     bool piped = false;                  // the connection is in pipeline mode
     struct Piped {
       ChangePlan plan;  // without sql and params (sent); what a failure's cause names
       bool prepare = false;
+      std::vector<std::string> batch_matches;  // an UPDATE batch: each row's match, in batch order
     };
     std::vector<Piped> piped_statements;  // in the order of their answers
     size_t piped_rows = 0;                // statements (not Parses) in the segment

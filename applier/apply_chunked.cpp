@@ -7,7 +7,15 @@
 //                     at least kCopyRunRowsMin rows go through one COPY ... FROM STDIN per run (at
 //                     most kCopyRowsMax rows each); the rows are the planned INSERTs' own bound
 //                     values (core AppendCopyRow). The COPY's affected count must equal its rows.
-//   other row changes UPDATE, DELETE and short INSERT runs are queued in libpq pipeline mode with
+//   runs of UPDATEs   consecutive UPDATEs with one statement_key, each matched by a key it leaves
+//                     unchanged and no key twice (core UpdateBatchable), of at least
+//                     kUpdateBatchRowsMin rows, go as one statement per kUpdateBatchRowsMax rows
+//                     (core UpdateBatchSql: UPDATE ... FROM unnest(<one array per column>)),
+//                     pipelined like any other; each row must be changed exactly once. Only for a
+//                     relation the target says may be (trellara.update_batch_types: no trigger or
+//                     rule firing for replicated changes, no unique index but the key's, no array
+//                     column), asked once per statement shape and transaction.
+//   other row changes UPDATE, DELETE and short INSERT and UPDATE runs are queued in libpq pipeline mode with
 //                     their row-checked prepared statements (RowCheckedSql: the target raises when
 //                     a change matched anything but one row), at most
 //                     kChunkedPipelineStatementsMax statements or kChunkedPipelineParamBytesMax
@@ -25,6 +33,7 @@
 // short run's rows, the COPY data not yet handed to libpq (flushed at kCopyBufferBytes), and the
 // pipelined statements' descriptions (their values are in libpq's output buffer).
 #include "applier.h"
+#include "trellara/fault.h"
 
 namespace trellara::cli::apply {
 namespace {
@@ -100,17 +109,141 @@ std::optional<QuarantineCause> Applier::StageChunkedChange(const Change& change,
     counters_.not_applied_changes++;
     return std::nullopt;
   }
-  if (plan->kind == PlanKind::Insert && !plan->params.empty())
+  if (plan->kind == PlanKind::Insert && !plan->params.empty()) {
+    if (auto cause = EndUpdateRun(tx)) return cause;
     return QueueInsertRow(std::move(plan.value()), *relation, tx);
+  }
   if (auto cause = EndInsertRun(tx)) return cause;
+  if (UpdateBatchable(*plan)) return QueueUpdateRow(std::move(plan.value()), tx);
+  if (auto cause = EndUpdateRun(tx)) return cause;
   return QueuePiped(std::move(plan.value()), tx);
 }
 
-// Everything staged is executed and answered: the INSERT run ended, the pipelined segment synced.
+// Everything staged is executed and answered: the INSERT or UPDATE run ended, the pipelined
+// segment synced.
 std::optional<QuarantineCause> Applier::FlushChunked(const TxIdentity& tx) {
-  auto cause = EndInsertRun(tx);
+  auto cause = EndUpdateRun(tx);
+  if (!cause) cause = EndInsertRun(tx);
   auto piped = FlushPiped(tx);  // always: the connection leaves pipeline mode
   return cause ? cause : piped;
+}
+
+// One UPDATE of a run (UpdateBatchable): a run of another shape, or one that already changes this
+// row, is ended first (a batch changes each row once, in no particular order).
+std::optional<QuarantineCause> Applier::QueueUpdateRow(ChangePlan plan, const TxIdentity& tx) {
+  ChunkedStage& s = chunked_;
+  if (!s.update_key.empty() && (s.update_key != plan.statement_key || s.update_row_keys.contains(plan.row_key)))
+    if (auto cause = EndUpdateRun(tx)) return cause;
+  if (s.update_key.empty()) {
+    std::optional<QuarantineCause> cause;
+    const std::vector<std::string>* types = UpdateBatchTypes(plan, tx, cause);
+    if (cause) return cause;
+    if (types == nullptr) return QueuePiped(std::move(plan), tx);
+    s.update_key = plan.statement_key;
+  }
+  s.update_bytes += ParamBytes(plan);
+  s.update_row_keys.insert(plan.row_key);
+  s.update_rows.push_back(std::move(plan));
+  if (s.update_rows.size() >= kUpdateBatchRowsMax || s.update_bytes >= kUpdateBatchBytesMax)
+    return SendUpdateBatch(tx);
+  return std::nullopt;
+}
+
+// Ends the UPDATE run: one batch statement, or the rows one by one when there are too few.
+std::optional<QuarantineCause> Applier::EndUpdateRun(const TxIdentity& tx) {
+  ChunkedStage& s = chunked_;
+  if (s.update_key.empty()) return std::nullopt;
+  if (s.update_rows.size() >= kUpdateBatchRowsMin) return SendUpdateBatch(tx);
+  std::vector<ChangePlan> rows = std::move(s.update_rows);
+  s.update_rows.clear();
+  s.update_row_keys.clear();
+  s.update_key.clear();
+  s.update_bytes = 0;
+  for (ChangePlan& row : rows)
+    if (auto cause = QueuePiped(std::move(row), tx)) return cause;
+  return std::nullopt;
+}
+
+// The run's rows as one statement (core UpdateBatchSql), queued in the pipelined segment.
+std::optional<QuarantineCause> Applier::SendUpdateBatch(const TxIdentity& tx) {
+  ChunkedStage& s = chunked_;
+  std::vector<ChangePlan> rows = std::move(s.update_rows);
+  const std::vector<std::string>& types = *s.update_types.at(s.update_key);
+  s.update_rows.clear();
+  s.update_row_keys.clear();
+  s.update_key.clear();
+  s.update_bytes = 0;
+  const ChangePlan& first = rows.front();
+  auto sql = UpdateBatchSql(first, types);
+  if (!sql) Fail(sql.error().message);
+  ChangePlan batch;
+  batch.kind = PlanKind::Update;
+  batch.match = MatchMode::Key;
+  batch.expect = RowExpectation::Any;  // the statement checks its rows itself
+  batch.relation_display = first.relation_display;
+  // The cast types are part of the text: a target whose column types changed gets a new statement.
+  batch.statement_key = "B|" + first.statement_key;
+  for (const auto& type : types) batch.statement_key += "|" + type;
+  batch.sql = std::move(*sql);
+  // Negative control (tests only, TRELLARA_FAULTS=defect.apply_update_batch_unchecked:1:defect): the
+  // batch statement without its row check, so a row matched no time is silently left as it was,
+  // which the missing-row scenario of test_apply_update_batches.py must catch.
+  if (fault::Hit("defect.apply_update_batch_unchecked") == fault::Action::Defect) {
+    batch.sql = batch.sql.substr(0, batch.sql.find(" SELECT CASE")) + " SELECT $" + std::to_string(first.params.size() + 1) +
+                "::bigint";
+    batch.statement_key = "B!" + batch.statement_key;
+  }
+  const size_t columns = first.params.size();
+  batch.params.resize(columns + 1);
+  for (size_t i = 0; i < columns; i++) {
+    std::string literal = "{";
+    for (const ChangePlan& row : rows) AppendArrayElement(row.params[i], literal);
+    literal += '}';
+    batch.params[i] = std::move(literal);
+  }
+  batch.params[columns] = std::to_string(rows.size());
+  std::vector<std::string> matches;
+  matches.reserve(rows.size());
+  for (ChangePlan& row : rows) matches.push_back(std::move(row.match_description));
+  attempt_batched_updates_ += rows.size();
+  return QueuePiped(std::move(batch), tx, std::move(matches));
+}
+
+// The target's answer for `plan`'s statement shape (trellara.update_batch_types), asked once per
+// transaction, outside pipeline mode (the segment before it is flushed; its failure is `cause`).
+// nullptr: this relation's UPDATEs go one at a time.
+const std::vector<std::string>* Applier::UpdateBatchTypes(const ChangePlan& plan, const TxIdentity& tx,
+                                                          std::optional<QuarantineCause>& cause) {
+  ChunkedStage& s = chunked_;
+  if (auto known = s.update_types.find(plan.statement_key); known != s.update_types.end())
+    return known->second ? &*known->second : nullptr;
+  cause = FlushPiped(tx);
+  if (cause) return nullptr;
+  std::string columns = "{", keys = "{";
+  for (size_t i = 0; i < plan.param_columns.size(); i++) {
+    AppendArrayElement(plan.param_columns[i], columns);
+    if (i >= plan.param_columns.size() - plan.match_params) AppendArrayElement(plan.param_columns[i], keys);
+  }
+  columns += '}';
+  keys += '}';
+  const std::string what = "asking the target whether the UPDATEs of " + plan.relation_display +
+                           " may be batched (trellara.update_batch_types) while applying " + DescribeTransaction(tx);
+  PgResult r = conn_->ExecParams("SELECT t FROM unnest(trellara.update_batch_types($1, $2::text[], $3::text[])) "
+                                 "WITH ORDINALITY AS b(t, n) ORDER BY n",
+                                 {plan.target_relation, columns, keys});
+  if (!r.ok()) {
+    ThrowIfTransient(r, *conn_, what);
+    Fail(what + " failed: " + r.Describe() + "; nothing of the transaction was committed. The function is created "
+         "by trellara apply's bootstrap (sql/trellara_target.sql); rerun trellara apply");
+  }
+  std::optional<std::vector<std::string>> types;
+  if (r.rows() > 0) {
+    types.emplace();
+    for (int i = 0; i < r.rows(); i++) types->push_back(r.Value(i, 0).value_or(""));
+    if (types->size() != plan.params.size()) types.reset();
+  }
+  auto& stored = s.update_types[plan.statement_key] = std::move(types);
+  return stored ? &*stored : nullptr;
 }
 
 std::optional<QuarantineCause> Applier::QueueInsertRow(ChangePlan plan, const RelationInfo& relation,
@@ -239,7 +372,8 @@ std::optional<QuarantineCause> Applier::EndInsertRun(const TxIdentity& tx) {
 
 // Queues one row-checked prepared statement in the pipelined segment (sending the segment when it
 // reached its bounds).
-std::optional<QuarantineCause> Applier::QueuePiped(ChangePlan plan, const TxIdentity& tx) {
+std::optional<QuarantineCause> Applier::QueuePiped(ChangePlan plan, const TxIdentity& tx,
+                                                   std::vector<std::string> batch_matches) {
   ChunkedStage& s = chunked_;
   auto queued = [&](Status st) {
     if (st.ok()) return;
@@ -267,7 +401,7 @@ std::optional<QuarantineCause> Applier::QueuePiped(ChangePlan plan, const TxIden
   plan.sql.clear();
   plan.params.clear();
   plan.param_columns.clear();
-  s.piped_statements.push_back({std::move(plan), false});
+  s.piped_statements.push_back({std::move(plan), false, std::move(batch_matches)});
   if (s.piped_rows >= kChunkedPipelineStatementsMax || s.piped_bytes >= kChunkedPipelineParamBytesMax)
     return FlushPiped(tx);
   return std::nullopt;
@@ -299,7 +433,7 @@ std::optional<QuarantineCause> Applier::FlushPiped(const TxIdentity& tx) {
   Status synced = conn_->Sync();
   if (!synced.ok()) FailTransient(synced.error().message + " (" + what + ")", "", conn_->connection_lost());
   std::optional<PgResult> failed;
-  const ChangePlan* failed_plan = nullptr;
+  const ChunkedStage::Piped* failed_entry = nullptr;
   size_t failed_at = 0, row = 0;
   for (const auto& statement : s.piped_statements) {
     auto next = conn_->NextResult();
@@ -312,7 +446,7 @@ std::optional<QuarantineCause> Applier::FlushPiped(const TxIdentity& tx) {
     if (statement.prepare && !ok) session_.ForgetStatement(statement.plan.statement_key);
     if (!ok && !next.aborted && !failed) {
       failed = next.result;
-      failed_plan = &statement.plan;
+      failed_entry = &statement;
       failed_at = statement.prepare ? row + 1 : row;
     }
   }
@@ -326,13 +460,28 @@ std::optional<QuarantineCause> Applier::FlushPiped(const TxIdentity& tx) {
   std::optional<QuarantineCause> cause;
   if (failed) {
     ThrowIfTransient(*failed, *conn_, what);
-    if (failed_plan->kind == PlanKind::NotApplied) {
+    const ChangePlan& failed_plan = failed_entry->plan;
+    if (failed_plan.kind == PlanKind::NotApplied) {
       // A Parse failed: the statement text itself was refused.
       cause = CauseFromStatementError(failed->sqlstate(), failed->message(), failed->detail());
       cause->detail = "preparing a statement failed: " + failed->Describe();
     } else {
-      cause = CauseOf(*failed, *failed_plan);
+      cause = CauseOf(*failed, failed_plan);
       if (cause->detail.empty()) cause->detail = failed->message() + (failed->detail().empty() ? "" : " (" + failed->detail() + ")");
+    }
+    if (const auto& matches = failed_entry->batch_matches; !matches.empty()) {
+      // An UPDATE batch: the row check names the batch row in HINT (trellara.require_each_row_once);
+      // another error's DETAIL names the row itself ("Failing row contains ...").
+      std::string where = "in a batch of " + std::to_string(matches.size()) + " UPDATEs of " +
+                          failed_plan.relation_display + " sent as one statement";
+      uint64_t row_no = 0;
+      for (char c : failed->hint()) row_no = c >= '0' && c <= '9' && row_no < matches.size() ? row_no * 10 + (c - '0') : 0;
+      if (row_no >= 1 && row_no <= matches.size() && (failed->sqlstate() == "TR001" || failed->sqlstate() == "TR002")) {
+        where += ", at row " + std::to_string(row_no) + " of the batch";
+        // The operator's message names the match; say where it was.
+        cause->match = matches[row_no - 1] + " (" + where + ")";
+      }
+      cause->detail += "; " + where;
     }
     cause->detail += "; statement " + std::to_string(failed_at) + " of a pipelined batch of " + std::to_string(rows) +
                      " statements";

@@ -28,6 +28,9 @@ struct Counters {
   // UPDATEs of committed grouped batches left out because a later UPDATE of the group overwrote the
   // same row (docs/apply.md "Superseded updates in a group").
   uint64_t superseded_updates = 0;
+  // UPDATEs of committed chunked transactions sent in batch statements (docs/apply.md "Chunked
+  // transactions").
+  uint64_t batched_updates = 0;
 };
 
 // Where the applier stands in the log, for a progress line.

@@ -315,6 +315,7 @@ Attempt Applier::ApplyInTransaction(const ReadyTransaction& ready, bool resolves
   const TxIdentity& tx = ready.tx;
   replay_ready_ = resolves_quarantine;
   attempt_ddl_applied_ = 0;
+  attempt_batched_updates_ = 0;
   attempt_ddl_no_target_change_ = 0;
   attempt_ddl_notes_.clear();
   attempt_registry_changed_ = false;
@@ -408,6 +409,7 @@ Attempt Applier::ApplyInTransaction(const ReadyTransaction& ready, bool resolves
     if (!failure) {
       session_.CommitKnown();
       counters_.ddl_applied += attempt_ddl_applied_;
+      counters_.batched_updates += attempt_batched_updates_;
       counters_.ddl_no_target_change += attempt_ddl_no_target_change_;
       for (const std::string& note : attempt_ddl_notes_)
         std::cerr << "apply flow=" << config_.flow_name << " event=ddl_note xid=" << tx.xid

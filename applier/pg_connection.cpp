@@ -187,6 +187,7 @@ PgResult PgConnection::Collect(PGresult* raw) {
       out.sqlstate_ = Field(raw, PG_DIAG_SQLSTATE);
       out.message_ = Field(raw, PG_DIAG_MESSAGE_PRIMARY);
       out.detail_ = Field(raw, PG_DIAG_MESSAGE_DETAIL);
+      out.hint_ = Field(raw, PG_DIAG_MESSAGE_HINT);
       out.context_ = Field(raw, PG_DIAG_CONTEXT);
     }
     if (out.message_.empty()) out.message_ = TrimNewline(PQerrorMessage(conn_));

@@ -30,6 +30,7 @@ class PgResult {
   const std::string& sqlstate() const { return sqlstate_; }
   const std::string& message() const { return message_; }
   const std::string& detail() const { return detail_; }
+  const std::string& hint() const { return hint_; }
   // The CONTEXT lines (e.g. "COPY orders, line 42" for a COPY row), "" when there are none.
   const std::string& context() const { return context_; }
   // "message (SQLSTATE x): detail" for an operator.
@@ -47,6 +48,7 @@ class PgResult {
   std::string sqlstate_;
   std::string message_;
   std::string detail_;
+  std::string hint_;
   std::string context_;
 };
 

@@ -117,6 +117,81 @@ BEGIN
 END
 $fn$;
 
+-- Batched UPDATEs of a chunked transaction (docs/apply.md "Chunked transactions"). The applier
+-- asks once per relation and statement shape, inside the transaction, whether a run of UPDATEs
+-- that each match a distinct key and leave it unchanged may go as one statement
+-- (UPDATE ... FROM unnest(<one array per column>)), which changes the rows in an order of the
+-- server's choosing instead of the source's. That is the same result unless something on the
+-- target observes the order: a trigger or rule firing for replicated changes (ENABLE ALWAYS or
+-- REPLICA), or a unique index or exclusion constraint other than one on exactly the key columns
+-- (a swap of unique values between two rows may pass in one order and fail in another). Returns
+-- the type of each of `columns` as the parameter arrays are cast (format_type without typmod, so
+-- the assignment still applies the column's typmod as a bound parameter would), or NULL when the
+-- UPDATEs must go one at a time: such a trigger, rule, index or constraint; a column of an array
+-- type (unnest would flatten it) or not found. ROW EXCLUSIVE is taken first, as the UPDATEs
+-- would, so no trigger can be enabled between the answer and the statement.
+CREATE OR REPLACE FUNCTION trellara.update_batch_types(relation text, columns text[], key_columns text[])
+RETURNS text[] LANGUAGE plpgsql AS $fn$
+DECLARE
+  rel oid := relation::regclass;
+  types text[];
+BEGIN
+  EXECUTE 'LOCK TABLE ' || relation || ' IN ROW EXCLUSIVE MODE';
+  IF EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+              WHERE t.tgrelid = rel AND NOT t.tgisinternal AND t.tgenabled IN ('A', 'R'))
+     OR EXISTS (SELECT 1 FROM pg_catalog.pg_rewrite w
+                 WHERE w.ev_class = rel AND w.ev_enabled IN ('A', 'R') AND w.ev_type <> '1')
+     OR EXISTS (SELECT 1 FROM pg_catalog.pg_index i
+                 WHERE i.indrelid = rel AND (i.indisunique OR i.indisexclusion)
+                   AND (i.indpred IS NOT NULL OR i.indexprs IS NOT NULL OR i.indisexclusion
+                        OR ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a
+                                  WHERE a.attrelid = rel AND a.attnum = ANY (i.indkey::int2[]) ORDER BY 1)
+                           IS DISTINCT FROM ARRAY(SELECT k FROM unnest(key_columns) AS k ORDER BY 1)))
+     OR EXISTS (SELECT 1 FROM pg_catalog.pg_constraint c
+                 WHERE c.conrelid = rel AND c.contype = 'x') THEN
+    RETURN NULL;
+  END IF;
+  SELECT array_agg(format_type(a.atttypid, NULL) ORDER BY c.pos)
+    INTO types
+    FROM unnest(columns) WITH ORDINALITY AS c(name, pos)
+    LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = rel AND a.attname = c.name AND a.attnum > 0
+                                        AND NOT a.attisdropped
+    LEFT JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid  -- a domain has its base type's category
+   WHERE a.attname IS NOT NULL AND ty.typcategory <> 'A';
+  IF types IS NULL OR pg_catalog.cardinality(types) <> pg_catalog.cardinality(columns) THEN
+    RETURN NULL;
+  END IF;
+  RETURN types;
+END
+$fn$;
+
+-- The row check of a batched UPDATE: called only when the rows it changed are not each of the
+-- batch's rows once (`changed` holds the 1-based batch row of every row changed). Raises for the
+-- first batch row matched no time (TR001) or several times (TR002), as require_one_row does for
+-- one change, with that row's number in HINT.
+CREATE OR REPLACE FUNCTION trellara.require_each_row_once(changed bigint[], expected bigint)
+RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+  row_no bigint;
+  matched bigint;
+BEGIN
+  SELECT r.n, (SELECT count(*) FROM unnest(changed) AS c(n) WHERE c.n = r.n)
+    INTO row_no, matched
+    FROM generate_series(1::bigint, expected) AS r(n)
+   WHERE (SELECT count(*) FROM unnest(changed) AS c(n) WHERE c.n = r.n) <> 1
+   ORDER BY r.n LIMIT 1;
+  IF row_no IS NULL THEN
+    RETURN;
+  ELSIF matched = 0 THEN
+    RAISE EXCEPTION 'the change matched no row on the target' USING ERRCODE = 'TR001', DETAIL = '0',
+      HINT = row_no::text;
+  ELSE
+    RAISE EXCEPTION 'the change matched % rows on the target, expected exactly one', matched
+      USING ERRCODE = 'TR002', DETAIL = matched::text, HINT = row_no::text;
+  END IF;
+END
+$fn$;
+
 -- Marks exactly one quarantined boundary replay-ready; refuses (raises) for anything else, so a
 -- mistyped xid or LSN never releases another transaction. Same rules as core's DecideReplayReady.
 -- The flow may be named; it must be when flows applying into this database quarantined the same
@@ -220,6 +295,8 @@ REVOKE ALL ON FUNCTION trellara.quarantine_replay_ready(bigint, pg_lsn, text) FR
 REVOKE ALL ON FUNCTION trellara.quarantine_list() FROM PUBLIC;
 REVOKE ALL ON FUNCTION trellara.require_one_row(bigint) FROM PUBLIC;  -- the applier's own check
 REVOKE ALL ON FUNCTION trellara.require_no_replica_triggers(text[]) FROM PUBLIC;  -- the applier's own guard
+REVOKE ALL ON FUNCTION trellara.update_batch_types(text, text[], text[]) FROM PUBLIC;  -- the applier's own check
+REVOKE ALL ON FUNCTION trellara.require_each_row_once(bigint[], bigint) FROM PUBLIC;  -- the applier's own check
 REVOKE ALL ON FUNCTION trellara.apply_status() FROM PUBLIC;
 GRANT USAGE ON SCHEMA trellara TO pg_monitor;
 GRANT EXECUTE ON FUNCTION trellara.quarantine_list() TO pg_monitor;

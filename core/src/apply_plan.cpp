@@ -258,6 +258,7 @@ Status PlanMatch(const Planner& p, ChangePlan& plan, std::string& where, std::st
     vals += DisplayValue(v);
   }
   plan.match_description = "(" + cols + ")=(" + vals + ")";
+  plan.match_params = match_columns.size();
   if (plan.match == MatchMode::Key) {
     where = " WHERE " + predicate;
   } else {
@@ -598,6 +599,58 @@ std::optional<uint64_t> CopyLineOf(const std::string& context) {
   }
   if (digits == 0 || line == 0) return std::nullopt;
   return line;
+}
+
+bool UpdateBatchable(const ChangePlan& plan) {
+  return plan.kind == PlanKind::Update && plan.match == MatchMode::Key && plan.expect == RowExpectation::ExactlyOne &&
+         !plan.row_key.empty() && plan.match_params > 0 && plan.match_params < plan.params.size() &&
+         plan.param_columns.size() == plan.params.size() && !plan.target_relation.empty();
+}
+
+Result<std::string> UpdateBatchSql(const ChangePlan& first, const std::vector<std::string>& cast_types) {
+  if (!UpdateBatchable(first))
+    return MakeError("internal: an UPDATE batch was asked for a change that is not a key-preserving UPDATE of " +
+                     first.relation_display);
+  const size_t m = first.params.size();
+  if (cast_types.size() != m)
+    return MakeError("internal: " + std::to_string(cast_types.size()) + " column types for the " + std::to_string(m) +
+                     " parameters of an UPDATE batch of " + first.relation_display);
+  std::string set, where, arrays, aliases;
+  for (size_t i = 0; i < m; i++) {
+    auto quoted = QuoteIdentifier(first.param_columns[i]);
+    if (!quoted) return MakeError("column " + first.param_columns[i] + " of " + first.relation_display + ": " +
+                                  quoted.error().message);
+    const std::string v = "trellara_batch.v" + std::to_string(i + 1);
+    if (i < m - first.match_params) {
+      if (!set.empty()) set += ", ";
+      set += *quoted + " = " + v;
+    } else {
+      if (!where.empty()) where += " AND ";
+      where += "trellara_row." + *quoted + " = " + v;
+    }
+    if (i > 0) arrays += ", ";
+    arrays += "$" + std::to_string(i + 1) + "::" + cast_types[i] + "[]";
+    aliases += "v" + std::to_string(i + 1) + ", ";
+  }
+  const std::string count = "$" + std::to_string(m + 1);
+  return "WITH trellara_rows AS (UPDATE " + first.target_relation + " AS trellara_row SET " + set + " FROM unnest(" +
+         arrays + ") WITH ORDINALITY AS trellara_batch(" + aliases + "ord) WHERE " + where +
+         " RETURNING trellara_batch.ord) SELECT CASE WHEN count(*) = " + count + " AND count(DISTINCT ord) = " + count +
+         " THEN NULL ELSE trellara.require_each_row_once(array_agg(ord), " + count + ") END FROM trellara_rows";
+}
+
+void AppendArrayElement(const std::optional<std::string>& value, std::string& literal) {
+  if (literal.size() > 1) literal += ',';
+  if (!value) {
+    literal += "NULL";
+    return;
+  }
+  literal += '"';
+  for (char c : *value) {
+    if (c == '"' || c == '\\') literal += '\\';
+    literal += c;
+  }
+  literal += '"';
 }
 
 std::string RowCheckedSql(const ChangePlan& plan) {

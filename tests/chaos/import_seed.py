@@ -437,7 +437,19 @@ SIM_UNTESTED_ROWS = {
 CONTINUITY = "test_apply_continuity.py"
 TRANSIENT = "test_apply_transient_retry.py"
 SUPERSEDED = "test_apply_superseded.py"
+UPDATE_BATCHES = "test_apply_update_batches.py"
 DESIGN_ROWS = [
+    dict(name="chunked_update_batches", boundary="log → target, a chunked transaction's UPDATE runs (docs/apply.md)",
+         invariant="a run of key-preserving UPDATEs sent as one statement changes each of its rows exactly once, "
+                   "and only where the target cannot observe the order",
+         safety_property="the target ends equal to the source; an UPDATE whose row is missing quarantines exactly "
+                         "its transaction naming that row, nothing of it visible",
+         recovery="repair the target row, then trellara.quarantine_replay_ready",
+         proof=[it("chunked_updates_are_batched_and_applied_exactly", UPDATE_BATCHES),
+                it("a_batched_update_that_matches_no_row_quarantines_its_transaction", UPDATE_BATCHES),
+                it("updates_go_one_at_a_time_where_the_target_could_see_their_order", UPDATE_BATCHES)],
+         defect={"name": "apply_update_batch_unchecked",
+                 "scenario": it("negative_control_batch_without_its_row_check_is_caught", UPDATE_BATCHES)}),
     dict(name="grouped_batch_superseded_updates", boundary="log → target, grouped batches (docs/apply.md)",
          invariant="an UPDATE is left out of a grouped batch only when a later UPDATE of the same group "
                    "overwrites the same row and nothing else wrote its table in between",

@@ -456,6 +456,63 @@ TEST_CASE("copy_row_straight_from_the_change_equals_the_planned_rows_and_refuses
   CHECK_FALSE(AppendCopyRowOf(narrow, r, out).ok());
 }
 
+TEST_CASE("update_batch_takes_key_preserving_updates_only", "[plan][update_batch]") {
+  RelationInfo r = Rel("public", "t", {{"id", 20, "bigint", -1, true}, {"a", 25, "text", -1, false}});
+  // Matched by its key, which it leaves unchanged (no old image: the key did not change).
+  auto same_key = PlanChange(Row(Op::Update, r.oid, {T("1"), T("x")}), {r});
+  REQUIRE(same_key.ok());
+  CHECK(UpdateBatchable(*same_key));
+  CHECK(same_key->match_params == 1);
+  // A key-changing UPDATE (old key image differs) must match the old key and set the new one.
+  auto new_key = PlanChange(Row(Op::Update, r.oid, {T("2"), T("x")}, OldImage::Key, {T("1")}), {r});
+  REQUIRE(new_key.ok());
+  CHECK_FALSE(UpdateBatchable(*new_key));
+  // No key: matched on the full old row, maybe one of several duplicates.
+  RelationInfo nokey = Rel("public", "n", {{"a", 25, "text", -1, false}}, ReplicaIdentity::Full);
+  auto full = PlanChange(Row(Op::Update, nokey.oid, {T("y")}, OldImage::Full, {T("x")}), {nokey});
+  REQUIRE(full.ok());
+  CHECK_FALSE(UpdateBatchable(*full));
+  auto del = PlanChange(Row(Op::Delete, r.oid, {}, OldImage::Key, {T("1")}), {r});
+  REQUIRE(del.ok());
+  CHECK_FALSE(UpdateBatchable(*del));
+  auto ins = PlanChange(Row(Op::Insert, r.oid, {T("1"), T("x")}), {r});
+  REQUIRE(ins.ok());
+  CHECK_FALSE(UpdateBatchable(*ins));
+}
+
+TEST_CASE("update_batch_sql_sets_the_planned_columns_from_one_array_each_and_checks_every_row", "[plan][update_batch]") {
+  RelationInfo r = Rel("Sales", "line \"items\"", {{"order_id", 20, "bigint", -1, true}, {"Note", 25, "text", -1, false},
+                                                   {"qty", 23, "integer", -1, false}, {"line", 23, "integer", -1, true}});
+  auto plan = PlanChange(Row(Op::Update, r.oid, {T("7"), T("n"), Value::UnchangedToast(), T("2")}), {r});
+  REQUIRE(plan.ok());
+  REQUIRE(UpdateBatchable(*plan));
+  // SET "Note" (qty is unchanged-TOAST, the keys are unchanged), matched on (order_id, line).
+  REQUIRE(plan->param_columns == std::vector<std::string>{"Note", "order_id", "line"});
+  auto sql = UpdateBatchSql(*plan, {"text", "bigint", "integer"});
+  REQUIRE(sql.ok());
+  CHECK(*sql ==
+        "WITH trellara_rows AS (UPDATE \"Sales\".\"line \"\"items\"\"\" AS trellara_row SET \"Note\" = trellara_batch.v1 "
+        "FROM unnest($1::text[], $2::bigint[], $3::integer[]) WITH ORDINALITY AS trellara_batch(v1, v2, v3, ord) "
+        "WHERE trellara_row.\"order_id\" = trellara_batch.v2 AND trellara_row.\"line\" = trellara_batch.v3 "
+        "RETURNING trellara_batch.ord) SELECT CASE WHEN count(*) = $4 AND count(DISTINCT ord) = $4 THEN NULL "
+        "ELSE trellara.require_each_row_once(array_agg(ord), $4) END FROM trellara_rows");
+  CHECK_FALSE(UpdateBatchSql(*plan, {"text", "bigint"}).ok());  // a type per parameter column
+  auto del = PlanChange(Row(Op::Delete, r.oid, {}, OldImage::Key, {T("7"), T("2")}), {r});
+  REQUIRE(del.ok());
+  CHECK_FALSE(UpdateBatchSql(*del, {"bigint", "integer"}).ok());
+}
+
+TEST_CASE("update_batch_array_elements_are_quoted_and_escaped", "[plan][update_batch]") {
+  std::string literal = "{";
+  for (const std::optional<std::string>& v :
+       std::vector<std::optional<std::string>>{std::string("plain"), std::nullopt, std::string("NULL"), std::string(""),
+                                               std::string("q\"uo\\te"), std::string("{a,b} c\n")})
+    AppendArrayElement(v, literal);
+  literal += '}';
+  // NULL unquoted is SQL NULL; the text "NULL" is quoted; an empty string is "".
+  CHECK(literal == "{\"plain\",NULL,\"NULL\",\"\",\"q\\\"uo\\\\te\",\"{a,b} c\n\"}");
+}
+
 // ---- paired defects (docs/correctness.md): each makes the clean test named in it fail ----------
 
 namespace {

@@ -87,6 +87,8 @@ struct ChangePlan {
   // An UPDATE matched by its key that leaves the key unchanged: the relation and the key's values,
   // encoded unambiguously (equal row_key <=> same relation and same key text). Empty otherwise.
   std::string row_key;
+  // UPDATE/DELETE: how many of the last params are the row match's values (PlanMatch); 0 otherwise.
+  size_t match_params = 0;
 };
 
 // Plans `change`, whose relations (and truncated relations) are described by `relations` (the
@@ -165,6 +167,36 @@ Status AppendCopyRowOf(const Change& change, const RelationInfo& relation, std::
 // The 1-based row of a COPY FROM STDIN that the server's error CONTEXT names ("COPY orders, line
 // 42: ..." or "COPY orders, line 42, column id: ..."), if it names one.
 std::optional<uint64_t> CopyLineOf(const std::string& context);
+
+// ---- runs of UPDATEs of a chunked transaction (docs/apply.md "Chunked transactions") ----
+//
+// A chunked transaction's consecutive UPDATEs with one statement_key, each matched by a key it
+// leaves unchanged (row_key set) and no two with the same key, go as one statement of at most
+// kUpdateBatchRowsMax rows instead of one statement each:
+//   WITH trellara_rows AS (UPDATE "s"."t" AS trellara_row SET "a" = trellara_batch.v1, ..
+//        FROM unnest($1::T1[], .., $m::Tm[]) WITH ORDINALITY AS trellara_batch(v1, .., vm, ord)
+//        WHERE trellara_row."k" = trellara_batch.vm AND .. RETURNING trellara_batch.ord)
+//   SELECT CASE WHEN count(*) = $m+1 AND count(DISTINCT ord) = $m+1 THEN NULL
+//               ELSE trellara.require_each_row_once(array_agg(ord), $m+1) END FROM trellara_rows
+// Parameter i is a text array literal of the plans' values of param_columns[i] (AppendArrayElement),
+// cast to the target's type of that column; $m+1 is the row count. Each row must be changed exactly
+// once, as the one-row check requires of one change; the target raises TR001/TR002 naming the
+// batch row in HINT otherwise. Whether a relation may be batched at all (triggers, other unique
+// indexes, array columns) is the target's answer (trellara.update_batch_types); shorter runs than
+// kUpdateBatchRowsMin stay single statements.
+inline constexpr size_t kUpdateBatchRowsMin = 16;
+inline constexpr size_t kUpdateBatchRowsMax = 1000;
+inline constexpr size_t kUpdateBatchBytesMax = 4u << 20;
+
+// An UPDATE that can be part of such a run: matched by its key, which it leaves unchanged.
+bool UpdateBatchable(const ChangePlan& plan);
+// The statement above for runs shaped like `first` (UpdateBatchable), `cast_types[i]` the target's
+// type name of first.param_columns[i]. Fails for a plan that is not batchable, a type count that
+// does not match, or a column name that cannot be quoted.
+Result<std::string> UpdateBatchSql(const ChangePlan& first, const std::vector<std::string>& cast_types);
+// Appends `value` to a PostgreSQL array literal being built ("{" opened by the caller, elements
+// comma-separated, "}" closed by the caller): double-quoted with \ and " escaped, NULL unquoted.
+void AppendArrayElement(const std::optional<std::string>& value, std::string& literal);
 
 // "UPDATE", "DELETE", ... for messages.
 const char* PlanKindName(PlanKind kind);
