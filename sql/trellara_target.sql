@@ -93,6 +93,16 @@ $fn$;
 -- across a write of it. Called after the group's statements, it sees any trigger enabled before
 -- they locked the relation. (Until 2026-12-02 it was require_no_update_triggers and looked at
 -- UPDATE triggers of the relations with a left-out UPDATE only.)
+-- A table and every partition or inheritance child a write to it reaches (the guards below look
+-- for triggers, rules and indexes on all of them: a trigger on one partition fires for rows the
+-- applier writes through the parent).
+CREATE OR REPLACE FUNCTION trellara.relation_tree(rel oid)
+RETURNS oid[] LANGUAGE sql STABLE AS $fn$
+  WITH RECURSIVE t(oid) AS (SELECT rel
+                            UNION SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN t ON i.inhparent = t.oid)
+  SELECT array_agg(t.oid) FROM t
+$fn$;
+
 DROP FUNCTION IF EXISTS trellara.require_no_update_triggers(text[]);
 CREATE OR REPLACE FUNCTION trellara.require_no_replica_triggers(relations text[])
 RETURNS void LANGUAGE plpgsql AS $fn$
@@ -106,10 +116,12 @@ BEGIN
     FROM unnest(relations) WITH ORDINALITY AS r(name, pos)
     CROSS JOIN LATERAL (
       SELECT 'trigger ' || t.tgname AS what FROM pg_catalog.pg_trigger t
-       WHERE t.tgrelid = r.name::regclass AND NOT t.tgisinternal AND t.tgenabled IN ('A', 'R')
+       WHERE t.tgrelid = ANY (trellara.relation_tree(r.name::regclass)) AND NOT t.tgisinternal
+         AND t.tgenabled IN ('A', 'R')
       UNION ALL
       SELECT 'rule ' || w.rulename FROM pg_catalog.pg_rewrite w
-       WHERE w.ev_class = r.name::regclass AND w.ev_enabled IN ('A', 'R') AND w.ev_type <> '1') AS f;
+       WHERE w.ev_class = ANY (trellara.relation_tree(r.name::regclass)) AND w.ev_enabled IN ('A', 'R')
+         AND w.ev_type <> '1') AS f;
   IF positions IS NOT NULL THEN
     RAISE EXCEPTION 'a trigger or rule fires for replicated changes of %', found
       USING ERRCODE = 'TR011', DETAIL = positions;
@@ -124,7 +136,8 @@ $fn$;
 -- server's choosing instead of the source's. That is the same result unless something on the
 -- target observes the order: a trigger or rule firing for replicated changes (ENABLE ALWAYS or
 -- REPLICA), or a unique index or exclusion constraint other than one on exactly the key columns
--- (a swap of unique values between two rows may pass in one order and fail in another). Returns
+-- (a swap of unique values between two rows may pass in one order and fail in another), on the
+-- table or any partition or inheritance child the UPDATE reaches. Returns
 -- the type of each of `columns` as the parameter arrays are cast (format_type without typmod, so
 -- the assignment still applies the column's typmod as a bound parameter would), or NULL when the
 -- UPDATEs must go one at a time: such a trigger, rule, index or constraint; a column of an array
@@ -134,21 +147,23 @@ CREATE OR REPLACE FUNCTION trellara.update_batch_types(relation text, columns te
 RETURNS text[] LANGUAGE plpgsql AS $fn$
 DECLARE
   rel oid := relation::regclass;
+  tree oid[];
   types text[];
 BEGIN
   EXECUTE 'LOCK TABLE ' || relation || ' IN ROW EXCLUSIVE MODE';
+  tree := trellara.relation_tree(rel);
   IF EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
-              WHERE t.tgrelid = rel AND NOT t.tgisinternal AND t.tgenabled IN ('A', 'R'))
+              WHERE t.tgrelid = ANY (tree) AND NOT t.tgisinternal AND t.tgenabled IN ('A', 'R'))
      OR EXISTS (SELECT 1 FROM pg_catalog.pg_rewrite w
-                 WHERE w.ev_class = rel AND w.ev_enabled IN ('A', 'R') AND w.ev_type <> '1')
+                 WHERE w.ev_class = ANY (tree) AND w.ev_enabled IN ('A', 'R') AND w.ev_type <> '1')
      OR EXISTS (SELECT 1 FROM pg_catalog.pg_index i
-                 WHERE i.indrelid = rel AND (i.indisunique OR i.indisexclusion)
+                 WHERE i.indrelid = ANY (tree) AND (i.indisunique OR i.indisexclusion)
                    AND (i.indpred IS NOT NULL OR i.indexprs IS NOT NULL OR i.indisexclusion
                         OR ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a
-                                  WHERE a.attrelid = rel AND a.attnum = ANY (i.indkey::int2[]) ORDER BY 1)
+                                  WHERE a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey::int2[]) ORDER BY 1)
                            IS DISTINCT FROM ARRAY(SELECT k FROM unnest(key_columns) AS k ORDER BY 1)))
      OR EXISTS (SELECT 1 FROM pg_catalog.pg_constraint c
-                 WHERE c.conrelid = rel AND c.contype = 'x') THEN
+                 WHERE c.conrelid = ANY (tree) AND c.contype = 'x') THEN
     RETURN NULL;
   END IF;
   SELECT array_agg(format_type(a.atttypid, NULL) ORDER BY c.pos)
@@ -296,6 +311,7 @@ REVOKE ALL ON FUNCTION trellara.quarantine_list() FROM PUBLIC;
 REVOKE ALL ON FUNCTION trellara.require_one_row(bigint) FROM PUBLIC;  -- the applier's own check
 REVOKE ALL ON FUNCTION trellara.require_no_replica_triggers(text[]) FROM PUBLIC;  -- the applier's own guard
 REVOKE ALL ON FUNCTION trellara.update_batch_types(text, text[], text[]) FROM PUBLIC;  -- the applier's own check
+REVOKE ALL ON FUNCTION trellara.relation_tree(oid) FROM PUBLIC;  -- the guards' helper
 REVOKE ALL ON FUNCTION trellara.require_each_row_once(bigint[], bigint) FROM PUBLIC;  -- the applier's own check
 REVOKE ALL ON FUNCTION trellara.apply_status() FROM PUBLIC;
 GRANT USAGE ON SCHEMA trellara TO pg_monitor;

@@ -16,8 +16,9 @@
     those checks;
   - updates_go_one_at_a_time_where_the_target_could_see_their_order: a table with a second unique
     index, where a batch in the server's order could raise a unique violation the source's order
-    never met, and a table with an ENABLE ALWAYS trigger, which would see the rows changed in
-    another order: neither is batched, the trigger sees the source's order, the data is equal.
+    never met, a table with an ENABLE ALWAYS trigger, which would see the rows changed in another
+    order, and a table partitioned on the target only with such a trigger on one partition: none
+    is batched, the triggers see the source's order, the data is equal.
 """
 import os
 import re
@@ -38,8 +39,9 @@ CREATE TABLE public.wide (id int PRIMARY KEY, note text, n int NOT NULL, tag var
 CREATE TABLE public.slots (id int PRIMARY KEY, code int NOT NULL UNIQUE);
 CREATE TABLE public.watched (id int PRIMARY KEY, v int NOT NULL);
 CREATE TABLE public.later (id int PRIMARY KEY);
+CREATE TABLE public.parts (id int PRIMARY KEY, v int NOT NULL);
 """
-TABLES = ("public.wide", "public.slots", "public.watched", "public.later")
+TABLES = ("public.wide", "public.slots", "public.watched", "public.later", "public.parts")
 BATCHED = re.compile(r"\bbatched_updates=(\d+)\b")
 
 
@@ -174,9 +176,19 @@ def updates_go_one_at_a_time_where_the_target_could_see_their_order(pair):
         CREATE FUNCTION public.watch() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN INSERT INTO public.watch_log (id, v) VALUES (NEW.id, NEW.v); RETURN NEW; END $$;
         CREATE TRIGGER watch AFTER UPDATE ON public.watched FOR EACH ROW EXECUTE FUNCTION public.watch();
-        ALTER TABLE public.watched ENABLE ALWAYS TRIGGER watch""")
+        ALTER TABLE public.watched ENABLE ALWAYS TRIGGER watch;
+        DROP TABLE public.parts;
+        CREATE TABLE public.parts (id int PRIMARY KEY, v int NOT NULL) PARTITION BY RANGE (id);
+        CREATE TABLE public.parts_low PARTITION OF public.parts FOR VALUES FROM (MINVALUE) TO (1001);
+        CREATE TABLE public.parts_high PARTITION OF public.parts FOR VALUES FROM (1001) TO (MAXVALUE);
+        CREATE TABLE public.parts_log (seq bigserial PRIMARY KEY, id int NOT NULL);
+        CREATE FUNCTION public.parts_watch() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN INSERT INTO public.parts_log (id) VALUES (NEW.id); RETURN NEW; END $$;
+        CREATE TRIGGER parts_watch AFTER UPDATE ON public.parts_high FOR EACH ROW EXECUTE FUNCTION public.parts_watch();
+        ALTER TABLE public.parts_high ENABLE ALWAYS TRIGGER parts_watch""")
     pair.source.query("INSERT INTO slots SELECT g, g FROM generate_series(1, 2000) g")
     pair.source.query("INSERT INTO watched SELECT g, 0 FROM generate_series(1, 2000) g")
+    pair.source.query("INSERT INTO parts SELECT g, 0 FROM generate_series(1, 2000) g")
     wait_log_covers_source(pair.source)
     run_apply(pair.config, 0)
     # Each code moves to the next one's old value, highest first: valid in the source's order only.
@@ -185,6 +197,7 @@ def updates_go_one_at_a_time_where_the_target_could_see_their_order(pair):
         DO $$ BEGIN
           FOR i IN REVERSE 2000..1 LOOP UPDATE slots SET code = code + 1 WHERE id = i; END LOOP;
           FOR i IN 0..1999 LOOP UPDATE watched SET v = i WHERE id = (i * 7919) % 2000 + 1; END LOOP;
+          FOR i IN 0..1999 LOOP UPDATE parts SET v = i WHERE id = (i * 7919) % 2000 + 1; END LOOP;
         END $$""")
     result = run_apply(pair.config, 0)
     batched = batched_updates(result)
@@ -195,6 +208,11 @@ def updates_go_one_at_a_time_where_the_target_could_see_their_order(pair):
     if order != want:
         raise CaptureFailure(f"the ENABLE ALWAYS trigger saw the rows in another order than the source changed them: "
                              f"{order[:200]}...")
+    order = pair.target.query("SELECT string_agg(id::text, ',' ORDER BY seq) FROM public.parts_log")
+    want = ",".join(str(i) for i in ((i * 7919) % 2000 + 1 for i in range(2000)) if i > 1000)
+    if order != want:
+        raise CaptureFailure(f"the trigger of partition parts_high saw the rows in another order than the source "
+                             f"changed them: {order[:200]}...")
     assert_same_data(pair.source, pair.target, TABLES, "after the order-sensitive UPDATEs")
     print("ok: updates_go_one_at_a_time_where_the_target_could_see_their_order")
 
