@@ -11,14 +11,16 @@ targets hold the same rows as the source. A benchmark, never a pass/fail test.
 
 Shapes (issue 14): --scale S --clients C (pgbench), --workload inserts (transactions of 1 000-10 000
 inserted rows), --mode daemon (`trellara apply` as a service runs it, timed until the target's replication
-origin reaches the log's last commit, instead of --until-caught-up), --long-read (a REPEATABLE READ
+origin reaches the log's last commit, instead of --until-caught-up), --mode both (the two on the
+same log, each into its own target, in alternating order: daemon/catch-up), --long-read (a REPEATABLE READ
 transaction holds a snapshot open on each target throughout, as a report or pg_dump does).
 
 Usage: bench/apply/run_bench.py [--transactions N] [--runs R] [--scale S] [--clients C]
-           [--workload pgbench|inserts] [--mode catch-up|daemon] [--long-read] [--group-transactions on|off]
+           [--workload pgbench|inserts] [--mode catch-up|daemon|both] [--long-read] [--group-transactions on|off]
            [--superseded-updates leave_out|send]
 """
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -121,21 +123,82 @@ def wait_until(what, condition, timeout_s, interval_s=0.005):
         time.sleep(interval_s)
 
 
+def timed_apply(mode, target, log_dir, transactions, last_commit, args):
+    """Runs `trellara apply` into `target` in `mode` (catch-up: --until-caught-up, timed to its exit;
+    daemon: timed until the target's replication origin, set in the transaction that applies each
+    source transaction, reaches the log's last commit — a read of shared memory; counting the dedup
+    rows every 5 ms instead scanned a growing table ~200 times a second on the target, a CPU cost
+    on this 2-core machine that native's wait does not pay). Returns (seconds, applier CPU s)."""
+    with tempfile.TemporaryDirectory() as work:
+        config = os.path.join(work, "flow.toml")
+        with open(config, "w") as f:
+            f.write(f'[flow]\nname = "bench"\nlog_directory = "{log_dir}"\n\n'
+                    f'[target]\nconninfo = "{target.conninfo()}"\n\n'
+                    f'[apply]\ngroup_transactions = "{args.group_transactions}"\n'
+                    f'superseded_updates = "{args.superseded_updates}"\n')
+        command = [TRELLARA, "apply", "--config", config]
+        if mode == "catch-up":
+            command.append("--until-caught-up")
+        if os.environ.get("TRELLARA_BENCH_PERF"):  # profiling only: the figures include perf
+            command = ["perf", "record", "-g", "-o", os.environ["TRELLARA_BENCH_PERF"], "--"] + command
+        t0 = time.monotonic()
+        with open(os.path.join(work, "apply.out"), "w+") as out:
+            proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+            applied = None
+            if mode == "daemon":
+                poller = Poller(target)
+                try:
+                    wait_until("the daemon applier's catch-up", lambda: poller.query(
+                        "SELECT coalesce(max(remote_lsn) >= '" + last_commit + "', false) "
+                        "FROM pg_replication_origin_status") == "t", 900)
+                    seconds = time.monotonic() - t0
+                    applied = int(poller.query("SELECT count(*) FROM trellara.applied_transactions"))
+                finally:
+                    poller.close()
+                proc.send_signal(signal.SIGTERM)
+            _, status, usage = os.wait4(proc.pid, 0)
+            if mode == "catch-up":
+                seconds = time.monotonic() - t0
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            out.seek(0)
+            output = out.read()
+        if proc.returncode != 0:
+            raise RuntimeError(f"trellara apply ({mode}) exited {proc.returncode}: {output[-2000:]}")
+        if applied is not None and applied < transactions:
+            raise RuntimeError(f"the daemon applier reached the last commit {last_commit} with {applied} dedup rows, "
+                               f"not {transactions}")
+    # Where the applier's wall time goes: its own CPU (user + system); the rest is waiting.
+    return seconds, usage.ru_utime + usage.ru_stime
+
+
+def forget_applier(log_dir):
+    """Unregisters consumer "applier" so that the next `trellara apply` (into another target)
+    registers again at the log's first offset and applies the whole log."""
+    subprocess.run([TRELLARA, "log", "unregister-consumer", "applier", "--dir", log_dir], check=True,
+                   capture_output=True, text=True)
+
+
 def one_run(run, args):
     tables = INSERT_TABLES if args.workload == "inserts" else PGBENCH_TABLES
-    with Cluster(f"bench-apply-src{run}", settings={"max_wal_size": "'4GB'"}) as source, \
-            Cluster(f"bench-apply-t{run}", preload=False) as trellara_target, \
-            Cluster(f"bench-apply-n{run}", preload=False) as native_target:
+    modes = ["catch-up", "daemon"] if args.mode == "both" else [args.mode]
+    if run % 2 == 1:
+        modes.reverse()  # --mode both: alternate which goes first, so drift does not favour one
+    with contextlib.ExitStack() as stack:
+        source = stack.enter_context(Cluster(f"bench-apply-src{run}", settings={"max_wal_size": "'4GB'"}))
+        trellara_targets = {mode: stack.enter_context(Cluster(f"bench-apply-t{run}{mode[0]}", preload=False))
+                            for mode in modes}
+        native_target = stack.enter_context(Cluster(f"bench-apply-n{run}", preload=False))
+        all_targets = list(trellara_targets.values()) + [native_target]
         source.psql("CREATE EXTENSION trellara")
         if args.workload == "inserts":
             source.psql("CREATE TABLE bench_rows (id bigserial PRIMARY KEY, a int NOT NULL, b text)")
         else:
             pgbench(source, "-i", "-s", str(args.scale), "-q")
-        copy_schema(source, trellara_target, tables)
-        copy_schema(source, native_target, tables)
-        # Both targets start from the source's initial rows (copied once, outside the timing), then
-        # are analyzed as autovacuum would leave them.
-        for target in (trellara_target, native_target):
+        for target in all_targets:
+            copy_schema(source, target, tables)
+        # Every target starts from the source's initial rows (copied once, outside the timing), then
+        # is analyzed as autovacuum would leave it.
+        for target in all_targets:
             for t in tables:
                 data = subprocess.run([os.path.join(PG_BIN, "psql"), "-X", "-q", "-c", f"COPY {t} TO STDOUT"],
                                       env=source.env(), check=True, capture_output=True).stdout
@@ -164,54 +227,14 @@ def one_run(run, args):
         end = source.query("SELECT pg_current_wal_lsn()")
         wait_until("the flow's capture of the workload",
                    lambda: source.query(f"SELECT log_durable_lsn >= '{end}' FROM trellara.status()") == "t", 600, 0.05)
-        last_commit = last_commit_lsn(log_dir) if args.mode == "daemon" else None
-        reports = [hold_snapshot(t) for t in (trellara_target, native_target)] if args.long_read else []
+        last_commit = last_commit_lsn(log_dir) if "daemon" in modes else None
+        reports = [hold_snapshot(t) for t in all_targets] if args.long_read else []
+        timed = {}
         try:
-            with tempfile.TemporaryDirectory() as work:
-                config = os.path.join(work, "flow.toml")
-                with open(config, "w") as f:
-                    f.write(f'[flow]\nname = "bench"\nlog_directory = "{log_dir}"\n\n'
-                            f'[target]\nconninfo = "{trellara_target.conninfo()}"\n\n'
-                            f'[apply]\ngroup_transactions = "{args.group_transactions}"\n'
-                            f'superseded_updates = "{args.superseded_updates}"\n')
-                command = [TRELLARA, "apply", "--config", config]
-                if args.mode == "catch-up":
-                    command.append("--until-caught-up")
-                if os.environ.get("TRELLARA_BENCH_PERF"):  # profiling only: the figures include perf
-                    command = ["perf", "record", "-g", "-o", os.environ["TRELLARA_BENCH_PERF"], "--"] + command
-                t0 = time.monotonic()
-                with open(os.path.join(work, "apply.out"), "w+") as out:
-                    proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-                    if args.mode == "daemon":
-                        poller = Poller(trellara_target)
-                        try:
-                            # Timed until the target's replication origin (set in the transaction
-                            # that applies each source transaction) reaches the log's last commit:
-                            # a read of shared memory. Counting the dedup rows every 5 ms instead
-                            # scanned a growing table ~200 times a second on the target, a CPU
-                            # cost on this 2-core machine that native's wait does not pay.
-                            wait_until("the daemon applier's catch-up", lambda: poller.query(
-                                "SELECT coalesce(max(remote_lsn) >= '" + last_commit + "', false) "
-                                "FROM pg_replication_origin_status") == "t", 900)
-                            trellara_s = time.monotonic() - t0
-                            applied = int(poller.query("SELECT count(*) FROM trellara.applied_transactions"))
-                        finally:
-                            poller.close()
-                        proc.send_signal(signal.SIGTERM)
-                        if applied < transactions:
-                            raise RuntimeError(f"the daemon applier reached the last commit {last_commit} with "
-                                               f"{applied} dedup rows, not {transactions}")
-                    _, status, usage = os.wait4(proc.pid, 0)
-                    if args.mode == "catch-up":
-                        trellara_s = time.monotonic() - t0
-                    proc.returncode = os.waitstatus_to_exitcode(status)
-                    out.seek(0)
-                    output = out.read()
-                if proc.returncode != 0:
-                    raise RuntimeError(f"trellara apply exited {proc.returncode}: {output[-2000:]}")
-                # Where the applier's wall time goes: its own CPU (user + system); the rest is
-                # waiting for the target.
-                applier_cpu_s = usage.ru_utime + usage.ru_stime
+            for i, mode in enumerate(modes):
+                if i > 0:
+                    forget_applier(log_dir)
+                timed[mode] = timed_apply(mode, trellara_targets[mode], log_dir, transactions, last_commit, args)
             poller = Poller(source)
             try:
                 t0 = time.monotonic()
@@ -226,14 +249,21 @@ def one_run(run, args):
             for report in reports:
                 release_snapshot(report)
         source_digest = digest(source, tables)
-        same = source_digest == digest(trellara_target, tables) == digest(native_target, tables)
+        same = all(digest(t, tables) == source_digest for t in all_targets)
         native_target.psql("ALTER SUBSCRIPTION bench_sub DISABLE")
         native_target.psql("ALTER SUBSCRIPTION bench_sub SET (slot_name = NONE)")
         native_target.psql("DROP SUBSCRIPTION bench_sub")
         source.psql("SELECT pg_drop_replication_slot('bench_sub')")
-        return {"trellara_tps": transactions / trellara_s, "native_tps": transactions / native_s,
-                "ratio": native_s / trellara_s, "trellara_s": trellara_s, "native_s": native_s, "same": same,
-                "applier_cpu_s": applier_cpu_s, "rows": rows, "transactions": transactions}
+        first = timed[modes[0]] if args.mode != "both" else timed["catch-up"]
+        result = {"trellara_tps": transactions / first[0], "native_tps": transactions / native_s,
+                  "ratio": native_s / first[0], "trellara_s": first[0], "native_s": native_s, "same": same,
+                  "applier_cpu_s": first[1], "rows": rows, "transactions": transactions}
+        if args.mode == "both":
+            daemon_s, daemon_cpu = timed["daemon"]
+            result.update({"daemon_s": daemon_s, "daemon_tps": transactions / daemon_s, "daemon_cpu_s": daemon_cpu,
+                           "daemon_ratio": native_s / daemon_s, "daemon_vs_catch_up": first[0] / daemon_s,
+                           "order": " then ".join(modes)})
+        return result
 
 
 def main():
@@ -243,7 +273,9 @@ def main():
     parser.add_argument("--scale", type=int, default=1)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--workload", choices=["pgbench", "inserts"], default="pgbench")
-    parser.add_argument("--mode", choices=["catch-up", "daemon"], default="catch-up")
+    parser.add_argument("--mode", choices=["catch-up", "daemon", "both"], default="catch-up",
+                        help="both: catch-up and daemon on the same log, each into its own target, in "
+                             "alternating order; prints daemon/catch-up")
     parser.add_argument("--long-read", action="store_true")
     parser.add_argument("--group-transactions", choices=["on", "off"], default="on",
                         help="the applier's apply.group_transactions (docs/apply.md)")
@@ -257,14 +289,24 @@ def main():
     for run in range(args.runs):
         r = one_run(run, args)
         rows = f" | {r['rows']} rows" if r["rows"] else ""
-        print(f"run {run}: trellara {r['trellara_s']:.2f} s ({r['trellara_tps']:.0f} tx/s) | native "
+        label = "catch-up" if args.mode == "both" else "trellara"
+        print(f"run {run}: {label} {r['trellara_s']:.2f} s ({r['trellara_tps']:.0f} tx/s) | native "
               f"{r['native_s']:.2f} s ({r['native_tps']:.0f} tx/s) | ratio {r['ratio']:.2f} | "
               f"applier CPU {r['applier_cpu_s']:.2f} s{rows} | "
               f"targets equal to source: {r['same']}", flush=True)
+        if args.mode == "both":
+            print(f"run {run}: daemon {r['daemon_s']:.2f} s ({r['daemon_tps']:.0f} tx/s, applier CPU "
+                  f"{r['daemon_cpu_s']:.2f} s) | ratio to native {r['daemon_ratio']:.2f} | daemon/catch-up "
+                  f"{r['daemon_vs_catch_up']:.2f} ({r['order']})", flush=True)
         results.append(r)
     med = {k: statistics.median(r[k] for r in results) for k in ("trellara_tps", "native_tps", "ratio")}
     print(f"median over {args.runs} runs: trellara {med['trellara_tps']:.0f} tx/s, native {med['native_tps']:.0f} "
           f"tx/s, ratio trellara/native {med['ratio']:.2f} (issue 14 goal >= 2.0)")
+    if args.mode == "both":
+        d = {k: statistics.median(r[k] for r in results) for k in ("daemon_tps", "daemon_ratio", "daemon_vs_catch_up")}
+        print(f"median over {args.runs} runs: daemon {d['daemon_tps']:.0f} tx/s, ratio daemon/native "
+              f"{d['daemon_ratio']:.2f}, daemon/catch-up on the same log {d['daemon_vs_catch_up']:.2f} "
+              f"(issue 14 goal: within 10 %)")
 
 
 if __name__ == "__main__":
