@@ -651,6 +651,13 @@ bool ApplySession::TryHoldLock() {
   return r.Value(0, 0) == std::optional<std::string>("t");
 }
 
+bool ApplySession::HoldRowExists(const std::string& hold_id) {
+  auto r = Must(conn_->ExecParams("SELECT EXISTS (SELECT 1 FROM trellara.apply_holds WHERE flow = $1 AND hold_id = $2)",
+                                  {config_.flow_name, hold_id}),
+                "reading hold " + hold_id + " of flow " + config_.flow_name + " (trellara.apply_holds)");
+  return r.Value(0, 0) == std::optional<std::string>("t");
+}
+
 void ApplySession::ReleaseHoldLock() {
   Must(conn_->ExecParams("SELECT pg_advisory_unlock_shared(hashtextextended('trellara hold ' || $1, 0))",
                          {config_.flow_name}),

@@ -191,6 +191,9 @@ class ApplySession {
   // The hold lock, shared, at session level (docs/snapshot.md "Locks"): true once taken.
   bool TryHoldLock();
   void ReleaseHoldLock();
+  // Whether `hold_id`'s row is still in trellara.apply_holds (its holder deletes it after letting go
+  // of the hold lock).
+  bool HoldRowExists(const std::string& hold_id);
 
  private:
   void LoadKnownRelations();  // Connect: the flow's rows of trellara.relation_schemas

@@ -360,11 +360,21 @@ bool Applier::StopAtHolds(std::optional<uint64_t> next_commit_lsn) {
     std::cerr << "apply flow=" << config_.flow_name << " event=held hold=" << hold.hold_id
               << " lsn=" << FormatLsn(hold.lsn) << " applied_lsn=" << FormatLsn(applied_lsn_) << std::endl;
     WriteStateFile("held", held, "");
-    while (!session_.TryHoldLock()) {
+    // The holder lets go of the hold lock, then deletes its row. The lock alone cannot say that
+    // this hold is over: the next holder (a verify started right after a reseed) may take it
+    // between two polls, and would then wait for its own hold while we wait for its lock. The row
+    // gone says it too. (A holder that died leaves its row, and its lock goes with its session.)
+    if (fault::Hit("apply.before_hold_lock_wait") == fault::Action::Error)
+      Fail("injected fault apply.before_hold_lock_wait at hold " + hold.hold_id);
+    for (;;) {
+      if (session_.TryHoldLock()) {
+        session_.ReleaseHoldLock();
+        break;
+      }
+      if (!session_.HoldRowExists(hold.hold_id)) break;
       if (StopRequested()) return false;
       std::this_thread::sleep_for(kHoldLockPollInterval);
     }
-    session_.ReleaseHoldLock();
     std::cerr << "apply flow=" << config_.flow_name << " event=hold_released hold=" << hold.hold_id << std::endl;
     WriteStateFile("running", "", "");
   }

@@ -180,11 +180,11 @@ class VerifyPair:
             raise
         return self
 
-    def start_applier(self):
+    def start_applier(self, env=None):
         if SIMULATE:
             self.stand_in = HoldStandIn(self.target).__enter__()
             return
-        self.applier = subprocess.Popen([APPLY_BIN, "apply", "--config", self.config],
+        self.applier = subprocess.Popen([APPLY_BIN, "apply", "--config", self.config], env=env,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         wait_for("the applier to run", lambda: self.target.query(
             "SELECT applier_running FROM trellara.apply_status() WHERE flow = 'app'") == "t", 60)
@@ -199,6 +199,8 @@ class VerifyPair:
             _, err = self.applier.communicate(timeout=60)
             self.applier = None
             print(f"applier stopped: {err.strip()[-300:]}")
+            return err
+        return ""
 
     def settle(self):
         """Simulation only: the target applies everything the source committed before a verify."""
@@ -480,6 +482,33 @@ def negative_control_reseed_delete_ignores_filter_is_caught():
         print(f"{point} caught: {str(caught)[:400]}")
 
 
+def back_to_back_holds_do_not_wait_on_each_other():
+    """A verify started right after another one ended can take the hold lock before the applier,
+    held at the first verify's hold, has polled it free. Fault point apply.before_hold_lock_wait
+    (stall, 8 s) holds the applier just before that wait, so the second verify always gets there
+    first. The applier must see the first hold's row gone and go on to the second hold; waiting for
+    the lock alone (the bug CI hit after a reseed) left both waiting on each other until the second
+    verify's --timeout."""
+    if SIMULATE:
+        print("back_to_back_holds_do_not_wait_on_each_other needs the real applier: not run in simulation")
+        return
+    with VerifyPair("verify-back-to-back") as pair:
+        pair.start_applier(env=dict(os.environ, TRELLARA_FAULTS="apply.before_hold_lock_wait:1:stall",
+                                    TRELLARA_FAULT_STALL_MS="8000"))
+        first, _ = pair.verify("--table", "public.tags")
+        started = time.monotonic()
+        second, result = pair.verify("--table", "public.tags", "--timeout", "40")
+        if not first["match"] or not second["match"]:
+            raise CaptureFailure(f"back-to-back verifies: {first} / {second}")
+        if first["consistent_lsn"] == second["consistent_lsn"]:
+            raise CaptureFailure(f"the second verify reported the first one's point: {first} / {second}")
+        print(f"second verify held and matched {time.monotonic() - started:.1f} s after the first ended")
+        err = pair.stop_applier()
+        if "fault point apply.before_hold_lock_wait: stall" not in err:
+            raise CaptureFailure(f"the applier never stalled before its hold lock wait: {err[-1000:]}")
+        print("ok: back_to_back_holds_do_not_wait_on_each_other")
+
+
 def verify_table_without_int_key_is_one_chunk():
     with VerifyPair("verify-textkey") as pair:
         pair.start_applier()
@@ -500,7 +529,7 @@ def verify_table_without_int_key_is_one_chunk():
 if __name__ == "__main__":
     run_scenarios([verify_without_applier_exits_2, verify_retries_a_passed_hold,
                    verify_does_not_compare_a_table_still_being_copied, verify_and_reseed_hostile_identifiers,
-                   verify_table_without_int_key_is_one_chunk,
+                   verify_table_without_int_key_is_one_chunk, back_to_back_holds_do_not_wait_on_each_other,
                    verify_names_corrupted_row_key_range, filtered_reseed_preserves_out_of_scope_rows,
                    negative_control_reseed_delete_ignores_filter_is_caught,
                    verify_matches_while_source_and_applier_live])
