@@ -15,6 +15,10 @@ out an UPDATE that a later UPDATE of the same row in the group overwrites. The s
   - a_target_update_trigger_sees_every_replicated_update: the target has an AFTER UPDATE trigger
     enabled ALWAYS that records each UPDATE it sees; it must see exactly as many as the source made
     (the guard refuses the group, the applier sends every UPDATE of that table from then on);
+  - a_trigger_on_one_target_partition_sees_every_replicated_update: public.zones is partitioned on
+    the target only, with an ENABLE ALWAYS UPDATE trigger on one partition (none on the parent);
+    the trigger must see every UPDATE the source made of that partition's rows (the guard looks at
+    every partition through trellara.relation_tree; a parent-only check let the group leave them out);
   - negative_control_an_unguarded_group_is_caught: with defect.apply_superseded_unguarded (the
     guard is not sent) the trigger check above must fail.
 
@@ -35,9 +39,32 @@ HOT_ROWS = 10
 DDL = f"""
 CREATE TABLE public.counters (id int PRIMARY KEY, n bigint NOT NULL, note text);
 CREATE TABLE public.events (id bigint PRIMARY KEY, counter int NOT NULL, n bigint NOT NULL);
+CREATE TABLE public.zones (id int PRIMARY KEY, n bigint NOT NULL);
 INSERT INTO public.counters SELECT g, 0, 'start' FROM generate_series(1, {HOT_ROWS}) g;
+INSERT INTO public.zones SELECT g, 0 FROM generate_series(1, {HOT_ROWS}) g;
 """
-TABLES = ("public.counters", "public.events")
+TABLES = ("public.counters", "public.events", "public.zones")
+# public.zones on the target only: partitioned, with an ENABLE ALWAYS UPDATE trigger on the
+# partition of the upper half of the hot rows and none on the parent or the other partition.
+ZONE_SPLIT = HOT_ROWS // 2 + 1
+PARTITIONED_ZONES_DDL = f"""
+BEGIN;
+CREATE TEMPORARY TABLE zones_rows AS SELECT * FROM public.zones;
+DROP TABLE public.zones;
+CREATE TABLE public.zones (id int PRIMARY KEY, n bigint NOT NULL) PARTITION BY RANGE (id);
+CREATE TABLE public.zones_low PARTITION OF public.zones FOR VALUES FROM (MINVALUE) TO ({ZONE_SPLIT});
+CREATE TABLE public.zones_high PARTITION OF public.zones FOR VALUES FROM ({ZONE_SPLIT}) TO (MAXVALUE);
+INSERT INTO public.zones SELECT * FROM zones_rows;
+CREATE TABLE public.zone_audit (zone int NOT NULL, n bigint NOT NULL);
+CREATE FUNCTION public.audit_zone() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO public.zone_audit VALUES (NEW.id, NEW.n);
+  RETURN NULL;
+END $$;
+CREATE TRIGGER zones_high_audit AFTER UPDATE ON public.zones_high FOR EACH ROW EXECUTE FUNCTION public.audit_zone();
+ALTER TABLE public.zones_high ENABLE ALWAYS TRIGGER zones_high_audit;
+COMMIT;
+"""
 SEED = int(os.environ.get("TRELLARA_SUPERSEDED_SEED", random.SystemRandom().randrange(1, 2**31)))
 PROGRESS_FIELD = re.compile(r"\bsuperseded_updates=(\d+)\b")
 # The target-only table and trigger that record every UPDATE of public.counters the target sees.
@@ -116,7 +143,9 @@ def superseded_count(result):
 def bootstrap(pair):
     # Each table written once and applied, so the flow knows them: a relation's first sight takes
     # the one-at-a-time path, and the scenarios need grouped batches.
-    pair.source.psql("UPDATE counters SET note = 'known' WHERE id = 1; INSERT INTO events VALUES (0, 1, 0);")
+    pair.target.psql(PARTITIONED_ZONES_DDL)
+    pair.source.psql("UPDATE counters SET note = 'known' WHERE id = 1; INSERT INTO events VALUES (0, 1, 0); "
+                     "UPDATE zones SET n = 0 WHERE id = 1;")
     wait_log_covers_source(pair.source)
     run_apply(pair.config, 0)
 
@@ -205,6 +234,37 @@ def a_target_update_trigger_sees_every_replicated_update(pair, workload):
     print("ok: a_target_update_trigger_sees_every_replicated_update")
 
 
+@scenario(suite="grouped_apply",
+          invariants=("an ENABLE ALWAYS trigger on one partition of a target-only partitioned table sees every "
+                      "replicated UPDATE of its rows", "target equals source", "one dedup row per logged transaction"))
+def a_trigger_on_one_target_partition_sees_every_replicated_update(pair, workload):
+    """Hot rows of public.zones updated by most of 400 transactions, grouped: without the guard
+    looking at the partitions, the group would leave out UPDATEs that the trigger of zones_high
+    fires for."""
+    rng = random.Random(workload.rng.random())
+    statements, high = [], 0
+    for i in range(400):
+        rows = [rng.randint(1, HOT_ROWS) for _ in range(rng.choice((1, 1, 2)))]
+        high += sum(1 for row in rows if row >= ZONE_SPLIT)
+        statements.append("BEGIN;\n" + "".join(f"UPDATE zones SET n = n + 1 WHERE id = {row};\n" for row in rows)
+                          + "COMMIT;")
+    pair.source.psql("\n".join(statements) + "\n")
+    wait_log_covers_source(pair.source)
+    result = run_apply(pair.config, 0)
+    seen = int(pair.target.query("SELECT count(*) FROM public.zone_audit"))
+    print(f"seed {SEED}: {high} UPDATEs of zones_high's rows on the source, its trigger saw {seen}, "
+          f"superseded_updates={superseded_count(result)}")
+    if seen != high:
+        raise CaptureFailure(f"the ALWAYS trigger on partition public.zones_high saw {seen} UPDATEs, the source made "
+                             f"{high} of its rows (seed {SEED}): UPDATEs were left out although a trigger of a "
+                             "partition fires for them")
+    if "sending every replicated UPDATE" not in result.stderr:
+        raise CaptureFailure(f"the applier did not say it sends every UPDATE of public.zones: {result.stderr[-1500:]}")
+    assert_same_data(pair.source, pair.target, TABLES, "with a trigger on one target partition")
+    assert_each_transaction_applied_once(pair.target, pair.log_dir, "with a trigger on one target partition")
+    print("ok: a_trigger_on_one_target_partition_sees_every_replicated_update")
+
+
 @scenario(suite="grouped_apply", defect="apply_superseded_unguarded",
           pairs_with="a_target_update_trigger_sees_every_replicated_update",
           fault_points=("defect.apply_superseded_unguarded",),
@@ -219,6 +279,7 @@ def negative_control_an_unguarded_group_is_caught(pair, workload):
 SCENARIOS = (superseded_updates_are_left_out_and_the_target_matches_the_source,
              a_target_trigger_of_another_table_reads_rows_as_applied_in_order,
              a_target_update_trigger_sees_every_replicated_update,
+             a_trigger_on_one_target_partition_sees_every_replicated_update,
              negative_control_an_unguarded_group_is_caught)
 
 if __name__ == "__main__":
