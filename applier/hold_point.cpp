@@ -7,6 +7,8 @@
 //   2. slot with exported snapshot on a replication connection: C and the source snapshot of C.
 //   3. hold row 'requested' at C + apply_control.version bump, one transaction under the control
 //      lock (exclusive): the applier's next transaction sees the new version (TR010) and reloads.
+//   3b. ask the source's relay for a progress marker past C (trellara.request_progress), so an
+//      idle flow's log covers C at once instead of at the relay's next periodic marker.
 //   4. wait for 'reached' (retry 'passed' with a new slot).
 //   5. the caller imports the source snapshot, opens its target snapshot, then Release(): unlock
 //      first (the applier may be waiting on it inside its transaction while holding the control
@@ -53,6 +55,7 @@ HoldPoint::HoldPoint(const FlowConfig& config, PgConnection& control, std::chron
       attempts_ = attempt;
       CreateSlot(attempt);
       RequestHold();
+      AskRelayForProgress();
       const std::string answer = WaitAnswer(deadline);
       if (answer == "reached") return;
       // passed: the applier was already beyond C; C of a new slot is later.
@@ -121,6 +124,29 @@ void HoldPoint::RequestHold() {
   MustSucceed(control_, control_.ExecParams(kBumpVersionSql, {config_.flow_name}), what);
   MustSucceed(control_, control_.Exec("COMMIT"), what);
   hold_row_ = true;
+}
+
+void HoldPoint::AskRelayForProgress() {
+  const std::string why_wait = "; the applier reaches it when the relay next logs past it on its own (an idle flow's "
+                               "relay marks progress every trellara.progress_interval, 10 s by default)";
+  auto conn = PgConnection::Connect(config_.source_conninfo, "trellara-" + purpose_ + "/" + config_.flow_name);
+  if (!conn) {
+    std::cerr << purpose_ << " flow=" << config_.flow_name << ": could not ask the relay to log past "
+              << FormatLsn(lsn_) << ": " << conn.error().message << why_wait << "\n";
+    return;
+  }
+  auto r = conn.value()->ExecParams("SELECT trellara.request_progress($1, $2::pg_lsn)",
+                                    {config_.flow_name, FormatLsn(lsn_)});
+  if (!r.ok() || r.rows() != 1) {
+    std::cerr << purpose_ << " flow=" << config_.flow_name << ": could not ask the relay to log past "
+              << FormatLsn(lsn_) << " (trellara.request_progress on the source, EXECUTE granted to trellara_admin): "
+              << r.Describe() << why_wait << "\n";
+    return;
+  }
+  if (r.Value(0, 0) != std::optional<std::string>("t"))
+    std::cerr << purpose_ << " flow=" << config_.flow_name << ": the relay of flow " << config_.flow_name
+              << " is not running on the source (SELECT * FROM trellara.status()); the applier reaches "
+              << FormatLsn(lsn_) << " only once a relay logs past it\n";
 }
 
 void HoldPoint::RemoveHoldRow() {

@@ -49,6 +49,10 @@ class HoldPoint {
  private:
   void CreateSlot(int attempt);
   void RequestHold();
+  // Asks the flow's relay (trellara.request_progress on the source) to log a progress marker past
+  // C now: on an idle flow the applier would otherwise reach C only at the relay's next periodic
+  // marker (trellara.progress_interval, 10 s). When it cannot ask, says why and goes on waiting.
+  void AskRelayForProgress();
   void RemoveHoldRow();
   // nullopt while requested; "reached" or "passed" once the applier answered.
   std::string WaitAnswer(std::chrono::steady_clock::time_point deadline);

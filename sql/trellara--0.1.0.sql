@@ -437,6 +437,28 @@ $$;
 REVOKE ALL ON FUNCTION trellara.relay_metrics() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION trellara.relay_metrics() TO pg_monitor, trellara_admin;
 
+-- Asks the flow's relay for a progress marker covering the source through `lsn` now, instead of
+-- at its next periodic one (trellara.progress_interval). `trellara verify` and `trellara reseed
+-- --where` call it for their source point. True when the flow's relay is running to see it.
+CREATE FUNCTION trellara._request_progress(flow text, lsn pg_lsn)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'trellara_request_progress'
+LANGUAGE C STRICT VOLATILE;
+REVOKE ALL ON FUNCTION trellara._request_progress(text, pg_lsn) FROM PUBLIC;
+
+CREATE FUNCTION trellara.request_progress(flow text, lsn pg_lsn)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM trellara._require_relay();
+  PERFORM trellara._flow(request_progress.flow);
+  RETURN trellara._request_progress(request_progress.flow, request_progress.lsn);
+END
+$$;
+REVOKE ALL ON FUNCTION trellara.request_progress(text, pg_lsn) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION trellara.request_progress(text, pg_lsn) TO trellara_admin;
+
 -- Source safety preflight of one flow: one row per finding, severity ok | warning | critical.
 -- Every non-ok row names the object and the remedy.
 CREATE FUNCTION trellara.check(flow text)

@@ -30,9 +30,11 @@ uint64_t AckTracker::Durable(uint64_t durable_end) {
 }
 
 bool ShouldWriteProgress(const ProgressPolicy& policy, bool all_durable, uint64_t covered_lsn,
-                         uint64_t decoded_end_lsn, uint64_t now_us, uint64_t last_progress_us) {
+                         uint64_t decoded_end_lsn, uint64_t now_us, uint64_t last_progress_us,
+                         uint64_t requested_lsn) {
   if (!all_durable || decoded_end_lsn <= covered_lsn) return false;
   if (decoded_end_lsn - covered_lsn >= policy.min_gap_bytes) return true;
+  if (requested_lsn > covered_lsn) return true;
   return now_us - last_progress_us >= policy.interval_us;
 }
 

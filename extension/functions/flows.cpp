@@ -30,6 +30,8 @@ PGDLLEXPORT Datum trellara_clear_stop_request(PG_FUNCTION_ARGS);
 PG_FUNCTION_INFO_V1(trellara_clear_stop_request);
 PGDLLEXPORT Datum trellara_relay_metrics(PG_FUNCTION_ARGS);
 PG_FUNCTION_INFO_V1(trellara_relay_metrics);
+PGDLLEXPORT Datum trellara_request_progress(PG_FUNCTION_ARGS);
+PG_FUNCTION_INFO_V1(trellara_request_progress);
 }
 
 #include <cstring>
@@ -155,6 +157,30 @@ Datum trellara_clear_stop_request(PG_FUNCTION_ARGS) {
   }
   LWLockRelease(b->lock);
   PG_RETURN_VOID();
+}
+
+// trellara._request_progress(flow text, lsn pg_lsn), behind trellara.request_progress(): asks the
+// flow's relay to make its log cover the source through `lsn` now rather than at its next periodic
+// progress marker (trellara.progress_interval). At each pass (at most 100 ms apart) that ends with
+// everything durable and the decoder past what the log covers, the worker writes a progress marker
+// at its decoded end while the log does not cover `lsn` yet (core ShouldWriteProgress). A verify or
+// reseed --where asks this for its source point, so an idle flow's applier reaches it at once.
+// Writes nothing itself; true when a relay worker of the flow is running to see the request, false
+// otherwise (the request stays on the board for the flow's next worker).
+Datum trellara_request_progress(PG_FUNCTION_ARGS) {
+  RequireBoard("trellara._request_progress()");
+  char* name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+  const uint64_t lsn = PG_GETARG_LSN(1);
+  Board* b = SharedBoard();
+  LWLockAcquire(b->lock, LW_EXCLUSIVE);
+  FlowSlot* s = FindFlowSlot(b, name, false);
+  bool running = false;
+  if (s != nullptr) {
+    if (lsn > s->progress_requested_lsn) s->progress_requested_lsn = lsn;
+    running = s->pid != 0 && s->state == FlowState::kRunning;
+  }
+  LWLockRelease(b->lock);
+  PG_RETURN_BOOL(running);
 }
 
 Datum trellara_wake_launcher(PG_FUNCTION_ARGS) {

@@ -26,10 +26,12 @@ int log_retention_warn_size_mb = 1024;
 int decoding_work_mem_kb = 8192;
 int stream_spill_changes = 1024;
 char* stream_spill_directory = nullptr;
+int progress_interval_ms = 10'000;
 }  // namespace
 
 int RelayDecodingWorkMemKb() { return decoding_work_mem_kb; }
 uint32_t StreamSpillChanges() { return static_cast<uint32_t>(stream_spill_changes); }
+uint64_t ProgressIntervalUs() { return static_cast<uint64_t>(progress_interval_ms) * 1000; }
 const char* StreamSpillDirectory() { return stream_spill_directory != nullptr ? stream_spill_directory : ""; }
 
 uint64_t LogSegmentBytes() { return static_cast<uint64_t>(log_segment_size_mb) << 20; }
@@ -62,6 +64,14 @@ void DefineRelayGucs() {
   DefineCustomIntVariable("trellara.log_retention_warn_size",
                           "trellara.check() warns when a flow's local log retains more than this.", nullptr,
                           &log_retention_warn_size_mb, 1024, 1, INT_MAX, PGC_SIGHUP, GUC_UNIT_MB, nullptr, nullptr,
+                          nullptr);
+  DefineCustomIntVariable("trellara.progress_interval",
+                          "How often at most a relay writes a progress marker while its flow has nothing to log.",
+                          "A progress marker lets the slot advance past WAL that produced no records, and lets the "
+                          "applier (and a verify or reseed --where waiting for it) know the log covers the source "
+                          "that far. A verify asks the relay for a marker at once (trellara.request_progress), so "
+                          "this only bounds how stale an idle flow's coverage may get.",
+                          &progress_interval_ms, 10'000, 100, INT_MAX, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr,
                           nullptr);
   // Large transactions (docs/relay.md "Large transactions").
   DefineCustomIntVariable("trellara.relay_decoding_work_mem",

@@ -24,6 +24,8 @@ const char* FlowDatabase();
 int RelayDecodingWorkMemKb();
 // trellara.stream_spill_changes and trellara.stream_spill_directory ("" = <log_directory>/spill).
 uint32_t StreamSpillChanges();
+// trellara.progress_interval, in microseconds (read at every pass of a relay).
+uint64_t ProgressIntervalUs();
 const char* StreamSpillDirectory();
 
 }  // namespace trellara::relay

@@ -54,6 +54,9 @@ struct FlowSlot {
   uint64_t fsyncs_completed;        // fdatasyncs of the log the writer completed
   uint64_t streamed_transactions;   // streamed (in-progress) transactions logged at their commit
   uint64_t stream_spilled_bytes;    // bytes of streamed changes written to spill files
+  // trellara.request_progress(): the log should cover the source through this LSN; the worker
+  // writes a progress marker at its next pass that decoded past what the log covers.
+  uint64_t progress_requested_lsn;
 };
 
 struct Board {

@@ -489,8 +489,13 @@ void FinishPass(uint64_t decoded_end) {
   WaitDurable(g_relay->writer->next_offset());
   uint64_t confirmable = g_relay->ack->Durable(g_relay->writer->durable_end());
   uint64_t now = NowUs();
+  g_relay->progress.interval_us = ProgressIntervalUs();
+  Board* b = SharedBoard();
+  LWLockAcquire(b->lock, LW_SHARED);
+  const uint64_t requested = board_slot->progress_requested_lsn;
+  LWLockRelease(b->lock);
   if (ShouldWriteProgress(g_relay->progress, g_relay->ack->all_durable(), confirmable, decoded_end, now,
-                          g_relay->last_progress_us)) {
+                          g_relay->last_progress_us, requested)) {
     confirmable = AppendProgressMarker(decoded_end);
     g_relay->last_progress_us = now;
   }

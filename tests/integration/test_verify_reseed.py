@@ -142,13 +142,14 @@ class VerifyPair:
     """Source and target clusters with the tables above, a flow, a config naming both, and an
     applier (daemon, or the stand-in plus `apply --until-caught-up` runs)."""
 
-    def __init__(self, name):
+    def __init__(self, name, source_settings=None):
         self.name = name
+        self.source_settings = source_settings
         self.applier = None
         self.stand_in = None
 
     def __enter__(self):
-        self.source = Cluster(f"{self.name}-source")
+        self.source = Cluster(f"{self.name}-source", settings=self.source_settings)
         self.target = Cluster(f"{self.name}-target", preload=False)
         self.work = tempfile.TemporaryDirectory(prefix=f"trellara-{self.name}-")
         try:
@@ -509,6 +510,29 @@ def back_to_back_holds_do_not_wait_on_each_other():
         print("ok: back_to_back_holds_do_not_wait_on_each_other")
 
 
+def verify_of_an_idle_flow_asks_the_relay_for_its_point():
+    """On an idle flow the applier reaches a verify's source point only when the log covers it,
+    and nothing is logged but the relay's progress markers. With trellara.progress_interval = 1h
+    on the source, a verify that did not ask the relay for a marker (trellara.request_progress)
+    would wait out its --timeout and exit 2; asking, it holds and matches at once."""
+    if SIMULATE:
+        print("verify_of_an_idle_flow_asks_the_relay_for_its_point needs the real relay and applier: not run in "
+              "simulation")
+        return
+    with VerifyPair("verify-idle", source_settings={"trellara.progress_interval": "'1h'"}) as pair:
+        pair.start_applier()
+        for attempt in (1, 2):  # the second one on a flow idle since the first
+            started = time.monotonic()
+            report, result = pair.verify("--table", "public.tags", "--timeout", "60")
+            if not report["match"]:
+                raise CaptureFailure(f"verify of an idle flow did not match: {report}")
+            if "could not ask the relay" in result.stderr or "is not running" in result.stderr:
+                raise CaptureFailure(f"verify did not ask the relay for a progress marker: {result.stderr[-1500:]}")
+            print(f"verify {attempt} of an idle flow (progress_interval 1h) held at {report['consistent_lsn']} and "
+                  f"matched in {time.monotonic() - started:.1f} s")
+        print("ok: verify_of_an_idle_flow_asks_the_relay_for_its_point")
+
+
 def verify_table_without_int_key_is_one_chunk():
     with VerifyPair("verify-textkey") as pair:
         pair.start_applier()
@@ -530,6 +554,7 @@ if __name__ == "__main__":
     run_scenarios([verify_without_applier_exits_2, verify_retries_a_passed_hold,
                    verify_does_not_compare_a_table_still_being_copied, verify_and_reseed_hostile_identifiers,
                    verify_table_without_int_key_is_one_chunk, back_to_back_holds_do_not_wait_on_each_other,
+                   verify_of_an_idle_flow_asks_the_relay_for_its_point,
                    verify_names_corrupted_row_key_range, filtered_reseed_preserves_out_of_scope_rows,
                    negative_control_reseed_delete_ignores_filter_is_caught,
                    verify_matches_while_source_and_applier_live])

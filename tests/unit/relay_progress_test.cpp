@@ -46,6 +46,17 @@ TEST_CASE("progress_is_written_only_when_idle_and_behind", "[relay]") {
   CHECK(ShouldWriteProgress(p, true, 0, 10, 5'000'000, 0));              // small gap, interval passed
 }
 
+TEST_CASE("a_requested_progress_marker_is_written_at_once_until_the_log_covers_it", "[relay]") {
+  ProgressPolicy p{1000, 5'000'000};
+  // A verify asked for coverage through 500: the next pass that decoded past what the log covers
+  // writes a marker at once, however soon after the last one.
+  CHECK(ShouldWriteProgress(p, true, 100, 200, 1, 0, 500));   // decoded 200: marker at 200, log still short of 500
+  CHECK(ShouldWriteProgress(p, true, 200, 600, 2, 1, 500));   // decoded 600: marker at 600 covers it
+  CHECK_FALSE(ShouldWriteProgress(p, true, 600, 700, 3, 2, 500));  // covered: back to the interval
+  CHECK_FALSE(ShouldWriteProgress(p, false, 100, 600, 1, 0, 500));  // records pending: they cover it first
+  CHECK_FALSE(ShouldWriteProgress(p, true, 100, 100, 1, 0, 500));   // nothing decoded past the log yet
+}
+
 TEST_CASE("restart_backoff_doubles_and_is_capped", "[relay]") {
   CHECK(RestartBackoffMs(0) == 0);
   CHECK(RestartBackoffMs(1) == 1000);

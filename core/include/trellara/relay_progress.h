@@ -52,13 +52,16 @@ class AckTracker {
 };
 
 // Whether to write a progress marker: nothing is pending, the decoder has moved past what the log
-// covers, and either the gap is large (WAL retention) or time has passed since the last marker.
+// covers, and either the gap is large (WAL retention), someone asked for the log to cover an LSN
+// it does not cover yet (`requested_lsn`: a verify or reseed --where waiting for the applier to
+// reach its source point, trellara.request_progress), or time has passed since the last marker.
 struct ProgressPolicy {
   uint64_t min_gap_bytes = 16ull << 20;  // always mark once the decoder is this far ahead
-  uint64_t interval_us = 10'000'000;     // otherwise mark at most this often
+  uint64_t interval_us = 10'000'000;     // otherwise mark at most this often (trellara.progress_interval)
 };
 bool ShouldWriteProgress(const ProgressPolicy& policy, bool all_durable, uint64_t covered_lsn,
-                         uint64_t decoded_end_lsn, uint64_t now_us, uint64_t last_progress_us);
+                         uint64_t decoded_end_lsn, uint64_t now_us, uint64_t last_progress_us,
+                         uint64_t requested_lsn = 0);
 
 }  // namespace trellara
 
