@@ -129,6 +129,14 @@ class Applier {
   bool KnownShapes(const Change& change, const std::vector<RelationInfo>& relations);
   Result<std::vector<uint8_t>> ReadChunkFrame(uint64_t offset);
   Attempt ApplyInTransaction(const ReadyTransaction& ready, bool resolves_quarantine);
+  // The pieces of an attempt, shared with the early path (apply_early.cpp): reset what an attempt
+  // counts; BEGIN and trellara.control_check (RegistryChanged when the registry moved, rolled
+  // back); a statement's failure as the attempt's cause (transient ones throw); and the end —
+  // COMMIT with its bookkeeping, or on a failure ROLLBACK and the origin reset.
+  void ResetAttempt(bool resolves_quarantine);
+  std::optional<Attempt> BeginAttempt(const TxIdentity& tx);
+  void Step(PgResult r, const char* what, const TxIdentity& tx, std::optional<QuarantineCause>& failure);
+  Attempt EndAttempt(const ReadyTransaction& ready, std::optional<QuarantineCause> failure, bool resolves_quarantine);
   void Quarantine(const ReadyTransaction& ready, const QuarantineCause& cause, uint32_t previous_attempts);
   bool WaitWhileBlocked(const std::string& message);
   Outcome Process(const ReadyTransaction& ready);
@@ -151,6 +159,19 @@ class Applier {
                                             std::vector<std::string> batch_matches = {});
   std::optional<QuarantineCause> FlushPiped(const TxIdentity& tx);
   void ResetChunked();
+
+  // ---- apply_early.cpp: a chunked transaction applied while the relay writes it ------------
+  // Whether `record` belongs to the transaction applied early (its chunks, manifest, marker).
+  bool EarlyFrame(const log::LogRecord& record) const;
+  // A chunk the barrier accepted: staged into the early transaction (started at seq 0 when
+  // allowed), or kept in the chunk cache for the one-at-a-time path as before.
+  void EarlyChunk(uint64_t offset, Chunk&& chunk);
+  bool StartEarly(const TxIdentity& tx);
+  // ROLLBACK of the early transaction (no-op when none): it is applied at its marker instead.
+  void AbandonEarly(const std::string& why);
+  // At the transaction's CommitMarker: COMMIT when every chunk of `ready` was staged; false when
+  // there was no early attempt or it was abandoned (the one-at-a-time path applies it).
+  bool FinishEarly(const ReadyTransaction& ready);
 
   // ---- apply_pipeline.cpp: batches of whole transactions --------------------------------
   Admission Classify(PipelineTx& tx, const Evidence& evidence);
@@ -209,6 +230,19 @@ class Applier {
   // barrier's sink; cleared once the transaction is handled). A chunk past the bound is re-read.
   static constexpr uint64_t kChunkCacheBytes = 16u << 20;
   VerifiedChunkCache chunk_cache_{kChunkCacheBytes};
+  // Chunks the barrier accepted while feeding the current frame (its sink), handed on after Feed.
+  std::vector<std::pair<uint64_t, Chunk>> accepted_chunks_;
+  // The chunked transaction applied early (apply_early.cpp): the target transaction is open while
+  // `active`; `offsets` are the log offsets of its chunks staged so far, chunk i at offsets[i].
+  static constexpr auto kEarlyIdleMax = std::chrono::seconds(5);
+  struct Early {
+    bool active = false;
+    TxIdentity tx;
+    Evidence evidence;
+    std::vector<uint64_t> offsets;
+    Clock::time_point last_frame;
+  };
+  Early early_;
   PlanCache plan_cache_;  // each relation's quoted names, made once for the batch path's plans
   uint64_t start_offset_ = 0;
   uint64_t stop_offset_ = UINT64_MAX;  // --until-caught-up: the log's published end at start

@@ -342,7 +342,13 @@ void Applier::ResumeLog() {
   // The chunks the barrier verifies are kept, within kChunkCacheBytes, for the pass that applies
   // their transaction (ForEachVerifiedChunk): decoded and hashed once, not twice.
   chunk_cache_.Clear();
-  barrier_.SetChunkSink([this](uint64_t offset, Chunk&& chunk) { chunk_cache_.Offer(offset, std::move(chunk)); });
+  // Each accepted chunk goes on to the early path (apply_early.cpp), or to the cache.
+  accepted_chunks_.clear();
+  barrier_.SetChunkSink(
+      [this](uint64_t offset, Chunk&& chunk) { accepted_chunks_.emplace_back(offset, std::move(chunk)); });
+  // A reconnect dropped the early transaction's session with it; everything is read again.
+  early_.active = false;
+  early_.offsets.clear();
   expects_.clear();
   unwritten_transactions_ = 0;
   covered_lsn_ = 0;
@@ -523,6 +529,7 @@ void Applier::Loop() {
   for (;;) {
     if (StopRequested()) break;
     if (reader_->next_offset() >= stop_offset_) {  // --until-caught-up: the end present at start
+      AbandonEarly("the run ends at the log's end present at its start");
       if (Pump(true) == Outcome::Stopped) break;
       WriteOffset(true);
       break;
@@ -532,6 +539,15 @@ void Applier::Loop() {
       Fail("reading the log of flow " + config_.flow_name + " at offset " + std::to_string(reader_->next_offset()) +
            " failed: " + next.error().message + "; nothing past the last committed transaction was applied");
     if (!*next) {
+      if (early_.active && !until_caught_up_ && Clock::now() - early_.last_frame < kEarlyIdleMax) {
+        // The relay is writing the early transaction: nothing else touches the target meanwhile.
+        std::this_thread::sleep_for(tail_sleep);
+        tail_sleep = std::min<Clock::duration>(tail_sleep * 2, kTailPollInterval);
+        continue;
+      }
+      AbandonEarly(until_caught_up_ ? "the run ends at the log's end present at its start"
+                                    : "no record for " + std::to_string(kEarlyIdleMax.count()) +
+                                          " s in the middle of the transaction");
       if (Pump(true) == Outcome::Stopped) break;
       if (until_caught_up_) {
         WriteOffset(true);
@@ -567,14 +583,20 @@ void Applier::Loop() {
     // transaction end or progress marker.
     if (IsTransactionEnd(record.type) || record.type == kProgressRecordType)
       covered_lsn_ = std::max(covered_lsn_, record.commit_lsn);
+    if (early_.active && !EarlyFrame(record))
+      AbandonEarly("log offset " + std::to_string(record.offset) + " holds a record of something else");
     LogFrame frame{record.offset, record.type, record.commit_lsn,
                    std::span<const uint8_t>(record.payload.data(), record.payload.size())};
     auto fed = barrier_.Feed(frame);
     if (!fed) {
+      AbandonEarly("the barrier refused log offset " + std::to_string(record.offset));
       if (Pump(true) == Outcome::Stopped) break;  // everything before the failure is applied first
       BarrierFailed(barrier_.failure().value_or(BarrierFailure{std::nullopt, record.offset, fed.error().message}));
     }
     if (fed && *fed) CheckFlowOf((*fed)->tx);  // a log of two flows is not applied either
+    if (fed)
+      for (auto& [offset, chunk] : accepted_chunks_) EarlyChunk(offset, std::move(chunk));
+    accepted_chunks_.clear();
     // Everything below `retain` is finished with once what it holds is applied.
     const uint64_t retain = barrier_.RetainFromOffset().value_or(record.offset + 1);
     if (*fed && (*fed)->envelope) {
@@ -586,10 +608,14 @@ void Applier::Loop() {
         DefectAckEverythingRead();
       if (pipeline_.full() && Pump(false) == Outcome::Stopped) break;
     } else if (*fed) {
-      // A chunked transaction: applied alone, streaming its chunks back from the log.
-      if (Pump(true) == Outcome::Stopped) break;
-      if (!registry_.holds().empty() && !StopAtHolds((*fed)->tx.commit_lsn)) break;
-      const Outcome processed = Process(**fed);
+      // A chunked transaction: committed by the early path when it staged every chunk, else
+      // applied alone, streaming its chunks back from the log.
+      Outcome processed = Outcome::Applied;
+      if (!FinishEarly(**fed)) {
+        if (Pump(true) == Outcome::Stopped) break;
+        if (!registry_.holds().empty() && !StopAtHolds((*fed)->tx.commit_lsn)) break;
+        processed = Process(**fed);
+      }
       chunk_cache_.Clear();  // handled (or stopping): its chunks are not needed again
       if (processed == Outcome::Stopped) break;
       Status done = pipeline_.AppliedAlone(retain, (*fed)->tx.commit_lsn);
@@ -598,10 +624,11 @@ void Applier::Loop() {
     } else {
       pipeline_.ReadNothing(retain);
     }
-    WriteOffset(false);
+    if (!early_.active) WriteOffset(false);
     progress_.Show(counters_, [&] { return Figures(progress_.tty()); });
     PublishMetrics(metrics::ApplyState::kRunning, false);
   }
+  AbandonEarly("the applier is stopping");
   WriteOffset(true);
   const bool stopped = StopRequested();
   for (const auto& open : barrier_.OpenTransactions())

@@ -31,6 +31,10 @@ struct Counters {
   // UPDATEs of committed chunked transactions sent in batch statements (docs/apply.md "Chunked
   // transactions").
   uint64_t batched_updates = 0;
+  // Chunked transactions committed by the early path (apply_early.cpp: applied while the relay was
+  // still writing them), and early attempts abandoned (then applied at their commit marker).
+  uint64_t early_chunked = 0;
+  uint64_t early_abandoned = 0;
 };
 
 // Where the applier stands in the log, for a progress line.

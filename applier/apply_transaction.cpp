@@ -313,13 +313,7 @@ Result<std::vector<uint8_t>> Applier::ReadChunkFrame(uint64_t offset) {
 // registry and tries again (never a quarantine, never a failure).
 Attempt Applier::ApplyInTransaction(const ReadyTransaction& ready, bool resolves_quarantine) {
   const TxIdentity& tx = ready.tx;
-  replay_ready_ = resolves_quarantine;
-  attempt_ddl_applied_ = 0;
-  attempt_batched_updates_ = 0;
-  attempt_ddl_no_target_change_ = 0;
-  attempt_ddl_notes_.clear();
-  attempt_registry_changed_ = false;
-  session_.DiscardKnown();
+  ResetAttempt(resolves_quarantine);
   // A whole transaction's changes in the order they run. Negative control (tests only,
   // TRELLARA_FAULTS=defect.ddl_dml_before_ddl:N:defect): the transaction's DDL changes run after its
   // other changes, which the migration test must catch.
@@ -332,37 +326,10 @@ Attempt Applier::ApplyInTransaction(const ReadyTransaction& ready, bool resolves
       std::stable_partition(order.begin(), order.end(), [](const Change* c) { return c->op != Op::Ddl; });
     if (auto drift = PrecheckDrift(order, ready.envelope->relations)) return Attempt{Attempt::Kind::Failed, *drift};
   }
-  Must(conn_->Exec("BEGIN"), "BEGIN for " + DescribeTransaction(tx));
-  pending_locked_.clear();  // FOR SHARE locks of an earlier transaction are gone
-  // First statement of every applier transaction (docs/snapshot.md "Locks"): holds the control
-  // lock shared until COMMIT, so no registration commits in between, and refuses a stale registry.
-  {
-    PgResult check = conn_->ExecPrepared("trellara_control_check", session_.ControlCheckParams(registry_.version()));
-    if (!check.ok()) {
-      ThrowIfTransient(check, *conn_, "trellara.control_check for " + DescribeTransaction(tx));
-      session_.EndFailedTransaction(DescribeTransaction(tx));
-      if (check.sqlstate() == kRegistryChangedSqlstate) return Attempt{Attempt::Kind::RegistryChanged, {}};
-      Fail("trellara.control_check(" + config_.flow_name + ", " + std::to_string(registry_.version()) +
-           ") failed on the target " + conn_->Describe() + " before " + DescribeTransaction(tx) + ": " +
-           check.Describe() + "; nothing of it was applied. Check the trellara schema on the target "
-           "(sql/trellara_target.sql) and rerun trellara apply");
-    }
-  }
+  if (auto refused = BeginAttempt(tx)) return *refused;
   std::optional<QuarantineCause> failure;
-  auto step = [&](PgResult r, const char* what) {
-    if (r.ok() || failure) return;
-    // Transient (a serialization failure at COMMIT, a lost connection...): retried by the apply
-    // loop, never quarantined; the dedup row decides whether a COMMIT that lost its reply committed.
-    ThrowIfTransient(r, *conn_, std::string(what) + " of " + DescribeTransaction(tx));
-    QuarantineCause cause;
-    cause.reason = QuarantineReason::SqlError;
-    cause.operation = what;
-    cause.sqlstate = r.sqlstate();
-    cause.detail = r.message() + (r.detail().empty() ? std::string() : ": " + r.detail());
-    failure = cause;
-  };
-  step(conn_->ExecPrepared("trellara_commit_record", session_.CommitRecordParams(ready)),
-       "INSERT of the dedup row with the origin progress");
+  Step(conn_->ExecPrepared("trellara_commit_record", session_.CommitRecordParams(ready)),
+       "INSERT of the dedup row with the origin progress", tx, failure);
   if (!failure && ready.envelope) {
     for (const Change* change : order) {
       failure = ExecuteChange(*change, ready.envelope->relations, tx);
@@ -392,19 +359,68 @@ Attempt Applier::ApplyInTransaction(const ReadyTransaction& ready, bool resolves
     }
     ResetChunked();  // after a failure: no COPY or pipeline left open for the ROLLBACK
   }
+  return EndAttempt(ready, failure, resolves_quarantine);
+}
+
+void Applier::ResetAttempt(bool resolves_quarantine) {
+  replay_ready_ = resolves_quarantine;
+  attempt_ddl_applied_ = 0;
+  attempt_batched_updates_ = 0;
+  attempt_ddl_no_target_change_ = 0;
+  attempt_ddl_notes_.clear();
+  attempt_registry_changed_ = false;
+  session_.DiscardKnown();
+}
+
+std::optional<Attempt> Applier::BeginAttempt(const TxIdentity& tx) {
+  Must(conn_->Exec("BEGIN"), "BEGIN for " + DescribeTransaction(tx));
+  pending_locked_.clear();  // FOR SHARE locks of an earlier transaction are gone
+  // First statement of every applier transaction (docs/snapshot.md "Locks"): holds the control
+  // lock shared until COMMIT, so no registration commits in between, and refuses a stale registry.
+  {
+    PgResult check = conn_->ExecPrepared("trellara_control_check", session_.ControlCheckParams(registry_.version()));
+    if (!check.ok()) {
+      ThrowIfTransient(check, *conn_, "trellara.control_check for " + DescribeTransaction(tx));
+      session_.EndFailedTransaction(DescribeTransaction(tx));
+      if (check.sqlstate() == kRegistryChangedSqlstate) return Attempt{Attempt::Kind::RegistryChanged, {}};
+      Fail("trellara.control_check(" + config_.flow_name + ", " + std::to_string(registry_.version()) +
+           ") failed on the target " + conn_->Describe() + " before " + DescribeTransaction(tx) + ": " +
+           check.Describe() + "; nothing of it was applied. Check the trellara schema on the target "
+           "(sql/trellara_target.sql) and rerun trellara apply");
+    }
+  }
+  return std::nullopt;
+}
+
+void Applier::Step(PgResult r, const char* what, const TxIdentity& tx, std::optional<QuarantineCause>& failure) {
+  if (r.ok() || failure) return;
+  // Transient (a serialization failure at COMMIT, a lost connection...): retried by the apply
+  // loop, never quarantined; the dedup row decides whether a COMMIT that lost its reply committed.
+  ThrowIfTransient(r, *conn_, std::string(what) + " of " + DescribeTransaction(tx));
+  QuarantineCause cause;
+  cause.reason = QuarantineReason::SqlError;
+  cause.operation = what;
+  cause.sqlstate = r.sqlstate();
+  cause.detail = r.message() + (r.detail().empty() ? std::string() : ": " + r.detail());
+  failure = cause;
+}
+
+Attempt Applier::EndAttempt(const ReadyTransaction& ready, std::optional<QuarantineCause> failure,
+                            bool resolves_quarantine) {
+  const TxIdentity& tx = ready.tx;
   // Fault point (tests, DESIGN §8 apply.after_staging_before_commit): every change of a chunked
   // transaction is staged in the open target transaction, COMMIT not sent yet. `stall` holds it
   // open there (a test can then kill the applier inside it); `crash` dies there.
   if (!failure && ready.chunked()) fault::Hit("apply.after_staging_before_commit");
   if (!failure && resolves_quarantine)
-    step(conn_->ExecParams("UPDATE trellara.quarantine SET state = 'resolved', resolved_at = now() "
+    Step(conn_->ExecParams("UPDATE trellara.quarantine SET state = 'resolved', resolved_at = now() "
                            "WHERE flow = $1 AND commit_lsn = $2::pg_lsn",
                            {tx.flow, FormatLsn(tx.commit_lsn)}),
-         "marking the quarantine row resolved");
+         "marking the quarantine row resolved", tx, failure);
   if (!failure) {
     // A COMMIT can fail too (a deferred constraint trigger, a serialization failure at commit):
     // the server has then rolled the transaction back, and it is a failure like any other.
-    step(conn_->Exec("COMMIT"), "COMMIT");
+    Step(conn_->Exec("COMMIT"), "COMMIT", tx, failure);
     pending_locked_.clear();  // the chunk rows read FOR SHARE are unlocked: their state may move
     if (!failure) {
       session_.CommitKnown();

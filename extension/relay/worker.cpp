@@ -537,6 +537,9 @@ Status AppendRecord(uint8_t type, uint32_t xid, uint64_t commit_lsn, std::span<c
   if (g_relay->writer->unacknowledged_bytes() > kMaxUnackedBytes) {
     WaitDurable(g_relay->writer->next_offset(), true);
     g_relay->ack->Durable(g_relay->writer->durable_end());
+    // Fault point (tests): the first records of a large transaction are durable, the rest (its
+    // commit marker) not appended yet — an applier may be applying them early (apply_early.cpp).
+    fault::Hit("relay.after_drain_mid_transaction");
   }
   return Status::Ok();
 }

@@ -438,7 +438,21 @@ CONTINUITY = "test_apply_continuity.py"
 TRANSIENT = "test_apply_transient_retry.py"
 SUPERSEDED = "test_apply_superseded.py"
 UPDATE_BATCHES = "test_apply_update_batches.py"
+EARLY = "test_apply_early.py"
 DESIGN_ROWS = [
+    dict(name="chunked_transaction_applied_early",
+         boundary="log → target, a chunked transaction applied while the relay writes it (docs/apply.md)",
+         invariant="the target transaction staged from a transaction's first chunk commits only when the barrier "
+                   "yields the transaction and every chunk it lists was staged; anything else rolls it back",
+         safety_property="each source transaction lands whole and once: a kill -9 of the applier or the relay "
+                         "in the middle leaves nothing of it visible, a late failure quarantines it whole",
+         recovery="automatic: an abandoned early attempt is applied (or quarantined) at its commit marker",
+         proof=[it("chunked_transactions_are_applied_while_the_relay_writes_them", EARLY),
+                it("a_failed_early_transaction_is_quarantined_whole", EARLY),
+                it("applier_kill9_during_early_apply_converges_exactly_once", EARLY),
+                it("relay_kill9_while_the_applier_applies_early_converges_exactly_once", EARLY)],
+         defect={"name": "apply_early_commit_per_chunk",
+                 "scenario": it("negative_control_early_commit_per_chunk_is_caught", EARLY)}),
     dict(name="chunked_update_batches", boundary="log → target, a chunked transaction's UPDATE runs (docs/apply.md)",
          invariant="a run of key-preserving UPDATEs sent as one statement changes each of its rows exactly once, "
                    "and only where the target cannot observe the order",
