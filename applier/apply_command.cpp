@@ -585,6 +585,7 @@ void Applier::Loop() {
       covered_lsn_ = std::max(covered_lsn_, record.commit_lsn);
     if (early_.active && !EarlyFrame(record))
       AbandonEarly("log offset " + std::to_string(record.offset) + " holds a record of something else");
+    if (early_.active) early_.last_frame = Clock::now();  // a re-emitted chunk counts: the relay is alive
     LogFrame frame{record.offset, record.type, record.commit_lsn,
                    std::span<const uint8_t>(record.payload.data(), record.payload.size())};
     auto fed = barrier_.Feed(frame);

@@ -73,7 +73,6 @@ void Applier::EarlyChunk(uint64_t offset, Chunk&& chunk) {
     chunk_cache_.Offer(offset, std::move(chunk));
     return;
   }
-  early_.last_frame = Clock::now();
   for (const auto& change : chunk.changes) {
     if (StageChunkedChange(change, chunk.relations, early_.tx)) {
       // The one-at-a-time path applies it again at its CommitMarker and reports the failure.
