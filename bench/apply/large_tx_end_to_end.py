@@ -14,7 +14,10 @@ run: seconds from BEGIN to visible, seconds from COMMIT to visible, and rows/s o
 (BEGIN to visible); the summary gives medians and the ratio trellara / native. A benchmark, never
 a pass/fail test; the machine's other load is printed with it.
 
-Usage: bench/apply/large_tx_end_to_end.py [--rows 1000000] [--runs 3]
+With --shape update the table first holds the N rows on both sides (loaded before the flow or the
+subscription exists, so not replicated) and the transaction is one UPDATE of all of them.
+
+Usage: bench/apply/large_tx_end_to_end.py [--rows 1000000] [--runs 3] [--shape insert|update]
 """
 import argparse
 import os
@@ -30,27 +33,44 @@ from harness import Cluster  # noqa: E402
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 TRELLARA = os.environ.get("TRELLARA_BIN", os.path.join(REPO, "build", "bin", "trellara"))
 SCHEMA = "CREATE TABLE big (id bigint PRIMARY KEY, v text NOT NULL, n integer NOT NULL)"
-VISIBLE = "SELECT EXISTS (SELECT 1 FROM big WHERE id = 1)"
+LOAD = "INSERT INTO big SELECT g, md5(g::text), 0 FROM generate_series(1, {rows}) g"
+# Per shape: the source transaction, the target's "it is visible" probe, and the check that all of
+# it is (one transaction: visible at once).
+SHAPES = {
+    "insert": (LOAD, "SELECT EXISTS (SELECT 1 FROM big WHERE id = 1)", "SELECT count(*) FROM big"),
+    "update": ("UPDATE big SET n = n + 1", "SELECT EXISTS (SELECT 1 FROM big WHERE id = 1 AND n = 1)",
+               "SELECT count(*) FROM big WHERE n = 1"),
+}
+SHAPE = "insert"
+
+
+def prepare(source, target, rows):
+    source.psql(SCHEMA)
+    target.psql(SCHEMA)
+    if SHAPE == "update":
+        for cluster in (source, target):
+            cluster.psql(LOAD.format(rows=rows) + "; VACUUM ANALYZE big")
 
 
 def run_transaction(source, target, rows, logged_sql=None):
     """BEGIN .. INSERT rows .. COMMIT on the source; polls the target until visible (and, with
     `logged_sql`, the source until the relay has logged it, printed as a breakdown).
     Returns (begin_to_visible_s, commit_to_visible_s)."""
+    transaction, visible, whole = SHAPES[SHAPE]
     t_begin = time.monotonic()
-    source.psql(f"INSERT INTO big SELECT g, md5(g::text), 0 FROM generate_series(1, {rows}) g")
+    source.psql(transaction.format(rows=rows))
     t_commit = time.monotonic()
     if logged_sql:
         end = source.query("SELECT pg_current_wal_lsn()")
         while source.query(logged_sql.format(lsn=end)) != "t":
             time.sleep(0.02)
         print(f"  trellara: COMMIT -> logged by the relay {time.monotonic() - t_commit:.2f} s", flush=True)
-    while target.query(VISIBLE) != "t":
+    while target.query(visible) != "t":
         if time.monotonic() - t_commit > 1800:
             raise RuntimeError("the transaction did not become visible on the target within 1800 s")
         time.sleep(0.02)
     t_visible = time.monotonic()
-    count = target.query("SELECT count(*) FROM big")
+    count = target.query(whole)
     if count != str(rows):
         raise RuntimeError(f"the target shows {count} rows, expected {rows} (not atomic?)")
     return t_visible - t_begin, t_visible - t_commit
@@ -61,8 +81,7 @@ def trellara_run(run, rows):
             Cluster(f"e2e-tgt-t{run}", preload=False) as target, tempfile.TemporaryDirectory() as work:
         os.chmod(work, 0o755)
         source.psql("CREATE EXTENSION trellara")
-        source.psql(SCHEMA)
-        target.psql(SCHEMA)
+        prepare(source, target, rows)
         source.psql("CREATE PUBLICATION bench_pub FOR TABLE big")
         source.psql("SELECT trellara.create_flow('bench', 'bench_pub')")
         log_dir = source.query("SELECT log_directory FROM trellara.flows WHERE name = 'bench'")
@@ -92,8 +111,7 @@ def trellara_run(run, rows):
 def native_run(run, rows, streaming):
     with Cluster(f"e2e-src-n{streaming}{run}", preload=False, settings={"max_wal_size": "'8GB'"}) as source, \
             Cluster(f"e2e-tgt-n{streaming}{run}", preload=False) as target:
-        source.psql(SCHEMA)
-        target.psql(SCHEMA)
+        prepare(source, target, rows)
         source.psql("CREATE PUBLICATION bench_pub FOR TABLE big")
         conn = f"host={source.socket_dir} port={source.port} user=postgres dbname=postgres"
         target.psql(f"CREATE SUBSCRIPTION sub CONNECTION '{conn}' PUBLICATION bench_pub "
@@ -114,7 +132,11 @@ def main():
     parser.add_argument("--rows", type=int, default=1000000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--trellara-only", action="store_true", help="skip the native subscriptions")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="insert")
     args = parser.parse_args()
+    global SHAPE
+    SHAPE = args.shape
+    print(f"shape {SHAPE}: {SHAPES[SHAPE][0].format(rows=args.rows)}", flush=True)
     results = {"trellara": [], "native streaming=on": [], "native streaming=off": []}
     for run in range(args.runs):
         print(f"run {run}: load average {open('/proc/loadavg').read().split()[:3]}", flush=True)
