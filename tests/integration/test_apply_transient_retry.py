@@ -272,6 +272,12 @@ def provoke_deadlock(pair, env=None):
             return "retried"
         if pair.target.query("SELECT count(*) FROM trellara.quarantine") != "0":
             return "quarantined"
+        # The chunked transaction is applied early (docs/apply.md "Early apply"): a failure that is
+        # not retried there (the negative control's defect makes the deadlock one) abandons the
+        # early attempt — ROLLBACK, the local transaction gets row 1 — and the one-at-a-time path
+        # then waits for row 1 behind the local transaction, neither retrying nor quarantining.
+        if "event=early_abandoned" in daemon.stderr():
+            return "abandoned early"
         return None
     result = wait_for("the applier to retry or quarantine the deadlocked transaction", outcome, 120, 0.1)
     # 4. The local transaction got row 1 when the applier rolled back.
