@@ -42,6 +42,7 @@
 #include "metrics_server.h"
 #include "pg_connection.h"
 #include "trellara/apply_decision.h"
+#include "trellara/apply_early.h"
 #include "trellara/apply_pipeline.h"
 #include "trellara/apply_plan.h"
 #include "trellara/apply_retry.h"
@@ -166,9 +167,11 @@ class Applier {
   // A chunk the barrier accepted: staged into the early transaction (started at seq 0 when
   // allowed), or kept in the chunk cache for the one-at-a-time path as before.
   void EarlyChunk(uint64_t offset, Chunk&& chunk);
-  bool StartEarly(const TxIdentity& tx);
+  bool StartEarly(const TxIdentity& tx, uint32_t seq);
   // ROLLBACK of the early transaction (no-op when none): it is applied at its marker instead.
   void AbandonEarly(const std::string& why);
+  // Counts and reports an abandoned early attempt (its target transaction already ended).
+  void EarlyAbandoned(const TxIdentity& tx, const std::string& why);
   // At the transaction's CommitMarker: COMMIT when every chunk of `ready` was staged; false when
   // there was no early attempt or it was abandoned (the one-at-a-time path applies it).
   bool FinishEarly(const ReadyTransaction& ready);
@@ -234,12 +237,10 @@ class Applier {
   std::vector<std::pair<uint64_t, Chunk>> accepted_chunks_;
   // The chunked transaction applied early (apply_early.cpp): the target transaction is open while
   // `active`; `offsets` are the log offsets of its chunks staged so far, chunk i at offsets[i].
-  static constexpr auto kEarlyIdleMax = std::chrono::seconds(5);
+  // It is abandoned after config_.early_apply_idle without a record ([apply] early_apply_idle).
   struct Early {
-    bool active = false;
-    TxIdentity tx;
+    EarlyAttempt attempt;
     Evidence evidence;
-    std::vector<uint64_t> offsets;
     Clock::time_point last_frame;
   };
   Early early_;

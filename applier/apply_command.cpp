@@ -347,8 +347,7 @@ void Applier::ResumeLog() {
   barrier_.SetChunkSink(
       [this](uint64_t offset, Chunk&& chunk) { accepted_chunks_.emplace_back(offset, std::move(chunk)); });
   // A reconnect dropped the early transaction's session with it; everything is read again.
-  early_.active = false;
-  early_.offsets.clear();
+  early_.attempt.End();
   expects_.clear();
   unwritten_transactions_ = 0;
   covered_lsn_ = 0;
@@ -539,15 +538,15 @@ void Applier::Loop() {
       Fail("reading the log of flow " + config_.flow_name + " at offset " + std::to_string(reader_->next_offset()) +
            " failed: " + next.error().message + "; nothing past the last committed transaction was applied");
     if (!*next) {
-      if (early_.active && !until_caught_up_ && Clock::now() - early_.last_frame < kEarlyIdleMax) {
+      if (early_.attempt.active() && !until_caught_up_ && Clock::now() - early_.last_frame < config_.early_apply_idle) {
         // The relay is writing the early transaction: nothing else touches the target meanwhile.
         std::this_thread::sleep_for(tail_sleep);
         tail_sleep = std::min<Clock::duration>(tail_sleep * 2, kTailPollInterval);
         continue;
       }
       AbandonEarly(until_caught_up_ ? "the run ends at the log's end present at its start"
-                                    : "no record for " + std::to_string(kEarlyIdleMax.count()) +
-                                          " s in the middle of the transaction");
+                                    : "no record for " + std::to_string(config_.early_apply_idle.count()) + " ms" +
+                                          " in the middle of the transaction ([apply] early_apply_idle)");
       if (Pump(true) == Outcome::Stopped) break;
       if (until_caught_up_) {
         WriteOffset(true);
@@ -583,9 +582,9 @@ void Applier::Loop() {
     // transaction end or progress marker.
     if (IsTransactionEnd(record.type) || record.type == kProgressRecordType)
       covered_lsn_ = std::max(covered_lsn_, record.commit_lsn);
-    if (early_.active && !EarlyFrame(record))
+    if (early_.attempt.active() && !EarlyFrame(record))
       AbandonEarly("log offset " + std::to_string(record.offset) + " holds a record of something else");
-    if (early_.active) early_.last_frame = Clock::now();  // a re-emitted chunk counts: the relay is alive
+    if (early_.attempt.active()) early_.last_frame = Clock::now();  // a re-emitted chunk counts: the relay is alive
     LogFrame frame{record.offset, record.type, record.commit_lsn,
                    std::span<const uint8_t>(record.payload.data(), record.payload.size())};
     auto fed = barrier_.Feed(frame);
@@ -625,7 +624,7 @@ void Applier::Loop() {
     } else {
       pipeline_.ReadNothing(retain);
     }
-    if (!early_.active) WriteOffset(false);
+    if (!early_.attempt.active()) WriteOffset(false);
     progress_.Show(counters_, [&] { return Figures(progress_.tty()); });
     PublishMetrics(metrics::ApplyState::kRunning, false);
   }

@@ -18,75 +18,80 @@
 // never quarantines, skips or decides anything. It is abandoned on: a frame of anything else
 // (another transaction, a progress marker), a chunk that is not the next one, a change the target
 // refused, a barrier failure, a stop, the end of an --until-caught-up run, and no new frame for
-// kEarlyIdleMax (the relay stopped in the middle of the transaction: its row locks are released).
-// It is not started when a hold is requested, another transaction is open in the barrier, the
-// target's evidence is anything but "never seen" (a duplicate, a quarantine, a replay), or the
-// registry moved (control_check refused the BEGIN). While it runs the applier does no tail work on
+// [apply] early_apply_idle (the relay stopped in the middle of the transaction: its row locks are
+// released). It is not started when early_apply is off, a hold is requested, another transaction is
+// open in the barrier, the target's evidence is anything but "never seen" (a duplicate, a
+// quarantine, a replay), or the registry moved (control_check refused the BEGIN). Those decisions
+// are core's (trellara/apply_early.h, unit-tested); this file executes them on the target. While it runs the applier does no tail work on
 // the target (registry poll, status row, consumer offset): the connection is inside the early
 // transaction, and none of that may commit or fail with it.
 #include <iostream>
 
 #include "applier.h"
+#include "trellara/apply_early.h"
 #include "trellara/barrier.h"
 #include "trellara/fault.h"
 
 namespace trellara::cli::apply {
 
+namespace {
+EarlyRecordKind KindOf(uint8_t type) {
+  switch (static_cast<log::RecordType>(type)) {
+    case log::RecordType::kChunk: return EarlyRecordKind::Chunk;
+    case log::RecordType::kManifest: return EarlyRecordKind::Manifest;
+    case log::RecordType::kCommitMarker: return EarlyRecordKind::CommitMarker;
+    default: return EarlyRecordKind::Other;
+  }
+}
+}  // namespace
+
 bool Applier::EarlyFrame(const log::LogRecord& record) const {
-  const auto t = static_cast<log::RecordType>(record.type);
-  return record.commit_lsn == early_.tx.commit_lsn &&
-         (t == log::RecordType::kChunk || t == log::RecordType::kManifest || t == log::RecordType::kCommitMarker);
+  return early_.attempt.Owns(KindOf(record.type), record.commit_lsn);
 }
 
-bool Applier::StartEarly(const TxIdentity& tx) {
-  if (!registry_.holds().empty() || StopRequested()) return false;
-  const auto open = barrier_.OpenTransactions();
-  if (open.size() != 1 || !(open.front().tx == tx)) return false;
+bool Applier::StartEarly(const TxIdentity& tx, uint32_t seq) {
+  const EarlyStartFacts facts{config_.early_apply, !registry_.holds().empty(), StopRequested(),
+                              barrier_.OpenTransactions()};
+  if (EarlyStartRefusal(tx, seq, facts)) return false;
   // The transactions read before this one are applied first, as at its CommitMarker.
   if (Pump(true) == Outcome::Stopped) return false;
   early_.evidence = session_.ReadEvidence(tx);
-  const TargetEvidence& target = early_.evidence.target;
-  if (target.dedup || target.quarantine || target.checkpoint_lsn >= tx.commit_lsn) return false;
+  if (EarlyEvidenceRefusal(tx, early_.evidence.target)) return false;
   ResetAttempt(false);
   if (BeginAttempt(tx)) return false;  // the registry moved: the one-at-a-time path reloads it
-  pending_locked_.clear();
   ResetChunked();
-  early_.active = true;
-  early_.tx = tx;
-  early_.offsets.clear();
+  early_.attempt.Start(tx);
   early_.last_frame = Clock::now();
+  std::cerr << "apply flow=" << config_.flow_name << " event=early_begin xid=" << tx.xid
+            << " commit_lsn=" << FormatLsn(tx.commit_lsn) << std::endl;
   return true;
 }
 
 void Applier::EarlyChunk(uint64_t offset, Chunk&& chunk) {
-  if (!early_.active && chunk.seq == 0 && StartEarly(chunk.tx)) {
-    std::cerr << "apply flow=" << config_.flow_name << " event=early_begin xid=" << chunk.tx.xid
-              << " commit_lsn=" << FormatLsn(chunk.tx.commit_lsn) << std::endl;
-  }
-  if (!early_.active) {
+  if (!early_.attempt.active() && !StartEarly(chunk.tx, chunk.seq)) {
     chunk_cache_.Offer(offset, std::move(chunk));
     return;
   }
-  if (!(chunk.tx == early_.tx) || chunk.seq != early_.offsets.size()) {
-    AbandonEarly("chunk " + std::to_string(chunk.seq) + " at log offset " + std::to_string(offset) +
-                 " is not the next chunk of the transaction");
+  if (auto refused = early_.attempt.RefuseChunk(chunk.tx, chunk.seq, offset)) {
+    AbandonEarly(*refused);
     chunk_cache_.Offer(offset, std::move(chunk));
     return;
   }
   for (const auto& change : chunk.changes) {
-    if (StageChunkedChange(change, chunk.relations, early_.tx)) {
+    if (StageChunkedChange(change, chunk.relations, early_.attempt.tx())) {
       // The one-at-a-time path applies it again at its CommitMarker and reports the failure.
       AbandonEarly("a change of chunk " + std::to_string(chunk.seq) + " failed");
       return;
     }
   }
-  early_.offsets.push_back(offset);
+  early_.attempt.Staged(offset);
   // Negative control (tests only, TRELLARA_FAULTS=defect.apply_early_commit_per_chunk:1:defect):
   // each staged chunk is committed on its own, so a source transaction lands in pieces — a change
   // the target refuses later leaves the chunks before it applied, which the fail-closed scenario
   // of test_apply_early.py must catch.
   if (fault::Hit("defect.apply_early_commit_per_chunk") == fault::Action::Defect) {
-    if (FlushChunked(early_.tx) || !conn_->Exec("COMMIT").ok() || BeginAttempt(early_.tx)) {
+    const TxIdentity& tx = early_.attempt.tx();
+    if (FlushChunked(tx) || !conn_->Exec("COMMIT").ok() || BeginAttempt(tx)) {
       AbandonEarly("defect.apply_early_commit_per_chunk could not go on");
       return;
     }
@@ -97,33 +102,29 @@ void Applier::EarlyChunk(uint64_t offset, Chunk&& chunk) {
   fault::Hit("apply.early_after_chunk");
 }
 
-void Applier::AbandonEarly(const std::string& why) {
-  if (!early_.active) return;
-  const TxIdentity tx = early_.tx;
-  early_.active = false;
-  early_.offsets.clear();
+void Applier::EarlyAbandoned(const TxIdentity& tx, const std::string& why) {
   counters_.early_abandoned++;
-  ResetChunked();
-  session_.DiscardKnown();
-  session_.ForgetAcceptedRelations();
-  session_.EndFailedTransaction(DescribeTransaction(tx));
-  pending_locked_.clear();
   std::cerr << "apply flow=" << config_.flow_name << " event=early_abandoned xid=" << tx.xid
             << " commit_lsn=" << FormatLsn(tx.commit_lsn) << " why=\"" << why << "\""
             << " (applied at its commit marker instead)" << std::endl;
 }
 
+void Applier::AbandonEarly(const std::string& why) {
+  if (!early_.attempt.active()) return;
+  const TxIdentity tx = early_.attempt.tx();
+  early_.attempt.End();
+  ResetChunked();
+  session_.DiscardKnown();
+  session_.ForgetAcceptedRelations();
+  session_.EndFailedTransaction(DescribeTransaction(tx));
+  pending_locked_.clear();
+  EarlyAbandoned(tx, why);
+}
+
 bool Applier::FinishEarly(const ReadyTransaction& ready) {
-  if (!early_.active) return false;
-  bool same = ready.tx == early_.tx && ready.chunked() && ready.chunks.size() == early_.offsets.size();
-  for (size_t i = 0; same && i < ready.chunks.size(); i++)
-    same = ready.chunks[i].seq == i && ready.chunks[i].offset == early_.offsets[i];
-  if (!same) {
-    AbandonEarly("the chunks staged are not the chunks its manifest lists");
-    return false;
-  }
-  if (Decide(ready, early_.evidence.target).action != ApplyAction::Apply) {
-    AbandonEarly("the target's evidence does not say apply");
+  if (!early_.attempt.active()) return false;
+  if (auto refused = early_.attempt.RefuseCommit(ready, early_.evidence.target)) {
+    AbandonEarly(*refused);
     return false;
   }
   const TxIdentity tx = ready.tx;
@@ -131,14 +132,10 @@ bool Applier::FinishEarly(const ReadyTransaction& ready) {
   ResetChunked();
   Step(conn_->ExecPrepared("trellara_commit_record", session_.CommitRecordParams(ready)),
        "INSERT of the dedup row with the origin progress", tx, failure);
-  early_.active = false;
-  early_.offsets.clear();
+  early_.attempt.End();
   const Attempt attempt = EndAttempt(ready, failure, false);
   if (attempt.kind != Attempt::Kind::Committed) {
-    counters_.early_abandoned++;
-    std::cerr << "apply flow=" << config_.flow_name << " event=early_abandoned xid=" << tx.xid
-              << " commit_lsn=" << FormatLsn(tx.commit_lsn) << " why=\"the transaction failed\""
-              << " (applied at its commit marker instead)" << std::endl;
+    EarlyAbandoned(tx, "the transaction failed");
     return false;
   }
   counters_.applied++;

@@ -39,6 +39,13 @@ const std::map<std::string, std::map<std::string, KeySpec>>& Schema() {
         {"group_transactions",
          {false, "\"on\" (default: a batch of whole source transactions shares one target transaction, each "
                  "with its own dedup row) or \"off\" (one target transaction per source transaction)"}},
+        {"early_apply",
+         {false, "\"on\" (default: a chunked transaction is staged on the target from its first chunk and "
+                 "committed at its commit marker if every chunk staged is one the barrier verified) or \"off\" "
+                 "(applied after its commit marker only)"}},
+        {"early_apply_idle",
+         {false, "a duration \"<N>ms\", \"<N>s\" or \"<N>min\" from 100ms to 60min (default \"5s\"): how long an "
+                 "early attempt waits for the relay's next record before it rolls back"}},
         {"superseded_updates",
          {false, "\"leave_out\" (default: in a grouped batch an UPDATE that a later UPDATE of the same row in the "
                  "group overwrites is not sent) or \"send\" (every UPDATE is sent)"}}}},
@@ -69,6 +76,19 @@ Status Choose(const std::optional<std::string>& value, const std::string& path, 
     return Status::Ok();
   }
   return SettingError(path, setting, "is \"" + *value + "\"");
+}
+
+// "250ms", "5s", "2min": a whole number and its unit; nullopt for anything else.
+std::optional<uint64_t> ParseDurationMs(const std::string& text) {
+  size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') digits++;
+  if (digits == 0 || digits > 9) return std::nullopt;
+  const uint64_t n = std::stoull(text.substr(0, digits));
+  const std::string unit = text.substr(digits);
+  if (unit == "ms") return n;
+  if (unit == "s") return n * 1000;
+  if (unit == "min") return n * 60000;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -153,6 +173,13 @@ Result<FlowConfig> LoadFlowConfig(const std::string& path) {
                       {{"on", true}, {"off", false}}, config.group_transactions));
   TRELLARA_TRY(Choose(get("apply", "superseded_updates"), path, "apply.superseded_updates",
                       {{"leave_out", true}, {"send", false}}, config.leave_out_superseded_updates));
+  TRELLARA_TRY(Choose(get("apply", "early_apply"), path, "apply.early_apply", {{"on", true}, {"off", false}},
+                      config.early_apply));
+  if (auto idle = get("apply", "early_apply_idle")) {
+    auto ms = ParseDurationMs(*idle);
+    if (!ms || *ms < 100 || *ms > 3600000) return SettingError(path, "apply.early_apply_idle", "is \"" + *idle + "\"");
+    config.early_apply_idle = std::chrono::milliseconds(*ms);
+  }
   if (auto listen = get("metrics", "listen")) {
     auto address = metrics::ParseListenAddress(*listen);
     if (!address) return SettingError(path, "metrics.listen", address.error().message);

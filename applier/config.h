@@ -34,6 +34,14 @@
 //              DROP TABLE of a published table: "keep" leaves the target's table and its rows (the
 //              flow stops following it); "apply" drops it on the target too. Dropping target data
 //              cannot be undone, so the DBA opts in.
+//            early_apply = "on" (default) | "off"
+//              "on": a chunked (large) transaction's target transaction opens at its first chunk
+//              and stages each chunk as the relay makes it durable; it commits at the commit marker
+//              only if the chunks staged are exactly those the barrier verified, else it is rolled
+//              back and applied at its marker as with "off" (docs/apply.md "Early apply").
+//            early_apply_idle = "5s" (default): "<N>ms", "<N>s" or "<N>min", 100 ms .. 1 h
+//              how long an early attempt waits without a new record before it rolls back (its row
+//              locks released) and the transaction waits for its commit marker instead.
 //   [metrics] listen = "127.0.0.1:9187" (optional; no metrics endpoint without it)
 //              where `trellara apply` serves GET /metrics in the Prometheus text format
 //              (docs/apply.md "Metrics"): HOST:PORT, HOST an IPv4 literal, localhost or [IPv6].
@@ -43,6 +51,7 @@
 // silently defaulted except the documented defaults above. This file never connects anywhere.
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 
@@ -64,6 +73,8 @@ struct FlowConfig {
   bool leave_out_superseded_updates = true;          // [apply] superseded_updates
   DdlPolicy ddl = DdlPolicy::Apply;                  // [apply] ddl
   DropTablePolicy ddl_drop_table = DropTablePolicy::Keep;  // [apply] ddl_drop_table
+  bool early_apply = true;                                 // [apply] early_apply
+  std::chrono::milliseconds early_apply_idle{5000};       // [apply] early_apply_idle
   std::optional<metrics::ListenAddress> metrics_listen;    // [metrics] listen
 };
 

@@ -6,7 +6,8 @@
   - chunked_transactions_are_applied_while_the_relay_writes_them: a daemon applier is running when
     the source commits a 150 000-row INSERT transaction and then a 150 000-row UPDATE transaction;
     the applier begins each at its first chunk (event=early_begin) and commits it at its commit
-    marker (early_chunked=2); the target equals the source and each has one dedup row;
+    marker (early_chunked=2, early_abandoned=0 with early_apply_idle = "60min", so no stall of a slow
+    machine abandons it); the target equals the source and each has one dedup row;
   - applier_kill9_during_early_apply_converges_exactly_once: the applier kills itself (fault point
     apply.early_after_chunk, crash) with chunks of a transaction staged in its open target
     transaction; a new applier applies it exactly once;
@@ -19,8 +20,10 @@
     the first chunks of a streamed transaction durable and its commit marker not written
     (relay.after_drain_mid_transaction) while a daemon applier is applying them early; the
     restarted relay writes the transaction again (the durable chunks again, identical) and the
-    applier — going on past the re-emitted chunks, or abandoning after kEarlyIdleMax (5 s without a
-    record) and applying at the commit marker — applies it exactly once.
+    applier — going on past the re-emitted chunks, or abandoning after early_apply_idle (default 5 s
+    without a record) and applying at the commit marker — applies it exactly once;
+  - early_apply_off_applies_at_the_commit_marker: with [apply] early_apply = "off" nothing is begun
+    early and the transaction is applied once at its commit marker.
 """
 import os
 import re
@@ -88,6 +91,11 @@ class Daemon:
         return out, err, tuple(int(n) for n in found[-1])
 
 
+def apply_settings(pair, settings):
+    with open(pair.config, "a") as config:
+        config.write(f"\n[apply]\n{settings}\n")
+
+
 def commit_large(pair, statement):
     return int(pair.source.query(f"BEGIN; SELECT pg_current_xact_id(); {statement}; COMMIT",
                                  ).splitlines()[0])
@@ -106,6 +114,8 @@ def check_applied_once(pair, xids, label):
                       "target equals source", "one dedup row per transaction"))
 def chunked_transactions_are_applied_while_the_relay_writes_them():
     with StreamPair("early-daemon") as pair:
+        # No idle abandon however slow the machine: an abandon here can only be a defect.
+        apply_settings(pair, 'early_apply_idle = "60min"')
         daemon = Daemon(pair)
         try:
             inserted = commit_large(pair, f"INSERT INTO big SELECT g, 'big', repeat('z', 40) "
@@ -126,6 +136,28 @@ def chunked_transactions_are_applied_while_the_relay_writes_them():
             raise CaptureFailure(f"early_chunked={early} early_abandoned={abandoned}, expected 2 and 0: {err[-2000:]}")
         check_applied_once(pair, (inserted, updated), "applied early")
         print("ok: chunked_transactions_are_applied_while_the_relay_writes_them")
+
+
+@scenario(suite="large_transactions",
+          invariants=("with early_apply off a chunked transaction is applied only after its commit marker",
+                      "target equals source", "one dedup row per transaction"))
+def early_apply_off_applies_at_the_commit_marker():
+    with StreamPair("early-off") as pair:
+        apply_settings(pair, 'early_apply = "off"')
+        daemon = Daemon(pair)
+        try:
+            inserted = commit_large(pair, f"INSERT INTO big SELECT g, 'big', repeat('z', 40) "
+                                          f"FROM generate_series(1, {ROWS}) g")
+            daemon.wait_applied(inserted)
+        finally:
+            out, err, (early, abandoned) = daemon.stop()
+        print(f"daemon applier: early_chunked={early} early_abandoned={abandoned}")
+        check_logged_once(pair, inserted, ROWS)
+        if "event=early_begin" in err or early != 0 or abandoned != 0:
+            raise CaptureFailure(f"early_apply = \"off\" but early_chunked={early} early_abandoned={abandoned}: "
+                                 f"{err[-2000:]}")
+        check_applied_once(pair, (inserted,), "applied at its commit marker")
+        print("ok: early_apply_off_applies_at_the_commit_marker")
 
 
 @scenario(suite="large_transactions", fault_points=("apply.early_after_chunk",),
@@ -238,6 +270,7 @@ def negative_control_early_commit_per_chunk_is_caught():
 
 
 SCENARIOS = (chunked_transactions_are_applied_while_the_relay_writes_them,
+             early_apply_off_applies_at_the_commit_marker,
              a_failed_early_transaction_is_quarantined_whole,
              negative_control_early_commit_per_chunk_is_caught,
              applier_kill9_during_early_apply_converges_exactly_once,

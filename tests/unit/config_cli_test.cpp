@@ -52,6 +52,16 @@ TEST_CASE("configuration_errors_name_the_setting_and_the_accepted_values", "[cli
       {"ddl_not_string", kFlow + kTarget + "[apply]\nddl = false\n", {"apply.ddl must be a string"}},
       {"bad_superseded", kFlow + kTarget + "[apply]\nsuperseded_updates = \"skip\"\n",
        {"setting apply.superseded_updates is \"skip\"", "\"leave_out\" (default", "\"send\" (every UPDATE"}},
+      {"bad_early", kFlow + kTarget + "[apply]\nearly_apply = \"yes\"\n",
+       {"setting apply.early_apply is \"yes\"", "\"on\" (default", "\"off\""}},
+      {"early_idle_no_unit", kFlow + kTarget + "[apply]\nearly_apply_idle = \"5\"\n",
+       {"setting apply.early_apply_idle is \"5\"", "\"<N>ms\", \"<N>s\" or \"<N>min\""}},
+      {"early_idle_too_short", kFlow + kTarget + "[apply]\nearly_apply_idle = \"50ms\"\n",
+       {"setting apply.early_apply_idle is \"50ms\"", "from 100ms to 60min"}},
+      {"early_idle_too_long", kFlow + kTarget + "[apply]\nearly_apply_idle = \"61min\"\n",
+       {"setting apply.early_apply_idle is \"61min\""}},
+      {"early_idle_negative", kFlow + kTarget + "[apply]\nearly_apply_idle = \"-5s\"\n",
+       {"setting apply.early_apply_idle is \"-5s\""}},
       {"bad_toml", "[flow\nname = \"app\"\n", {"is not valid TOML at line 1"}},
       {"listen_without_port", kFlow + kTarget + "[metrics]\nlisten = \"127.0.0.1\"\n",
        {"setting metrics.listen \"127.0.0.1\" has no :PORT", "HOST:PORT"}},
@@ -77,7 +87,7 @@ TEST_CASE("valid_configuration_with_every_apply_setting_is_accepted", "[cli][con
       WriteConfig("valid", kFlow + "[source]\nconninfo = \"dbname=src\"\n" + kTarget +
                                "[apply]\nsession_replication_role = \"origin\"\nsynchronous_commit = \"on\"\n"
                                "ddl = \"halt\"\nddl_drop_table = \"apply\"\ngroup_transactions = \"off\"\n"
-                               "superseded_updates = \"send\"\n");
+                               "superseded_updates = \"send\"\nearly_apply = \"off\"\nearly_apply_idle = \"2min\"\n");
   auto run = RunTrellara("apply --config " + path + " --until-caught-up");
   INFO(run.all);
   // Loading succeeded: what fails is the log directory, named, with exit 1.
