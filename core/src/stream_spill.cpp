@@ -383,11 +383,12 @@ Status StreamSpill::Commit(uint32_t top_xid, const std::function<Status(std::spa
   return status;
 }
 
-Result<std::string> EncodeStreamRecord(const std::string& flow, uint32_t xid, const Change& change,
+Result<std::string> EncodeStreamRecord(const std::string& flow, uint32_t xid, Change change,
                                        const RelationInfo* relation,
                                        const std::vector<const RelationInfo*>& truncated) {
+  const Op op = change.op;  // for errors: `change` is moved into the record below
   auto fail = [&](const std::string& what) {
-    return MakeError("cannot build the stream record of a " + std::string(OpName(change.op)) + " of xid " +
+    return MakeError("cannot build the stream record of a " + std::string(OpName(op)) + " of xid " +
                      std::to_string(xid) + ": " + what);
   };
   Envelope e;
@@ -405,7 +406,7 @@ Result<std::string> EncodeStreamRecord(const std::string& flow, uint32_t xid, co
                                   [t](const RelationInfo& r) { return r.oid == t->oid; });
     if (!seen) e.relations.push_back(*t);
   }
-  e.changes.push_back(change);
+  e.changes.push_back(std::move(change));
   // No checksum (zero) and the relations' fingerprints as given: a stream record never reaches the
   // log; its integrity on disk is the spill frame's CRC32C, and the assembler computes the
   // transaction's checksums when it logs it. Sealing it would hash every change twice more on the

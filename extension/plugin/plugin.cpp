@@ -673,7 +673,7 @@ void EmitChange(State* s, LogicalDecodingContext* ctx, Change c, const RelationI
   // Each stream record describes the relations its change refers to, so it decodes and verifies
   // on its own (DecodeRecord refuses a change of an undescribed relation) and a subtransaction
   // abort can never discard a description a later change needs.
-  Result<std::string> bytes = EncodeStreamRecord(s->options.flow, s->stream_xid, c, relation, truncated);
+  Result<std::string> bytes = EncodeStreamRecord(s->options.flow, s->stream_xid, std::move(c), relation, truncated);
   if (!bytes.ok()) RaiseCoreError(bytes.error(), during);
   WriteStreamRecord(ctx, kStreamChangeRecord, s->stream_top_xid, s->stream_xid, *bytes);
 }

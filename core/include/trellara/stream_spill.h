@@ -119,7 +119,7 @@ inline constexpr uint64_t kStreamRecordCommitLsn = ~uint64_t{0};
 // Envelope (identity: flow, `xid`, commit_lsn kStreamRecordCommitLsn) with the change and the
 // relations it refers to (`relation` for a row change or a DDL with a definition, `truncated` for a
 // Truncate, none for a Message or a dropped table).
-Result<std::string> EncodeStreamRecord(const std::string& flow, uint32_t xid, const Change& change,
+Result<std::string> EncodeStreamRecord(const std::string& flow, uint32_t xid, Change change,
                                        const RelationInfo* relation, const std::vector<const RelationInfo*>& truncated);
 
 // Commit of a streamed transaction: replays the store's kept records of `top_xid` through
