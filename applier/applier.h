@@ -69,7 +69,7 @@ bool StopRequested();
 enum class Outcome { Applied, SkippedDuplicate, Stopped };
 
 // What each message queued in a batch answers, in order.
-enum class What { Begin, ControlCheck, Record, Prepare, Statement, UpdateGuard, Commit };
+enum class What { Begin, ControlCheck, Record, Prepare, Statement, UpdateGuard, BatchCheck, Commit };
 
 // How one attempt of the one-at-a-time path ended.
 struct Attempt {
@@ -154,6 +154,10 @@ class Applier {
   std::optional<QuarantineCause> QueueUpdateRow(ChangePlan plan, const TxIdentity& tx);
   std::optional<QuarantineCause> EndUpdateRun(const TxIdentity& tx);
   std::optional<QuarantineCause> SendUpdateBatch(const TxIdentity& tx);
+  // The one statement of a run of UPDATEs (core UpdateBatchSql) with `rows`' values bound.
+  static ChangePlan UpdateBatchPlan(const std::vector<const ChangePlan*>& rows, const std::vector<std::string>& types);
+  // The arguments of trellara.update_batch_types for `plan`'s shape: relation, columns, key columns.
+  static SqlParams UpdateBatchTypesParams(const ChangePlan& plan);
   const std::vector<std::string>* UpdateBatchTypes(const ChangePlan& plan, const TxIdentity& tx,
                                                    std::optional<QuarantineCause>& cause);
   std::optional<QuarantineCause> QueuePiped(ChangePlan plan, const TxIdentity& tx,
@@ -229,6 +233,12 @@ class Applier {
   // and none across a write of those, is left out.
   std::vector<std::string> guarded_relations_;
   std::set<std::string> replica_triggers_;
+  // Merged statements (docs/apply.md "Merged statements in a group"): the target's answer
+  // (trellara.update_batch_types) per UPDATE statement shape, asked before a group that would merge
+  // it and checked again inside the group (TR012 clears it); nullopt: not batchable.
+  std::map<std::string, std::optional<std::vector<std::string>>> group_update_types_;
+  std::set<std::string> GroupUpdateShapes(const std::vector<const std::vector<ChangePlan>*>& group,
+                                          const std::vector<std::vector<bool>>& superseded);
   // Chunks of the chunked transaction being read, as the barrier verified them (ResumeLog sets the
   // barrier's sink; cleared once the transaction is handled). A chunk past the bound is re-read.
   static constexpr uint64_t kChunkCacheBytes = 16u << 20;

@@ -173,7 +173,19 @@ std::optional<QuarantineCause> Applier::SendUpdateBatch(const TxIdentity& tx) {
   s.update_row_keys.clear();
   s.update_key.clear();
   s.update_bytes = 0;
-  const ChangePlan& first = rows.front();
+  std::vector<const ChangePlan*> pointers;
+  pointers.reserve(rows.size());
+  for (const ChangePlan& row : rows) pointers.push_back(&row);
+  ChangePlan batch = UpdateBatchPlan(pointers, types);
+  std::vector<std::string> matches;
+  matches.reserve(rows.size());
+  for (ChangePlan& row : rows) matches.push_back(std::move(row.match_description));
+  attempt_batched_updates_ += rows.size();
+  return QueuePiped(std::move(batch), tx, std::move(matches));
+}
+
+ChangePlan Applier::UpdateBatchPlan(const std::vector<const ChangePlan*>& rows, const std::vector<std::string>& types) {
+  const ChangePlan& first = *rows.front();
   auto sql = UpdateBatchSql(first, types);
   if (!sql) Fail(sql.error().message);
   ChangePlan batch;
@@ -197,16 +209,23 @@ std::optional<QuarantineCause> Applier::SendUpdateBatch(const TxIdentity& tx) {
   batch.params.resize(columns + 1);
   for (size_t i = 0; i < columns; i++) {
     std::string literal = "{";
-    for (const ChangePlan& row : rows) AppendArrayElement(row.params[i], literal);
+    for (const ChangePlan* row : rows) AppendArrayElement(row->params[i], literal);
     literal += '}';
     batch.params[i] = std::move(literal);
   }
   batch.params[columns] = std::to_string(rows.size());
-  std::vector<std::string> matches;
-  matches.reserve(rows.size());
-  for (ChangePlan& row : rows) matches.push_back(std::move(row.match_description));
-  attempt_batched_updates_ += rows.size();
-  return QueuePiped(std::move(batch), tx, std::move(matches));
+  return batch;
+}
+
+SqlParams Applier::UpdateBatchTypesParams(const ChangePlan& plan) {
+  std::string columns = "{", keys = "{";
+  for (size_t i = 0; i < plan.param_columns.size(); i++) {
+    AppendArrayElement(plan.param_columns[i], columns);
+    if (i >= plan.param_columns.size() - plan.match_params) AppendArrayElement(plan.param_columns[i], keys);
+  }
+  columns += '}';
+  keys += '}';
+  return {plan.target_relation, columns, keys};
 }
 
 // The target's answer for `plan`'s statement shape (trellara.update_batch_types), asked once per
@@ -219,18 +238,11 @@ const std::vector<std::string>* Applier::UpdateBatchTypes(const ChangePlan& plan
     return known->second ? &*known->second : nullptr;
   cause = FlushPiped(tx);
   if (cause) return nullptr;
-  std::string columns = "{", keys = "{";
-  for (size_t i = 0; i < plan.param_columns.size(); i++) {
-    AppendArrayElement(plan.param_columns[i], columns);
-    if (i >= plan.param_columns.size() - plan.match_params) AppendArrayElement(plan.param_columns[i], keys);
-  }
-  columns += '}';
-  keys += '}';
   const std::string what = "asking the target whether the UPDATEs of " + plan.relation_display +
                            " may be batched (trellara.update_batch_types) while applying " + DescribeTransaction(tx);
   PgResult r = conn_->ExecParams("SELECT t FROM unnest(trellara.update_batch_types($1, $2::text[], $3::text[])) "
                                  "WITH ORDINALITY AS b(t, n) ORDER BY n",
-                                 {plan.target_relation, columns, keys});
+                                 UpdateBatchTypesParams(plan));
   if (!r.ok()) {
     ThrowIfTransient(r, *conn_, what);
     Fail(what + " failed: " + r.Describe() + "; nothing of the transaction was committed. The function is created "

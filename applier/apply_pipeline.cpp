@@ -122,11 +122,37 @@ void Applier::SendBatch() {
       Fail(st.error().message + " (flow " + config_.flow_name + ", target " + conn_->Describe() +
            "); rerun trellara apply: the dedup rows make it resume exactly once");
   };
-  queued(conn_->EnterPipeline());
   // A grouped batch is one target transaction: one BEGIN, one registry check, one statement inserting
   // every transaction's dedup row (and setting the origin progress to the last one's commit LSN,
   // pg_replication_origin_xact_setup), every transaction's changes, and one COMMIT.
   const bool grouped = pipeline_.grouped();
+  const bool replica = config_.session_replication_role == "replica";
+  std::vector<const std::vector<ChangePlan>*> group;
+  for (size_t k = 0; k < count; k++) group.push_back(&pipeline_.at(k).plans);  // a duplicate's plans are empty
+  // A grouped batch leaves out the UPDATEs a later UPDATE of the group overwrites (core
+  // FindSupersededUpdates) and merges a table's consecutive INSERTs and UPDATEs of one shape into one
+  // statement each (core MergeGroupStatements); a guard before its COMMIT makes the target refuse
+  // that when a trigger or rule fires for replicated changes of any relation written where the order
+  // changed (or two of them share a table).
+  SupersededUpdates superseded;
+  if (grouped && config_.leave_out_superseded_updates && replica)
+    superseded = FindSupersededUpdates(group, replica_triggers_);
+  GroupStatements merged;
+  const bool merging = grouped && config_.merge_statements && replica;
+  if (merging) {
+    // Asked outside the group's transaction, before it is queued; checked again inside it.
+    const std::set<std::string> shapes = GroupUpdateShapes(group, superseded.superseded);
+    merged = MergeGroupStatements(group, superseded.superseded, replica_triggers_, shapes);
+  }
+  std::set<std::string> guarded(superseded.relations.begin(), superseded.relations.end());
+  // Negative control (tests only, TRELLARA_FAULTS=defect.apply_merge_unguarded:1:defect): the
+  // relations a merged statement moved writes across are not guarded, so a target trigger can read
+  // rows in an order in-order apply never shows; test_apply_superseded.py must catch it.
+  if (!merged.relations.empty() && fault::Hit("defect.apply_merge_unguarded") != fault::Action::Defect)
+    guarded.insert(merged.relations.begin(), merged.relations.end());
+  guarded_relations_.assign(guarded.begin(), guarded.end());
+
+  queued(conn_->EnterPipeline());
   const auto open_transaction = [&](size_t k) {
     queued(conn_->SendPrepared("trellara_begin", {}));
     expects_.push_back({k, What::Begin, {}});
@@ -134,18 +160,17 @@ void Applier::SendBatch() {
     queued(conn_->SendPrepared("trellara_control_check", session_.ControlCheckParams(registry_.version())));
     expects_.push_back({k, What::ControlCheck, {}});
   };
-  // A grouped batch leaves out the UPDATEs a later UPDATE of the group overwrites (core
-  // FindSupersededUpdates); a guard before its COMMIT makes the target refuse that when a trigger or
-  // rule fires for replicated changes of any relation the group writes.
-  SupersededUpdates superseded;
-  guarded_relations_.clear();
-  if (grouped && config_.leave_out_superseded_updates && config_.session_replication_role == "replica") {
-    std::vector<const std::vector<ChangePlan>*> group;
-    for (size_t k = 0; k < count; k++)
-      group.push_back(&pipeline_.at(k).plans);  // a duplicate's plans are empty
-    superseded = FindSupersededUpdates(group, replica_triggers_);
-    guarded_relations_ = superseded.relations;
-  }
+  // One planned change as its own prepared statement.
+  const auto send_plan = [&](size_t k, const ChangePlan& plan) {
+    const auto [name, must_prepare] = session_.StatementFor(plan);
+    if (must_prepare) {
+      queued(conn_->SendPrepare(name, RowCheckedSql(plan), static_cast<int>(plan.params.size())));
+      expects_.push_back({k, What::Prepare, plan.statement_key});
+    }
+    queued(conn_->SendPrepared(name, plan.params));
+    expects_.push_back({k, What::Statement, {}});
+    counters_.statements++;
+  };
   std::optional<size_t> last_member;
   if (grouped) {
     // The group's dedup rows, one per member, in one statement right after the registry check (a
@@ -163,28 +188,26 @@ void Applier::SendBatch() {
   }
   for (size_t k = 0; k < count; k++) {
     PipelineTx& tx = pipeline_.at(k);
+    tx.superseded = 0;
+    tx.merged = 0;
     if (tx.duplicate) continue;
+    last_member = k;
+    if (merging) {
+      for (size_t p = 0; p < tx.plans.size(); p++)
+        if (superseded.count > 0 && superseded.superseded[k][p]) tx.superseded++;
+      continue;  // sent below, statement by statement
+    }
     if (!grouped) {
       open_transaction(k);
       queued(conn_->SendPrepared("trellara_commit_record", session_.CommitRecordParams(tx.ready)));
       expects_.push_back({k, What::Record, {}});
     }
-    last_member = k;
-    tx.superseded = 0;
     for (size_t p = 0; p < tx.plans.size(); p++) {
-      const ChangePlan& plan = tx.plans[p];
       if (superseded.count > 0 && superseded.superseded[k][p]) {
         tx.superseded++;
         continue;
       }
-      const auto [name, must_prepare] = session_.StatementFor(plan);
-      if (must_prepare) {
-        queued(conn_->SendPrepare(name, RowCheckedSql(plan), static_cast<int>(plan.params.size())));
-        expects_.push_back({k, What::Prepare, plan.statement_key});
-      }
-      queued(conn_->SendPrepared(name, plan.params));
-      expects_.push_back({k, What::Statement, {}});
-      counters_.statements++;
+      send_plan(k, tx.plans[p]);
     }
     if (!grouped) {
       queued(conn_->SendPrepared("trellara_commit", {}));
@@ -192,6 +215,42 @@ void Applier::SendBatch() {
     }
     // Let the target start on this transaction while the rest of the batch is queued.
     queued(conn_->Flush());
+  }
+  if (merging) {
+    size_t since_flush = 0;
+    for (const GroupStatement& statement : merged.statements) {
+      const PlanRef last = statement.plans.back();
+      const ChangePlan& plan = pipeline_.at(last.tx).plans[last.plan];
+      if (statement.kind == GroupStatementKind::Single) {
+        send_plan(last.tx, plan);
+      } else {
+        std::vector<const ChangePlan*> rows;
+        rows.reserve(statement.plans.size());
+        for (const PlanRef& ref : statement.plans) {
+          rows.push_back(&pipeline_.at(ref.tx).plans[ref.plan]);
+          pipeline_.at(ref.tx).merged++;
+        }
+        if (statement.kind == GroupStatementKind::InsertRows) {
+          auto insert = MergedInsertSql(rows);
+          if (!insert) Fail(insert.error().message);
+          queued(conn_->SendParams(insert->sql, insert->params));
+          expects_.push_back({last.tx, What::Statement, {}});
+          counters_.statements++;
+        } else {
+          const std::vector<std::string>& types = *group_update_types_.at(plan.statement_key);
+          SqlParams check = UpdateBatchTypesParams(plan);
+          check.push_back(TextArrayLiteral(types));
+          queued(conn_->SendPrepared("trellara_update_batch_check", check));
+          expects_.push_back({last.tx, What::BatchCheck, {}});
+          send_plan(last.tx, UpdateBatchPlan(rows, types));
+        }
+      }
+      // Let the target start while the rest of the batch is queued.
+      if (++since_flush >= 64) {
+        queued(conn_->Flush());
+        since_flush = 0;
+      }
+    }
   }
   if (grouped && last_member) {
     // Negative control (tests only, TRELLARA_FAULTS=defect.apply_superseded_unguarded:1:defect): the
@@ -213,6 +272,50 @@ void Applier::SendBatch() {
   // kill -9 scenario must catch. (Only past the sent batch would hardly ever lose anything: the
   // target still commits what was sent before the applier died.)
   if (fault::Hit("defect.apply_ack_before_commit") == fault::Action::Defect) DefectAckEverythingRead();
+}
+
+// The UPDATE statement shapes of the group that may merge (MergeGroupStatements' update_shapes):
+// those with enough key-preserving UPDATEs in the group for a merged statement, which the target
+// accepts for one statement (trellara.update_batch_types, asked once per shape and kept until a
+// group fails or a transaction goes alone).
+std::set<std::string> Applier::GroupUpdateShapes(const std::vector<const std::vector<ChangePlan>*>& group,
+                                                 const std::vector<std::vector<bool>>& superseded) {
+  std::map<std::string, std::pair<size_t, const ChangePlan*>> counted;
+  for (size_t t = 0; t < group.size(); t++)
+    for (size_t p = 0; p < group[t]->size(); p++) {
+      const ChangePlan& plan = (*group[t])[p];
+      if (t < superseded.size() && p < superseded[t].size() && superseded[t][p]) continue;
+      if (!UpdateBatchable(plan) || replica_triggers_.count(plan.target_relation) > 0) continue;
+      auto& [n, first] = counted[plan.statement_key];
+      if (n++ == 0) first = &plan;
+    }
+  std::set<std::string> shapes;
+  for (const auto& [key, counted_plan] : counted) {
+    const auto& [n, plan] = counted_plan;
+    if (n < MergeLimits{}.update_rows_min) continue;
+    auto known = group_update_types_.find(key);
+    if (known == group_update_types_.end()) {
+      const std::string what = "asking the target whether the UPDATEs of " + plan->relation_display +
+                               " may be merged (trellara.update_batch_types)";
+      PgResult r = conn_->ExecParams("SELECT t FROM unnest(trellara.update_batch_types($1, $2::text[], $3::text[])) "
+                                     "WITH ORDINALITY AS b(t, n) ORDER BY n",
+                                     UpdateBatchTypesParams(*plan));
+      if (!r.ok()) {
+        ThrowIfTransient(r, *conn_, what);
+        Fail(what + " failed on the target " + conn_->Describe() + ": " + r.Describe() +
+             "; the function is created by trellara apply's bootstrap (sql/trellara_target.sql); rerun trellara apply");
+      }
+      std::optional<std::vector<std::string>> types;
+      if (r.rows() > 0) {
+        types.emplace();
+        for (int i = 0; i < r.rows(); i++) types->push_back(r.Value(i, 0).value_or(""));
+        if (types->size() != plan->params.size()) types.reset();
+      }
+      known = group_update_types_.emplace(key, std::move(types)).first;
+    }
+    if (known->second) shapes.insert(key);
+  }
+  return shapes;
 }
 
 // Negative control only (defect.apply_ack_before_commit): records the consumer offset past every
@@ -270,6 +373,7 @@ void Applier::CollectBatch() {
            sync.result.Describe() + "); rerun trellara apply, the dedup rows make it resume exactly once");
     Status left = conn_->ExitPipeline();
     if (!left.ok()) Fail(left.error().message + "; rerun trellara apply");
+    if (failed) group_update_types_.clear();  // asked again before the next group that merges
     if (failed || conn_->InTransaction())
       session_.EndFailedTransaction("the batch of flow " + config_.flow_name + " starting at " +
                                     DescribeTransaction(first));
@@ -297,7 +401,7 @@ void Applier::RefuseSupersededUpdates(const PgResult& refusal) {
   LearnRefusedRelations(refusal.detail(), guarded_relations_, replica_triggers_);
   std::cerr << "trellara: flow " << config_.flow_name
             << ": sending every replicated UPDATE of these tables, and every UPDATE a write of them comes between, "
-               "from now on: "
+               "and every change of them in its own statement in order, from now on: "
             << refusal.Describe() << "\n";
 }
 
@@ -315,6 +419,7 @@ void Applier::Counted(const PipelineTx& tx) {
     counters_.not_applied_changes += changes > executed ? changes - executed : 0;
     counters_.snapshot_in_copy += tx.snapshot_in_copy;
     counters_.superseded_updates += tx.superseded;
+    counters_.merged_changes += tx.merged;
   }
 }
 
@@ -332,7 +437,8 @@ Outcome Applier::Pump(bool drain) {
     if (!registry_.holds().empty() && !StopAtHolds(pipeline_.front().ready.tx.commit_lsn)) return Outcome::Stopped;
     if (step == PipelineStep::Alone) {
       // A failure in the batch, a duplicate conflict, a quarantine, a plan error: it decides,
-      // retries or halts there (Process counts it).
+      // retries or halts there (Process counts it). A DDL among them may change what merges.
+      group_update_types_.clear();
       if (Process(pipeline_.front().ready) == Outcome::Stopped) return Outcome::Stopped;
       pipeline_.RetireAlone();
       unwritten_transactions_++;

@@ -31,6 +31,8 @@ struct Counters {
   // UPDATEs of committed chunked transactions sent in batch statements (docs/apply.md "Chunked
   // transactions").
   uint64_t batched_updates = 0;
+  // Changes of grouped batches sent inside merged statements (docs/apply.md "Merged statements in a group").
+  uint64_t merged_changes = 0;
   // Chunked transactions committed by the early path (apply_early.cpp: applied while the relay was
   // still writing them), and early attempts abandoned (then applied at their commit marker).
   uint64_t early_chunked = 0;

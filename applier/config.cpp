@@ -48,7 +48,10 @@ const std::map<std::string, std::map<std::string, KeySpec>>& Schema() {
                  "early attempt waits for the relay's next record before it rolls back"}},
         {"superseded_updates",
          {false, "\"leave_out\" (default: in a grouped batch an UPDATE that a later UPDATE of the same row in the "
-                 "group overwrites is not sent) or \"send\" (every UPDATE is sent)"}}}},
+                 "group overwrites is not sent) or \"send\" (every UPDATE is sent)"}},
+        {"merge_statements",
+         {false, "\"on\" (default: in a grouped batch a table's consecutive INSERTs, and its consecutive UPDATEs of one "
+                 "shape by key, go as one statement each) or \"off\" (one statement per change)"}}}},
       {"metrics",
        {{"listen",
          {false, "\"HOST:PORT\" where trellara apply serves GET /metrics (Prometheus text format): HOST an IPv4 "
@@ -173,6 +176,8 @@ Result<FlowConfig> LoadFlowConfig(const std::string& path) {
                       {{"on", true}, {"off", false}}, config.group_transactions));
   TRELLARA_TRY(Choose(get("apply", "superseded_updates"), path, "apply.superseded_updates",
                       {{"leave_out", true}, {"send", false}}, config.leave_out_superseded_updates));
+  TRELLARA_TRY(Choose(get("apply", "merge_statements"), path, "apply.merge_statements",
+                      {{"on", true}, {"off", false}}, config.merge_statements));
   TRELLARA_TRY(Choose(get("apply", "early_apply"), path, "apply.early_apply", {{"on", true}, {"off", false}},
                       config.early_apply));
   if (auto idle = get("apply", "early_apply_idle")) {

@@ -23,6 +23,12 @@
 //              again one target transaction each, which finds and quarantines exactly the failing
 //              one (docs/apply.md "Grouped batches"). "off": one target transaction per source
 //              transaction.
+//            merge_statements = "on" (default) | "off"
+//              in a grouped batch, a table's consecutive INSERTs (and its consecutive UPDATEs by key
+//              of one shape, where the target allows: trellara.update_batch_types) are sent as one
+//              statement, where the run ends, so each table's writes keep their order; only with
+//              session_replication_role = "replica", guarded like superseded_updates (docs/apply.md
+//              "Merged statements in a group").
 //            superseded_updates = "leave_out" (default) | "send"
 //              in a grouped batch, an UPDATE of a row that a later UPDATE of the same group
 //              overwrites entirely (same key, same columns, nothing else written to that table in
@@ -71,6 +77,7 @@ struct FlowConfig {
   std::string synchronous_commit = "off";            // [apply] synchronous_commit
   bool group_transactions = true;                    // [apply] group_transactions
   bool leave_out_superseded_updates = true;          // [apply] superseded_updates
+  bool merge_statements = true;                      // [apply] merge_statements
   DdlPolicy ddl = DdlPolicy::Apply;                  // [apply] ddl
   DropTablePolicy ddl_drop_table = DropTablePolicy::Keep;  // [apply] ddl_drop_table
   bool early_apply = true;                                 // [apply] early_apply

@@ -110,20 +110,28 @@ DECLARE
   positions text;
   found text;
 BEGIN
+  -- Each relation's tree once (trellara.relation_tree: the table and every partition or
+  -- inheritance child a write to it reaches).
+  WITH r AS (SELECT u.name, u.pos, trellara.relation_tree(u.name::regclass) AS tree
+               FROM unnest(relations) WITH ORDINALITY AS u(name, pos))
   SELECT string_agg(DISTINCT r.pos::text, ','),
          string_agg(DISTINCT format('%s (%s)', r.name, f.what), ', ')
     INTO positions, found
-    FROM unnest(relations) WITH ORDINALITY AS r(name, pos)
+    FROM r
     CROSS JOIN LATERAL (
       SELECT 'trigger ' || t.tgname AS what FROM pg_catalog.pg_trigger t
-       WHERE t.tgrelid = ANY (trellara.relation_tree(r.name::regclass)) AND NOT t.tgisinternal
-         AND t.tgenabled IN ('A', 'R')
+       WHERE t.tgrelid = ANY (r.tree) AND NOT t.tgisinternal AND t.tgenabled IN ('A', 'R')
       UNION ALL
       SELECT 'rule ' || w.rulename FROM pg_catalog.pg_rewrite w
-       WHERE w.ev_class = ANY (trellara.relation_tree(r.name::regclass)) AND w.ev_enabled IN ('A', 'R')
-         AND w.ev_type <> '1') AS f;
+       WHERE w.ev_class = ANY (r.tree) AND w.ev_enabled IN ('A', 'R') AND w.ev_type <> '1'
+      UNION ALL
+      -- Two guarded relations that reach a same table on the target (one is a partition or
+      -- inheritance child of the other): writes of one meet rows of the other, so the order
+      -- between them is seen.
+      SELECT 'shares a table with ' || o.name FROM r AS o WHERE o.pos <> r.pos AND o.tree && r.tree) AS f;
   IF positions IS NOT NULL THEN
-    RAISE EXCEPTION 'a trigger or rule fires for replicated changes of %', found
+    RAISE EXCEPTION 'the target sees the order of the replicated writes of % (a trigger or rule firing for them, '
+                    'or a table two of them reach)', found
       USING ERRCODE = 'TR011', DETAIL = positions;
   END IF;
 END
@@ -177,6 +185,36 @@ BEGIN
     RETURN NULL;
   END IF;
   RETURN types;
+END
+$fn$;
+
+-- The row check of a merged INSERT of a grouped batch (docs/apply.md "Merged statements in a
+-- group"): called only when it inserted another number of rows than it holds (a trigger or rule
+-- on the target skipped or added rows).
+CREATE OR REPLACE FUNCTION trellara.require_rows(inserted bigint, expected bigint)
+RETURNS void LANGUAGE plpgsql AS $fn$
+BEGIN
+  IF inserted <> expected THEN
+    RAISE EXCEPTION 'a merged INSERT of % rows inserted % on the target', expected, inserted
+      USING ERRCODE = 'TR002', DETAIL = inserted::text;
+  END IF;
+END
+$fn$;
+
+-- The check before a merged UPDATE of a grouped batch, inside its transaction: the target still
+-- accepts this statement shape with the column types the applier asked for before the batch
+-- (trellara.update_batch_types, which also takes ROW EXCLUSIVE, so nothing changes them until
+-- COMMIT). Raises TR012 otherwise; the applier then applies the group one transaction each.
+CREATE OR REPLACE FUNCTION trellara.require_update_batch_types(relation text, columns text[], key_columns text[],
+                                                               expected text[])
+RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+  now_types text[] := trellara.update_batch_types(relation, columns, key_columns);
+BEGIN
+  IF now_types IS DISTINCT FROM expected THEN
+    RAISE EXCEPTION 'the UPDATEs of % can no longer be sent as one statement with the column types %', relation,
+      expected USING ERRCODE = 'TR012', DETAIL = coalesce(now_types::text, 'not batchable');
+  END IF;
 END
 $fn$;
 
@@ -313,6 +351,8 @@ REVOKE ALL ON FUNCTION trellara.require_no_replica_triggers(text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION trellara.update_batch_types(text, text[], text[]) FROM PUBLIC;  -- the applier's own check
 REVOKE ALL ON FUNCTION trellara.relation_tree(oid) FROM PUBLIC;  -- the guards' helper
 REVOKE ALL ON FUNCTION trellara.require_each_row_once(bigint[], bigint) FROM PUBLIC;  -- the applier's own check
+REVOKE ALL ON FUNCTION trellara.require_rows(bigint, bigint) FROM PUBLIC;  -- the applier's own check
+REVOKE ALL ON FUNCTION trellara.require_update_batch_types(text, text[], text[], text[]) FROM PUBLIC;  -- the applier's own check
 REVOKE ALL ON FUNCTION trellara.apply_status() FROM PUBLIC;
 GRANT USAGE ON SCHEMA trellara TO pg_monitor;
 GRANT EXECUTE ON FUNCTION trellara.quarantine_list() TO pg_monitor;

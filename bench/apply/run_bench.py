@@ -17,7 +17,7 @@ transaction holds a snapshot open on each target throughout, as a report or pg_d
 
 Usage: bench/apply/run_bench.py [--transactions N] [--runs R] [--scale S] [--clients C]
            [--workload pgbench|inserts] [--mode catch-up|daemon|both] [--long-read] [--group-transactions on|off]
-           [--superseded-updates leave_out|send]
+           [--superseded-updates leave_out|send] [--merge-statements on|off]
 """
 import argparse
 import contextlib
@@ -135,7 +135,8 @@ def timed_apply(mode, target, log_dir, transactions, last_commit, args):
             f.write(f'[flow]\nname = "bench"\nlog_directory = "{log_dir}"\n\n'
                     f'[target]\nconninfo = "{target.conninfo()}"\n\n'
                     f'[apply]\ngroup_transactions = "{args.group_transactions}"\n'
-                    f'superseded_updates = "{args.superseded_updates}"\n')
+                    f'superseded_updates = "{args.superseded_updates}"\n'
+                    f'merge_statements = "{args.merge_statements}"\n')
         command = [TRELLARA, "apply", "--config", config]
         if mode == "catch-up":
             command.append("--until-caught-up")
@@ -281,10 +282,12 @@ def main():
                         help="the applier's apply.group_transactions (docs/apply.md)")
     parser.add_argument("--superseded-updates", choices=["leave_out", "send"], default="leave_out",
                         help="the applier's apply.superseded_updates (docs/apply.md)")
+    parser.add_argument("--merge-statements", choices=["on", "off"], default="on",
+                        help="the applier's apply.merge_statements (docs/apply.md)")
     args = parser.parse_args()
     print(f"shape: workload {args.workload}, scale {args.scale}, clients {args.clients}, {args.transactions} "
           f"transactions, mode {args.mode}, long read {'on' if args.long_read else 'off'}, "
-          f"group_transactions {args.group_transactions}, superseded_updates {args.superseded_updates}", flush=True)
+          f"group_transactions {args.group_transactions}, superseded_updates {args.superseded_updates}, merge_statements {args.merge_statements}", flush=True)
     results = []
     for run in range(args.runs):
         r = one_run(run, args)

@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
-"""Integration: superseded updates in grouped batches (docs/apply.md "Superseded updates in a
-group"), against real Postgres and real `trellara apply` processes.
+"""Integration: superseded updates and merged statements in grouped batches (docs/apply.md
+"Superseded updates in a group", "Merged statements in a group"), against real Postgres and real
+`trellara apply` processes.
 
 A grouped batch commits its source transactions in one target transaction, so the applier leaves
-out an UPDATE that a later UPDATE of the same row in the group overwrites. The scenarios:
+out an UPDATE that a later UPDATE of the same row in the group overwrites, and sends a table's
+consecutive INSERTs (and UPDATEs by key of one shape) as one statement where the run ends. The
+scenarios:
 
   - superseded_updates_are_left_out_and_the_target_matches_the_source: hot rows updated by most
     transactions, with deletes + re-inserts and key-changing UPDATEs of the same rows in between
-    (where nothing may be left out across them); the applier reports superseded_updates > 0, the
-    target equals the source table by table, and every logged transaction has exactly one dedup row;
+    (where nothing may be left out or merged across them); the applier reports superseded_updates
+    > 0 and merged_changes > 0, the target equals the source table by table, and every logged
+    transaction has exactly one dedup row;
   - a_target_trigger_of_another_table_reads_rows_as_applied_in_order: an ENABLE ALWAYS trigger
     on the target's events table reads the hot row each event was inserted after; it must read
     exactly the value the source had (nothing left out across a write of a table with a trigger);
@@ -20,7 +24,13 @@ out an UPDATE that a later UPDATE of the same row in the group overwrites. The s
     the trigger must see every UPDATE the source made of that partition's rows (the guard looks at
     every partition through trellara.relation_tree; a parent-only check let the group leave them out);
   - negative_control_an_unguarded_group_is_caught: with defect.apply_superseded_unguarded (the
-    guard is not sent) the trigger check above must fail.
+    guard is not sent) the trigger check above must fail;
+  - merged_inserts_never_move_across_a_write_a_target_trigger_reads: the events trigger scenario
+    with every UPDATE sent (superseded_updates = "send"), so only merged statements change the
+    order: the events INSERTs merged into one statement would run after the counters UPDATEs of
+    later transactions; the guard refuses the group and the trigger reads every value in order;
+  - negative_control_an_unguarded_merge_is_caught: with defect.apply_merge_unguarded (the merged
+    statements' relations are not guarded) that check must fail.
 
 The workload is generated from a seed (printed; TRELLARA_SUPERSEDED_SEED=<seed> reruns it).
 """
@@ -67,6 +77,7 @@ COMMIT;
 """
 SEED = int(os.environ.get("TRELLARA_SUPERSEDED_SEED", random.SystemRandom().randrange(1, 2**31)))
 PROGRESS_FIELD = re.compile(r"\bsuperseded_updates=(\d+)\b")
+MERGED_FIELD = re.compile(r"\bmerged_changes=(\d+)\b")
 # The target-only table and trigger that record every UPDATE of public.counters the target sees.
 AUDIT_DDL = """
 CREATE TABLE IF NOT EXISTS public.update_audit (counter int NOT NULL, n bigint NOT NULL);
@@ -132,12 +143,28 @@ class Workload:
         return "\n".join(statements) + "\n", updates
 
 
-def superseded_count(result):
+def progress_count(result, field):
     lines = [line for line in result.stdout.splitlines() if line.startswith("apply flow=")]
-    match = PROGRESS_FIELD.search(lines[-1]) if lines else None
+    match = field.search(lines[-1]) if lines else None
     if not match:
-        raise CaptureFailure(f"the applier's last progress line has no superseded_updates: {result.stdout[-1000:]}")
+        raise CaptureFailure(f"the applier's last progress line has no {field.pattern}: {result.stdout[-1000:]}")
     return int(match.group(1))
+
+
+def superseded_count(result):
+    return progress_count(result, PROGRESS_FIELD)
+
+
+def merged_count(result):
+    return progress_count(result, MERGED_FIELD)
+
+
+def config_with(pair, name, settings):
+    """A copy of the flow's config with an [apply] section holding `settings`."""
+    path = f"{pair.config}.{name}.toml"
+    with open(pair.config) as original, open(path, "w") as config:
+        config.write(original.read() + f"\n[apply]\n{settings}\n")
+    return path
 
 
 def bootstrap(pair):
@@ -152,6 +179,7 @@ def bootstrap(pair):
 
 @scenario(suite="grouped_apply",
           invariants=("superseded UPDATEs left out (superseded_updates > 0)",
+                      "INSERTs and UPDATEs of several transactions merged (merged_changes > 0)",
                       "target equals source after deletes, re-inserts and key changes of the hot rows",
                       "one dedup row per logged transaction"))
 def superseded_updates_are_left_out_and_the_target_matches_the_source(pair, workload):
@@ -159,11 +187,14 @@ def superseded_updates_are_left_out_and_the_target_matches_the_source(pair, work
     pair.source.psql(script)
     wait_log_covers_source(pair.source)
     result = run_apply(pair.config, 0)
-    left_out = superseded_count(result)
-    print(f"seed {SEED}: {updates} UPDATEs on the source, {left_out} left out as superseded")
+    left_out, merged = superseded_count(result), merged_count(result)
+    print(f"seed {SEED}: {updates} UPDATEs on the source, {left_out} left out as superseded, {merged} changes sent "
+          "in merged statements")
     if left_out == 0:
         raise CaptureFailure(f"no UPDATE was left out of 600 transactions over {HOT_ROWS} rows (seed {SEED}): the "
                              "grouped batches did not compact")
+    if merged == 0:
+        raise CaptureFailure(f"no change of 600 transactions was sent in a merged statement (seed {SEED})")
     assert_same_data(pair.source, pair.target, TABLES, "after superseded updates")
     assert_each_transaction_applied_once(pair.target, pair.log_dir, "after superseded updates")
     print("ok: superseded_updates_are_left_out_and_the_target_matches_the_source")
@@ -196,20 +227,28 @@ def a_target_trigger_of_another_table_reads_rows_as_applied_in_order(pair, workl
     """Each source transaction updates a hot counter, then inserts an event carrying the counter's
     new value; a later transaction of the same group updates the same counter again. Leaving the
     first UPDATE out would make the events trigger read the older value."""
+    check_events_trigger(pair, workload, pair.config)
+    print("ok: a_target_trigger_of_another_table_reads_rows_as_applied_in_order")
+
+
+def check_events_trigger(pair, workload, config, env=None, outputs=None):
     pair.target.psql(EVENT_AUDIT_DDL)
     try:
         first_event = workload.next_event
         script, updates = workload.updates(400, barriers=False)
         pair.source.psql(script)
         wait_log_covers_source(pair.source)
-        result = run_apply(pair.config, 0)
+        result = run_apply(config, 0, env)
+        if outputs is not None:
+            outputs.append(result.stderr)
         audited = int(pair.target.query("SELECT count(*) FROM public.event_audit"))
         wrong = pair.target.query(
             "SELECT count(*) || ' ' || coalesce(string_agg(e.id || ':' || e.n || '/' || coalesce(a.counter_n::text, 'null'), "
             "' ' ORDER BY e.id), '') FROM public.events e JOIN public.event_audit a ON a.event = e.id "
             "WHERE a.counter_n IS DISTINCT FROM e.n")
         print(f"seed {SEED}: {workload.next_event - first_event} events, {audited} audited by the target's trigger, "
-              f"mismatching: {wrong.split(' ')[0]}; superseded_updates={superseded_count(result)}")
+              f"mismatching: {wrong.split(' ')[0]}; superseded_updates={superseded_count(result)} "
+              f"merged_changes={merged_count(result)}")
         if audited != workload.next_event - first_event:
             raise CaptureFailure(f"the events trigger ran {audited} times for {workload.next_event - first_event} "
                                  f"replicated INSERTs (seed {SEED})")
@@ -223,7 +262,6 @@ def a_target_trigger_of_another_table_reads_rows_as_applied_in_order(pair, workl
         assert_each_transaction_applied_once(pair.target, pair.log_dir, "with the target's events trigger")
     finally:
         pair.target.psql("DROP TRIGGER IF EXISTS events_audit ON public.events")
-    print("ok: a_target_trigger_of_another_table_reads_rows_as_applied_in_order")
 
 
 @scenario(suite="grouped_apply",
@@ -276,11 +314,36 @@ def negative_control_an_unguarded_group_is_caught(pair, workload):
     print(f"{point} caught: {str(caught)[:400]}")
 
 
+@scenario(suite="grouped_apply",
+          invariants=("with every UPDATE sent, merged INSERTs never run after a write a target trigger ENABLE ALWAYS "
+                      "of their table reads", "target equals source", "one dedup row per logged transaction"))
+def merged_inserts_never_move_across_a_write_a_target_trigger_reads(pair, workload):
+    """The events trigger reads the counter each event was inserted after. With superseded UPDATEs
+    sent, only a merged statement can change what it reads: the group's events INSERTs sent as one
+    statement after the counters UPDATEs of later transactions."""
+    check_events_trigger(pair, workload, config_with(pair, "send", 'superseded_updates = "send"'))
+    print("ok: merged_inserts_never_move_across_a_write_a_target_trigger_reads")
+
+
+@scenario(suite="grouped_apply", defect="apply_merge_unguarded",
+          pairs_with="merged_inserts_never_move_across_a_write_a_target_trigger_reads",
+          fault_points=("defect.apply_merge_unguarded",),
+          invariants=("with the defect the events trigger check fails",))
+def negative_control_an_unguarded_merge_is_caught(pair, workload):
+    point = "defect.apply_merge_unguarded"
+    config = config_with(pair, "send", 'superseded_updates = "send"')
+    caught = checks_fail_under_defect(point, "events trigger", lambda env, outputs: check_events_trigger(
+        pair, workload, config, env, outputs))
+    print(f"{point} caught: {str(caught)[:400]}")
+
+
 SCENARIOS = (superseded_updates_are_left_out_and_the_target_matches_the_source,
              a_target_trigger_of_another_table_reads_rows_as_applied_in_order,
              a_target_update_trigger_sees_every_replicated_update,
              a_trigger_on_one_target_partition_sees_every_replicated_update,
-             negative_control_an_unguarded_group_is_caught)
+             negative_control_an_unguarded_group_is_caught,
+             merged_inserts_never_move_across_a_write_a_target_trigger_reads,
+             negative_control_an_unguarded_merge_is_caught)
 
 if __name__ == "__main__":
     print(f"workload seed {SEED} (TRELLARA_SUPERSEDED_SEED={SEED} reruns it)")

@@ -719,3 +719,155 @@ TEST_CASE("negative_control_the_simulation_catches_an_adapter_that_retires_a_fai
   CHECK(fired > 30);
   CHECK(caught == fired);
 }
+
+// ---- merged statements in a grouped batch ----------------------------------------------
+
+namespace {
+
+// The statements MergeGroupStatements sends, as "S1.0" (a single plan: transaction.plan),
+// "I[0.0 1.0]" (a merged INSERT) and "U[..]" (a merged UPDATE), in order.
+std::string Merged(const std::vector<std::vector<ChangePlan>>& group, const std::set<std::string>& shapes = {},
+                   const std::set<std::string>& refused = {}, const std::vector<std::vector<bool>>& superseded = {},
+                   MergeLimits limits = {}, GroupStatements* out = nullptr) {
+  std::vector<const std::vector<ChangePlan>*> pointers;
+  for (const auto& tx : group) pointers.push_back(&tx);
+  GroupStatements merged = MergeGroupStatements(pointers, superseded, refused, shapes, limits);
+  std::string text;
+  size_t sent = 0;
+  for (const GroupStatement& statement : merged.statements) {
+    if (!text.empty()) text += ' ';
+    const auto ref = [](const PlanRef& r) { return std::to_string(r.tx) + "." + std::to_string(r.plan); };
+    if (statement.kind == GroupStatementKind::Single) {
+      REQUIRE(statement.plans.size() == 1);
+      text += "S" + ref(statement.plans[0]);
+    } else {
+      text += statement.kind == GroupStatementKind::InsertRows ? "I[" : "U[";
+      for (size_t i = 0; i < statement.plans.size(); i++) text += (i > 0 ? " " : "") + ref(statement.plans[i]);
+      text += "]";
+    }
+    sent += statement.plans.size();
+  }
+  // Every plan sent is sent once; merged counts the plans inside merged statements.
+  size_t merged_plans = 0;
+  for (const GroupStatement& statement : merged.statements)
+    if (statement.kind != GroupStatementKind::Single) merged_plans += statement.plans.size();
+  CHECK(merged.merged == merged_plans);
+  if (out != nullptr) *out = merged;
+  return text;
+}
+
+const std::string kOrders = "\"public\".\"orders\"";
+const std::string kItems = "\"Sales\".\"line \"\"items\"\"\"";
+
+}  // namespace
+
+TEST_CASE("merged_statements_a_relations_inserts_across_transactions_are_one_statement_sent_where_the_run_ends",
+          "[pipeline][merge]") {
+  const ChangePlan u1 = OrdersPlan(Op::Update, "1", "a"), u2 = OrdersPlan(Op::Update, "2", "b");
+  GroupStatements out;
+  // line_items INSERTs of three transactions, orders UPDATEs between them: the INSERTs go as one
+  // statement at the end of the group; the UPDATEs (their shape not accepted) one by one, in order.
+  CHECK(Merged({{LineItemsInsert("1"), u1}, {LineItemsInsert("2"), u2}, {LineItemsInsert("3")}}, {}, {}, {}, {}, &out) ==
+        "S0.1 S1.1 I[0.0 1.0 2.0]");
+  CHECK(out.merged == 3);
+  // The order between the two relations changed: both are guarded.
+  CHECK(out.relations == std::vector<std::string>{kItems, kOrders});
+  // With the UPDATE shape accepted (and runs of two allowed), the UPDATEs merge too; the runs ending
+  // together go in the order of their first members.
+  MergeLimits two;
+  two.update_rows_min = 2;
+  CHECK(Merged({{LineItemsInsert("1"), u1}, {LineItemsInsert("2"), u2}}, {u1.statement_key}, {}, {}, two) ==
+        "I[0.0 1.0] U[0.1 1.1]");
+  // The default needs 8 UPDATEs for a merged UPDATE: shorter runs stay where they are.
+  CHECK(Merged({{LineItemsInsert("1"), u1}, {LineItemsInsert("2"), u2}}, {u1.statement_key}) == "S0.1 S1.1 I[0.0 1.0]");
+  // One INSERT alone is not merged, and nothing is reordered, so nothing is guarded.
+  CHECK(Merged({{LineItemsInsert("1"), u1}, {u2}}, {}, {}, {}, {}, &out) == "S0.0 S0.1 S1.0");
+  CHECK(out.merged == 0);
+  CHECK(out.relations.empty());
+}
+
+TEST_CASE("merged_statements_keep_each_relations_writes_in_order", "[pipeline][merge]") {
+  MergeLimits two;
+  two.update_rows_min = 2;
+  const ChangePlan u1 = OrdersPlan(Op::Update, "1", "a");
+  const std::set<std::string> shapes = {u1.statement_key};
+  // An orders write that cannot join the INSERT run (a DELETE) ends it: the run is sent before it.
+  CHECK(Merged({{OrdersPlan(Op::Insert, "5", "n"), LineItemsInsert("1")},
+                {OrdersPlan(Op::Insert, "6", "n"), OrdersPlan(Op::Delete, "5", ""), LineItemsInsert("2")},
+                {OrdersPlan(Op::Insert, "7", "n")}},
+               shapes, {}, {}, two) == "I[0.0 1.0] S1.1 S2.0 I[0.1 1.2]");
+  // An UPDATE of a row the run already changes starts a new run (a merged UPDATE changes each row
+  // once, in no particular order); so does an UPDATE of another shape.
+  CHECK(Merged({{u1, OrdersPlan(Op::Update, "2", "b")}, {OrdersPlan(Op::Update, "1", "c"), OrdersPlan(Op::Update, "3", "d")}},
+               shapes, {}, {}, two) == "U[0.0 0.1] U[1.0 1.1]");
+  CHECK(Merged({{u1, OrdersPlan(Op::Update, "2", "b", true), OrdersPlan(Op::Update, "3", "c")}}, shapes, {}, {}, two) ==
+        "S0.0 S0.1 S0.2");
+  // INSERTs and UPDATEs of one relation never share a run.
+  CHECK(Merged({{OrdersPlan(Op::Insert, "5", "n"), OrdersPlan(Op::Insert, "6", "n"), u1, OrdersPlan(Op::Update, "2", "b")}},
+               shapes, {}, {}, two) == "I[0.0 0.1] U[0.2 0.3]");
+  // A key-changing UPDATE is no member of an UPDATE run and ends the one before it.
+  CHECK(Merged({{u1, OrdersPlan(Op::Update, "2", "b"), OrdersPlan(Op::Update, "4", "m", false, std::string("3")),
+                 OrdersPlan(Op::Update, "5", "c")}},
+               shapes, {}, {}, two) == "U[0.0 0.1] S0.2 S0.3");
+}
+
+TEST_CASE("merged_statements_never_across_a_truncate_or_a_write_of_a_refused_relation", "[pipeline][merge]") {
+  // A TRUNCATE (of anything) sends every open run before it.
+  GroupStatements out;
+  CHECK(Merged({{OrdersPlan(Op::Insert, "5", "n"), LineItemsInsert("1")}, {OrdersPlan(Op::Insert, "6", "n")},
+                {TruncateLineItems()}, {OrdersPlan(Op::Insert, "7", "n"), OrdersPlan(Op::Insert, "8", "n")}},
+               {}, {}, {}, {}, &out) == "S0.1 I[0.0 1.0] S2.0 I[3.0 3.1]");
+  CHECK(out.relations == std::vector<std::string>{kItems, kOrders});
+  // line_items' target fires triggers for replicated changes: its INSERTs are sent one by one, in
+  // place, and nothing of another relation moves across one of them.
+  CHECK(Merged({{OrdersPlan(Op::Insert, "5", "n"), LineItemsInsert("1")}, {OrdersPlan(Op::Insert, "6", "n")},
+                {LineItemsInsert("2"), OrdersPlan(Op::Insert, "7", "n")}},
+               {}, {kItems}, {}, {}, &out) == "S0.0 S0.1 S1.0 S2.0 S2.1");
+  CHECK(out.relations.empty());
+  CHECK(Merged({{OrdersPlan(Op::Insert, "5", "n")}, {OrdersPlan(Op::Insert, "6", "n"), LineItemsInsert("1")},
+                {OrdersPlan(Op::Insert, "7", "n"), OrdersPlan(Op::Insert, "8", "n")}},
+               {}, {kItems}, {}, {}, &out) == "I[0.0 1.0] S1.1 I[2.0 2.1]");
+  // The guard never names the refused relation (the same group is not refused again for it).
+  CHECK(out.relations == std::vector<std::string>{kOrders});
+}
+
+TEST_CASE("merged_statements_leave_out_superseded_plans_and_end_a_full_run_after_its_last_member",
+          "[pipeline][merge]") {
+  // A superseded UPDATE is not sent at all.
+  MergeLimits two;
+  two.update_rows_min = 2;
+  const ChangePlan u1 = OrdersPlan(Op::Update, "1", "a");
+  CHECK(Merged({{u1, OrdersPlan(Op::Update, "2", "b")}, {OrdersPlan(Op::Update, "1", "c")}}, {u1.statement_key}, {},
+               {{true, false}, {false}}, two) == "U[0.1 1.0]");
+  // rows_max: a full run is sent right after its last member; the next one starts after it.
+  MergeLimits small;
+  small.rows_max = 2;
+  CHECK(Merged({{OrdersPlan(Op::Insert, "5", "n"), OrdersPlan(Op::Insert, "6", "n"), OrdersPlan(Op::Insert, "7", "n"),
+                 LineItemsInsert("1")}},
+               {}, {}, {}, small) == "I[0.0 0.1] S0.2 S0.3");
+  // params_max: a run stops before it would bind more values than one statement may.
+  MergeLimits values;
+  values.params_max = 9;  // an orders INSERT binds 4
+  CHECK(Merged({{OrdersPlan(Op::Insert, "5", "n"), OrdersPlan(Op::Insert, "6", "n"), OrdersPlan(Op::Insert, "7", "n"),
+                 OrdersPlan(Op::Insert, "8", "n")}},
+               {}, {}, {}, values) == "I[0.0 0.1] I[0.2 0.3]");
+}
+
+TEST_CASE("merged_insert_binds_every_rows_values_in_order_and_checks_the_inserted_count", "[pipeline][merge]") {
+  const ChangePlan a = OrdersPlan(Op::Insert, "5", "x\"y"), b = OrdersPlan(Op::Insert, "6", "n");
+  auto merged = MergedInsertSql({&a, &b});
+  REQUIRE(merged);
+  CHECK(merged->sql ==
+        "WITH trellara_rows AS (INSERT INTO \"public\".\"orders\" (\"id\", \"note\", \"amount\", \"doc\") OVERRIDING "
+        "SYSTEM VALUE VALUES ($1, $2, $3, $4), ($5, $6, $7, $8) RETURNING 1) SELECT CASE WHEN count(*) = 2 THEN NULL "
+        "ELSE trellara.require_rows(count(*), 2) END FROM trellara_rows");
+  REQUIRE(merged->params.size() == 8);
+  CHECK(merged->params[0] == std::optional<std::string>("5"));
+  CHECK(merged->params[1] == std::optional<std::string>("x\"y"));
+  CHECK(merged->params[4] == std::optional<std::string>("6"));
+  // Another shape, or not an INSERT: refused, never merged.
+  const ChangePlan item = LineItemsInsert("1"), update = OrdersPlan(Op::Update, "1", "a");
+  CHECK_FALSE(MergedInsertSql({&a, &item}));
+  CHECK_FALSE(MergedInsertSql({&a, &update}));
+  CHECK_FALSE(MergedInsertSql({}));
+}

@@ -74,6 +74,7 @@ struct PipelineTx {
   bool duplicate = false;         // admitted as already applied: nothing is sent for it
   size_t snapshot_in_copy = 0;    // row changes the adapter left out because a snapshot copy holds them
   size_t superseded = 0;          // plans left out of its grouped batch (FindSupersededUpdates)
+  size_t merged = 0;              // plans sent inside merged statements of its group (MergeGroupStatements)
 };
 
 // What the adapter found out about a candidate of the batch being formed.
@@ -211,6 +212,71 @@ struct SupersededUpdates {
 };
 SupersededUpdates FindSupersededUpdates(const std::vector<const std::vector<ChangePlan>*>& group,
                                         const std::set<std::string>& refused);
+
+// ---- merged statements in a grouped batch (docs/apply.md "Merged statements in a group") ----
+//
+// A grouped batch is one target transaction, so only the order of writes of the same relation is
+// seen once it commits; the order between writes of different relations is seen only by what fires
+// inside the transaction — triggers and rules for replicated changes (the guard below refuses the
+// group for them; foreign keys do not fire under session_replication_role = replica) and a
+// relation that shares a table with another one on the target (a partition or inheritance child
+// of it: the guard refuses that too). MergeGroupStatements therefore sends the plans the group
+// sends (not NotApplied, not superseded) as statements in this order:
+//   - a run is a relation's consecutive writes (no other write of that relation between them;
+//     writes of other relations may be) that are all INSERTs of one statement_key with values, or
+//     all key-preserving UPDATEs (UpdateBatchable) of one statement_key in `update_shapes` (the
+//     shapes the target accepted for one statement: trellara.update_batch_types) matching no row
+//     twice, of at most limits.rows_max rows (an INSERT run: at most limits.params_max values);
+//   - a run of at least limits.insert_rows_min INSERTs or limits.update_rows_min UPDATEs is one
+//     merged statement, sent where the run ends: just before the relation's next write that does
+//     not join it, after its last member when it is full, at a barrier, or at the end of the
+//     group, so the relation's writes keep their order;
+//   - a barrier ends every run before it: a TRUNCATE, a plan without a target relation, or a plan
+//     of a relation in `refused` (its trigger may read any table, so everything before it is sent
+//     before it, in order); a refused relation's plans never merge;
+//   - every other plan (and the members of a run too short to merge) is one statement at its own
+//     position.
+// `relations` lists every relation written from a merged run's first member to where it is sent
+// (the run's own included), for the guard before COMMIT, as SupersededUpdates::relations does.
+struct PlanRef {
+  size_t tx = 0;    // the transaction's index in the group
+  size_t plan = 0;  // the plan's index in that transaction's plans
+  bool operator==(const PlanRef& other) const { return tx == other.tx && plan == other.plan; }
+};
+enum class GroupStatementKind : uint8_t { Single, InsertRows, UpdateRows };
+struct GroupStatement {
+  GroupStatementKind kind = GroupStatementKind::Single;
+  std::vector<PlanRef> plans;  // Single: one; merged: the run's members in log order
+};
+struct MergeLimits {
+  size_t rows_max = 1000;         // rows in one merged statement
+  size_t params_max = 65535;      // values bound to one merged INSERT (the protocol's limit)
+  size_t insert_rows_min = 2;     // shorter INSERT runs are sent plan by plan
+  size_t update_rows_min = 8;     // shorter UPDATE runs are sent plan by plan
+};
+struct GroupStatements {
+  std::vector<GroupStatement> statements;  // in the order they are sent
+  size_t merged = 0;                       // plans sent inside merged statements
+  std::vector<std::string> relations;      // written inside a merged run's span, sorted, unique
+};
+// `superseded` is FindSupersededUpdates' result for the same group (or empty: nothing left out).
+GroupStatements MergeGroupStatements(const std::vector<const std::vector<ChangePlan>*>& group,
+                                     const std::vector<std::vector<bool>>& superseded,
+                                     const std::set<std::string>& refused,
+                                     const std::set<std::string>& update_shapes, const MergeLimits& limits = {});
+// Whether a plan can be a member of an INSERT run: an INSERT with values, each bound to a column.
+bool InsertMergeable(const ChangePlan& plan);
+// The merged INSERT of `rows` (InsertMergeable, one statement_key, rows.size() >= 1):
+//   WITH trellara_rows AS (INSERT INTO "s"."t" ("a", ..) OVERRIDING SYSTEM VALUE
+//        VALUES ($1, ..), ($m+1, ..) .. RETURNING 1)
+//   SELECT CASE WHEN count(*) = N THEN NULL ELSE trellara.require_rows(count(*), N) END FROM trellara_rows
+// with every row's values bound in order (`params`): each row is inserted exactly once or the target
+// raises (TR002), as the one-row check does for one INSERT.
+struct MergedInsert {
+  std::string sql;
+  std::vector<std::optional<std::string>> params;
+};
+Result<MergedInsert> MergedInsertSql(const std::vector<const ChangePlan*>& rows);
 
 // The guard's refusal (SQLSTATE TR011) names, in DETAIL, the 1-based positions in `guarded` (the
 // relations it was called with) of those whose target fires triggers or rules for replicated
