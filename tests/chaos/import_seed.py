@@ -475,6 +475,19 @@ DESIGN_ROWS = [
                 it("a_trigger_on_one_target_partition_sees_every_replicated_update", SUPERSEDED)],
          defect={"name": "apply_superseded_unguarded",
                  "scenario": it("negative_control_an_unguarded_group_is_caught", SUPERSEDED)}),
+    dict(name="grouped_batch_merged_statements", boundary="log → target, grouped batches (docs/apply.md)",
+         invariant="a table's consecutive INSERTs, or key-preserving UPDATEs of one shape, of several transactions "
+                   "of a group go as one statement sent before the table's next other write, so each table's "
+                   "writes keep their order",
+         safety_property="the target ends equal to the source, each transaction applied once; a trigger or rule "
+                         "that fires for replicated changes reads every row as in-order apply leaves it (the "
+                         "guard refuses the group)",
+         recovery="automatic: a refused group goes again one transaction each, nothing merged",
+         proof=[it("superseded_updates_are_left_out_and_the_target_matches_the_source", SUPERSEDED),
+                it("a_target_trigger_of_another_table_reads_rows_as_applied_in_order", SUPERSEDED),
+                it("merged_inserts_never_move_across_a_write_a_target_trigger_reads", SUPERSEDED)],
+         defect={"name": "apply_merge_unguarded",
+                 "scenario": it("negative_control_an_unguarded_merge_is_caught", SUPERSEDED)}),
     dict(name="applier_kill9_at_random_moments", boundary="log → target (DESIGN §2)",
          invariant="changes, dedup row and checkpoint commit in one target transaction",
          safety_property="a kill -9 of the applier at any moment loses nothing and applies nothing twice; the "
