@@ -50,6 +50,9 @@ bool Applier::EarlyFrame(const log::LogRecord& record) const {
 }
 
 bool Applier::StartEarly(const TxIdentity& tx, uint32_t seq) {
+  // Core refuses these too (EarlyStartRefusal); checked first so that no facts (a copy of the
+  // barrier's open transactions) are built for each later chunk of a transaction not begun early.
+  if (seq != 0 || !config_.early_apply) return false;
   const EarlyStartFacts facts{config_.early_apply, !registry_.holds().empty(), StopRequested(),
                               barrier_.OpenTransactions()};
   if (EarlyStartRefusal(tx, seq, facts)) return false;

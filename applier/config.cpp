@@ -2,6 +2,8 @@
 // validates the file; it never connects, never creates directories, never guesses a value.
 #include "config.h"
 
+#include "trellara/duration.h"
+
 #include <map>
 #include <initializer_list>
 #include <optional>
@@ -44,7 +46,8 @@ const std::map<std::string, std::map<std::string, KeySpec>>& Schema() {
                  "committed at its commit marker if every chunk staged is one the barrier verified) or \"off\" "
                  "(applied after its commit marker only)"}},
         {"early_apply_idle",
-         {false, "a duration \"<N>ms\", \"<N>s\" or \"<N>min\" from 100ms to 60min (default \"5s\"): how long an "
+         {false, "a duration \"<N>ms\", \"<N>s\", \"<N>m\" (or \"<N>min\") or \"<N>h\" from 100ms to 60min (default \"5s\"): "
+                 "how long an "
                  "early attempt waits for the relay's next record before it rolls back"}},
         {"superseded_updates",
          {false, "\"leave_out\" (default: in a grouped batch an UPDATE that a later UPDATE of the same row in the "
@@ -82,18 +85,6 @@ Status Choose(const std::optional<std::string>& value, const std::string& path, 
 }
 
 // "250ms", "5s", "2min": a whole number and its unit; nullopt for anything else.
-std::optional<uint64_t> ParseDurationMs(const std::string& text) {
-  size_t digits = 0;
-  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') digits++;
-  if (digits == 0 || digits > 9) return std::nullopt;
-  const uint64_t n = std::stoull(text.substr(0, digits));
-  const std::string unit = text.substr(digits);
-  if (unit == "ms") return n;
-  if (unit == "s") return n * 1000;
-  if (unit == "min") return n * 60000;
-  return std::nullopt;
-}
-
 }  // namespace
 
 Result<FlowConfig> LoadFlowConfig(const std::string& path) {
@@ -181,8 +172,10 @@ Result<FlowConfig> LoadFlowConfig(const std::string& path) {
   TRELLARA_TRY(Choose(get("apply", "early_apply"), path, "apply.early_apply", {{"on", true}, {"off", false}},
                       config.early_apply));
   if (auto idle = get("apply", "early_apply_idle")) {
-    auto ms = ParseDurationMs(*idle);
-    if (!ms || *ms < 100 || *ms > 3600000) return SettingError(path, "apply.early_apply_idle", "is \"" + *idle + "\"");
+    auto ms = ParseDurationMs(*idle);  // core duration.h
+    if (!ms) return SettingError(path, "apply.early_apply_idle", "is \"" + *idle + "\": " + ms.error().message);
+    if (*ms < 100 || *ms > 3600000)
+      return SettingError(path, "apply.early_apply_idle", "is \"" + *idle + "\": out of range");
     config.early_apply_idle = std::chrono::milliseconds(*ms);
   }
   if (auto listen = get("metrics", "listen")) {

@@ -45,7 +45,8 @@
 //              and stages each chunk as the relay makes it durable; it commits at the commit marker
 //              only if the chunks staged are exactly those the barrier verified, else it is rolled
 //              back and applied at its marker as with "off" (docs/apply.md "Early apply").
-//            early_apply_idle = "5s" (default): "<N>ms", "<N>s" or "<N>min", 100 ms .. 1 h
+//            early_apply_idle = "5s" (default): "<N>ms", "<N>s", "<N>m" (or "<N>min"), "<N>h" (core
+//              duration.h), 100 ms .. 1 h
 //              how long an early attempt waits without a new record before it rolls back (its row
 //              locks released) and the transaction waits for its commit marker instead.
 //   [metrics] listen = "127.0.0.1:9187" (optional; no metrics endpoint without it)

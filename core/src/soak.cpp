@@ -2,6 +2,8 @@
 // `trellara soak` (soak.h). Pure: no files, no clock, no server.
 #include "trellara/soak.h"
 
+#include "trellara/duration.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -15,25 +17,14 @@ Result<uint64_t> ParseDurationSeconds(std::string_view text, std::string_view op
     return MakeError("invalid " + std::string(option_name) + " '" + std::string(text) + "': " + why +
                      "; give a whole number of seconds (45), or with a unit: 30s, 10m, 1h");
   };
-  if (text.empty()) return bad("it is empty");
-  uint64_t unit_s = 1;
-  std::string_view number = text;
-  switch (text.back()) {
-    case 's': unit_s = 1; number.remove_suffix(1); break;
-    case 'm': unit_s = 60; number.remove_suffix(1); break;
-    case 'h': unit_s = 3600; number.remove_suffix(1); break;
-    default: break;
-  }
-  if (number.empty()) return bad("there is no number before the unit");
-  uint64_t value = 0;
-  const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
-  if (ec == std::errc::result_out_of_range) return bad("the number is too large");
-  if (ec != std::errc() || end != number.data() + number.size())
-    return bad("'" + std::string(number) + "' is not a whole non-negative number");
-  if (value == 0) return bad("it must be at least 1 second");
-  if (value > kDurationSecondsMax / unit_s)
+  auto ms = ParseDurationMs(text, /*bare_unit_ms=*/1000);  // core duration.h: the one parser
+  if (!ms) return bad(ms.error().message);
+  if (*ms % 1000 != 0) return bad("it is not a whole number of seconds");
+  const uint64_t seconds = *ms / 1000;
+  if (seconds == 0) return bad("it must be at least 1 second");
+  if (seconds > kDurationSecondsMax)
     return bad("it is longer than the limit of " + std::to_string(kDurationSecondsMax) + " seconds (7 days)");
-  return value * unit_s;
+  return seconds;
 }
 
 std::optional<uint64_t> ParseProcStatusKib(std::string_view status_text, std::string_view field) {

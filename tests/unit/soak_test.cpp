@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trellara/soak.h"
+#include "trellara/duration.h"
 
 using namespace trellara::soak;
 
@@ -122,4 +123,26 @@ TEST_CASE("soak_report_json_has_the_contract_fields_and_ok_needs_every_check", "
   CHECK_FALSE(r.ok());  // no checks is no evidence
   r.relay = {std::nullopt, 0, 0, 0};
   CHECK(nlohmann::json::parse(RenderReportJson(r))["relay"]["peak_rss_kib"].is_null());
+}
+
+TEST_CASE("durations_one_parser_for_settings_and_options", "[duration]") {
+  using trellara::ParseDurationMs;
+  CHECK(*ParseDurationMs("250ms") == 250);
+  CHECK(*ParseDurationMs("5s") == 5000);
+  CHECK(*ParseDurationMs("2m") == 120000);
+  CHECK(*ParseDurationMs("2min") == 120000);
+  CHECK(*ParseDurationMs("1h") == 3600000);
+  CHECK(*ParseDurationMs("0s") == 0);  // bounds are the caller's
+  // A bare number only where the caller gives its unit.
+  CHECK_FALSE(ParseDurationMs("45").ok());
+  CHECK(ParseDurationMs("45").error().message.find("no unit") != std::string::npos);
+  CHECK(*ParseDurationMs("45", 1000) == 45000);
+  for (const char* bad : {"", "ms", "-5s", "+5s", "1.5s", "5 s", "5sec", "1h30m", "5S", "99999999999999999999999s",
+                          "18446744073709551615h"}) {
+    INFO(bad);
+    CHECK_FALSE(ParseDurationMs(bad, 1000).ok());
+  }
+  // Seconds for trellara soak: whole seconds only.
+  CHECK(*ParseDurationSeconds("2000ms", "--duration") == 2);
+  CHECK_FALSE(ParseDurationSeconds("1500ms", "--duration").ok());
 }
