@@ -69,7 +69,7 @@ bool StopRequested();
 enum class Outcome { Applied, SkippedDuplicate, Stopped };
 
 // What each message queued in a batch answers, in order.
-enum class What { Begin, ControlCheck, Record, Prepare, Statement, UpdateGuard, BatchCheck, Commit };
+enum class What { Begin, ControlCheck, Record, Prepare, Statement, UpdateGuard, Commit };
 
 // How one attempt of the one-at-a-time path ended.
 struct Attempt {
@@ -234,8 +234,8 @@ class Applier {
   std::vector<std::string> guarded_relations_;
   std::set<std::string> replica_triggers_;
   // Merged statements (docs/apply.md "Merged statements in a group"): the target's answer
-  // (trellara.update_batch_types) per UPDATE statement shape, asked before a group that would merge
-  // it and checked again inside the group (TR012 clears it); nullopt: not batchable.
+  // (trellara.update_batch_types) per UPDATE statement shape, asked before the first group that would
+  // merge it and kept until a group fails or a transaction goes alone; nullopt: not batchable.
   std::map<std::string, std::optional<std::vector<std::string>>> group_update_types_;
   std::set<std::string> GroupUpdateShapes(const std::vector<const std::vector<ChangePlan>*>& group,
                                           const std::vector<std::vector<bool>>& superseded);

@@ -140,7 +140,7 @@ void Applier::SendBatch() {
   GroupStatements merged;
   const bool merging = grouped && config_.merge_statements && replica;
   if (merging) {
-    // Asked outside the group's transaction, before it is queued; checked again inside it.
+    // The target's answer per UPDATE shape, asked outside the group's transaction before it is queued.
     const std::set<std::string> shapes = GroupUpdateShapes(group, superseded.superseded);
     merged = MergeGroupStatements(group, superseded.superseded, replica_triggers_, shapes);
   }
@@ -237,12 +237,7 @@ void Applier::SendBatch() {
           expects_.push_back({last.tx, What::Statement, {}});
           counters_.statements++;
         } else {
-          const std::vector<std::string>& types = *group_update_types_.at(plan.statement_key);
-          SqlParams check = UpdateBatchTypesParams(plan);
-          check.push_back(TextArrayLiteral(types));
-          queued(conn_->SendPrepared("trellara_update_batch_check", check));
-          expects_.push_back({last.tx, What::BatchCheck, {}});
-          send_plan(last.tx, UpdateBatchPlan(rows, types));
+          send_plan(last.tx, UpdateBatchPlan(rows, *group_update_types_.at(plan.statement_key)));
         }
       }
       // Let the target start while the rest of the batch is queued.

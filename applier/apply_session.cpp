@@ -211,11 +211,6 @@ void ApplySession::Connect(bool reconnecting) {
   // The last statement of a grouped batch that left superseded UPDATEs out (apply_pipeline.cpp).
   Must(conn_->Prepare("trellara_update_guard", "SELECT trellara.require_no_replica_triggers($1::text[])", 1),
        "preparing the guard of superseded updates");
-  // Before each merged UPDATE of a grouped batch (apply_pipeline.cpp): the shape still batches with
-  // the column types asked for.
-  Must(conn_->Prepare("trellara_update_batch_check",
-                      "SELECT trellara.require_update_batch_types($1, $2::text[], $3::text[], $4::text[])", 4),
-       "preparing the check of merged UPDATEs");
 }
 
 SqlParams ApplySession::CommitRecordParams(const ReadyTransaction& ready) const {

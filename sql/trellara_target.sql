@@ -201,23 +201,6 @@ BEGIN
 END
 $fn$;
 
--- The check before a merged UPDATE of a grouped batch, inside its transaction: the target still
--- accepts this statement shape with the column types the applier asked for before the batch
--- (trellara.update_batch_types, which also takes ROW EXCLUSIVE, so nothing changes them until
--- COMMIT). Raises TR012 otherwise; the applier then applies the group one transaction each.
-CREATE OR REPLACE FUNCTION trellara.require_update_batch_types(relation text, columns text[], key_columns text[],
-                                                               expected text[])
-RETURNS void LANGUAGE plpgsql AS $fn$
-DECLARE
-  now_types text[] := trellara.update_batch_types(relation, columns, key_columns);
-BEGIN
-  IF now_types IS DISTINCT FROM expected THEN
-    RAISE EXCEPTION 'the UPDATEs of % can no longer be sent as one statement with the column types %', relation,
-      expected USING ERRCODE = 'TR012', DETAIL = coalesce(now_types::text, 'not batchable');
-  END IF;
-END
-$fn$;
-
 -- The row check of a batched UPDATE: called only when the rows it changed are not each of the
 -- batch's rows once (`changed` holds the 1-based batch row of every row changed). Raises for the
 -- first batch row matched no time (TR001) or several times (TR002), as require_one_row does for
@@ -352,7 +335,6 @@ REVOKE ALL ON FUNCTION trellara.update_batch_types(text, text[], text[]) FROM PU
 REVOKE ALL ON FUNCTION trellara.relation_tree(oid) FROM PUBLIC;  -- the guards' helper
 REVOKE ALL ON FUNCTION trellara.require_each_row_once(bigint[], bigint) FROM PUBLIC;  -- the applier's own check
 REVOKE ALL ON FUNCTION trellara.require_rows(bigint, bigint) FROM PUBLIC;  -- the applier's own check
-REVOKE ALL ON FUNCTION trellara.require_update_batch_types(text, text[], text[], text[]) FROM PUBLIC;  -- the applier's own check
 REVOKE ALL ON FUNCTION trellara.apply_status() FROM PUBLIC;
 GRANT USAGE ON SCHEMA trellara TO pg_monitor;
 GRANT EXECUTE ON FUNCTION trellara.quarantine_list() TO pg_monitor;

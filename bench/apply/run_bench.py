@@ -17,7 +17,8 @@ transaction holds a snapshot open on each target throughout, as a report or pg_d
 
 Usage: bench/apply/run_bench.py [--transactions N] [--runs R] [--scale S] [--clients C]
            [--workload pgbench|inserts] [--mode catch-up|daemon|both] [--long-read] [--group-transactions on|off]
-           [--superseded-updates leave_out|send] [--merge-statements on|off]
+           [--superseded-updates leave_out|send] [--merge-statements on|off] [--compare-bin PATH]
+           [--compare-merge-statements on|off]
 """
 import argparse
 import contextlib
@@ -129,6 +130,7 @@ def timed_apply(mode, target, log_dir, transactions, last_commit, args):
     source transaction, reaches the log's last commit — a read of shared memory; counting the dedup
     rows every 5 ms instead scanned a growing table ~200 times a second on the target, a CPU cost
     on this 2-core machine that native's wait does not pay). Returns (seconds, applier CPU s)."""
+    merge = (args.compare_merge_statements or args.merge_statements) if mode == "compare" else args.merge_statements
     with tempfile.TemporaryDirectory() as work:
         config = os.path.join(work, "flow.toml")
         with open(config, "w") as f:
@@ -136,9 +138,9 @@ def timed_apply(mode, target, log_dir, transactions, last_commit, args):
                     f'[target]\nconninfo = "{target.conninfo()}"\n\n'
                     f'[apply]\ngroup_transactions = "{args.group_transactions}"\n'
                     f'superseded_updates = "{args.superseded_updates}"\n'
-                    f'merge_statements = "{args.merge_statements}"\n')
-        command = [TRELLARA, "apply", "--config", config]
-        if mode == "catch-up":
+                    f'merge_statements = "{merge}"\n')
+        command = [(args.compare_bin or TRELLARA) if mode == "compare" else TRELLARA, "apply", "--config", config]
+        if mode in ("catch-up", "compare"):
             command.append("--until-caught-up")
         if os.environ.get("TRELLARA_BENCH_PERF"):  # profiling only: the figures include perf
             command = ["perf", "record", "-g", "-o", os.environ["TRELLARA_BENCH_PERF"], "--"] + command
@@ -158,7 +160,7 @@ def timed_apply(mode, target, log_dir, transactions, last_commit, args):
                     poller.close()
                 proc.send_signal(signal.SIGTERM)
             _, status, usage = os.wait4(proc.pid, 0)
-            if mode == "catch-up":
+            if mode in ("catch-up", "compare"):
                 seconds = time.monotonic() - t0
             proc.returncode = os.waitstatus_to_exitcode(status)
             out.seek(0)
@@ -182,11 +184,13 @@ def forget_applier(log_dir):
 def one_run(run, args):
     tables = INSERT_TABLES if args.workload == "inserts" else PGBENCH_TABLES
     modes = ["catch-up", "daemon"] if args.mode == "both" else [args.mode]
+    if args.compare_bin or args.compare_merge_statements:
+        modes.append("compare")
     if run % 2 == 1:
-        modes.reverse()  # --mode both: alternate which goes first, so drift does not favour one
+        modes.reverse()  # --mode both / --compare-bin: alternate which goes first, so drift does not favour one
     with contextlib.ExitStack() as stack:
         source = stack.enter_context(Cluster(f"bench-apply-src{run}", settings={"max_wal_size": "'4GB'"}))
-        trellara_targets = {mode: stack.enter_context(Cluster(f"bench-apply-t{run}{mode[0]}", preload=False))
+        trellara_targets = {mode: stack.enter_context(Cluster(f"bench-apply-t{run}{mode[:3]}", preload=False))
                             for mode in modes}
         native_target = stack.enter_context(Cluster(f"bench-apply-n{run}", preload=False))
         all_targets = list(trellara_targets.values()) + [native_target]
@@ -255,10 +259,14 @@ def one_run(run, args):
         native_target.psql("ALTER SUBSCRIPTION bench_sub SET (slot_name = NONE)")
         native_target.psql("DROP SUBSCRIPTION bench_sub")
         source.psql("SELECT pg_drop_replication_slot('bench_sub')")
-        first = timed[modes[0]] if args.mode != "both" else timed["catch-up"]
+        first = timed[args.mode] if args.mode != "both" else timed["catch-up"]
         result = {"trellara_tps": transactions / first[0], "native_tps": transactions / native_s,
                   "ratio": native_s / first[0], "trellara_s": first[0], "native_s": native_s, "same": same,
                   "applier_cpu_s": first[1], "rows": rows, "transactions": transactions}
+        if "compare" in modes:
+            compare_s, compare_cpu = timed["compare"]
+            result.update({"compare_s": compare_s, "compare_cpu_s": compare_cpu, "compare_tps": transactions / compare_s,
+                           "first_vs_compare": compare_s / first[0], "order": " then ".join(modes)})
         if args.mode == "both":
             daemon_s, daemon_cpu = timed["daemon"]
             result.update({"daemon_s": daemon_s, "daemon_tps": transactions / daemon_s, "daemon_cpu_s": daemon_cpu,
@@ -278,6 +286,11 @@ def main():
                         help="both: catch-up and daemon on the same log, each into its own target, in "
                              "alternating order; prints daemon/catch-up")
     parser.add_argument("--long-read", action="store_true")
+    parser.add_argument("--compare-bin", help="another trellara binary that applies the same log in catch-up mode "
+                        "into its own target in each run (alternating order): prints trellara/compare")
+    parser.add_argument("--compare-merge-statements", choices=["on", "off"],
+                        help="a compare run (as --compare-bin, default binary: the same) with this "
+                             "apply.merge_statements")
     parser.add_argument("--group-transactions", choices=["on", "off"], default="on",
                         help="the applier's apply.group_transactions (docs/apply.md)")
     parser.add_argument("--superseded-updates", choices=["leave_out", "send"], default="leave_out",
@@ -297,6 +310,10 @@ def main():
               f"{r['native_s']:.2f} s ({r['native_tps']:.0f} tx/s) | ratio {r['ratio']:.2f} | "
               f"applier CPU {r['applier_cpu_s']:.2f} s{rows} | "
               f"targets equal to source: {r['same']}", flush=True)
+        if "compare_s" in r:
+            print(f"run {run}: compare {r['compare_s']:.2f} s ({r['compare_tps']:.0f} tx/s, applier CPU "
+                  f"{r['compare_cpu_s']:.2f} s) | trellara/compare {r['first_vs_compare']:.2f} ({r['order']})",
+                  flush=True)
         if args.mode == "both":
             print(f"run {run}: daemon {r['daemon_s']:.2f} s ({r['daemon_tps']:.0f} tx/s, applier CPU "
                   f"{r['daemon_cpu_s']:.2f} s) | ratio to native {r['daemon_ratio']:.2f} | daemon/catch-up "
@@ -305,6 +322,10 @@ def main():
     med = {k: statistics.median(r[k] for r in results) for k in ("trellara_tps", "native_tps", "ratio")}
     print(f"median over {args.runs} runs: trellara {med['trellara_tps']:.0f} tx/s, native {med['native_tps']:.0f} "
           f"tx/s, ratio trellara/native {med['ratio']:.2f} (issue 14 goal >= 2.0)")
+    if "compare_s" in results[0]:
+        c = {k: statistics.median(r[k] for r in results) for k in ("compare_tps", "first_vs_compare")}
+        print(f"median over {args.runs} runs: compare {c['compare_tps']:.0f} tx/s, trellara/compare on the same "
+              f"log {c['first_vs_compare']:.2f}")
     if args.mode == "both":
         d = {k: statistics.median(r[k] for r in results) for k in ("daemon_tps", "daemon_ratio", "daemon_vs_catch_up")}
         print(f"median over {args.runs} runs: daemon {d['daemon_tps']:.0f} tx/s, ratio daemon/native "

@@ -30,7 +30,10 @@ scenarios:
     order: the events INSERTs merged into one statement would run after the counters UPDATEs of
     later transactions; the guard refuses the group and the trigger reads every value in order;
   - negative_control_an_unguarded_merge_is_caught: with defect.apply_merge_unguarded (the merged
-    statements' relations are not guarded) that check must fail.
+    statements' relations are not guarded) that check must fail;
+  - target_guard_refuses_tables_that_share_storage: the guard function itself, on the real target:
+    trellara.require_no_replica_triggers refuses two guarded tables of which one is a partition of
+    the other (TR011, their positions in DETAIL) and passes when none reaches another.
 
 The workload is generated from a seed (printed; TRELLARA_SUPERSEDED_SEED=<seed> reruns it).
 """
@@ -337,13 +340,37 @@ def negative_control_an_unguarded_merge_is_caught(pair, workload):
     print(f"{point} caught: {str(caught)[:400]}")
 
 
+@scenario(suite="grouped_apply",
+          invariants=("the guard refuses two guarded tables that share a table on the target",))
+def target_guard_refuses_tables_that_share_storage(pair, workload):
+    pair.target.psql("CREATE TABLE public.shared_parent (id int PRIMARY KEY) PARTITION BY RANGE (id); "
+                     "CREATE TABLE public.shared_child PARTITION OF public.shared_parent FOR VALUES FROM (0) TO (100);")
+    try:
+        guard = "SELECT trellara.require_no_replica_triggers(ARRAY[{}])"
+        refused = pair.target.psql(guard.format("'\"public\".\"events\"', '\"public\".\"shared_parent\"', "
+                                                "'\"public\".\"shared_child\"'"), check=False)
+        print(f"guard over events, shared_parent, shared_child: exit {refused.returncode}: {refused.stderr.strip()}")
+        if (refused.returncode == 0 or "shares a table with" not in refused.stderr
+                or "DETAIL:  2,3" not in refused.stderr):
+            raise CaptureFailure("trellara.require_no_replica_triggers did not refuse a table and its partition "
+                                 f"(positions 2,3): {refused.stderr.strip()}")
+        passed = pair.target.psql(guard.format("'\"public\".\"events\"', '\"public\".\"shared_child\"'"),
+                                  check=False)
+        if passed.returncode != 0:
+            raise CaptureFailure(f"the guard refused tables that share nothing: {passed.stderr.strip()}")
+    finally:
+        pair.target.psql("DROP TABLE IF EXISTS public.shared_parent")
+    print("ok: target_guard_refuses_tables_that_share_storage")
+
+
 SCENARIOS = (superseded_updates_are_left_out_and_the_target_matches_the_source,
              a_target_trigger_of_another_table_reads_rows_as_applied_in_order,
              a_target_update_trigger_sees_every_replicated_update,
              a_trigger_on_one_target_partition_sees_every_replicated_update,
              negative_control_an_unguarded_group_is_caught,
              merged_inserts_never_move_across_a_write_a_target_trigger_reads,
-             negative_control_an_unguarded_merge_is_caught)
+             negative_control_an_unguarded_merge_is_caught,
+             target_guard_refuses_tables_that_share_storage)
 
 if __name__ == "__main__":
     print(f"workload seed {SEED} (TRELLARA_SUPERSEDED_SEED={SEED} reruns it)")
