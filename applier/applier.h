@@ -158,6 +158,8 @@ class Applier {
   static ChangePlan UpdateBatchPlan(const std::vector<const ChangePlan*>& rows, const std::vector<std::string>& types);
   // The arguments of trellara.update_batch_types for `plan`'s shape: relation, columns, key columns.
   static SqlParams UpdateBatchTypesParams(const ChangePlan& plan);
+  std::optional<std::vector<std::string>> AskUpdateBatchTypes(const ChangePlan& plan, const std::string& what,
+                                                              const std::string& consequence);
   const std::vector<std::string>* UpdateBatchTypes(const ChangePlan& plan, const TxIdentity& tx,
                                                    std::optional<QuarantineCause>& cause);
   std::optional<QuarantineCause> QueuePiped(ChangePlan plan, const TxIdentity& tx,

@@ -45,11 +45,6 @@ const RelationInfo* RelationOf(const std::vector<RelationInfo>& relations, uint3
   return nullptr;
 }
 
-size_t ParamBytes(const ChangePlan& plan) {
-  size_t bytes = 0;
-  for (const auto& p : plan.params) bytes += p ? p->size() : 0;
-  return bytes;
-}
 }  // namespace
 
 // After a failure (or before a new transaction): nothing staged stays on the connection — an open
@@ -141,7 +136,7 @@ std::optional<QuarantineCause> Applier::QueueUpdateRow(ChangePlan plan, const Tx
     if (types == nullptr) return QueuePiped(std::move(plan), tx);
     s.update_key = plan.statement_key;
   }
-  s.update_bytes += ParamBytes(plan);
+  s.update_bytes += PlanParamBytes(plan);
   s.update_row_keys.insert(plan.row_key);
   s.update_rows.push_back(std::move(plan));
   if (s.update_rows.size() >= kUpdateBatchRowsMax || s.update_bytes >= kUpdateBatchBytesMax)
@@ -228,6 +223,28 @@ SqlParams Applier::UpdateBatchTypesParams(const ChangePlan& plan) {
   return {plan.target_relation, columns, keys};
 }
 
+// The target's column types for one statement merging UPDATEs of `plan`'s shape
+// (trellara.update_batch_types), asked outside pipeline mode; nullopt: it refuses (triggers, other
+// unique indexes, array columns). A failure names `what`, and `consequence` says what it left undone.
+std::optional<std::vector<std::string>> Applier::AskUpdateBatchTypes(const ChangePlan& plan, const std::string& what,
+                                                                     const std::string& consequence) {
+  PgResult r = conn_->ExecParams("SELECT t FROM unnest(trellara.update_batch_types($1, $2::text[], $3::text[])) "
+                                 "WITH ORDINALITY AS b(t, n) ORDER BY n",
+                                 UpdateBatchTypesParams(plan));
+  if (!r.ok()) {
+    ThrowIfTransient(r, *conn_, what);
+    Fail(what + " failed: " + r.Describe() + "; " + consequence + ". The function is created "
+         "by trellara apply's bootstrap (sql/trellara_target.sql); rerun trellara apply");
+  }
+  std::optional<std::vector<std::string>> types;
+  if (r.rows() > 0) {
+    types.emplace();
+    for (int i = 0; i < r.rows(); i++) types->push_back(r.Value(i, 0).value_or(""));
+    if (types->size() != plan.params.size()) types.reset();
+  }
+  return types;
+}
+
 // The target's answer for `plan`'s statement shape (trellara.update_batch_types), asked once per
 // transaction, outside pipeline mode (the segment before it is flushed; its failure is `cause`).
 // nullptr: this relation's UPDATEs go one at a time.
@@ -238,22 +255,10 @@ const std::vector<std::string>* Applier::UpdateBatchTypes(const ChangePlan& plan
     return known->second ? &*known->second : nullptr;
   cause = FlushPiped(tx);
   if (cause) return nullptr;
-  const std::string what = "asking the target whether the UPDATEs of " + plan.relation_display +
-                           " may be batched (trellara.update_batch_types) while applying " + DescribeTransaction(tx);
-  PgResult r = conn_->ExecParams("SELECT t FROM unnest(trellara.update_batch_types($1, $2::text[], $3::text[])) "
-                                 "WITH ORDINALITY AS b(t, n) ORDER BY n",
-                                 UpdateBatchTypesParams(plan));
-  if (!r.ok()) {
-    ThrowIfTransient(r, *conn_, what);
-    Fail(what + " failed: " + r.Describe() + "; nothing of the transaction was committed. The function is created "
-         "by trellara apply's bootstrap (sql/trellara_target.sql); rerun trellara apply");
-  }
-  std::optional<std::vector<std::string>> types;
-  if (r.rows() > 0) {
-    types.emplace();
-    for (int i = 0; i < r.rows(); i++) types->push_back(r.Value(i, 0).value_or(""));
-    if (types->size() != plan.params.size()) types.reset();
-  }
+  auto types = AskUpdateBatchTypes(plan,
+                                   "asking the target whether the UPDATEs of " + plan.relation_display +
+                                       " may be batched (trellara.update_batch_types) while applying " + DescribeTransaction(tx),
+                                   "nothing of the transaction was committed");
   auto& stored = s.update_types[plan.statement_key] = std::move(types);
   return stored ? &*stored : nullptr;
 }
@@ -409,7 +414,7 @@ std::optional<QuarantineCause> Applier::QueuePiped(ChangePlan plan, const TxIden
   queued(conn_->SendPrepared(name, plan.params));
   counters_.statements++;
   s.piped_rows++;
-  s.piped_bytes += ParamBytes(plan);
+  s.piped_bytes += PlanParamBytes(plan);
   plan.sql.clear();
   plan.params.clear();
   plan.param_columns.clear();

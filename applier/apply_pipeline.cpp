@@ -275,39 +275,16 @@ void Applier::SendBatch() {
 // group fails or a transaction goes alone).
 std::set<std::string> Applier::GroupUpdateShapes(const std::vector<const std::vector<ChangePlan>*>& group,
                                                  const std::vector<std::vector<bool>>& superseded) {
-  std::map<std::string, std::pair<size_t, const ChangePlan*>> counted;
-  for (size_t t = 0; t < group.size(); t++)
-    for (size_t p = 0; p < group[t]->size(); p++) {
-      const ChangePlan& plan = (*group[t])[p];
-      if (t < superseded.size() && p < superseded[t].size() && superseded[t][p]) continue;
-      if (!UpdateBatchable(plan) || replica_triggers_.count(plan.target_relation) > 0) continue;
-      auto& [n, first] = counted[plan.statement_key];
-      if (n++ == 0) first = &plan;
-    }
   std::set<std::string> shapes;
-  for (const auto& [key, counted_plan] : counted) {
-    const auto& [n, plan] = counted_plan;
-    if (n < MergeLimits{}.update_rows_min) continue;
+  for (const auto& [key, plan] : MergeUpdateCandidates(group, superseded, replica_triggers_)) {
     auto known = group_update_types_.find(key);
-    if (known == group_update_types_.end()) {
-      const std::string what = "asking the target whether the UPDATEs of " + plan->relation_display +
-                               " may be merged (trellara.update_batch_types)";
-      PgResult r = conn_->ExecParams("SELECT t FROM unnest(trellara.update_batch_types($1, $2::text[], $3::text[])) "
-                                     "WITH ORDINALITY AS b(t, n) ORDER BY n",
-                                     UpdateBatchTypesParams(*plan));
-      if (!r.ok()) {
-        ThrowIfTransient(r, *conn_, what);
-        Fail(what + " failed on the target " + conn_->Describe() + ": " + r.Describe() +
-             "; the function is created by trellara apply's bootstrap (sql/trellara_target.sql); rerun trellara apply");
-      }
-      std::optional<std::vector<std::string>> types;
-      if (r.rows() > 0) {
-        types.emplace();
-        for (int i = 0; i < r.rows(); i++) types->push_back(r.Value(i, 0).value_or(""));
-        if (types->size() != plan->params.size()) types.reset();
-      }
-      known = group_update_types_.emplace(key, std::move(types)).first;
-    }
+    if (known == group_update_types_.end())
+      known = group_update_types_
+                  .emplace(key, AskUpdateBatchTypes(*plan,
+                                                    "asking the target " + conn_->Describe() + " whether the UPDATEs of " +
+                                                        plan->relation_display + " may be merged (trellara.update_batch_types)",
+                                                    "nothing of the batch was sent"))
+                  .first;
     if (known->second) shapes.insert(key);
   }
   return shapes;

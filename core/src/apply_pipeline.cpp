@@ -301,6 +301,25 @@ bool InsertMergeable(const ChangePlan& plan) {
          !plan.params.empty() && plan.param_columns.size() == plan.params.size() && !plan.target_relation.empty();
 }
 
+std::vector<std::pair<std::string, const ChangePlan*>> MergeUpdateCandidates(
+    const std::vector<const std::vector<ChangePlan>*>& group, const std::vector<std::vector<bool>>& superseded,
+    const std::set<std::string>& refused, const MergeLimits& limits) {
+  std::map<std::string, std::pair<size_t, const ChangePlan*>> counted;
+  for (size_t t = 0; t < group.size(); t++)
+    for (size_t k = 0; k < group[t]->size(); k++) {
+      const ChangePlan& plan = (*group[t])[k];
+      if (t < superseded.size() && k < superseded[t].size() && superseded[t][k]) continue;
+      if (!UpdateBatchable(plan) || refused.count(plan.target_relation) > 0) continue;
+      if (PlanParamBytes(plan) > limits.bytes_max) continue;
+      auto& [n, first] = counted[plan.statement_key];
+      if (n++ == 0) first = &plan;
+    }
+  std::vector<std::pair<std::string, const ChangePlan*>> out;
+  for (const auto& [key, entry] : counted)
+    if (entry.first >= std::max<size_t>(limits.update_rows_min, 2)) out.emplace_back(key, entry.second);
+  return out;
+}
+
 GroupStatements MergeGroupStatements(const std::vector<const std::vector<ChangePlan>*>& group,
                                      const std::vector<std::vector<bool>>& superseded,
                                      const std::set<std::string>& refused,
@@ -323,6 +342,7 @@ GroupStatements MergeGroupStatements(const std::vector<const std::vector<ChangeP
     std::vector<size_t> members;  // positions in `sent`
     std::set<std::string> row_keys;
     size_t params = 0;
+    size_t bytes = 0;
     size_t sent_at = 0;  // the position it is sent before (sent.size(): at the end)
   };
   std::vector<Run> closed;
@@ -354,16 +374,19 @@ GroupStatements MergeGroupStatements(const std::vector<const std::vector<ChangeP
       kind = GroupStatementKind::InsertRows;
     else if (UpdateBatchable(plan) && update_shapes.count(plan.statement_key) > 0)
       kind = GroupStatementKind::UpdateRows;
+    const size_t bytes = PlanParamBytes(plan);
+    if (bytes > limits.bytes_max) kind = GroupStatementKind::Single;
     auto it = open.find(plan.target_relation);
     if (it != open.end()) {
       Run& run = it->second;
       const bool joins = kind == run.kind && plan.statement_key == *run.statement_key &&
-                         run.members.size() < limits.rows_max &&
+                         run.members.size() < limits.rows_max && run.bytes + bytes <= limits.bytes_max &&
                          (kind != GroupStatementKind::InsertRows || run.params + plan.params.size() <= limits.params_max) &&
                          (kind != GroupStatementKind::UpdateRows || run.row_keys.count(plan.row_key) == 0);
       if (joins) {
         run.members.push_back(i);
         run.params += plan.params.size();
+        run.bytes += bytes;
         if (kind == GroupStatementKind::UpdateRows) run.row_keys.insert(plan.row_key);
         if (run.members.size() >= limits.rows_max) close(it, i + 1);
         continue;
@@ -376,6 +399,7 @@ GroupStatements MergeGroupStatements(const std::vector<const std::vector<ChangeP
     run.statement_key = &plan.statement_key;
     run.members.push_back(i);
     run.params = plan.params.size();
+    run.bytes = bytes;
     if (kind == GroupStatementKind::UpdateRows) run.row_keys.insert(plan.row_key);
     open.emplace(plan.target_relation, std::move(run));
   }

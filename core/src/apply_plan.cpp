@@ -601,6 +601,12 @@ std::optional<uint64_t> CopyLineOf(const std::string& context) {
   return line;
 }
 
+size_t PlanParamBytes(const ChangePlan& plan) {
+  size_t bytes = 0;
+  for (const auto& p : plan.params) bytes += p ? p->size() : 0;
+  return bytes;
+}
+
 bool UpdateBatchable(const ChangePlan& plan) {
   return plan.kind == PlanKind::Update && plan.match == MatchMode::Key && plan.expect == RowExpectation::ExactlyOne &&
          !plan.row_key.empty() && plan.match_params > 0 && plan.match_params < plan.params.size() &&

@@ -851,6 +851,44 @@ TEST_CASE("merged_statements_leave_out_superseded_plans_and_end_a_full_run_after
   CHECK(Merged({{OrdersPlan(Op::Insert, "5", "n"), OrdersPlan(Op::Insert, "6", "n"), OrdersPlan(Op::Insert, "7", "n"),
                  OrdersPlan(Op::Insert, "8", "n")}},
                {}, {}, {}, values) == "I[0.0 0.1] I[0.2 0.3]");
+  // bytes_max: a run stops before its values would pass it (an orders INSERT of id "5", note "n"
+  // binds 1 + 1 + 4 + 3 = 9 bytes), and a plan larger than it alone is sent on its own, in place,
+  // after the run before it.
+  MergeLimits bytes;
+  bytes.bytes_max = 20;
+  CHECK(PlanParamBytes(OrdersPlan(Op::Insert, "5", "n")) == 9);
+  CHECK(Merged({{OrdersPlan(Op::Insert, "5", "n"), OrdersPlan(Op::Insert, "6", "n"), OrdersPlan(Op::Insert, "7", "n"),
+                 OrdersPlan(Op::Insert, "8", "n")}},
+               {}, {}, {}, bytes) == "I[0.0 0.1] I[0.2 0.3]");
+  CHECK(Merged({{OrdersPlan(Op::Insert, "5", "n"), OrdersPlan(Op::Insert, "6", "n"),
+                 OrdersPlan(Op::Insert, "7", std::string(40, 'x')), OrdersPlan(Op::Insert, "8", "n"),
+                 OrdersPlan(Op::Insert, "9", "n")}},
+               {}, {}, {}, bytes) == "I[0.0 0.1] S0.2 I[0.3 0.4]");
+}
+
+TEST_CASE("merge_update_candidates_are_the_shapes_with_enough_sendable_key_preserving_updates",
+          "[pipeline][merge]") {
+  MergeLimits three;
+  three.update_rows_min = 3;
+  const std::vector<std::vector<ChangePlan>> group = {
+      {OrdersPlan(Op::Update, "1", "a"), OrdersPlan(Op::Update, "2", "b")},
+      {OrdersPlan(Op::Update, "3", "c"), OrdersPlan(Op::Update, "4", "d", true)},
+      {OrdersPlan(Op::Update, "6", "m", false, std::string("5")), OrdersPlan(Op::Insert, "7", "n")}};
+  std::vector<const std::vector<ChangePlan>*> pointers;
+  for (const auto& tx : group) pointers.push_back(&tx);
+  // Three UPDATEs of one shape: a candidate, described by its first plan. The unchanged-TOAST UPDATE
+  // is another shape (one member), the key-changing UPDATE and the INSERT are no members.
+  auto candidates = MergeUpdateCandidates(pointers, {}, {}, three);
+  REQUIRE(candidates.size() == 1);
+  CHECK(candidates[0].first == group[0][0].statement_key);
+  CHECK(candidates[0].second == &group[0][0]);
+  // A superseded UPDATE is not sent, so it does not count; nor does a refused relation's.
+  CHECK(MergeUpdateCandidates(pointers, {{true, false}, {false, false}, {false, false}}, {}, three).empty());
+  CHECK(MergeUpdateCandidates(pointers, {}, {group[0][0].target_relation}, three).empty());
+  // Nor an UPDATE whose values alone pass bytes_max (it is never merged).
+  MergeLimits small = three;
+  small.bytes_max = 8;
+  CHECK(MergeUpdateCandidates(pointers, {}, {}, small).empty());
 }
 
 TEST_CASE("merged_insert_binds_every_rows_values_in_order_and_checks_the_inserted_count", "[pipeline][merge]") {

@@ -38,6 +38,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "trellara/apply_decision.h"
@@ -226,7 +227,9 @@ SupersededUpdates FindSupersededUpdates(const std::vector<const std::vector<Chan
 //     writes of other relations may be) that are all INSERTs of one statement_key with values, or
 //     all key-preserving UPDATEs (UpdateBatchable) of one statement_key in `update_shapes` (the
 //     shapes the target accepted for one statement: trellara.update_batch_types) matching no row
-//     twice, of at most limits.rows_max rows (an INSERT run: at most limits.params_max values);
+//     twice, of at most limits.rows_max rows and limits.bytes_max bytes of values (PlanParamBytes;
+//     a plan larger than that alone is never merged) — an INSERT run: at most limits.params_max
+//     values;
 //   - a run of at least limits.insert_rows_min INSERTs or limits.update_rows_min UPDATEs is one
 //     merged statement, sent where the run ends: just before the relation's next write that does
 //     not join it, after its last member when it is full, at a barrier, or at the end of the
@@ -251,6 +254,7 @@ struct GroupStatement {
 struct MergeLimits {
   size_t rows_max = 1000;         // rows in one merged statement
   size_t params_max = 65535;      // values bound to one merged INSERT (the protocol's limit)
+  size_t bytes_max = kUpdateBatchBytesMax;  // bytes of values in one merged statement (PlanParamBytes)
   size_t insert_rows_min = 2;     // shorter INSERT runs are sent plan by plan
   size_t update_rows_min = 8;     // shorter UPDATE runs are sent plan by plan
 };
@@ -264,6 +268,13 @@ GroupStatements MergeGroupStatements(const std::vector<const std::vector<ChangeP
                                      const std::vector<std::vector<bool>>& superseded,
                                      const std::set<std::string>& refused,
                                      const std::set<std::string>& update_shapes, const MergeLimits& limits = {});
+// The UPDATE shapes of a group worth asking the target about for MergeGroupStatements'
+// update_shapes: each statement_key with at least limits.update_rows_min key-preserving UPDATEs
+// (UpdateBatchable) that are sent (not superseded) and not of a `refused` relation, with its first
+// such plan (the one to describe the shape by), in statement_key order.
+std::vector<std::pair<std::string, const ChangePlan*>> MergeUpdateCandidates(
+    const std::vector<const std::vector<ChangePlan>*>& group, const std::vector<std::vector<bool>>& superseded,
+    const std::set<std::string>& refused, const MergeLimits& limits = {});
 // Whether a plan can be a member of an INSERT run: an INSERT with values, each bound to a column.
 bool InsertMergeable(const ChangePlan& plan);
 // The merged INSERT of `rows` (InsertMergeable, one statement_key, rows.size() >= 1):

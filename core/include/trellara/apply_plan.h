@@ -190,6 +190,10 @@ inline constexpr size_t kUpdateBatchBytesMax = 4u << 20;
 
 // An UPDATE that can be part of such a run: matched by its key, which it leaves unchanged.
 bool UpdateBatchable(const ChangePlan& plan);
+
+// The bytes of a plan's bound values (NULLs count 0): what a batch of plans holds in memory and
+// sends, for the byte bounds above and MergeLimits::bytes_max.
+size_t PlanParamBytes(const ChangePlan& plan);
 // The statement above for runs shaped like `first` (UpdateBatchable), `cast_types[i]` the target's
 // type name of first.param_columns[i]. Fails for a plan that is not batchable, a type count that
 // does not match, or a column name that cannot be quoted.
