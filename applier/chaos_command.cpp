@@ -1,6 +1,6 @@
 // chaos_command.cpp — `trellara chaos report --output FILE [--results DIR] [--matrix FILE]
 // [--format html|json]` and `trellara chaos verify [--report F] [--results DIR] [--matrix FILE]`
-// (the committed report describes this checkout and this run; `make verify-correctness-report`,
+// (the committed report describes the outcomes of this run; `make verify-correctness-report`,
 // which CI runs after `make test`): reads the correctness matrix and the results files of one run, asks core
 // (chaos_report.h) which rows are covered, and writes the report. An adapter only: it reads files,
 // the revision and the clock; every decision is core's. It must never write a report from a
@@ -20,6 +20,8 @@
 #include <optional>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "commands.h"
 #include "trellara/chaos_report.h"
 
@@ -28,6 +30,7 @@ namespace trellara::cli {
 namespace {
 
 namespace fs = std::filesystem;
+using json = nlohmann::json;
 
 enum class ReportFormat { Html, Json };
 
@@ -168,27 +171,31 @@ void RunVerify(const VerifyOptions& options) {
                                                     options.report);
   if (!committed.ok()) throw CommandFailed(committed.error().message, 1);
   const chaos::Report report = DecideFromFiles(options.matrix, options.results_dir);
-  const chaos::ReportIdentity identity{"", "", options.results_dir, options.matrix, SourceTree()};
-  if (identity.source_tree.rfind("sha256:", 0) != 0 || identity.source_tree.find(' ') != std::string::npos) {
-    throw CommandFailed("cannot verify " + options.report + " against this checkout: its source tree is " +
-                        identity.source_tree + "; a committed report describes a commit — verify a clean checkout", 1);
-  }
+  const chaos::ReportIdentity identity{SourceRevision(), "", options.results_dir, options.matrix, SourceTree(),
+                                       chaos::MatrixDigest(ReadFileOrFail(options.matrix, "matrix (--matrix)"))};
   const std::string current = chaos::VerifiedProjection(report, identity);
   auto diffs = chaos::CompareVerifiedProjections(committed.value(), current);
   if (!diffs.ok()) throw CommandFailed(options.report + ": " + diffs.error().message, 1);
+  const json committed_json = json::parse(committed.value(), nullptr, false);
+  const std::string generated_at =
+      committed_json.is_object() ? committed_json.value("revision", std::string("(not recorded)")) : "(unknown)";
   if (diffs->empty()) {
-    std::cout << "chaos verify: " << options.report << " matches this checkout (" << identity.source_tree
-              << ") and the results in " << options.results_dir << ": overall " << report.overall << "\n";
+    std::cout << "chaos verify: " << options.report << " (generated at revision " << generated_at
+              << ") matches the outcomes of this run of revision " << identity.revision << " (results in "
+              << options.results_dir << ", matrix " << identity.matrix_digest << ", "
+              << report.scenario_set.size() << " scenarios): overall " << report.overall << "\n";
     return;
   }
-  std::cerr << "trellara: chaos verify: " << options.report << " does not describe this checkout and the results in "
-            << options.results_dir << " (" << diffs->size() << " differences):\n";
+  std::cerr << "trellara: chaos verify: " << options.report << " (generated at revision " << generated_at
+            << ") does not describe the outcomes of this run of revision " << identity.revision << " (results in "
+            << options.results_dir << "; " << diffs->size() << " differences):\n";
   constexpr size_t kShown = 40;
   for (size_t i = 0; i < diffs->size() && i < kShown; ++i) std::cerr << "  " << (*diffs)[i] << "\n";
   if (diffs->size() > kShown) std::cerr << "  ... and " << diffs->size() - kShown << " more\n";
-  throw CommandFailed("the committed correctness report is stale or this run differs from the run it was made from; "
-                      "after a full `make test` of the committed tree, run `make correctness-report` and commit " +
-                      options.report + " (or fix what now fails)", 1);
+  throw CommandFailed("the committed correctness report differs from this run's outcomes (a row, a result, the "
+                      "matrix or the set of scenarios changed); after a full `make test`, run `make "
+                      "correctness-report` (it reads build/results) and commit " + options.report +
+                      " (or fix what now fails)", 1);
 }
 
 void RunReport(const ReportOptions& options) {
@@ -196,7 +203,8 @@ void RunReport(const ReportOptions& options) {
   if (!matrix.ok()) throw CommandFailed(options.matrix + ": " + matrix.error().message, 2);
   const auto results = ReadResults(options.results_dir);
   const chaos::Report report = chaos::Decide(matrix.value(), results);
-  const chaos::ReportIdentity identity{SourceRevision(), UtcNow(), options.results_dir, options.matrix, SourceTree()};
+  const chaos::ReportIdentity identity{SourceRevision(), UtcNow(), options.results_dir, options.matrix, SourceTree(),
+                                       chaos::MatrixDigest(ReadFileOrFail(options.matrix, "matrix (--matrix)"))};
   WriteAtomically(options.output, options.format == ReportFormat::Json ? chaos::RenderJson(report, identity)
                                                                        : chaos::RenderHtml(report, identity));
   std::cout << "chaos report: overall " << report.overall << ", " << results.size() << " results";

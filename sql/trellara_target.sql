@@ -146,8 +146,7 @@ $fn$;
 -- REPLICA), or a unique index or exclusion constraint other than one on exactly the key columns
 -- (a swap of unique values between two rows may pass in one order and fail in another), on the
 -- table or any partition or inheritance child the UPDATE reaches. Returns
--- the type of each of `columns` as the parameter arrays are cast (format_type without typmod, so
--- the assignment still applies the column's typmod as a bound parameter would), or NULL when the
+-- the type of each of `columns` as the parameter arrays are cast, or NULL when the
 -- UPDATEs must go one at a time: such a trigger, rule, index or constraint; a column of an array
 -- type (unnest would flatten it) or not found. ROW EXCLUSIVE is taken first, as the UPDATEs
 -- would, so no trigger can be enabled between the answer and the statement.
@@ -174,7 +173,12 @@ BEGIN
                  WHERE c.conrelid = ANY (tree) AND c.contype = 'x') THEN
     RETURN NULL;
   END IF;
-  SELECT array_agg(format_type(a.atttypid, NULL) ORDER BY c.pos)
+  -- The column's type with no modifier the cast would apply: format_type(t, -1), not
+  -- format_type(t, NULL). With NULL, char(3) is named `character` and bit(4) `bit`, which SQL reads
+  -- as char(1) and bit(1): the explicit cast truncated 'USD' to 'U' silently. With -1 they are
+  -- `bpchar` and "bit" (no modifier), varchar(5) is `character varying`; the assignment to the
+  -- column then applies its modifier as it does to a bound parameter (an error, never a silent cut).
+  SELECT array_agg(format_type(a.atttypid, -1) ORDER BY c.pos)
     INTO types
     FROM unnest(columns) WITH ORDINALITY AS c(name, pos)
     LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = rel AND a.attname = c.name AND a.attnum > 0

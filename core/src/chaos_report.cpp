@@ -410,6 +410,9 @@ Report Decide(const std::vector<MatrixRow>& matrix, const std::vector<ScenarioRe
       }
     }
   }
+  std::set<std::string> scenario_set;
+  for (const auto& result : results) scenario_set.insert(result.kind + " " + result.script + " " + result.name);
+  report.scenario_set.assign(scenario_set.begin(), scenario_set.end());
   std::sort(report.other_results.begin(), report.other_results.end(),
             [](const ScenarioResult& a, const ScenarioResult& b) {
               return std::tie(a.kind, a.script, a.name) < std::tie(b.kind, b.script, b.name);
@@ -523,10 +526,13 @@ std::string RenderHtml(const Report& report, const ReportIdentity& identity) {
     << "</b></td></tr>\n";
   h << "<tr><th>Source revision</th><td><code>" << e(identity.revision) << "</code></td></tr>\n";
   h << "<tr><th>Source tree</th><td><code>" << e(identity.source_tree)
-    << "</code> (the tracked files without this report; <code>make verify-correctness-report</code> checks it)</td></tr>\n";
+    << "</code> (the tracked files without this report, at generation; for a person: "
+       "<code>make verify-correctness-report</code> compares outcomes, not sources)</td></tr>\n";
   h << "<tr><th>Generated</th><td>" << e(identity.generated_at) << "</td></tr>\n";
   h << "<tr><th>Results</th><td><code>" << e(identity.results_dir) << "</code></td></tr>\n";
-  h << "<tr><th>Matrix</th><td><code>" << e(identity.matrix_path) << "</code></td></tr>\n";
+  h << "<tr><th>Matrix</th><td><code>" << e(identity.matrix_path) << "</code> <code>" << e(identity.matrix_digest)
+    << "</code></td></tr>\n";
+  h << "<tr><th>Scenarios</th><td>" << report.scenario_set.size() << " ran</td></tr>\n";
   h << "<tr><th>Rows</th><td>";
   bool first = true;
   for (const auto& [name, n] : report.counts) {
@@ -609,7 +615,7 @@ std::string RenderHtml(const Report& report, const ReportIdentity& identity) {
 
 namespace {
 constexpr std::string_view kVerifiedOpen = "<script type=\"application/json\" id=\"trellara-verified\">";
-constexpr int kVerifiedFormat = 1;
+constexpr int kVerifiedFormat = 2;  // 2: compared by outcome (matrix, scenario set), not source tree
 
 std::string Hex(std::span<const uint8_t> bytes) {
   static constexpr char kDigits[] = "0123456789abcdef";
@@ -645,6 +651,12 @@ std::string SourceTreeDigest(std::string_view ls_tree_output, const std::vector<
   return "sha256:" + Hex(std::span<const uint8_t>(digest.data(), digest.size()));
 }
 
+std::string MatrixDigest(std::string_view matrix_text) {
+  const Sha256 digest = Sha256Of(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(matrix_text.data()),
+                                                          matrix_text.size()));
+  return "sha256:" + Hex(std::span<const uint8_t>(digest.data(), digest.size()));
+}
+
 std::string VerifiedProjection(const Report& report, const ReportIdentity& identity) {
   json rows = json::array();
   for (const auto& d : report.rows) {
@@ -664,7 +676,10 @@ std::string VerifiedProjection(const Report& report, const ReportIdentity& ident
   }
   json counts = json::object();
   for (const auto& [name, n] : report.counts) counts[name] = n;
+  // source_tree and revision say where the run was made, for a person; they are not compared.
   const json out{{"format", kVerifiedFormat},    {"source_tree", identity.source_tree},
+                 {"revision", identity.revision}, {"matrix", identity.matrix_digest},
+                 {"scenarios", report.scenario_set},
                  {"overall", report.overall},    {"counts", counts},
                  {"rows", rows},                 {"other_results", others}};
   return out.dump(1) + "\n";  // nlohmann's json sorts object keys: the text is canonical
@@ -703,11 +718,21 @@ Result<std::vector<std::string>> CompareVerifiedProjections(std::string_view com
     diffs.push_back("projection format " + Describe(a.value("format", json())) + " in the committed report, " +
                     Describe(b.value("format", json())) + " now");
   }
-  for (const char* key : {"source_tree", "overall", "counts", "other_results"}) {
+  for (const char* key : {"matrix", "overall", "counts", "other_results"}) {
     const json av = a.contains(key) ? a[key] : json();
     const json bv = b.contains(key) ? b[key] : json();
     if (av != bv) diffs.push_back(std::string(key) + ": " + Describe(av) + " in the committed report, " + Describe(bv) + " in this run");
   }
+  // The set of scenarios: each one added or gone is named.
+  std::set<std::string> had, has;
+  if (a.contains("scenarios") && a["scenarios"].is_array())
+    for (const auto& s : a["scenarios"]) had.insert(s.is_string() ? s.get<std::string>() : s.dump());
+  if (b.contains("scenarios") && b["scenarios"].is_array())
+    for (const auto& s : b["scenarios"]) has.insert(s.is_string() ? s.get<std::string>() : s.dump());
+  for (const auto& s : has)
+    if (!had.count(s)) diffs.push_back("scenario " + s + ": ran in this run, not in the committed report");
+  for (const auto& s : had)
+    if (!has.count(s)) diffs.push_back("scenario " + s + ": in the committed report, did not run in this run");
   std::map<std::string, json> committed_rows;
   for (const auto& row : a["rows"]) committed_rows[row.value("suite", "") + "/" + row.value("name", "")] = row;
   std::set<std::string> seen;

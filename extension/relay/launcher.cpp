@@ -164,6 +164,9 @@ void StartWorker(const char* name) {
   worker.bgw_notify_pid = MyProcPid;
   Launched* l = FindLaunched(name, true);
   if (l == nullptr) return;
+  // The previous worker's handle (palloc'd in TopMemoryContext by its registration) is done with.
+  if (l->handle != nullptr) pfree(l->handle);
+  l->handle = nullptr;
   if (!RegisterDynamicBackgroundWorker(&worker, &l->handle)) {
     l->handle = nullptr;
     ereport(WARNING, (errmsg("trellara launcher could not start the relay worker of flow \"%s\": no free "
@@ -214,7 +217,11 @@ void Reconcile() {
     bool present = false;
     for (int i = 0; i < n; i++) present |= std::strncmp(rows[i].name, l.name, NAMEDATALEN) == 0;
     if (!present) {
-      if (l.handle != nullptr) TerminateBackgroundWorker(l.handle);
+      if (l.handle != nullptr) {
+        TerminateBackgroundWorker(l.handle);
+        pfree(l.handle);
+        l.handle = nullptr;
+      }
       l.in_use = false;
     }
   }

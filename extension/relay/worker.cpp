@@ -807,14 +807,17 @@ void trellara_relay_main(Datum) {
     // functions do: the reorder buffer then replays each source transaction in a cheap internal
     // subtransaction instead of starting and aborting a full transaction per source transaction.
     bool in_pass_transaction = ctx->reader->EndRecPtr < end_of_wal;
-    if (in_pass_transaction) {
-      StartTransactionCommand();
-      // The WAL reader grows its record buffer in CurrentMemoryContext and keeps it across
-      // passes: it must not be the transaction's context, which the commit below frees.
-      MemoryContextSwitchTo(decoding_memory);
-    }
+    if (in_pass_transaction) StartTransactionCommand();
     wal_reader_private.end_of_wal = false;
     while (ctx->reader->EndRecPtr < end_of_wal && !got_sigterm) {
+      // Before every read, not once per pass (docs/relay.md "Memory contexts"): the WAL reader
+      // allocates in CurrentMemoryContext — its record buffer when a record spanning pages is
+      // larger than any before, its decode buffer, each record too large for that buffer — and
+      // uses them at later reads, across passes. A replayed transaction returns with the pass
+      // transaction's context current (ReorderBufferProcessTXN rolls back its subtransaction and
+      // does not restore the caller's context), and that context is freed by the commit below:
+      // a buffer allocated there is used after it is freed, and handed out again for decoded rows.
+      MemoryContextSwitchTo(decoding_memory);
       char* errm = nullptr;
       XLogRecord* record = XLogReadRecord(ctx->reader, &errm);
       if (record == nullptr && wal_reader_private.end_of_wal) break;  // the rest is not flushed yet
@@ -824,6 +827,7 @@ void trellara_relay_main(Datum) {
       if (record != nullptr) LogicalDecodingProcessRecord(ctx, ctx->reader);
       CHECK_FOR_INTERRUPTS();
     }
+    MemoryContextSwitchTo(decoding_memory);
     XLogRecPtr decoded_end = ctx->reader->EndRecPtr;
     pg::GuardEntry("trellara relay pass", [decoded_end] { FinishPass(decoded_end); });
     if (in_pass_transaction) CommitTransactionCommand();

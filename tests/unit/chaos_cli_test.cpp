@@ -124,7 +124,7 @@ struct InDirectory {
 };
 }  // namespace
 
-TEST_CASE("chaos_verify_passes_only_for_the_commit_and_results_the_committed_report_describes",
+TEST_CASE("chaos_verify_passes_only_for_the_outcomes_the_committed_report_describes",
           "[chaos_report][cli]") {
   Workspace ws;
   const std::string passing = R"({"kind": "ctest", "name": "clean_a", "status": "passed"})"
@@ -142,7 +142,7 @@ TEST_CASE("chaos_verify_passes_only_for_the_commit_and_results_the_committed_rep
 
   auto fresh = RunTrellara("chaos verify --report docs/correctness-report.html" + where);
   CHECK(fresh.exit_code == 0);
-  CHECK_THAT(fresh.out, Catch::Contains("matches this checkout"));
+  CHECK_THAT(fresh.out, Catch::Contains("matches the outcomes"));
 
   // Another run whose defect was not caught: the row and the overall status are named.
   ws.Write("results/unit.jsonl", R"({"kind": "ctest", "name": "clean_a", "status": "passed"})"
@@ -156,15 +156,17 @@ TEST_CASE("chaos_verify_passes_only_for_the_commit_and_results_the_committed_rep
                               Catch::Contains("make correctness-report"));
   ws.Write("results/unit.jsonl", passing);
 
-  // An uncommitted change: the checkout describes no commit.
-  ws.Write("matrix.json", std::string(kMatrix) + "\n");
-  auto dirty = RunTrellara("chaos verify --report docs/correctness-report.html" + where);
-  CHECK(dirty.exit_code == 1);
-  CHECK_THAT(dirty.all, Catch::Contains("uncommitted changes"));
+  // A code change that alters no outcome: still verified, naming both revisions.
+  ws.Write("code.txt", "a change\n");
+  REQUIRE(Shell(ws.dir, git + "add code.txt && " + git + "commit -q -m code") == 0);
+  auto unchanged = RunTrellara("chaos verify --report docs/correctness-report.html" + where);
+  CHECK(unchanged.exit_code == 0);
+  CHECK_THAT(unchanged.out, Catch::Contains("generated at revision") && Catch::Contains("matches the outcomes"));
 
-  // The change committed: the report is stale (another source tree), though every row is equal.
+  // The matrix changed: the report is stale, though every row is equal.
+  ws.Write("matrix.json", std::string(kMatrix) + "\n");
   REQUIRE(Shell(ws.dir, git + "commit -q -am change") == 0);
   auto stale = RunTrellara("chaos verify --report docs/correctness-report.html" + where);
   CHECK(stale.exit_code == 1);
-  CHECK_THAT(stale.all, Catch::Contains("source_tree: \"sha256:"));
+  CHECK_THAT(stale.all, Catch::Contains("matrix: \"sha256:"));
 }

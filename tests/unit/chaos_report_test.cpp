@@ -310,12 +310,27 @@ TEST_CASE("verify_names_every_row_and_field_that_differs", "[chaos_report]") {
   const std::string clean = Line("integration", "clean_a", "passed", R"("fault_points": ["apply.x"], "faults_fired": {"apply.x": 1})");
   auto good = Decide(Matrix(), Results(clean + Line("integration", "negative_a", "passed", R"("defect": "defect_a")")));
   auto bad = Decide(Matrix(), Results(clean + Line("integration", "negative_a", "failed", R"("defect": "defect_a")")));
-  const std::string committed = VerifiedProjection(good, ReportIdentity{"", "", "", "", "sha256:old"});
-  auto stale = CompareVerifiedProjections(committed, VerifiedProjection(good, ReportIdentity{"", "", "", "", "sha256:new"}));
+  const std::string committed = VerifiedProjection(good, ReportIdentity{"r1", "", "", "", "sha256:old", "sha256:m"});
+  // Another source tree with the same outcomes: still verified (freshness by outcome).
+  auto same = CompareVerifiedProjections(committed, VerifiedProjection(good, ReportIdentity{"r2", "", "", "", "sha256:new", "sha256:m"}));
+  REQUIRE(same.ok());
+  CHECK(same->empty());
+  // Another matrix: stale, though every row is equal.
+  auto stale = CompareVerifiedProjections(committed, VerifiedProjection(good, ReportIdentity{"", "", "", "", "sha256:old", "sha256:m2"}));
   REQUIRE(stale.ok());
   REQUIRE(stale->size() == 1);
-  CHECK(stale->front().find("source_tree") == 0);
-  auto differs = CompareVerifiedProjections(committed, VerifiedProjection(bad, ReportIdentity{"", "", "", "", "sha256:old"}));
+  CHECK(stale->front().find("matrix") == 0);
+  // Another set of scenarios (one added): named.
+  auto more = Decide(Matrix(), Results(clean + Line("integration", "negative_a", "passed", R"("defect": "defect_a")") +
+                                       Line("integration", "brand_new", "passed")));
+  auto added = CompareVerifiedProjections(committed, VerifiedProjection(more, ReportIdentity{"", "", "", "", "", "sha256:m"}));
+  REQUIRE(added.ok());
+  bool named_scenario = false;
+  for (const auto& line : *added) {
+    if (line.find("scenario integration  brand_new: ran in this run") == 0) named_scenario = true;
+  }
+  CHECK(named_scenario);
+  auto differs = CompareVerifiedProjections(committed, VerifiedProjection(bad, ReportIdentity{"", "", "", "", "sha256:old", "sha256:m"}));
   REQUIRE(differs.ok());
   bool named_row = false;
   for (const auto& line : *differs) {

@@ -95,6 +95,7 @@ struct Report {
   std::vector<std::string> warnings;          // e.g. a scenario claiming a row the matrix does not bind it to
   std::map<std::string, int> counts;          // status name -> rows
   std::string overall;                        // "PASS", "FAIL" or "INCOMPLETE"
+  std::vector<std::string> scenario_set;      // "kind script name" of every result, sorted, unique
 };
 
 // Where and when the report was made; the adapter fills it.
@@ -104,6 +105,7 @@ struct ReportIdentity {
   std::string results_dir;
   std::string matrix_path;
   std::string source_tree;   // SourceTreeDigest of the checkout the tests ran on (see below)
+  std::string matrix_digest; // MatrixDigest of the matrix file's text
 };
 
 // tests/chaos/matrix.json -> rows. Errors name the row and the field.
@@ -128,15 +130,18 @@ std::string HtmlEscape(std::string_view text);
 
 // ---- The committed report and `make verify-correctness-report` -------------------------------
 //
-// docs/correctness-report.html is committed, and CI checks that it describes this commit's
-// results. A report cannot name the commit it is part of, so what binds it to the source is the
-// digest of the tree without the report: SourceTreeDigest of `git ls-tree -r --full-tree HEAD`
-// minus the excluded paths (the report itself). Some of a report is different on every run (when
-// it was generated, the results directory, how many times a fault fired); the *verified
-// projection* is what must be equal: source tree, overall, counts, and per row its status,
-// commands, paired defect, whether it was caught, scenarios passed/listed and the fault points
-// that fired, plus passed/failed per kind of the other results. The HTML carries it in a
-// <script type="application/json" id="trellara-verified"> block.
+// docs/correctness-report.html is committed, and CI checks that it describes what this commit's
+// run produced — by outcome, not by source: a code change that changes no outcome leaves the
+// committed report verified. Some of a report is different on every run (when it was generated,
+// the results directory, how many times a fault fired, the revision); the *verified projection*
+// is what must be equal: the matrix (its digest), the set of scenarios that ran, overall, counts,
+// per row its status, commands, paired defect, whether it was caught, scenarios passed/listed and
+// the fault points that fired, plus passed/failed per kind of the other results. The revision and
+// source tree the report was generated from travel in the projection for a person and are not
+// compared. The HTML carries it in a <script type="application/json" id="trellara-verified">.
+
+// "sha256:<hex>" of the matrix file's text (a changed matrix makes a committed report stale).
+std::string MatrixDigest(std::string_view matrix_text);
 
 // "sha256:<hex>" over the lines of `ls_tree_output` whose path is not in `excluded_paths`.
 std::string SourceTreeDigest(std::string_view ls_tree_output, const std::vector<std::string>& excluded_paths);
