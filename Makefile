@@ -48,16 +48,19 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-.PHONY: deps core install-cli install-ext test demo unit regress integration correctness-report \
+.PHONY: deps core install-cli install-ext test check demo unit regress integration correctness-report \
         verify-correctness-report
 
 deps:
 	@scripts/install-deps
 
-# CMake owns core, the command and the tests; always ask it (it is incremental).
+# CMake owns core, the command and the tests; always ask it (it is incremental). CMAKE_TARGETS
+# narrows what it builds (make demo: the command and core only, not the test binaries).
+CMAKE_TARGETS ?=
 core:
+	@scripts/install-deps --check
 	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(CMAKE_BUILD_TYPE) $(CMAKE_ARGS) >/dev/null
-	@cmake --build $(BUILD_DIR) -j$$(nproc)
+	@cmake --build $(BUILD_DIR) -j$$(nproc) $(if $(CMAKE_TARGETS),--target $(CMAKE_TARGETS))
 
 $(OBJS): | core
 # The library is CMake's output: a rule that runs after `core` (never in parallel with it, so
@@ -82,10 +85,20 @@ test: deps
 	$(MAKE) install
 	@tests/run-all --build-dir $(BUILD_DIR)
 
+# Builds only what the demo runs (the extension, core and the `trellara` command).
 demo: deps
+	$(MAKE) all CMAKE_TARGETS="trellara"
+	$(MAKE) install CMAKE_TARGETS="trellara"
+	@scripts/demo
+
+# The inner loop (README): unit tests, the simulator (200 randomized seeds), pg_regress and a smoke
+# run of capture + apply; results go to build/results-check, never over a full run's build/results.
+CHECK_SCRIPTS ?= test_apply_end_to_end.py test_relay_varied_wal.py
+check: deps
 	$(MAKE) all
 	$(MAKE) install
-	@scripts/demo
+	@TRELLARA_SIM_RANDOM_SEEDS=200 tests/run-all --build-dir $(BUILD_DIR) --results-dir $(BUILD_DIR)/results-check \
+	  --scripts $(CHECK_SCRIPTS)
 
 # The committed correctness report (docs/correctness.md, "The committed report"). Write it from
 # the results of a full `make test` of a committed tree, then commit it; CI runs

@@ -91,7 +91,7 @@ std::optional<QuarantineCause> Applier::StageChunkedChange(const Change& change,
   if (s.copying && change.op == Op::Insert && change.relation_oid == s.run_oid &&
       relation->fingerprint == s.run_fingerprint && AppendCopyRowOf(change, *relation, s.copy_buffer).ok())
     return CopyRowAppended(tx);
-  auto plan = PlanChange(change, relations);
+  auto plan = PlanChange(change, relations, session_.Partitioned());  // accepted: the target was read
   if (!plan) {
     if (auto earlier = FlushChunked(tx)) return earlier;
     QuarantineCause cause;

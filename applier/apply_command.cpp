@@ -425,12 +425,14 @@ uint64_t Applier::CheckContinuity(std::optional<uint64_t> recorded_offset) {
   }
   if (!facts.claimed_lsn) return consumer_offset;
   facts.origin_progress_lsn = session_.FlushedProgress();
-  if (*facts.claimed_lsn <= facts.origin_progress_lsn) return consumer_offset;
+  facts.last_dedup_lsn = session_.LastDedupLsn();
+  const uint64_t proven = ProvenProgress(facts);
+  if (*facts.claimed_lsn <= proven) return consumer_offset;
   if (r.Seek(facts.log_first_offset).ok()) {
     while (r.next_offset() < consumer_offset) {
       auto next = r.Next();
       if (!next || !*next) break;
-      if (IsTransactionRecord((*next)->type) && (*next)->commit_lsn > facts.origin_progress_lsn) {
+      if (IsTransactionRecord((*next)->type) && (*next)->commit_lsn > proven) {
         facts.first_offset_after_progress = (*next)->offset;
         break;
       }

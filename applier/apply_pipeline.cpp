@@ -70,10 +70,10 @@ Admission Applier::Classify(PipelineTx& tx, const Evidence& evidence) {
     if (UnderSnapshot(change, tx.ready.envelope->relations)) {
       // The handoff rule with what the registry has cached: a chunk not known to be copied (its
       // state must be read FOR SHARE) or a skip to record sends the transaction alone.
+      // The target's catalog first: the rewrite's plans name each table as the target stores it.
+      if (session_.CheckRelationsOf(change, tx.ready.envelope->relations)) return Admission::Alone;
       SnapshotRewrite rewrite = RewriteForSnapshot(change, tx.ready.envelope->relations, tx.ready.tx, false);
       if (rewrite.needs_alone || rewrite.cause) return Admission::Alone;
-      if (!rewrite.plans.empty() && session_.CheckRelationsOf(change, tx.ready.envelope->relations))
-        return Admission::Alone;
       tx.snapshot_in_copy += rewrite.left_out;
       for (auto& plan : rewrite.plans) {
         plan.row_key.clear();  // never left out as superseded: the handoff rule decided it
@@ -81,11 +81,12 @@ Admission Applier::Classify(PipelineTx& tx, const Evidence& evidence) {
       }
       continue;
     }
-    auto plan = PlanChange(change, tx.ready.envelope->relations, plan_cache_);
+    // The target's catalog before the plan, which names each table as the target stores it
+    // (apply_plan.h PartitionedOnTarget). The one-at-a-time path quarantines it with the cause.
+    if (session_.CheckRelationsOf(change, tx.ready.envelope->relations)) return Admission::Alone;
+    auto plan = PlanChange(change, tx.ready.envelope->relations, plan_cache_, session_.Partitioned());
     if (!plan) return Admission::Alone;  // the one-at-a-time path quarantines it as plan_error
     if (plan->kind == PlanKind::NotApplied) continue;
-    // The one-at-a-time path quarantines it with the cause.
-    if (session_.CheckRelationsOf(change, tx.ready.envelope->relations)) return Admission::Alone;
     tx.plans.push_back(std::move(plan.value()));
   }
   return Admission::Apply;

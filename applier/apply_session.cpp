@@ -194,7 +194,8 @@ void ApplySession::Connect(bool reconnecting) {
                       "   FROM pg_catalog.pg_constraint pk CROSS JOIN LATERAL unnest(pk.conkey) WITH ORDINALITY AS k(attnum, ord) "
                       "   JOIN pg_catalog.pg_attribute ka ON ka.attrelid = pk.conrelid AND ka.attnum = k.attnum "
                       "  WHERE pk.conrelid = c.oid AND pk.contype = 'p'), "
-                      "(SELECT pk.conname FROM pg_catalog.pg_constraint pk WHERE pk.conrelid = c.oid AND pk.contype = 'p') "
+                      "(SELECT pk.conname FROM pg_catalog.pg_constraint pk WHERE pk.conrelid = c.oid AND pk.contype = 'p'), "
+                      "(SELECT r.relkind = 'p' FROM pg_catalog.pg_class r WHERE r.oid = c.oid) "
                       "FROM (SELECT to_regclass($1) AS oid) AS c "
                       "LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 "
                       "AND NOT a.attisdropped ORDER BY a.attnum",
@@ -330,6 +331,14 @@ uint64_t ApplySession::FlushedProgress() {
   return value ? ParseLsn(*value).value_or(0) : 0;
 }
 
+uint64_t ApplySession::LastDedupLsn() {
+  auto r = Must(conn_->ExecParams("SELECT max(commit_lsn) FROM trellara.applied_transactions WHERE flow = $1",
+                                  {config_.flow_name}),
+                "reading the last dedup row of flow " + config_.flow_name);
+  auto value = r.Value(0, 0);
+  return value ? ParseLsn(*value).value_or(0) : 0;
+}
+
 // Whether the target can take changes of `relation` (core CheckTargetRelation), read from its
 // catalog the first time this session meets the relation's fingerprint. Only an accepted
 std::optional<QuarantineCause> ApplySession::CheckRelation(const RelationInfo& relation) {
@@ -337,6 +346,7 @@ std::optional<QuarantineCause> ApplySession::CheckRelation(const RelationInfo& r
   if (accepted_relations_.contains(key)) return std::nullopt;
   if (!QualifiedName(relation)) return std::nullopt;  // the planner reports it as a plan error
   const TargetRelation target = ReadTargetRelation(relation.schema, relation.name);
+  partitioned_[relation.oid] = target.partitioned;
   auto cause = CheckTargetRelation(relation, target);
   if (!cause) accepted_relations_.insert(key);
   return cause;
@@ -371,6 +381,7 @@ TargetRelation ApplySession::ReadTargetRelation(const std::string& schema, const
       for (const auto& column : parsed) target.primary_key.push_back(column.get<std::string>());
     }
     target.primary_key_name = r.Value(0, 8).value_or("");
+    target.partitioned = r.Value(0, 9) == std::optional<std::string>("t");
     if (with_rows) {
       auto rows = Must(conn_->Exec("SELECT EXISTS (SELECT 1 FROM " + *quoted_schema + "." + *quoted_name + ")"),
                        "reading whether the target's " + display + " holds rows");

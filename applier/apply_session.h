@@ -116,6 +116,8 @@ class ApplySession {
   // The commit LSN up to which the target has flushed this flow's transactions: origin progress
   // read with flush = true (the server flushes WAL up to that progress first).
   uint64_t FlushedProgress();
+  // The commit LSN of the flow's last dedup row in this database (0: none; core ContinuityFacts).
+  uint64_t LastDedupLsn();
 
   // Whether the target can take changes of `relation` (core CheckTargetRelation), read from its
   // catalog the first time this session meets the relation's fingerprint. Only an accepted
@@ -127,6 +129,16 @@ class ApplySession {
   // would send no query).
   bool RelationAccepted(const RelationInfo& relation) const {
     return accepted_relations_.contains(HexEncode(relation.fingerprint));
+  }
+  // Whether `relation` is partitioned on the target, as CheckRelation last read it (false when it
+  // has not: ONLY, which fails closed on a partitioned table; core apply_plan.h PartitionedOnTarget).
+  bool PartitionedOnTarget(const RelationInfo& relation) const {
+    auto found = partitioned_.find(relation.oid);
+    return found != partitioned_.end() && found->second;
+  }
+  // The same, as the planner takes it.
+  trellara::PartitionedOnTarget Partitioned() const {
+    return [this](const RelationInfo& relation) { return PartitionedOnTarget(relation); };
   }
 
   // The target's definition of schema.name as it is now (inside the open transaction when there is
@@ -203,6 +215,7 @@ class ApplySession {
   std::unique_ptr<PgConnection> conn_;
   std::unordered_map<std::string, std::string> statements_;  // statement_key -> prepared name
   std::unordered_set<std::string> accepted_relations_;       // fingerprints the target can take
+  std::unordered_map<uint32_t, bool> partitioned_;            // source relation oid -> relkind 'p' on the target
   uint64_t statement_serial_ = 0;  // names prepared statements; never reused
   std::unordered_map<uint32_t, KnownRelation> known_;  // committed rows of trellara.relation_schemas
   // The open transaction's changes to known_: nullopt = forgotten (DROP TABLE).

@@ -160,7 +160,7 @@ SnapshotRewrite Applier::RewriteForSnapshot(const Change& change, const std::vec
     return out;
   };
   auto plan_of = [&](const Change& c, const std::string& relation) -> bool {
-    auto plan = PlanChange(c, relations);
+    auto plan = PlanChange(c, relations, session_.Partitioned());
     if (!plan) {
       failed(QuarantineReason::PlanError, relation, plan.error().message);
       return false;
@@ -221,7 +221,7 @@ SnapshotRewrite Applier::RewriteForSnapshot(const Change& change, const std::vec
           out.left_out++;
           continue;
         }
-        auto plan = PlanRangeDelete(*rel, table->key_column.value_or(""), range);
+        auto plan = PlanRangeDelete(*rel, table->key_column.value_or(""), range, session_.PartitionedOnTarget(*rel));
         if (!plan) return failed(QuarantineReason::PlanError, table->Display(), plan.error().message);
         range_deletes.push_back(std::move(plan.value()));
       }

@@ -81,6 +81,8 @@ std::optional<QuarantineCause> Applier::ExecuteChange(const Change& change, cons
   if (change.op == Op::Ddl) return ExecuteDdl(change, relations, tx);
   if (auto cause = CheckDrift(change, relations, tx)) return cause;
   if (UnderSnapshot(change, relations)) {
+    // The target's catalog first: the rewrite's plans name each table as the target stores it.
+    if (auto cause = session_.CheckRelationsOf(change, relations)) return cause;
     SnapshotRewrite rewrite = RewriteForSnapshot(change, relations, tx, /*in_transaction=*/true);
     if (rewrite.cause) return rewrite.cause;
     for (const auto& [table, chunk_no] : rewrite.skips) {
@@ -89,12 +91,17 @@ std::optional<QuarantineCause> Applier::ExecuteChange(const Change& change, cons
     }
     counters_.snapshot_in_copy += rewrite.left_out;
     if (rewrite.plans.empty()) return std::nullopt;
-    if (auto cause = session_.CheckRelationsOf(change, relations)) return cause;
     for (const ChangePlan& plan : rewrite.plans)
       if (auto cause = ExecutePlan(plan, tx)) return cause;
     return std::nullopt;
   }
-  auto plan = PlanChange(change, relations);
+  // Whether the target's catalog was read for every relation the change names: the plan names a
+  // table with ONLY unless the target partitions it (apply_plan.h PartitionedOnTarget).
+  bool target_read = true;
+  for (uint32_t oid : NamedRelations(change))
+    if (const RelationInfo* relation = RelationOf(relations, oid))
+      target_read = target_read && session_.RelationAccepted(*relation);
+  auto plan = PlanChange(change, relations, session_.Partitioned());
   if (!plan) {
     QuarantineCause cause;
     cause.reason = QuarantineReason::PlanError;
@@ -107,6 +114,14 @@ std::optional<QuarantineCause> Applier::ExecuteChange(const Change& change, cons
     return std::nullopt;
   }
   if (auto cause = session_.CheckRelationsOf(change, relations)) return cause;
+  if (!target_read) plan = PlanChange(change, relations, session_.Partitioned());  // now it was
+  if (!plan) {
+    QuarantineCause cause;
+    cause.reason = QuarantineReason::PlanError;
+    cause.operation = OpName(change.op);
+    cause.detail = plan.error().message;
+    return cause;
+  }
   return ExecutePlan(*plan, tx);
 }
 
@@ -207,7 +222,7 @@ std::optional<QuarantineCause> Applier::ExecuteDdl(const Change& change, const s
   // planned as under ddl = "apply" (a step already applied by hand is then a no-op).
   const DdlPolicy policy = replay_ready_ ? DdlPolicy::Apply : config_.ddl;
   const TargetRelation target = session_.ReadTargetRelation(ddl.relation_schema, ddl.relation_name, /*with_rows=*/true);
-  const DdlPlan plan = PlanDdl(ddl, captured, target, policy, config_.ddl_drop_table);
+  const DdlPlan plan = PlanDdl(ddl, captured, target, policy, config_.ddl_drop_table, replay_ready_);
   if (plan.action == DdlAction::Quarantine) return plan.cause;
 
   const std::optional<KnownRelation> known = session_.Known(ddl.relation_oid);

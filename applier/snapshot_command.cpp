@@ -69,6 +69,7 @@ std::vector<SnapshotTable> PublishedTables(PgConnection& source, const FlowConfi
     t.qualified = std::move(s.qualified);
     t.columns = std::move(s.columns);
     t.row_filter = std::move(s.row_filter);
+    t.source_partitioned = s.partitioned;
     if (s.split_key) {
       t.key_column = s.split_key_plain;
       t.key_quoted = *s.split_key;

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "commands.h"
+#include "trellara/apply_plan.h"
 #include "trellara/apply_retry.h"
 #include "trellara/fault.h"
 
@@ -122,17 +123,32 @@ ChunkOutcome CopyChunk(const CopyContext& ctx, Sessions& s, const SnapshotTable&
     std::this_thread::sleep_for(kSnapshotRetryWait);
   }
 
-  // 4. Remove what the target holds in the range, then stream the source's rows into it.
+  // 4. Remove what the target holds in the range, then stream the source's rows into it. Each side
+  // names a plain table with ONLY — the rows of its inheritance children are other tables' (the
+  // snapshot copies each published child as a table of its own) — and a partitioned one without
+  // (core apply_plan.h RowsTarget).
   const std::string predicate = RangePredicate(t, c);
-  Must(target, target.Exec("DELETE FROM " + t.qualified + (predicate.empty() ? "" : " WHERE " + predicate)),
-       "deleting the target rows of " + chunk_name);
+  auto partitioned = Must(target, target.ExecParams("SELECT coalesce((SELECT relkind = 'p' FROM pg_catalog.pg_class "
+                                                    "WHERE oid = to_regclass($1)), false)", {t.qualified}),
+                          "reading how the target stores " + t.name);
+  const bool target_partitioned = partitioned.Value(0, 0) == std::optional<std::string>("t");
+  const std::string target_rows = RowsTarget(t.qualified, target_partitioned);
+  const std::string in_range = predicate.empty() ? "" : " WHERE " + predicate;
+  // Only when the range holds rows: a DELETE is refused on a table the target itself publishes
+  // without a replica identity (a schema restored with pg_dump carries its publications), and a
+  // first copy into an empty table has nothing to delete.
+  auto holds = Must(target, target.Exec("SELECT EXISTS (SELECT 1 FROM " + target_rows + in_range + ")"),
+                    "reading whether the target holds rows of " + chunk_name);
+  if (holds.Value(0, 0) == std::optional<std::string>("t"))
+    Must(target, target.Exec("DELETE FROM " + target_rows + in_range), "deleting the target rows of " + chunk_name);
   std::string where = predicate;
   if (t.row_filter) where = (where.empty() ? "" : "(" + where + ") AND ") + "(" + *t.row_filter + ")";
   Must(source,
-       source.StartCopy("COPY (SELECT " + t.columns + " FROM " + t.qualified + (where.empty() ? "" : " WHERE " + where) +
-                        ") TO STDOUT"),
+       source.StartCopy("COPY (SELECT " + t.columns + " FROM " + RowsTarget(t.qualified, t.source_partitioned) +
+                        (where.empty() ? "" : " WHERE " + where) + ") TO STDOUT"),
        "COPY of " + chunk_name + " from the source");
-  Must(target, target.StartCopy("COPY " + t.qualified + " (" + t.columns + ") FROM STDIN"),
+  // A table without columns (CREATE TABLE t ()) holds rows too: COPY takes no column list then.
+  Must(target, target.StartCopy("COPY " + t.qualified + (t.columns.empty() ? "" : " (" + t.columns + ")") + " FROM STDIN"),
        "COPY of " + chunk_name + " into the target");
   bool fault_hit = false;
   for (;;) {

@@ -31,6 +31,7 @@ struct SnapshotTable {
   std::string qualified;  // format('%I.%I')
   std::string columns;    // the published, non-generated columns, quoted, comma-separated
   std::optional<std::string> row_filter;   // the publication's row filter (the plugin applies it too)
+  bool source_partitioned = false;         // read FROM ONLY unless partitioned: not its inheritance children
   std::optional<std::string> key_column;   // the leading key column chunks split on; nullopt = one chunk
   std::string key_quoted;
   std::vector<ChunkRange> ranges;   // planned from the source (used when (re)registered)

@@ -54,8 +54,11 @@ std::vector<SourceTable> ReadSourceTables(PgConnection& source, const FlowConfig
           "     || '|' || (SELECT t.typname || '|' || a.attname FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
           "                 WHERE a.attrelid = i.indrelid AND a.attnum = i.indkey[0]) "
           "     FROM pg_index i WHERE i.indrelid = format('%I.%I', p.schemaname, p.tablename)::regclass "
-          "      AND (i.indisprimary OR i.indisreplident) ORDER BY i.indisprimary DESC LIMIT 1) "
-          ", p.schemaname, p.tablename "
+          // The replica identity index first: a DELETE's old image carries its columns only, and
+          // the applier maps every change to its chunk by the split column.
+          "      AND (i.indisprimary OR i.indisreplident) ORDER BY i.indisreplident DESC, i.indisprimary DESC LIMIT 1) "
+          ", p.schemaname, p.tablename, "
+          "  (SELECT c.relkind = 'p' FROM pg_catalog.pg_class c WHERE c.oid = format('%I.%I', p.schemaname, p.tablename)::regclass) "
           "FROM pg_catalog.pg_publication_tables p WHERE p.pubname = $1 "
           // Trellara's own relations are never captured (docs/capture.md).
           "AND p.schemaname <> 'trellara' ORDER BY p.schemaname, p.tablename",
@@ -73,6 +76,7 @@ std::vector<SourceTable> ReadSourceTables(PgConnection& source, const FlowConfig
     t.columns.clear();
     for (const auto& c : t.column_list) t.columns += (t.columns.empty() ? "" : ", ") + c;
     t.row_filter = r.Value(i, 3);
+    t.partitioned = r.Value(i, 7) == std::optional<std::string>("t");
     if (auto key = r.Value(i, 4)) {
       // "<quoted key cols>|<typname of leading>|<leading attname>"
       const size_t bar1 = key->find('|');

@@ -22,6 +22,7 @@ struct SourceTable {
   std::string columns;                  // quoted, comma-separated, source order; never generated columns
   std::vector<std::string> column_list; // the same, one per column
   std::optional<std::string> row_filter;  // the publication's row filter (source side only)
+  bool partitioned = false;               // relkind 'p' on the source: its rows are its partitions
   std::vector<std::string> key_columns;   // quoted; empty when the table has no usable key
   std::optional<std::string> split_key;   // quoted leading key column when int2/int4/int8
   std::string split_key_plain;            // the same unquoted, for messages

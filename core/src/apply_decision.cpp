@@ -118,7 +118,10 @@ ApplyDecision DecideApply(const TxIdentity& tx, const Sha256& checksum, const Ta
     }
     d.action = ApplyAction::QuarantineConflict;
     d.reason = "the target's checkpoint " + FormatLsn(target.checkpoint_lsn) + " is at or past commit " +
-               FormatLsn(tx.commit_lsn) + " but the target holds no dedup row for it";
+               FormatLsn(tx.commit_lsn) + " but the target holds no dedup row for it (the checkpoint is the "
+               "server's replication origin: a database restored from a dump, or copied, keeps it while its dedup "
+               "rows end earlier); if this database does not hold the transaction, mark it replay-ready and it is "
+               "applied, else fix the dedup rows first";
     d.cause.reason = QuarantineReason::MissingDedupEvidence;
     d.cause.detail = d.reason;
     return d;

@@ -46,6 +46,7 @@ struct Planner {
   const RelationInfo& rel;
   const RelationText& text;
   const char* kind;  // "UPDATE": messages say "UPDATE on public.orders: ..."
+  std::string rows_target;  // RowsTarget(text.qualified, partitioned on the target)
 
   Error Err(const std::string& message) const { return MakeError(kind + (" on " + text.display) + ": " + message); }
 
@@ -141,7 +142,8 @@ bool TypeHasExactEquality(const std::string& type_name) {
 
 namespace {
 
-Result<ChangePlan> PlanTruncate(const Change& change, const std::vector<RelationInfo>& relations) {
+Result<ChangePlan> PlanTruncate(const Change& change, const std::vector<RelationInfo>& relations,
+                                const PartitionedOnTarget& partitioned) {
   ChangePlan plan;
   plan.kind = PlanKind::Truncate;
   plan.expect = RowExpectation::Any;
@@ -158,9 +160,10 @@ Result<ChangePlan> PlanTruncate(const Change& change, const std::vector<Relation
       list += ", ";
       plan.relation_display += ", ";
     }
-    list += *q;
+    const bool whole_tree = partitioned && partitioned(*r);
+    list += RowsTarget(*q, whole_tree);
     plan.relation_display += DisplayName(*r);
-    key += HexEncode(r->fingerprint) + ",";
+    key += HexEncode(r->fingerprint) + (whole_tree ? "p," : ",");
   }
   key += change.truncate.restart_identity ? "|R" : "|C";
   // Negative control (seed pgoutput_dml_truncate_envelope_mapping; tests only,
@@ -250,6 +253,12 @@ Status PlanMatch(const Planner& p, ChangePlan& plan, std::string& where, std::st
     predicate += p.text.quoted[col];  // every column's name was quoted before planning
     predicate += plan.match == MatchMode::Key ? " = $" : " IS NOT DISTINCT FROM $";
     predicate += std::to_string(plan.params.size());
+    // A full-row match compares every column, composite types among them: an untyped parameter
+    // beside a composite column resolves to `record`, whose input is not implemented (0A000). The
+    // old image's value is of exactly the source column's type (format_type_with_typemod, SQL
+    // text by construction), so the cast to it is lossless.
+    if (plan.match == MatchMode::FullRow && !rel.columns[col].type_name.empty())
+      predicate += "::" + rel.columns[col].type_name;
     if (!cols.empty()) {
       cols += ", ";
       vals += ", ";
@@ -263,7 +272,7 @@ Status PlanMatch(const Planner& p, ChangePlan& plan, std::string& where, std::st
     where = " WHERE " + predicate;
   } else {
     // No key: duplicates may exist; touch exactly one matching row, as the source did.
-    where = " WHERE (tableoid, ctid) = (SELECT tableoid, ctid FROM " + p.text.qualified + " WHERE " + predicate +
+    where = " WHERE (tableoid, ctid) = (SELECT tableoid, ctid FROM " + p.rows_target + " WHERE " + predicate +
             " LIMIT 1)";
   }
   key_part = std::string(plan.match == MatchMode::Key ? "K" : "F") + Mask(rel.columns.size(), match_columns);
@@ -296,9 +305,14 @@ void MakeRelationText(const RelationInfo& rel, RelationText& text) {
   }
 }
 
-Result<ChangePlan> PlanWith(const Change& change, const std::vector<RelationInfo>& relations, PlanCache* cache);
+Result<ChangePlan> PlanWith(const Change& change, const std::vector<RelationInfo>& relations, PlanCache* cache,
+                            const PartitionedOnTarget& partitioned);
 
 }  // namespace
+
+std::string RowsTarget(const std::string& qualified, bool partitioned) {
+  return partitioned ? qualified : "ONLY " + qualified;
+}
 
 const RelationText& PlanCache::Text(const RelationInfo& relation) {
   auto found = relations_.find(relation.fingerprint);
@@ -312,17 +326,20 @@ const RelationText& PlanCache::Text(const RelationInfo& relation) {
   return slot.second;
 }
 
-Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationInfo>& relations) {
-  return PlanWith(change, relations, nullptr);
+Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationInfo>& relations,
+                              const PartitionedOnTarget& partitioned) {
+  return PlanWith(change, relations, nullptr, partitioned);
 }
 
-Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationInfo>& relations, PlanCache& cache) {
-  return PlanWith(change, relations, &cache);
+Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationInfo>& relations, PlanCache& cache,
+                              const PartitionedOnTarget& partitioned) {
+  return PlanWith(change, relations, &cache, partitioned);
 }
 
 namespace {
 
-Result<ChangePlan> PlanWith(const Change& change, const std::vector<RelationInfo>& relations, PlanCache* cache) {
+Result<ChangePlan> PlanWith(const Change& change, const std::vector<RelationInfo>& relations, PlanCache* cache,
+                            const PartitionedOnTarget& partitioned) {
   switch (change.op) {
     case Op::Message: {
       ChangePlan plan;
@@ -338,7 +355,7 @@ Result<ChangePlan> PlanWith(const Change& change, const std::vector<RelationInfo
                                 ") is not applied by the applier; apply it to the target yourself";
       return plan;
     }
-    case Op::Truncate: return PlanTruncate(change, relations);
+    case Op::Truncate: return PlanTruncate(change, relations, partitioned);
     case Op::Insert:
     case Op::Update:
     case Op::Delete: break;
@@ -364,11 +381,14 @@ Result<ChangePlan> PlanWith(const Change& change, const std::vector<RelationInfo
   if (cache == nullptr) MakeRelationText(*rel, uncached);
   const RelationText& text = cache != nullptr ? cache->Text(*rel) : uncached;
   plan.relation_display = text.display;
-  Planner p{change, *rel, text, PlanKindName(plan.kind)};
+  const bool whole_tree = change.op != Op::Insert && partitioned && partitioned(*rel);
+  Planner p{change, *rel, text, PlanKindName(plan.kind), {}};
   const size_t width = rel->columns.size();
   if (text.qualified_error) return p.Err(*text.qualified_error);
   const std::string* qualified = &text.qualified;
+  p.rows_target = RowsTarget(text.qualified, whole_tree);
   plan.target_relation = text.qualified;
+  plan.rows_target = p.rows_target;
 
   // Shapes the codec guarantees, re-checked: the planner must not index out of range.
   if (change.op != Op::Delete && change.new_tuple.size() != width)
@@ -423,8 +443,8 @@ Result<ChangePlan> PlanWith(const Change& change, const std::vector<RelationInfo
                    IdentityRemedy(*rel));
     std::string where, key_part;
     TRELLARA_TRY(PlanMatch(p, plan, where, key_part));
-    plan.sql = "DELETE FROM " + *qualified + where;
-    plan.statement_key = "D|" + text.fingerprint_hex + "|" + key_part;
+    plan.sql = "DELETE FROM " + p.rows_target + where;
+    plan.statement_key = "D|" + text.fingerprint_hex + (whole_tree ? "|p|" : "|") + key_part;
     return plan;
   }
 
@@ -490,8 +510,8 @@ Result<ChangePlan> PlanWith(const Change& change, const std::vector<RelationInfo
   }
   std::string where, key_part;
   TRELLARA_TRY(PlanMatch(p, plan, where, key_part));
-  plan.sql = "UPDATE " + *qualified + " SET " + set + where;
-  plan.statement_key = "U|" + text.fingerprint_hex + "|S" + Mask(width, set_mask_columns) +
+  plan.sql = "UPDATE " + p.rows_target + " SET " + set + where;
+  plan.statement_key = "U|" + text.fingerprint_hex + (whole_tree ? "|p" : "") + "|S" + Mask(width, set_mask_columns) +
                        (set_columns.empty() ? "o" : "n") + "|" + key_part;
   if (plan.match == MatchMode::Key && !key_changed) {
     // The match parameters are the last ones; a key value is never NULL (PlanMatch refuses it).
@@ -639,7 +659,7 @@ Result<std::string> UpdateBatchSql(const ChangePlan& first, const std::vector<st
     aliases += "v" + std::to_string(i + 1) + ", ";
   }
   const std::string count = "$" + std::to_string(m + 1);
-  return "WITH trellara_rows AS (UPDATE " + first.target_relation + " AS trellara_row SET " + set + " FROM unnest(" +
+  return "WITH trellara_rows AS (UPDATE " + first.rows_target + " AS trellara_row SET " + set + " FROM unnest(" +
          arrays + ") WITH ORDINALITY AS trellara_batch(" + aliases + "ord) WHERE " + where +
          " RETURNING trellara_batch.ord) SELECT CASE WHEN count(*) = " + count + " AND count(DISTINCT ord) = " + count +
          " THEN NULL ELSE trellara.require_each_row_once(array_agg(ord), " + count + ") END FROM trellara_rows";

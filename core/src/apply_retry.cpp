@@ -62,23 +62,41 @@ uint64_t RetryBackoff::NextDelayMs() {
   return half + NextRandom() % (base - half + 1);
 }
 
+uint64_t ProvenProgress(const ContinuityFacts& f) {
+  return f.last_dedup_lsn ? std::min(f.origin_progress_lsn, *f.last_dedup_lsn) : f.origin_progress_lsn;
+}
+
 ContinuityDecision DecideContinuity(const ContinuityFacts& f) {
   ContinuityDecision d;
-  if (!f.claimed_lsn || *f.claimed_lsn <= f.origin_progress_lsn) return d;  // Continue
-  const std::string progress = f.origin_progress_lsn ? FormatLsn(f.origin_progress_lsn) : std::string("none");
-  const std::string gap = "the target's replication origin trellara_" + f.flow + " is at " + progress +
-                          " but the consumer offset " + std::to_string(f.consumer_offset) +
-                          " claims every transaction up to commit " + FormatLsn(*f.claimed_lsn) + " is applied";
-  const bool log_holds_gap =
-      f.log_first_offset == 0 || (f.log_first_lsn && *f.log_first_lsn <= f.origin_progress_lsn);
+  const uint64_t proven = ProvenProgress(f);
+  if (!f.claimed_lsn || *f.claimed_lsn <= proven) return d;  // Continue
+  const std::string progress = proven ? FormatLsn(proven) : std::string("none");
+  const bool evidence_behind = proven < f.origin_progress_lsn;
+  const std::string gap =
+      (evidence_behind
+           ? "the target database's last dedup row of flow " + f.flow + " is at " + progress +
+                 " while the server's replication origin trellara_" + f.flow + " is at " +
+                 FormatLsn(f.origin_progress_lsn) +
+                 " (origins belong to the server, not the database: a database restored from a dump, or another "
+                 "database of the same flow), and"
+           : "the target's replication origin trellara_" + f.flow + " is at " + progress + " but") +
+      " the consumer offset " + std::to_string(f.consumer_offset) + " claims every transaction up to commit " +
+      FormatLsn(*f.claimed_lsn) + " is applied";
+  const bool log_holds_gap = f.log_first_offset == 0 || (f.log_first_lsn && *f.log_first_lsn <= proven);
   if (log_holds_gap && f.first_offset_after_progress && *f.first_offset_after_progress < f.consumer_offset) {
     d.action = ContinuityAction::Rewind;
     d.rewind_to_offset = *f.first_offset_after_progress;
     d.message = "apply flow=" + f.flow + " event=rewind origin_progress=" + progress +
                 " consumer_offset=" + std::to_string(f.consumer_offset) + " claimed_commit_lsn=" +
                 FormatLsn(*f.claimed_lsn) + " rewind_to_offset=" + std::to_string(d.rewind_to_offset) +
-                " reason=\"target behind its consumer offset (restored from a backup or failed over to a lagging "
-                "standby); the log still holds the gap, the dedup rows make re-reading safe\"";
+                (evidence_behind
+                     ? " server_origin_progress=" + FormatLsn(f.origin_progress_lsn) +
+                           " reason=\"the database's dedup rows end before the server's origin progress (restored from "
+                           "a dump, or another database of the flow); the transactions between are quarantined as "
+                           "missing_dedup_evidence unless this database's origin is set back\""
+                     : std::string(" reason=\"target behind its consumer offset (restored from a backup or failed over "
+                                   "to a lagging standby); the log still holds the gap, the dedup rows make "
+                                   "re-reading safe\""));
     return d;
   }
   d.action = ContinuityAction::Refuse;

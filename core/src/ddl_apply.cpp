@@ -82,9 +82,9 @@ class DdlPlanner {
  public:
   // `captured` is non-null unless the Ddl drops the table (PlanDdl refuses it before).
   DdlPlanner(const Ddl& ddl, const RelationInfo* captured, const TargetRelation& target, DropTablePolicy drop_table,
-             DdlPlan& plan)
+             DdlPlan& plan, bool replay_ready)
       : ddl_(ddl), captured_(captured), sim_(target), drop_table_(drop_table), plan_(plan),
-        schema_(ddl.relation_schema), name_(ddl.relation_name) {}
+        schema_(ddl.relation_schema), name_(ddl.relation_name), replay_ready_(replay_ready) {}
 
   bool dropped() const { return dropped_; }
   const TargetRelation& simulated() const { return sim_; }
@@ -319,6 +319,17 @@ class DdlPlanner {
       return MakeError("ADD COLUMN " + c.name + " on " + current_display() +
                        " adds an identity column: the source's existing rows got per-row values the target cannot "
                        "reproduce");
+    // The record's definition is the table after the whole command: when a later subcommand of
+    // the same statement changed this column's default (ADD COLUMN s text DEFAULT 'legacy', ALTER
+    // COLUMN s SET DEFAULT 'new'), the default it shows is not the one the existing rows got.
+    const bool after_this = std::any_of(ddl_.steps.begin(), ddl_.steps.end(), [&](const DdlStep& other) {
+      return &other > &step && other.column == c.name &&
+             (other.kind == DdlStepKind::SetDefault || other.kind == DdlStepKind::DropDefault);
+    });
+    if (after_this)
+      return MakeError("ADD COLUMN " + c.name + " on " + current_display() +
+                       " is followed in the same statement by a change of its default: the record holds the default "
+                       "after the statement, not the one the source's existing rows got");
     if (c.default_kind == DefaultKind::Mutable)
       return MakeError("ADD COLUMN " + c.name + " on " + current_display() + " has the default " + c.default_expr +
                        ", which gave the source's existing rows per-row values the target cannot reproduce");
@@ -401,6 +412,14 @@ class DdlPlanner {
     const DdlColumn& c = **def;
     const std::string& from = t->type_name;
     const std::string& to = c.type_name;
+    // A USING expression rewrites every existing value, whatever the types: the same type
+    // (USING lower(email)) or a target already of the new type is not "no change". Only a
+    // transaction the operator marked replay-ready after doing it by hand goes on (below).
+    if (step.using_expression && !replay_ready_)
+      return MakeError("ALTER COLUMN " + c.name + " TYPE " + to + " on " + current_display() +
+                       " rewrites the existing rows with a USING expression the applier cannot reproduce exactly" +
+                       (from == to ? " (the target's column is already " + to + ", but its values are the old ones)"
+                                   : std::string()));
     if (from == to) {
       plan_.notes.push_back("column " + c.name + " of the target's " + current_display() + " is already " + to);
       return Status::Ok();
@@ -548,6 +567,7 @@ class DdlPlanner {
   DdlPlan& plan_;
   std::string schema_;
   std::string name_;
+  const bool replay_ready_;
   bool dropped_ = false;
 };
 
@@ -570,7 +590,7 @@ std::string DescribeDdl(const Ddl& ddl) {
 }
 
 DdlPlan PlanDdl(const Ddl& ddl, const RelationInfo* captured, const TargetRelation& target, DdlPolicy policy,
-                DropTablePolicy drop_table) {
+                DropTablePolicy drop_table, bool replay_ready) {
   DdlPlan plan;
   const std::string relation = RelationDisplay(ddl);
   const std::string statement = " — statement: " + ddl.sql;
@@ -594,7 +614,7 @@ DdlPlan PlanDdl(const Ddl& ddl, const RelationInfo* captured, const TargetRelati
   if (!creates && ddl.relation_name.empty())
     return unsupported("the record does not name the relation the command changed; the record is malformed");
 
-  DdlPlanner planner(ddl, captured, target, drop_table, plan);
+  DdlPlanner planner(ddl, captured, target, drop_table, plan, replay_ready);
   for (const DdlStep& step : ddl.steps) {
     Status s = planner.Step(step);
     if (!s.ok()) return unsupported(s.error().message);

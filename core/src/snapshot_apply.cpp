@@ -117,7 +117,8 @@ Result<Change> NewRowInsert(const Change& update, const RelationInfo& relation) 
   return insert;
 }
 
-Result<ChangePlan> PlanRangeDelete(const RelationInfo& relation, const std::string& key_column, const ChunkRange& range) {
+Result<ChangePlan> PlanRangeDelete(const RelationInfo& relation, const std::string& key_column, const ChunkRange& range,
+                                   bool partitioned) {
   auto qualified = QualifiedName(relation);
   if (!qualified) return MakeError("TRUNCATE of " + DisplayName(relation) + ": " + qualified.error().message);
   ChangePlan plan;
@@ -145,11 +146,11 @@ Result<ChangePlan> PlanRangeDelete(const RelationInfo& relation, const std::stri
       shape += "H";
     }
   }
-  plan.sql = "DELETE FROM " + *qualified + (where.empty() ? std::string() : " WHERE " + where);
+  plan.sql = "DELETE FROM " + RowsTarget(*qualified, partitioned) + (where.empty() ? std::string() : " WHERE " + where);
   plan.match_description = "chunk " + std::to_string(range.chunk_no) + " (" + key_column + " in [" +
                            (range.lo ? std::to_string(*range.lo) : std::string("-inf")) + ", " +
                            (range.hi ? std::to_string(*range.hi) : std::string("+inf")) + "))";
-  plan.statement_key = "RD|" + HexEncode(relation.fingerprint) + "|" + key_column + "|" + shape;
+  plan.statement_key = "RD|" + HexEncode(relation.fingerprint) + (partitioned ? "|p|" : "|") + key_column + "|" + shape;
   return plan;
 }
 

@@ -33,10 +33,14 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import CaptureFailure, TRELLARA_BIN, run_scenarios, scenario, wait_for  # noqa: E402
+from harness import PG_BIN  # noqa: E402
 from test_apply_robustness import (FlowPair, LEDGER_DDL, LEDGER_TABLES, assert_each_transaction_applied_once,  # noqa: E402
                                    assert_ledger_has_no_duplicate_effects, assert_same_data, run_ledger_workload,
                                    wait_log_covers_source)
 from test_apply_transient_retry import start_again, stop_keeping_data  # noqa: E402
+
+
+EXIT_BLOCKED = 3
 
 
 def apply_until_caught_up(config, expect_code):
@@ -221,10 +225,50 @@ def config_pointing_at_another_flows_log_is_refused():
     print("ok: config_pointing_at_another_flows_log_is_refused")
 
 
+@scenario(suite="continuity", invariants=("a database restored from a dump beside the server's origin is not "
+                                          "taken as caught up", "the missing transactions are quarantined as "
+                                          "missing_dedup_evidence, nothing applied over the gap"))
+def database_restored_from_a_dump_on_the_same_server_fails_closed():
+    # Replication origins belong to the server: a dump restored into a new database of the same
+    # server keeps the origin's progress (past what the dump holds). Before issue 35 the applier
+    # printed state=caught_up applied=0 and applied later transactions on top of the gap.
+    with FlowPair("cont-dump", LEDGER_DDL, LEDGER_TABLES) as pair:
+        first = run_ledger_workload(pair, 8)
+        wait_log_covers_source(pair.source)
+        apply_until_caught_up(pair.config, 0)
+        dump = subprocess.run([os.path.join(PG_BIN, "pg_dump"), "-h", pair.target.socket_dir, "-p",
+                               str(pair.target.port), "-U", "postgres", "postgres"], capture_output=True, text=True,
+                              check=True).stdout
+        run_ledger_workload(pair, 12)
+        wait_log_covers_source(pair.source)
+        apply_until_caught_up(pair.config, 0)
+        pair.target.query("CREATE DATABASE restored")
+        pair.target.psql(dump, dbname="restored")
+        restored = pair.config + ".restored.toml"
+        with open(pair.config) as original, open(restored, "w") as out:
+            out.write(original.read().replace(pair.target.conninfo(), pair.target.conninfo("restored")))
+        pair.source.query("INSERT INTO ledger VALUES (1, 100000, 1)")
+        wait_log_covers_source(pair.source)
+        result = apply_until_caught_up(restored, EXIT_BLOCKED)
+        if "state=caught_up" in result.stdout:
+            raise CaptureFailure(f"the applier called the restored database caught up: {result.stdout[-800:]}")
+        reasons = pair.target.query("SELECT string_agg(DISTINCT reason, ',') FROM trellara.quarantine", dbname="restored")
+        if reasons != "missing_dedup_evidence":
+            raise CaptureFailure(f"quarantine reasons on the restored database: {reasons!r}: {result.stderr[-1500:]}")
+        have = int(pair.target.query("SELECT count(*) FROM public.ledger", dbname="restored"))
+        if have != first:
+            raise CaptureFailure(f"the restored database holds {have} ledger rows, its dump held {first}: something "
+                                 f"was applied over the gap")
+        print(f"restored database: blocked at missing_dedup_evidence, ledger {have} rows (the dump's)")
+        pair.check_no_crashes()
+    print("ok: database_restored_from_a_dump_on_the_same_server_fails_closed")
+
+
 SCENARIOS = (config_pointing_at_another_flows_log_is_refused,
              target_restored_from_an_older_backup_rewinds_and_converges,
              negative_control_continuity_unchecked_is_caught,
-             target_behind_a_log_that_lost_its_early_segments_is_refused_with_the_gap)
+             target_behind_a_log_that_lost_its_early_segments_is_refused_with_the_gap,
+             database_restored_from_a_dump_on_the_same_server_fails_closed)
 
 if __name__ == "__main__":
     run_scenarios(SCENARIOS)

@@ -8,7 +8,8 @@ per scenario (FlowPair of test_apply_robustness.py, whose helpers are reused, no
 - target_immediate_restart_while_daemon_applies_converges: a 12 000-transaction ledger backlog;
   while the daemon applies it the target's postmaster gets SIGQUIT (what `pg_ctl stop -m immediate`
   does) and the same data directory is started again. The SAME applier process (same PID) logs a
-  structured `event=retry state=reconnecting` line, reconnects, converges to the source exactly
+  structured `event=retry` line (state reconnecting or retrying: which one a fast reconnect prints
+  depends on timing), reconnects, converges to the source exactly
   (each table by count and md5, dedup rows = the log's transactions, origin progress = the last
   commit, no duplicate ledger effect) and nothing is quarantined. The oracle workload
   (tests/integration/oracle.py, 300 transactions ahead of the backlog) is checked after converging.
@@ -170,9 +171,13 @@ def target_immediate_restart_while_daemon_applies_converges():
             daemon.require_alive("after the target restart")
             lines = daemon.retry_lines()
             print(f"retry lines: {len(lines)}; first: {lines[0] if lines else None}")
-            if not any("state=reconnecting" in line and "attempt=" in line and "next_wait_ms=" in line
-                       for line in lines):
-                raise CaptureFailure("no structured reconnecting line: " + daemon.stderr()[-2000:])
+            # The outcome, not an intermediate state: the failure was counted as a structured retry.
+            # Whether its state reads reconnecting (the connection was found lost) or retrying (the
+            # server's shutdown error arrived first and the first reconnect succeeded) depends on
+            # timing alone.
+            if not any(("state=reconnecting" in line or "state=retrying" in line) and "attempt=" in line
+                       and "next_wait_ms=" in line for line in lines):
+                raise CaptureFailure("no structured retry line: " + daemon.stderr()[-2000:])
             if "event=resumed" not in daemon.stderr():
                 raise CaptureFailure("the daemon did not say it resumed: " + daemon.stderr()[-2000:])
             assert_converged(pair, "after the target restart", committed)

@@ -439,6 +439,33 @@ def unsupported_ddl_is_quarantined():
             raise CaptureFailure("the unsupported DDL reached the target")
 
 
+@scenario(suite="schema_changes", invariants=("ALTER COLUMN TYPE ... USING to the same type is quarantined, never "
+                                              "applied as no change",
+                                              "ADD COLUMN ... DEFAULT a, ALTER COLUMN ... SET DEFAULT b in one "
+                                              "statement is quarantined, never backfilled with b"))
+def rewrites_planned_as_no_change_are_quarantined():
+    # Before issue 35 both were applied: the target kept the old values (USING lower(note) on a
+    # text column that stays text), and the new column's rows got 'new' where the source's hold
+    # 'legacy' — with apply reporting caught_up.
+    for statement in ("ALTER TABLE app.events ALTER COLUMN amount TYPE integer USING amount * 3",
+                      "ALTER TABLE app.events ADD COLUMN status text DEFAULT 'legacy', "
+                      "ALTER COLUMN status SET DEFAULT 'new'"):
+        with SchemaPair("schema-rewrite") as pair:
+            pair.source.psql("INSERT INTO app.events VALUES (1, 1, 10), (2, 1, 20);")
+            wait_log_covers_source(pair.source)
+            if apply_until_caught_up(pair).returncode != 0:
+                raise CaptureFailure("the rows before the DDL were not applied")
+            xid = source_tx(pair, statement)
+            wait_log_covers_source(pair.source)
+            result = apply_until_caught_up(pair)
+            if result.returncode != EXIT_BLOCKED:
+                raise CaptureFailure(f"{statement}: expected exit {EXIT_BLOCKED}, got {result.returncode}: "
+                                     f"{result.stdout[-800:]} {result.stderr[-1500:]}")
+            expect_quarantine(pair, "ddl_unsupported", xid)
+            if "state=caught_up" in result.stdout:
+                raise CaptureFailure(f"{statement}: a blocked apply printed state=caught_up: {result.stdout[-800:]}")
+
+
 @scenario(suite="schema_changes", invariants=("ddl_drop_table = keep leaves the target table and rows",
                                               "ddl_drop_table = apply drops it", "the flow forgets the relation"))
 def drop_table_keeps_or_drops_the_target_table_by_policy():
@@ -532,6 +559,7 @@ if __name__ == "__main__":
         drift_without_ddl_record_is_quarantined_before_anything_applies,
         negative_control_drift_accepted_as_known_is_caught,
         unsupported_ddl_is_quarantined,
+        rewrites_planned_as_no_change_are_quarantined,
         drop_table_keeps_or_drops_the_target_table_by_policy,
         ddl_during_snapshot_copy_withholds_handoff,
     ])

@@ -108,7 +108,7 @@ TEST_CASE("plans_update_with_key_predicate", "[plan][seed000]") {
   // No old image: the key did not change; the row is matched by the new tuple's key.
   auto p = MustPlan(Row(Op::Update, 16384, {T("42"), T("changed"), T("1.50"), T("doc")}), {Orders()});
   CHECK(p.kind == PlanKind::Update);
-  CHECK(p.sql == "UPDATE \"public\".\"orders\" SET \"note\" = $1, \"amount\" = $2, \"doc\" = $3 WHERE \"id\" = $4");
+  CHECK(p.sql == "UPDATE ONLY \"public\".\"orders\" SET \"note\" = $1, \"amount\" = $2, \"doc\" = $3 WHERE \"id\" = $4");
   CHECK(p.params == Params{"changed", "1.50", "doc", "42"});
   CHECK(p.match == MatchMode::Key);
   CHECK(p.expect == RowExpectation::ExactlyOne);
@@ -119,7 +119,7 @@ TEST_CASE("key_changing_update_sets_new_key_and_matches_old_key", "[plan][seed00
   auto p = MustPlan(Row(Op::Update, 16384, {T("44"), T(""), T("1.50"), Value::Null()}, OldImage::Key, {T("43")}),
                     {Orders()});
   CHECK(p.sql ==
-        "UPDATE \"public\".\"orders\" SET \"id\" = $1, \"note\" = $2, \"amount\" = $3, \"doc\" = $4 WHERE \"id\" = $5");
+        "UPDATE ONLY \"public\".\"orders\" SET \"id\" = $1, \"note\" = $2, \"amount\" = $3, \"doc\" = $4 WHERE \"id\" = $5");
   CHECK(p.params == Params{"44", "", "1.50", std::nullopt, "43"});
   CHECK(p.match_description == "(id)=(43)");
   SECTION("composite key: only one part changes, both are set and both old parts match") {
@@ -127,21 +127,21 @@ TEST_CASE("key_changing_update_sets_new_key_and_matches_old_key", "[plan][seed00
                                                      {"line", 23, "integer", -1, true},
                                                      {"qty", 23, "integer", -1, false}});
     auto q = MustPlan(Row(Op::Update, 20000, {T("1"), T("3"), T("9")}, OldImage::Key, {T("1"), T("2")}), {r});
-    CHECK(q.sql == "UPDATE \"Sales\".\"line \"\"items\"\"\" SET \"order_id\" = $1, \"line\" = $2, \"qty\" = $3 "
+    CHECK(q.sql == "UPDATE ONLY \"Sales\".\"line \"\"items\"\"\" SET \"order_id\" = $1, \"line\" = $2, \"qty\" = $3 "
                    "WHERE \"order_id\" = $4 AND \"line\" = $5");
     CHECK(q.params == Params{"1", "3", "9", "1", "2"});
     CHECK(q.match_description == "(order_id, line)=(1, 2)");
   }
   SECTION("an old key image equal to the new key does not set the key") {
     auto q = MustPlan(Row(Op::Update, 16384, {T("43"), T("n"), T("1"), T("d")}, OldImage::Key, {T("43")}), {Orders()});
-    CHECK(q.sql == "UPDATE \"public\".\"orders\" SET \"note\" = $1, \"amount\" = $2, \"doc\" = $3 WHERE \"id\" = $4");
+    CHECK(q.sql == "UPDATE ONLY \"public\".\"orders\" SET \"note\" = $1, \"amount\" = $2, \"doc\" = $3 WHERE \"id\" = $4");
   }
 }
 
 TEST_CASE("update_omits_absent_non_key_columns_for_unchanged_toast", "[plan][seed000]") {
   // The sample envelope's UPDATE: doc was not logged (unchanged TOAST) and must not be touched.
   auto p = MustPlan(Row(Op::Update, 16384, {T("42"), T("changed"), T("Infinity"), Value::UnchangedToast()}), {Orders()});
-  CHECK(p.sql == "UPDATE \"public\".\"orders\" SET \"note\" = $1, \"amount\" = $2 WHERE \"id\" = $3");
+  CHECK(p.sql == "UPDATE ONLY \"public\".\"orders\" SET \"note\" = $1, \"amount\" = $2 WHERE \"id\" = $3");
   CHECK(p.params == Params{"changed", "Infinity", "42"});
   CHECK(p.sql.find("\"doc\"") == std::string::npos);
 }
@@ -151,16 +151,16 @@ TEST_CASE("update_omits_explicit_unchanged_toast_marker", "[plan][seed000]") {
   auto toast = MustPlan(Row(Op::Update, 16384, {T("42"), Value::UnchangedToast(), T("1"), Value::UnchangedToast()}),
                         {Orders()});
   auto null = MustPlan(Row(Op::Update, 16384, {T("42"), Value::Null(), T("1"), Value::Null()}), {Orders()});
-  CHECK(toast.sql == "UPDATE \"public\".\"orders\" SET \"amount\" = $1 WHERE \"id\" = $2");
+  CHECK(toast.sql == "UPDATE ONLY \"public\".\"orders\" SET \"amount\" = $1 WHERE \"id\" = $2");
   CHECK(toast.params == Params{"1", "42"});
-  CHECK(null.sql == "UPDATE \"public\".\"orders\" SET \"note\" = $1, \"amount\" = $2, \"doc\" = $3 WHERE \"id\" = $4");
+  CHECK(null.sql == "UPDATE ONLY \"public\".\"orders\" SET \"note\" = $1, \"amount\" = $2, \"doc\" = $3 WHERE \"id\" = $4");
   CHECK(null.params == Params{std::nullopt, "1", std::nullopt, "42"});
   CHECK(toast.statement_key != null.statement_key);
   SECTION("every non-key column unchanged: the row must still be matched") {
     auto only = MustPlan(Row(Op::Update, 16384, {T("42"), Value::UnchangedToast(), Value::UnchangedToast(),
                                                  Value::UnchangedToast()}),
                          {Orders()});
-    CHECK(only.sql == "UPDATE \"public\".\"orders\" SET \"id\" = $1 WHERE \"id\" = $2");
+    CHECK(only.sql == "UPDATE ONLY \"public\".\"orders\" SET \"id\" = $1 WHERE \"id\" = $2");
     CHECK(only.params == Params{"42", "42"});
     CHECK(only.expect == RowExpectation::ExactlyOne);
   }
@@ -175,6 +175,42 @@ TEST_CASE("update_with_unchanged_toast_key_is_an_error", "[plan]") {
   CHECK_THAT(old, Catch::Contains("unchanged-TOAST"));
 }
 
+TEST_CASE("statements_that_find_rows_name_a_plain_table_with_only_and_a_partitioned_one_without", "[plan]") {
+  // A plain target table: ONLY, so its inheritance children's rows are never reached.
+  auto u = MustPlan(Row(Op::Update, 16384, {T("1"), T("n"), T("2"), T("d")}), {Orders()});
+  CHECK(u.sql.rfind("UPDATE ONLY \"public\".\"orders\" SET", 0) == 0);
+  CHECK(u.rows_target == "ONLY \"public\".\"orders\"");
+  CHECK(u.target_relation == "\"public\".\"orders\"");
+  // Partitioned on the target: without ONLY, so its partitions' rows are reached; another statement.
+  const PartitionedOnTarget partitioned = [](const RelationInfo& r) { return r.name == "orders"; };
+  auto pu = PlanChange(Row(Op::Update, 16384, {T("1"), T("n"), T("2"), T("d")}), {Orders()}, partitioned);
+  REQUIRE(pu.ok());
+  CHECK(pu->sql.rfind("UPDATE \"public\".\"orders\" SET", 0) == 0);
+  CHECK(pu->statement_key != u.statement_key);
+  auto pd = PlanChange(Row(Op::Delete, 16384, {}, OldImage::Key, {T("44")}), {Orders()}, partitioned);
+  REQUIRE(pd.ok());
+  CHECK(pd->sql == "DELETE FROM \"public\".\"orders\" WHERE \"id\" = $1");
+  // INSERT names the table as it is either way.
+  auto pi = PlanChange(Row(Op::Insert, 16384, {T("1"), T("n"), T("2"), T("d")}), {Orders()}, partitioned);
+  REQUIRE(pi.ok());
+  CHECK(pi->sql.rfind("INSERT INTO \"public\".\"orders\" (", 0) == 0);
+  // TRUNCATE: each relation by its own storage.
+  RelationInfo b = Rel("Sales", "line \"items\"", {{"id", 23, "integer", -1, true}});
+  Change t;
+  t.op = Op::Truncate;
+  t.truncate = TruncateInfo{{20000, 16384}, false, false};
+  auto pt = PlanChange(t, {Orders(), b}, partitioned);
+  REQUIRE(pt.ok());
+  CHECK(pt->sql == "TRUNCATE TABLE ONLY \"Sales\".\"line \"\"items\"\"\", \"public\".\"orders\" CONTINUE IDENTITY RESTRICT");
+  // The cached planner follows the same rule.
+  PlanCache cache;
+  auto cu = PlanChange(Row(Op::Update, 16384, {T("1"), T("n"), T("2"), T("d")}), {Orders()}, cache, partitioned);
+  REQUIRE(cu.ok());
+  CHECK(cu->sql == pu->sql);
+  CHECK(RowsTarget("\"s\".\"t\"", false) == "ONLY \"s\".\"t\"");
+  CHECK(RowsTarget("\"s\".\"t\"", true) == "\"s\".\"t\"");
+}
+
 TEST_CASE("insert_with_unchanged_toast_is_an_error", "[plan]") {
   std::string e = MustFail(Row(Op::Insert, 16384, {T("1"), T("n"), T("1"), Value::UnchangedToast()}), {Orders()});
   CHECK_THAT(e, Catch::Contains("INSERT on public.orders") && Catch::Contains("column doc"));
@@ -182,7 +218,7 @@ TEST_CASE("insert_with_unchanged_toast_is_an_error", "[plan]") {
 
 TEST_CASE("plans_delete_by_old_key_image", "[plan]") {
   auto p = MustPlan(Row(Op::Delete, 16384, {}, OldImage::Key, {T("44")}), {Orders()});
-  CHECK(p.sql == "DELETE FROM \"public\".\"orders\" WHERE \"id\" = $1");
+  CHECK(p.sql == "DELETE FROM ONLY \"public\".\"orders\" WHERE \"id\" = $1");
   CHECK(p.params == Params{"44"});
   CHECK(p.expect == RowExpectation::ExactlyOne);
   CHECK(p.match_description == "(id)=(44)");
@@ -200,22 +236,22 @@ TEST_CASE("replica_identity_full_matches_one_row_on_every_column", "[plan]") {
   auto d = MustPlan(Row(Op::Delete, 20000, {}, OldImage::Full, {T("2026-01-01 00:00:00+00"), Value::Null(), T("3")}), {r});
   CHECK(d.match == MatchMode::FullRow);
   CHECK(d.sql ==
-        "DELETE FROM \"public\".\"events\" WHERE (tableoid, ctid) = (SELECT tableoid, ctid FROM \"public\".\"events\" "
-        "WHERE \"at\" IS NOT DISTINCT FROM $1 AND \"what\" IS NOT DISTINCT FROM $2 AND \"n\" IS NOT DISTINCT FROM $3 "
-        "LIMIT 1)");
+        "DELETE FROM ONLY \"public\".\"events\" WHERE (tableoid, ctid) = (SELECT tableoid, ctid FROM ONLY \"public\".\"events\" "
+        "WHERE \"at\" IS NOT DISTINCT FROM $1::timestamp with time zone AND \"what\" IS NOT DISTINCT FROM $2::text AND "
+        "\"n\" IS NOT DISTINCT FROM $3::integer LIMIT 1)");
   CHECK(d.params == Params{"2026-01-01 00:00:00+00", std::nullopt, "3"});
   CHECK(d.match_description == "(at, what, n)=(2026-01-01 00:00:00+00, NULL, 3)");
   auto u = MustPlan(Row(Op::Update, 20000, {T("2026-01-01 00:00:00+00"), T("x"), T("4")}, OldImage::Full,
                         {T("2026-01-01 00:00:00+00"), Value::Null(), T("3")}),
                     {r});
   CHECK(u.sql ==
-        "UPDATE \"public\".\"events\" SET \"at\" = $1, \"what\" = $2, \"n\" = $3 WHERE (tableoid, ctid) = (SELECT "
-        "tableoid, ctid FROM \"public\".\"events\" WHERE \"at\" IS NOT DISTINCT FROM $4 AND \"what\" IS NOT DISTINCT "
-        "FROM $5 AND \"n\" IS NOT DISTINCT FROM $6 LIMIT 1)");
+        "UPDATE ONLY \"public\".\"events\" SET \"at\" = $1, \"what\" = $2, \"n\" = $3 WHERE (tableoid, ctid) = (SELECT "
+        "tableoid, ctid FROM ONLY \"public\".\"events\" WHERE \"at\" IS NOT DISTINCT FROM $4::timestamp with time zone AND "
+        "\"what\" IS NOT DISTINCT FROM $5::text AND \"n\" IS NOT DISTINCT FROM $6::integer LIMIT 1)");
   CHECK(u.params == Params{"2026-01-01 00:00:00+00", "x", "4", "2026-01-01 00:00:00+00", std::nullopt, "3"});
   SECTION("a full image of a keyed relation matches by the key") {
     auto k = MustPlan(Row(Op::Delete, 16384, {}, OldImage::Full, {T("42"), T("n"), T("1"), T("d")}), {Orders()});
-    CHECK(k.sql == "DELETE FROM \"public\".\"orders\" WHERE \"id\" = $1");
+    CHECK(k.sql == "DELETE FROM ONLY \"public\".\"orders\" WHERE \"id\" = $1");
     CHECK(k.params == Params{"42"});
   }
 }
@@ -254,16 +290,16 @@ TEST_CASE("plans_truncate_in_source_order", "[plan]") {
   t.truncate = TruncateInfo{{20000, 16384}, /*cascade=*/true, /*restart_identity=*/true};
   auto p = MustPlan(t, {a, b});
   CHECK(p.kind == PlanKind::Truncate);
-  CHECK(p.sql == "TRUNCATE TABLE \"Sales\".\"line \"\"items\"\"\", \"public\".\"orders\" RESTART IDENTITY RESTRICT");
+  CHECK(p.sql == "TRUNCATE TABLE ONLY \"Sales\".\"line \"\"items\"\"\", ONLY \"public\".\"orders\" RESTART IDENTITY RESTRICT");
   CHECK(p.params.empty());
   CHECK(p.expect == RowExpectation::Any);
   CHECK(p.relation_display == "Sales.line \"items\", public.orders");
   t.truncate.restart_identity = false;
   auto q = MustPlan(t, {a, b});
-  CHECK(q.sql == "TRUNCATE TABLE \"Sales\".\"line \"\"items\"\"\", \"public\".\"orders\" CONTINUE IDENTITY RESTRICT");
+  CHECK(q.sql == "TRUNCATE TABLE ONLY \"Sales\".\"line \"\"items\"\"\", ONLY \"public\".\"orders\" CONTINUE IDENTITY RESTRICT");
   CHECK(q.statement_key != p.statement_key);
   t.truncate.relation_oids = {16384, 20000};
-  CHECK(MustPlan(t, {a, b}).sql.find("\"public\".\"orders\", \"Sales\"") != std::string::npos);
+  CHECK(MustPlan(t, {a, b}).sql.find("ONLY \"public\".\"orders\", ONLY \"Sales\"") != std::string::npos);
   t.truncate.relation_oids = {99};
   CHECK_THAT(MustFail(t, {a, b}), Catch::Contains("oid 99"));
 }
@@ -291,7 +327,7 @@ TEST_CASE("hostile_identifiers_are_always_quoted", "[plan]") {
                        {{"\"", 23, "integer", -1, true}, {name63, 25, "text", -1, false}, {unicode, 25, "text", -1, false},
                         {"select", 25, "text", -1, false}});
   auto p = MustPlan(Row(Op::Update, 20000, {T("1"), T("a"), T("b"), T("c")}, OldImage::Key, {T("0")}), {r});
-  CHECK(p.sql == "UPDATE \"we\"\"ird;schema\".\"Mixed Case\"\"; DROP TABLE x; --\" SET \"\"\"\" = $1, \"" + name63 +
+  CHECK(p.sql == "UPDATE ONLY \"we\"\"ird;schema\".\"Mixed Case\"\"; DROP TABLE x; --\" SET \"\"\"\" = $1, \"" + name63 +
                      "\" = $2, \"" + unicode + "\" = $3, \"select\" = $4 WHERE \"\"\"\" = $5");
   CHECK(QuoteIdentifier("a\"b").value() == "\"a\"\"b\"");
   SECTION("a name Postgres would truncate is refused") {
@@ -362,7 +398,7 @@ TEST_CASE("row_expectation_is_checked_by_the_target_inside_the_statement", "[pla
   // several) must abort the transaction on the server: the executed SQL wraps the DML.
   auto del = MustPlan(Row(Op::Delete, 16384, {}, OldImage::Key, {T("44")}), {Orders()});
   CHECK(RowCheckedSql(del) ==
-        "WITH trellara_rows AS (DELETE FROM \"public\".\"orders\" WHERE \"id\" = $1 RETURNING 1) "
+        "WITH trellara_rows AS (DELETE FROM ONLY \"public\".\"orders\" WHERE \"id\" = $1 RETURNING 1) "
         "SELECT CASE WHEN count(*) = 1 THEN NULL ELSE trellara.require_one_row(count(*)) END FROM trellara_rows");
   auto ins = MustPlan(Row(Op::Insert, 16384, {T("1"), T("n"), T("2"), T("d")}), {Orders()});
   CHECK(RowCheckedSql(ins).rfind("WITH trellara_rows AS (INSERT INTO \"public\".\"orders\"", 0) == 0);
@@ -491,7 +527,7 @@ TEST_CASE("update_batch_sql_sets_the_planned_columns_from_one_array_each_and_che
   auto sql = UpdateBatchSql(*plan, {"text", "bigint", "integer"});
   REQUIRE(sql.ok());
   CHECK(*sql ==
-        "WITH trellara_rows AS (UPDATE \"Sales\".\"line \"\"items\"\"\" AS trellara_row SET \"Note\" = trellara_batch.v1 "
+        "WITH trellara_rows AS (UPDATE ONLY \"Sales\".\"line \"\"items\"\"\" AS trellara_row SET \"Note\" = trellara_batch.v1 "
         "FROM unnest($1::text[], $2::bigint[], $3::integer[]) WITH ORDINALITY AS trellara_batch(v1, v2, v3, ord) "
         "WHERE trellara_row.\"order_id\" = trellara_batch.v2 AND trellara_row.\"line\" = trellara_batch.v3 "
         "RETURNING trellara_batch.ord) SELECT CASE WHEN count(*) = $4 AND count(DISTINCT ord) = $4 THEN NULL "
@@ -568,7 +604,7 @@ TEST_CASE("truncate_replaying_cascade_negative_control", "[plan]") {
   auto p = PlanWithDefect("defect.apply_truncate_cascade", t, {Orders()}, fired);
   REQUIRE(fired);
   REQUIRE(p.ok());
-  CHECK(p->sql == "TRUNCATE TABLE \"public\".\"orders\" CONTINUE IDENTITY CASCADE");  // not RESTRICT: caught
+  CHECK(p->sql == "TRUNCATE TABLE ONLY \"public\".\"orders\" CONTINUE IDENTITY CASCADE");  // not RESTRICT: caught
 }
 
 // pgoutput_row_without_relation_metadata: a change on a relation the record does not describe,

@@ -272,6 +272,24 @@ TEST_CASE("add_column_with_identity_or_volatile_default_is_unsupported", "[ddl]"
   RequireUnsupported(Plan(AddNoteColumnDdl(stamped), OrdersTarget()), "default now()");
 }
 
+TEST_CASE("add_column_whose_default_a_later_subcommand_changes_is_unsupported", "[ddl]") {
+  // ALTER TABLE orders ADD COLUMN status text DEFAULT 'legacy', ALTER COLUMN status SET DEFAULT 'new':
+  // the record's definition shows 'new', the source's existing rows hold 'legacy'.
+  RelationDefinition def = OrdersDef();
+  DdlColumn c = DefCol("status", "text");
+  c.default_kind = DefaultKind::Immutable;
+  c.default_expr = "'new'::text";
+  def.columns.push_back(c);
+  Ddl ddl = AlterOrders({Step(DdlStepKind::AddColumn, "status"), Step(DdlStepKind::SetDefault, "status")}, def,
+                        "ALTER TABLE orders ADD COLUMN status text DEFAULT 'legacy', ALTER COLUMN status SET DEFAULT 'new'");
+  RequireUnsupported(Plan(ddl, OrdersTarget()), "followed in the same statement by a change of its default");
+  ddl.steps[1] = Step(DdlStepKind::DropDefault, "status");
+  RequireUnsupported(Plan(ddl, OrdersTarget()), "not the one the source's existing rows got");
+  // The ADD COLUMN alone (a later statement's SET DEFAULT is a record of its own): executed.
+  ddl.steps.pop_back();
+  CHECK(Plan(ddl, OrdersTarget()).action == DdlAction::Execute);
+}
+
 TEST_CASE("add_column_already_on_the_target_is_a_no_op_when_its_type_is_accepted", "[ddl]") {
   TargetRelation target = OrdersTarget();
   target.columns.push_back(TCol("qty", "bigint"));
@@ -348,7 +366,18 @@ TEST_CASE("alter_column_type_widens_skips_or_refuses_what_cannot_be_exact", "[dd
   SECTION("a target that already takes the new type is left alone") {
     DdlPlan plan = Plan(alter("bigint", false), target_with("numeric"));
     CHECK(plan.action == DdlAction::NoTargetChange);
-    CHECK(Plan(alter("bigint", true), target_with("bigint")).action == DdlAction::NoTargetChange);
+  }
+  SECTION("USING rewrites values: never no change, even to the same type or a target already of it") {
+    RequireUnsupported(Plan(alter("bigint", true), target_with("bigint")), "USING");
+    RequireUnsupported(Plan(alter("text", true), target_with("text")), "its values are the old ones");
+    // Replayed after the operator rewrote the column by hand: the target's column is the new type.
+    RelationInfo captured = CapturedOf(*alter("bigint", true).definition);
+    DdlPlan replayed = PlanDdl(alter("bigint", true), &captured, target_with("bigint"), DdlPolicy::Apply,
+                               DropTablePolicy::Keep, /*replay_ready=*/true);
+    CHECK(replayed.action == DdlAction::NoTargetChange);
+    RequireUnsupported(PlanDdl(alter("bigint", true), &captured, target_with("integer"), DdlPolicy::Apply,
+                               DropTablePolicy::Keep, true),
+                       "USING");
   }
   SECTION("another typmod of the same type is altered to the source's, never left to round") {
     DdlPlan plan = Plan(alter("numeric(12,4)", false), target_with("numeric(10,2)"));

@@ -126,7 +126,7 @@ TEST_CASE("old_row_delete_of_a_key_moving_update_uses_its_old_image", "[snapshot
   CHECK(del->old_tuple == std::vector<Value>{T("7"), T("100")});
   auto plan = PlanChange(*del, {Items()});
   REQUIRE(plan.ok());
-  CHECK(plan->sql == "DELETE FROM \"public\".\"items\" WHERE \"tenant\" = $1 AND \"id\" = $2");
+  CHECK(plan->sql == "DELETE FROM ONLY \"public\".\"items\" WHERE \"tenant\" = $1 AND \"id\" = $2");
   CHECK(plan->params == std::vector<std::optional<std::string>>{"7", "100"});
 
   // Without an old image the key columns of the new tuple are the old key.
@@ -159,7 +159,7 @@ TEST_CASE("new_row_insert_of_a_key_moving_update_needs_every_value", "[snapshot_
 TEST_CASE("range_delete_of_a_chunk_binds_its_bounds_and_leaves_out_unbounded_sides", "[snapshot_apply]") {
   auto middle = PlanRangeDelete(Items(), "id", ChunkRange{3, 100, 200});
   REQUIRE(middle.ok());
-  CHECK(middle->sql == "DELETE FROM \"public\".\"items\" WHERE \"id\" >= $1 AND \"id\" < $2");
+  CHECK(middle->sql == "DELETE FROM ONLY \"public\".\"items\" WHERE \"id\" >= $1 AND \"id\" < $2");
   CHECK(middle->params == std::vector<std::optional<std::string>>{"100", "200"});
   CHECK(middle->expect == RowExpectation::Any);
   CHECK(middle->kind == PlanKind::Delete);
@@ -167,13 +167,13 @@ TEST_CASE("range_delete_of_a_chunk_binds_its_bounds_and_leaves_out_unbounded_sid
 
   auto first = PlanRangeDelete(Items(), "id", ChunkRange{0, std::nullopt, 100});
   REQUIRE(first.ok());
-  CHECK(first->sql == "DELETE FROM \"public\".\"items\" WHERE \"id\" < $1");
+  CHECK(first->sql == "DELETE FROM ONLY \"public\".\"items\" WHERE \"id\" < $1");
   auto last = PlanRangeDelete(Items(), "id", ChunkRange{9, 900, std::nullopt});
   REQUIRE(last.ok());
-  CHECK(last->sql == "DELETE FROM \"public\".\"items\" WHERE \"id\" >= $1");
+  CHECK(last->sql == "DELETE FROM ONLY \"public\".\"items\" WHERE \"id\" >= $1");
   auto whole = PlanRangeDelete(Items(), "", ChunkRange{0, std::nullopt, std::nullopt});
   REQUIRE(whole.ok());
-  CHECK(whole->sql == "DELETE FROM \"public\".\"items\"");
+  CHECK(whole->sql == "DELETE FROM ONLY \"public\".\"items\"");
   CHECK(whole->params.empty());
 
   // Same shape, same statement key (prepared once); different shapes differ.
@@ -183,7 +183,7 @@ TEST_CASE("range_delete_of_a_chunk_binds_its_bounds_and_leaves_out_unbounded_sid
   // A hostile key column name is quoted, never spliced.
   auto hostile = PlanRangeDelete(Items(), "id\" OR 1=1 --", ChunkRange{0, 1, 2});
   REQUIRE(hostile.ok());
-  CHECK(hostile->sql == "DELETE FROM \"public\".\"items\" WHERE \"id\"\" OR 1=1 --\" >= $1 AND \"id\"\" OR 1=1 --\" < $2");
+  CHECK(hostile->sql == "DELETE FROM ONLY \"public\".\"items\" WHERE \"id\"\" OR 1=1 --\" >= $1 AND \"id\"\" OR 1=1 --\" < $2");
 }
 
 TEST_CASE("hold_is_reached_before_the_first_transaction_after_its_lsn", "[snapshot_apply][hold]") {

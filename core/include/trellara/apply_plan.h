@@ -37,6 +37,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <functional>
 #include <vector>
 
 #include "trellara/envelope.h"
@@ -84,6 +85,7 @@ struct ChangePlan {
 
   // For finding superseded updates in a grouped batch (apply_pipeline.h FindSupersededUpdates):
   std::string target_relation;  // "schema"."name" an INSERT/UPDATE/DELETE writes; empty otherwise
+  std::string rows_target;      // how an UPDATE/DELETE names it (RowsTarget: ONLY for a plain table)
   // An UPDATE matched by its key that leaves the key unchanged: the relation and the key's values,
   // encoded unambiguously (equal row_key <=> same relation and same key text). Empty otherwise.
   std::string row_key;
@@ -91,10 +93,23 @@ struct ChangePlan {
   size_t match_params = 0;
 };
 
+// Whether a relation is partitioned on the target (the applier reads it from the target's catalog
+// when it first meets the relation; docs/apply.md "Inheritance and partitions"). Statements that
+// find existing rows — UPDATE, DELETE, TRUNCATE, a full-row match — name a plain table with ONLY:
+// the rows of its inheritance children belong to other relations, whose changes the source names
+// on their own (a TRUNCATE ONLY of a parent must leave its children's rows). A table partitioned
+// on the target is named without ONLY, so they reach its partitions. Unset, or false for a
+// relation the applier has not read: ONLY — on a partitioned table it finds no row, and the row
+// check (for TRUNCATE the server) fails closed instead of touching rows of other relations.
+using PartitionedOnTarget = std::function<bool(const RelationInfo&)>;
+// "ONLY <qualified>" for a plain table, "<qualified>" for a partitioned one (the rule above).
+std::string RowsTarget(const std::string& qualified, bool partitioned);
+
 // Plans `change`, whose relations (and truncated relations) are described by `relations` (the
 // record's RelationInfo list). The SQL text is always filled, so the applier can prepare on a cache
 // miss; when its cache already holds `statement_key` it only binds `params`.
-Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationInfo>& relations);
+Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationInfo>& relations,
+                              const PartitionedOnTarget& partitioned = {});
 
 // What the planner derives from a relation alone: its quoted names and fingerprint in hex.
 struct RelationText {
@@ -119,7 +134,8 @@ class PlanCache {
   RelationText scratch_;  // the text of a relation that is not kept
 };
 // The same plan as PlanChange(change, relations), with each relation's text from `cache`.
-Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationInfo>& relations, PlanCache& cache);
+Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationInfo>& relations, PlanCache& cache,
+                              const PartitionedOnTarget& partitioned = {});
 
 // The statement the applier executes for `plan`: for RowExpectation::ExactlyOne the planned DML is
 // wrapped so that the target itself raises when it touched anything but exactly one row —

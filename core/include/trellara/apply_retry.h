@@ -64,6 +64,12 @@ class RetryBackoff {
 struct ContinuityFacts {
   std::string flow;
   uint64_t origin_progress_lsn = 0;  // pg_replication_origin_progress(origin, true); 0 = none
+  // The commit LSN of the flow's last dedup row in this database (0 = none). It commits with the
+  // origin progress, so the two are equal — unless the database was restored from a dump (or
+  // copied) on a server whose origin, which belongs to the server and not to the database, moved
+  // on: then this database holds less than the origin claims, and this is what it holds.
+  // nullopt: not read (then the origin progress alone is what the target holds).
+  std::optional<uint64_t> last_dedup_lsn;
   uint64_t consumer_offset = 0;      // consumers/applier: everything below is claimed applied
   // Commit LSN of the last transaction (envelope or commit marker) below the consumer offset, as
   // far as the log still holds one; nullopt when none is left below it (nothing to compare).
@@ -90,6 +96,11 @@ struct ContinuityDecision {
 // progress when the log still holds every transaction after it — nothing was reclaimed
 // (log_first_offset == 0) or the first retained transaction is at or below the progress — since
 // dedup rows make re-reading safe; else Refuse, naming the gap and the remedy (reseed).
+// What the target holds is min(origin progress, last dedup row): a database whose dedup rows end
+// below the server's origin progress is behind like a restored backup (rewound, and the
+// transactions between are met by DecideApply's missing_dedup_evidence rule: fail closed).
 ContinuityDecision DecideContinuity(const ContinuityFacts& facts);
+// min(origin progress, last dedup row): the progress this database proves.
+uint64_t ProvenProgress(const ContinuityFacts& facts);
 
 }  // namespace trellara

@@ -39,6 +39,7 @@ struct TargetRelation {
   std::vector<TargetColumn> columns;
   std::vector<std::string> primary_key;  // column names in key order; empty when none
   std::string primary_key_name;          // the primary key constraint's name
+  bool partitioned = false;              // relkind 'p': statements reach its partitions (apply_plan.h)
   bool has_rows = false;                 // read only for a DDL's table (PlanDdl: CREATE TABLE of a name the
                                          // target already holds); CheckTargetRelation ignores it
 };

@@ -72,8 +72,11 @@ struct DdlPlan {
 // relation's DML carries from now on; nullptr after DROP TABLE). `target`: the target's definition
 // of the table the DDL addresses — ddl.relation_schema.ddl.relation_name, the name before the
 // command — read inside the open transaction (exists = false when there is none).
+// `replay_ready`: the transaction is replayed after the operator repaired the target by hand; a
+// step that rewrites values (ALTER COLUMN TYPE ... USING) is then taken as done when the target's
+// column already has the new type, and halts otherwise — never planned as "no change" before.
 DdlPlan PlanDdl(const Ddl& ddl, const RelationInfo* captured, const TargetRelation& target, DdlPolicy policy,
-                DropTablePolicy drop_table);
+                DropTablePolicy drop_table, bool replay_ready = false);
 
 // One line for logs and the quarantine detail: "ALTER TABLE public.orders: add_column note, rename_column a -> b".
 std::string DescribeDdl(const Ddl& ddl);

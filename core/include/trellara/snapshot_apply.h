@@ -49,7 +49,10 @@ Result<Change> NewRowInsert(const Change& update, const RelationInfo& relation);
 // DELETE FROM "schema"."table" WHERE key >= $1 AND key < $2 (bounds left out when unbounded; no
 // WHERE at all for an unbounded range): what a TRUNCATE of a table under snapshot does in a chunk
 // where it applies. RowExpectation::Any; the statement key depends on the shape only.
-Result<ChangePlan> PlanRangeDelete(const RelationInfo& relation, const std::string& key_column, const ChunkRange& range);
+// The target's rows of a chunk range: a plain table with ONLY, a partitioned one without
+// (apply_plan.h PartitionedOnTarget).
+Result<ChangePlan> PlanRangeDelete(const RelationInfo& relation, const std::string& key_column, const ChunkRange& range,
+                                   bool partitioned = false);
 
 // ---- holds ----------------------------------------------------------------------------
 

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Integration: the seeded differential fuzzer for silent divergence (tests/integration/
+divergence_fuzz.py; docs/apply.md "Divergence fuzzer"; issue 35 item 2).
+
+  divergence_fuzzer_finds_no_silent_divergence
+      for each seed of the budget: a generated schema on a fresh source, restored on a fresh target
+      with `pg_dump --schema-only` (publications included), a flow FOR ALL TABLES, the generated
+      workload, `trellara apply --until-caught-up`; then either every table equals the source's by
+      its own rows (exit 0), or the flow halted at a quarantine naming its cause (exit 3). Exit 0
+      with a difference is a silent divergence: the seed fails, named with its command.
+
+Budget: TRELLARA_FUZZ_SEEDS (default "1-3": CI's budget), TRELLARA_FUZZ_MINUTES (stop starting new
+seeds after this many minutes; default unlimited), TRELLARA_FUZZ_ROUNDS (workload rounds, default
+12). A long local run: TRELLARA_FUZZ_SEEDS=1-100000 TRELLARA_FUZZ_MINUTES=120 python3
+tests/integration/test_divergence_fuzz.py. One seed again: TRELLARA_FUZZ_SEEDS=17.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import divergence_fuzz  # noqa: E402
+from capture_support import (CaptureFailure, TRELLARA_BIN, assert_no_backend_crashes, lsn_to_int,  # noqa: E402
+                             run_scenarios, scenario, wait_for, worker_pid)
+from harness import Cluster, PG_BIN  # noqa: E402
+
+EXIT_BLOCKED = 3
+
+
+def seeds():
+    spec = os.environ.get("TRELLARA_FUZZ_SEEDS", "1-3")
+    out = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def own_rows(cluster, table):
+    return cluster.query(f"SELECT count(*) || ' ' || coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '-') "
+                         f"FROM ONLY {table} t")
+
+
+def wait_log_covers(source):
+    lsn = lsn_to_int(source.query("SELECT pg_current_wal_lsn()"))
+
+    def covered():
+        row = source.query("SELECT coalesce(log_durable_lsn::text, '0/0') || ' ' || state || ' ' || "
+                           "coalesce(last_error, '') FROM trellara.status() WHERE flow = 'fz'")
+        durable, state, error = (row.split(" ", 2) + [""])[:3]
+        if state == "error":
+            raise CaptureFailure(f"the relay went to the error state: {error}")
+        return lsn_to_int(durable) >= lsn
+    wait_for("the log to cover the source", covered, 300, 0.2)
+
+
+def run_seed(seed, rounds):
+    gen = divergence_fuzz.Generator(seed, rounds)
+    with Cluster(f"fz{seed}-src") as source, Cluster(f"fz{seed}-dst", preload=False) as target, \
+            tempfile.TemporaryDirectory(prefix="trellara-fuzz-") as work:
+        os.chmod(work, 0o755)
+        source.psql(gen.schema_sql())
+        # The target's schema the way users restore it: pg_dump --schema-only, publications included.
+        schema = subprocess.run([os.path.join(PG_BIN, "pg_dump"), "--schema-only", "--no-owner", "-h",
+                                 source.socket_dir, "-p", str(source.port), "-U", "postgres", "postgres"],
+                                capture_output=True, text=True, check=True).stdout
+        source.query("CREATE EXTENSION trellara")
+        source.query("CREATE PUBLICATION fz_pub FOR ALL TABLES")
+        source.query("SELECT trellara.create_flow('fz', 'fz_pub')")
+        wait_for("the relay to run", lambda: worker_pid(source, "fz"), 60)
+        target.psql(schema)
+        log_dir = source.query("SELECT log_directory FROM trellara.flows WHERE name = 'fz'")
+        config = os.path.join(work, "flow.toml")
+        with open(config, "w") as f:
+            f.write(f'[flow]\nname = "fz"\nlog_directory = "{log_dir}"\n\n[source]\nconninfo = "{source.conninfo()}"\n\n'
+                    f'[target]\nconninfo = "{target.conninfo()}"\n')
+        script = "".join("BEGIN;\n" + ";\n".join(tx) + ";\nCOMMIT;\n" for tx in gen.workload())
+        with open(os.path.join(work, "workload.sql"), "w") as f:
+            f.write(script)
+        ran = subprocess.run([os.path.join(PG_BIN, "psql"), "-X", "-q", "-h", source.socket_dir, "-p",
+                              str(source.port), "-U", "postgres", "-f", os.path.join(work, "workload.sql")],
+                             capture_output=True, text=True, timeout=600)
+        source_errors = [line for line in ran.stderr.splitlines() if "ERROR" in line]
+        wait_log_covers(source)
+        applied = subprocess.run([TRELLARA_BIN, "apply", "--config", config, "--until-caught-up"],
+                                 capture_output=True, text=True, timeout=900)
+        assert_no_backend_crashes(source, target)
+        tables = gen.all_tables()
+        if applied.returncode == EXIT_BLOCKED:
+            reasons = target.query("SELECT string_agg(reason || ': ' || left(message, 1500), ' / ') FROM trellara.quarantine")
+            if not reasons:
+                raise CaptureFailure(f"seed {seed}: apply exited blocked without a quarantine row: {applied.stderr[-1500:]}")
+            unexpected = not any(r in reasons for r in gen.expected_halts)
+            print(f"seed {seed}: halted ({'unexpected: ' if unexpected else ''}{reasons[:1500]})")
+            return "halted", reasons if unexpected else None
+        if applied.returncode != 0:
+            raise CaptureFailure(f"seed {seed}: trellara apply exited {applied.returncode}: {applied.stdout[-800:]} "
+                                 f"{applied.stderr[-1500:]}")
+        differ = [t for t in tables if own_rows(source, t) != own_rows(target, t)]
+        if differ:
+            details = "; ".join(f"{t}: source {own_rows(source, t)}, target {own_rows(target, t)}" for t in differ)
+            raise CaptureFailure(f"seed {seed}: SILENT DIVERGENCE — apply exited 0 (caught up) but {len(differ)} "
+                                 f"table(s) differ: {details}. Reproduce: TRELLARA_FUZZ_SEEDS={seed} "
+                                 f"TRELLARA_FUZZ_ROUNDS={rounds} python3 tests/integration/test_divergence_fuzz.py")
+        if gen.expected_halts:
+            raise CaptureFailure(f"seed {seed}: the workload holds a statement that must halt the flow "
+                                 f"({gen.expected_halts}) but apply exited 0 and called it caught up")
+        print(f"seed {seed}: converged, {len(tables)} tables equal ({len(source_errors)} source statements failed "
+              f"and rolled back)")
+        return "converged", None
+
+
+@scenario(suite="apply", invariants=("no seed ends caught up with a table that differs from the source",
+                                     "a halted seed names its cause in a quarantine"))
+def divergence_fuzzer_finds_no_silent_divergence():
+    minutes = float(os.environ.get("TRELLARA_FUZZ_MINUTES", "0") or 0)
+    rounds = int(os.environ.get("TRELLARA_FUZZ_ROUNDS", "12"))
+    began = time.monotonic()
+    outcomes = {"converged": 0, "halted": 0}
+    unexpected = []
+    for seed in seeds():
+        if minutes and time.monotonic() - began > minutes * 60:
+            break
+        outcome, note = run_seed(seed, rounds)
+        outcomes[outcome] += 1
+        if note:
+            unexpected.append((seed, note))
+    print(f"fuzzer: {sum(outcomes.values())} seeds in {time.monotonic() - began:.0f}s: {outcomes}; halts not "
+          f"expected by the generator: {len(unexpected)}")
+    for seed, note in unexpected:
+        print(f"  seed {seed}: {note[:300]}")
+
+
+if __name__ == "__main__":
+    run_scenarios([divergence_fuzzer_finds_no_silent_divergence])
