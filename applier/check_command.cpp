@@ -14,6 +14,7 @@
 //
 // Exit 0: nothing critical. 2: a critical finding (including a side that cannot be reached).
 // 1: the command line or the configuration file is wrong (no report is printed).
+#include <algorithm>
 #include <iostream>
 
 #include "commands.h"
@@ -327,6 +328,37 @@ void CheckTable(PgConnection& target, const FlowConfig& config, const TargetRole
   else
     out.Add(PreflightSeverity::Ok, "target_table", table.name,
             "exists; role " + role.name + " can SELECT, INSERT, UPDATE and DELETE it");
+  // Every published column must exist on the target (contract-test says more: types, keys).
+  auto cols = Read(target, out, "target_table_columns", table.name,
+                   "SELECT coalesce(array_to_string(ARRAY(SELECT quote_ident(a.attname) FROM pg_catalog.pg_attribute a "
+                   "  WHERE a.attrelid = pg_catalog.to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped "
+                   "  ORDER BY a.attnum), ','), '')",
+                   {table.qualified});
+  if (cols.ok()) {
+    std::vector<std::string> have;
+    std::string list = cols.Value(0, 0).value_or("");
+    for (size_t start = 0; start < list.size();) {
+      // quote_ident output never holds a comma outside double quotes
+      size_t end = start;
+      bool quoted = false;
+      while (end < list.size() && (quoted || list[end] != ',')) {
+        if (list[end] == '"') quoted = !quoted;
+        end++;
+      }
+      have.push_back(list.substr(start, end - start));
+      start = end + 1;
+    }
+    std::string missing_columns;
+    for (const auto& c : table.column_list)
+      if (std::find(have.begin(), have.end(), c) == have.end())
+        missing_columns += (missing_columns.empty() ? "" : ", ") + c;
+    if (!missing_columns.empty())
+      out.Add(PreflightSeverity::Critical, "target_table_columns", table.name,
+              "the target's " + table.name + " lacks published column(s) " + missing_columns +
+                  ": the first replicated change of it is quarantined (missing_column)",
+              "add them on the target with the source's types (pg_dump -s -t " + table.qualified +
+                  " on the source shows them), or see trellara contract-test --config " + config.path);
+  }
   if (!IsTrue(r.Value(0, 2)))
     out.Add(PreflightSeverity::Warning, "target_table_key", table.name,
             table.name + " has no primary key and no replica identity index on the target (replica identity " +

@@ -148,7 +148,8 @@ $fn$;
 -- table or any partition or inheritance child the UPDATE reaches. Returns
 -- the type of each of `columns` as the parameter arrays are cast, or NULL when the
 -- UPDATEs must go one at a time: such a trigger, rule, index or constraint; a column of an array
--- type (unnest would flatten it) or not found. ROW EXCLUSIVE is taken first, as the UPDATEs
+-- type (unnest would flatten it) or of a composite type (a multi-argument unnest expands it into
+-- its fields, shifting every later column of the batch) or not found. ROW EXCLUSIVE is taken first, as the UPDATEs
 -- would, so no trigger can be enabled between the answer and the statement.
 CREATE OR REPLACE FUNCTION trellara.update_batch_types(relation text, columns text[], key_columns text[])
 RETURNS text[] LANGUAGE plpgsql AS $fn$
@@ -184,7 +185,7 @@ BEGIN
     LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = rel AND a.attname = c.name AND a.attnum > 0
                                         AND NOT a.attisdropped
     LEFT JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid  -- a domain has its base type's category
-   WHERE a.attname IS NOT NULL AND ty.typcategory <> 'A';
+   WHERE a.attname IS NOT NULL AND ty.typcategory NOT IN ('A', 'C');
   IF types IS NULL OR pg_catalog.cardinality(types) <> pg_catalog.cardinality(columns) THEN
     RETURN NULL;
   END IF;

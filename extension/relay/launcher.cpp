@@ -44,7 +44,6 @@ constexpr int kLauncherMaxFlows = 1024;
 constexpr long kRescanMs = 1000;
 constexpr long kFastRescanMs = 20;
 constexpr int kFastRescans = 50;
-constexpr int kStopHoldMs = 60'000;
 
 struct FlowRow {
   char name[NAMEDATALEN];

@@ -18,6 +18,11 @@ extern "C" {
 
 namespace trellara::relay {
 
+// How long a stop_flow/drop_flow request holds a flow stopped before its transaction must have
+// committed or rolled back: the launcher does not start the flow's worker meanwhile, and a worker
+// registered just before the request exits at its start (relay/worker.cpp ClaimBoardSlot).
+constexpr int kStopHoldMs = 60'000;
+
 // kFailed: the worker ended on an error a restart may cure; the launcher restarts it with backoff.
 // kError: the flow cannot continue as it is (a transaction that cannot be captured, a log that
 // does not cover the slot): the launcher leaves it alone until start_flow clears it.
@@ -40,7 +45,8 @@ struct FlowSlot {
   uint64_t records_written;      // frames appended by this worker since it started
   int32_t consecutive_failures;  // for restart backoff; reset after a healthy pass
   TimestampTz started_at;
-  TimestampTz stop_requested_at;  // stop_flow/drop_flow in progress: the launcher holds off
+  TimestampTz stop_requested_at;  // stop_flow/drop_flow in progress: the launcher holds off, and a
+                                  // worker started just before exits without touching its log
   TimestampTz last_error_at;
   char last_error[kLastErrorBytes];
   // The transaction the last failures happened on (for the poison-transaction rule): failures in

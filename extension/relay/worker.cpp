@@ -212,8 +212,15 @@ void ReleaseBoardSlot(int, Datum) {
   LWLockRelease(b->lock);
 }
 
-// Claims the board slot of the flow; false if another live worker already owns it.
-bool ClaimBoardSlot() {
+enum class Claim { kClaimed, kAlreadyRunning, kStopping };
+
+// Claims the board slot of the flow. kAlreadyRunning: another live worker owns it. kStopping: a
+// stop_flow/drop_flow asked it to stop (its transaction has not committed yet) after this worker
+// was registered — the stop saw no worker and goes on (drop_flow removes the log directory), so
+// this one must not create anything there. Decided under the board lock that the stop request
+// is written under: either the stop sees this worker's pid and waits for it, or this worker sees
+// the request.
+Claim ClaimBoardSlot() {
   Board* b = SharedBoard();
   LWLockAcquire(b->lock, LW_EXCLUSIVE);
   FlowSlot* s = FindFlowSlot(b, flow_name, true);
@@ -224,7 +231,12 @@ bool ClaimBoardSlot() {
   }
   if (s->pid != 0 && s->pid != MyProcPid && kill(s->pid, 0) == 0) {
     LWLockRelease(b->lock);
-    return false;
+    return Claim::kAlreadyRunning;
+  }
+  if (s->stop_requested_at != 0 &&
+      !TimestampDifferenceExceeds(s->stop_requested_at, GetCurrentTimestamp(), kStopHoldMs)) {
+    LWLockRelease(b->lock);
+    return Claim::kStopping;
   }
   s->pid = MyProcPid;
   s->database = MyDatabaseId;
@@ -232,7 +244,7 @@ bool ClaimBoardSlot() {
   s->started_at = GetCurrentTimestamp();
   LWLockRelease(b->lock);
   board_slot = s;
-  return true;
+  return Claim::kClaimed;
 }
 
 // Reads this flow's row; false if it is gone or disabled.
@@ -720,9 +732,15 @@ void trellara_relay_main(Datum) {
   strlcpy(flow_name, MyBgworkerEntry->bgw_extra, NAMEDATALEN);
   BackgroundWorkerInitializeConnection(FlowDatabase(), nullptr, 0);
   if (SharedBoard() == nullptr) proc_exit(1);
-  if (!ClaimBoardSlot()) {
-    ereport(LOG, (errmsg("trellara relay of flow \"%s\" is already running; this duplicate exits", flow_name)));
-    proc_exit(0);
+  switch (ClaimBoardSlot()) {
+    case Claim::kClaimed: break;
+    case Claim::kAlreadyRunning:
+      ereport(LOG, (errmsg("trellara relay of flow \"%s\" is already running; this duplicate exits", flow_name)));
+      proc_exit(0);
+    case Claim::kStopping:
+      ereport(LOG, (errmsg("trellara relay of flow \"%s\" exits at its start: stop_flow or drop_flow is stopping the "
+                           "flow", flow_name)));
+      proc_exit(0);
   }
   on_shmem_exit(ReleaseBoardSlot, 0);
   started_at = GetCurrentTimestamp();

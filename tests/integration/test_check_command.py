@@ -12,7 +12,8 @@ four tables. Scenarios (one cluster pair, in this order):
     replay-ready it is a warning, and after the next apply nothing is reported;
   - check_reports_target_triggers_missing_tables_and_privileges_and_exits_2: as a non-superuser
     target role, with an ENABLE ALWAYS trigger on orders, an ordinary trigger on items, ghosts
-    dropped, items without its primary key and notes only readable: the trigger on orders (not
+    dropped, items without its primary key and its published column qty, and notes only readable:
+    items lacking qty is critical (target_table_columns); the trigger on orders (not
     the one on items) and the keyless items are warnings,
     ghosts and notes are critical, so are the origin, session_replication_role and state-schema
     privileges, exit 2; with session_replication_role = "origin" the trigger on items is reported too;
@@ -169,7 +170,7 @@ def check_reports_target_triggers_missing_tables_and_privileges_and_exits_2(env)
     target.query(
         "CREATE ROLE check_role LOGIN; "
         "GRANT SELECT, INSERT, UPDATE, DELETE ON orders, items TO check_role; GRANT SELECT ON notes TO check_role; "
-        "DROP TABLE ghosts; ALTER TABLE items DROP CONSTRAINT items_pkey; "
+        "DROP TABLE ghosts; ALTER TABLE items DROP CONSTRAINT items_pkey; ALTER TABLE items DROP COLUMN qty; "
         "CREATE FUNCTION count_row() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$; "
         "CREATE TRIGGER orders_audit AFTER INSERT OR UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION count_row(); "
         "ALTER TABLE orders ENABLE ALWAYS TRIGGER orders_audit; "
@@ -191,6 +192,9 @@ def check_reports_target_triggers_missing_tables_and_privileges_and_exits_2(env)
     missing = findings(report, "target", "target_table", "critical")
     if [f["subject"] for f in missing] != ["public.ghosts"] or "does not exist" not in missing[0]["detail"]:
         raise CaptureFailure(f"the dropped table ghosts must be critical: {missing}")
+    columns = findings(report, "target", "target_table_columns", "critical")
+    if [f["subject"] for f in columns] != ["public.items"] or "qty" not in columns[0]["detail"]:
+        raise CaptureFailure(f"items without its published column qty must be critical: {columns}")
     privileges = findings(report, "target", "target_table_privileges", "critical")
     if [f["subject"] for f in privileges] != ["public.notes"] \
             or "INSERT, UPDATE, DELETE" not in privileges[0]["detail"] or "check_role" not in privileges[0]["remedy"]:
