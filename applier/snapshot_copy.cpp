@@ -134,12 +134,26 @@ ChunkOutcome CopyChunk(const CopyContext& ctx, Sessions& s, const SnapshotTable&
   const bool target_partitioned = partitioned.Value(0, 0) == std::optional<std::string>("t");
   const std::string target_rows = RowsTarget(t.qualified, target_partitioned);
   const std::string in_range = predicate.empty() ? "" : " WHERE " + predicate;
-  // Only when the range holds rows: a DELETE is refused on a table the target itself publishes
-  // without a replica identity (a schema restored with pg_dump carries its publications), and a
-  // first copy into an empty table has nothing to delete.
-  auto holds = Must(target, target.Exec("SELECT EXISTS (SELECT 1 FROM " + target_rows + in_range + ")"),
+  // Only when the range holds rows (a first copy into an empty table has nothing to delete). A
+  // DELETE is refused on a table the target itself publishes for deletes without a replica identity
+  // (a schema restored with pg_dump carries its publications): such a table has no key, so its one
+  // chunk is the whole table, emptied with TRUNCATE ONLY instead (which no publication refuses).
+  auto holds = Must(target,
+                    target.ExecParams(
+                        "SELECT EXISTS (SELECT 1 FROM " + target_rows + in_range + "), "
+                        "  c.relreplident <> 'f' AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_index i "
+                        "    WHERE i.indrelid = c.oid AND (i.indisreplident OR (c.relreplident = 'd' AND i.indisprimary))) "
+                        "  AND EXISTS (SELECT 1 FROM pg_catalog.pg_publication_tables pt JOIN pg_catalog.pg_publication p "
+                        "    ON p.pubname = pt.pubname WHERE p.pubdelete AND pt.schemaname = n.nspname AND pt.tablename = c.relname) "
+                        "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+                        "WHERE c.oid = to_regclass($1)",
+                        {t.qualified}),
                     "reading whether the target holds rows of " + chunk_name);
-  if (holds.Value(0, 0) == std::optional<std::string>("t"))
+  const bool has_rows = holds.Value(0, 0) == std::optional<std::string>("t");
+  const bool delete_refused = holds.Value(0, 1) == std::optional<std::string>("t");
+  if (has_rows && delete_refused && predicate.empty())
+    Must(target, target.Exec("TRUNCATE " + target_rows), "emptying the target's " + t.name + " for " + chunk_name);
+  else if (has_rows)
     Must(target, target.Exec("DELETE FROM " + target_rows + in_range), "deleting the target rows of " + chunk_name);
   std::string where = predicate;
   if (t.row_filter) where = (where.empty() ? "" : "(" + where + ") AND ") + "(" + *t.row_filter + ")";

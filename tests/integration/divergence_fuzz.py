@@ -57,6 +57,10 @@ SCALAR_TYPES = [
     ("fz_code", lambda r: _text(r, 1, 5)),             # domain over varchar(5)
     ("fz_pair", lambda r: f"ROW({r.randint(0, 99)}, {_text(r, 0, 4)})::fz_pair"),  # composite
 ]
+# Rows per statement of a large transaction: with the source's trellara.chunk_changes at
+# CHUNK_CHANGES (set by the test), two such INSERTs and an UPDATE of the table make it chunked.
+CHUNK_CHANGES = 128
+LARGE_ROWS = 100
 KEY_TYPES = [("integer", lambda r, n: str(n)), ("bigint", lambda r, n: str(n * 1000003)),
              ("text", lambda r, n: f"'k{n}'"), ("char(6)", lambda r, n: f"'c{n}'"), ("varchar(10)", lambda r, n: f"'v{n}'")]
 
@@ -260,7 +264,7 @@ class Generator:
                         txs.append([f"UPDATE {_only(t)}{t.name} SET {c} = {self._value(ty)} WHERE k = {self._key(t, n)}"])
             elif shape < 0.7:     # a large transaction: chunked (COPY runs, batched UPDATEs)
                 settable = [(c, ty) for c, ty in t.columns if c != "alt"]
-                tx = [self._insert(t, rows=600), self._insert(t, rows=600)]
+                tx = [self._insert(t, rows=LARGE_ROWS), self._insert(t, rows=LARGE_ROWS)]
                 if settable:
                     c, ty = r.choice(settable)
                     tx.append(f"UPDATE {_only(t)}{t.name} SET {c} = {self._value(ty)}")
