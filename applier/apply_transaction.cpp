@@ -101,27 +101,22 @@ std::optional<QuarantineCause> Applier::ExecuteChange(const Change& change, cons
   for (uint32_t oid : NamedRelations(change))
     if (const RelationInfo* relation = RelationOf(relations, oid))
       target_read = target_read && session_.RelationAccepted(*relation);
-  auto plan = PlanChange(change, relations, session_.Partitioned());
-  if (!plan) {
+  const auto plan_error = [&](const Error& error) {
     QuarantineCause cause;
     cause.reason = QuarantineReason::PlanError;
     cause.operation = OpName(change.op);
-    cause.detail = plan.error().message;
+    cause.detail = error.message;
     return cause;
-  }
+  };
+  auto plan = PlanChange(change, relations, session_.Partitioned());
+  if (!plan) return plan_error(plan.error());
   if (plan->kind == PlanKind::NotApplied) {
     counters_.not_applied_changes++;
     return std::nullopt;
   }
   if (auto cause = session_.CheckRelationsOf(change, relations)) return cause;
   if (!target_read) plan = PlanChange(change, relations, session_.Partitioned());  // now it was
-  if (!plan) {
-    QuarantineCause cause;
-    cause.reason = QuarantineReason::PlanError;
-    cause.operation = OpName(change.op);
-    cause.detail = plan.error().message;
-    return cause;
-  }
+  if (!plan) return plan_error(plan.error());
   return ExecutePlan(*plan, tx);
 }
 
