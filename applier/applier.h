@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <map>
@@ -125,6 +126,13 @@ class Applier {
                                                const std::vector<RelationInfo>& relations);
   std::optional<QuarantineCause> ExecuteDdl(const Change& change, const std::vector<RelationInfo>& relations,
                                             const TxIdentity& tx);
+  // CREATE TABLE AS / SELECT INTO (core CreatesRelation): `failure` of row change `change` says its
+  // table is missing on the target and `create` (found later in the same transaction) creates it:
+  // run the CREATE now and `retry` the change. Otherwise `failure` as it is.
+  std::optional<QuarantineCause> CreateAhead(const Change& change, std::optional<QuarantineCause> failure,
+                                             const Change* create, const std::vector<RelationInfo>& create_relations,
+                                             const TxIdentity& tx,
+                                             const std::function<std::optional<QuarantineCause>()>& retry);
   // The batch path's question: does every relation `change` names carry the fingerprint the flow
   // knows (no first sight, no drift, no DDL)? Otherwise the transaction goes alone.
   bool KnownShapes(const Change& change, const std::vector<RelationInfo>& relations);
@@ -194,11 +202,11 @@ class Applier {
   // ---- apply_snapshot.cpp: the snapshot handoff rule and holds --------------------------
   void LoadRegistry();
   void PollRegistry();
-  bool UnderSnapshot(const Change& change, const std::vector<RelationInfo>& relations);
+  bool UnderSnapshot(const Change& change, const std::vector<RelationInfo>& relations, uint64_t commit_lsn);
   ChunkView ViewOf(SnapshotTable& table, int32_t chunk_no);
   void ReadChunkState(SnapshotTable& table, int32_t chunk_no);
   RowAction WithSnapshotDefects(RowAction action, const std::optional<ChunkView>& old_view,
-                                const std::optional<ChunkView>& new_view, uint32_t xid);
+                                const std::optional<ChunkView>& new_view, const TxIdentity& tx);
   SnapshotRewrite RewriteForSnapshot(const Change& change, const std::vector<RelationInfo>& relations,
                                      const TxIdentity& tx, bool in_transaction);
   bool StopAtHolds(std::optional<uint64_t> next_commit_lsn);
@@ -281,6 +289,7 @@ class Applier {
   uint64_t attempt_batched_updates_ = 0;  // UPDATEs of this attempt sent in batches (apply_chunked.cpp)
   uint64_t attempt_ddl_no_target_change_ = 0;
   std::vector<std::string> attempt_ddl_notes_;
+  std::set<uint32_t> attempt_created_ahead_;  // tables CreateAhead created: their CREATE is left out where it comes
   bool attempt_registry_changed_ = false;  // a DDL withheld a snapshot handoff: reload after COMMIT
   // The chunked transaction being staged (apply_chunked.cpp): the INSERT run not yet sent (at most
   // kCopyRunRowsMin plans) or the COPY in progress, and the pipelined statements awaiting answers.

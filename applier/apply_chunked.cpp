@@ -74,7 +74,7 @@ std::optional<QuarantineCause> Applier::StageChunkedChange(const Change& change,
   // Anything that may talk to the target on its own (first sight, the catalog check, the snapshot
   // rule's chunk reads, DDL) or is not a plain row change: the careful path, after a flush.
   const bool careful = relation == nullptr || !KnownShapes(change, relations) ||
-                       !session_.RelationAccepted(*relation) || UnderSnapshot(change, relations);
+                       !session_.RelationAccepted(*relation) || UnderSnapshot(change, relations, tx.commit_lsn);
   if (careful) {
     if (auto cause = FlushChunked(tx)) return cause;
     return ExecuteChange(change, relations, tx);

@@ -67,7 +67,7 @@ Admission Applier::Classify(PipelineTx& tx, const Evidence& evidence) {
     // one-at-a-time path decides it in transaction order (apply_transaction.cpp) and moves what the
     // flow knows of the relation only once that transaction committed.
     if (!KnownShapes(change, tx.ready.envelope->relations)) return Admission::Alone;
-    if (UnderSnapshot(change, tx.ready.envelope->relations)) {
+    if (UnderSnapshot(change, tx.ready.envelope->relations, tx.ready.tx.commit_lsn)) {
       // The handoff rule with what the registry has cached: a chunk not known to be copied (its
       // state must be read FOR SHARE) or a skip to record sends the transaction alone.
       // The target's catalog first: the rewrite's plans name each table as the target stores it.

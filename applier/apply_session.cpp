@@ -529,6 +529,16 @@ void ApplySession::RecordQuarantine(const QuarantineRecord& q, const TxIdentity&
 
 // ---- the snapshot registry and holds -------------------------------------------------
 
+// snapshot_chunks.snapshot_lsn as pg_lsn prints it (never defaulted: a wrong position would decide
+// which changes the copy holds).
+uint64_t ApplySession::SnapshotLsnOf(const std::string& text, const std::string& chunk, const std::string& table) {
+  auto lsn = ParseLsn(text);
+  if (!lsn)
+    Fail(chunk + " is copied at a snapshot_lsn the applier cannot read (" + text + "); rerun trellara snapshot "
+         "--table " + table + " --force");
+  return *lsn;
+}
+
 uint64_t ApplySession::LoadSnapshotRegistry(SnapshotRegistry& registry) {
   const std::string& flow = config_.flow_name;
   const std::string what = "reading the snapshot registry of flow " + flow +
@@ -547,8 +557,8 @@ uint64_t ApplySession::LoadSnapshotRegistry(SnapshotRegistry& registry) {
                                        "WHERE flow = $1",
                                        {flow}),
                      what);
-  auto chunks = Must(conn_->ExecParams("SELECT schema_name, table_name, chunk_no, lo, hi, state, snapshot "
-                                       "FROM trellara.snapshot_chunks WHERE flow = $1 "
+  auto chunks = Must(conn_->ExecParams("SELECT schema_name, table_name, chunk_no, lo, hi, state, snapshot, "
+                                       "snapshot_lsn::text FROM trellara.snapshot_chunks WHERE flow = $1 "
                                        "ORDER BY schema_name, table_name, lo NULLS FIRST, chunk_no",
                                        {flow}),
                      what);
@@ -592,9 +602,13 @@ uint64_t ApplySession::LoadSnapshotRegistry(SnapshotRegistry& registry) {
              "; rerun trellara snapshot --table " + schema + "." + name + " --force");
       view.kind = ChunkView::Kind::Copied;
       view.snapshot = std::move(parsed.value());
+      if (auto lsn = chunks.Value(i, 7)) view.snapshot_lsn = SnapshotLsnOf(*lsn, chunk, schema + "." + name);
     }
     table->views[range.chunk_no] = std::move(view);
   }
+  for (int i = 0; i < tables.rows(); i++)
+    if (SnapshotTable* table = registry.Find(tables.Value(i, 0).value_or(""), tables.Value(i, 1).value_or("")))
+      table->Learnt();
   for (int i = 0; i < passed.rows(); i++)
     std::cerr << "apply flow=" << flow << " event=hold_passed hold=" << passed.Value(i, 0).value_or("")
               << " lsn=" << passed.Value(i, 1).value_or("") << " applied_lsn=" << applied << std::endl;
@@ -614,7 +628,7 @@ uint64_t ApplySession::ReadControlVersion() {
 ChunkView ApplySession::ReadChunkForShare(const SnapshotTable& table, int32_t chunk_no, uint64_t version) {
   const std::string chunk = "chunk " + std::to_string(chunk_no) + " of " + table.Display() + " (flow " +
                             config_.flow_name + ")";
-  auto r = Must(conn_->ExecParams("SELECT state, snapshot FROM trellara.snapshot_chunks WHERE flow = $1 AND "
+  auto r = Must(conn_->ExecParams("SELECT state, snapshot, snapshot_lsn::text FROM trellara.snapshot_chunks WHERE flow = $1 AND "
                                   "schema_name = $2 AND table_name = $3 AND chunk_no = $4 FOR SHARE",
                                   {config_.flow_name, table.schema, table.name, std::to_string(chunk_no)}),
                 "reading the state of " + chunk + " FOR SHARE");
@@ -630,6 +644,7 @@ ChunkView ApplySession::ReadChunkForShare(const SnapshotTable& table, int32_t ch
            "; rerun trellara snapshot --table " + table.Display() + " --force");
     view.kind = ChunkView::Kind::Copied;
     view.snapshot = std::move(parsed.value());
+    if (auto lsn = r.Value(0, 2)) view.snapshot_lsn = SnapshotLsnOf(*lsn, chunk, table.Display());
   } else {
     view.kind = ChunkView::Kind::Pending;
   }

@@ -184,6 +184,7 @@ class ApplySession {
   // progress > its lsn) is marked `passed` in that transaction and not returned. Returns the
   // origin progress it compared with (the highest commit LSN the target holds).
   uint64_t LoadSnapshotRegistry(SnapshotRegistry& registry);
+  static uint64_t SnapshotLsnOf(const std::string& text, const std::string& chunk, const std::string& table);
   // Parameters of the prepared trellara_control_check ($flow, $version): the first statement of
   // every applier transaction, both paths.
   SqlParams ControlCheckParams(uint64_t version) const {

@@ -56,6 +56,16 @@ SnapshotTable& SnapshotRegistry::AddTable(std::string schema, std::string name, 
   return t;
 }
 
+void SnapshotTable::Learnt() {
+  std::vector<ChunkView> chunks;
+  chunks.reserve(ranges.size());
+  for (const ChunkRange& range : ranges) {
+    auto it = views.find(range.chunk_no);
+    chunks.push_back(it == views.end() ? ChunkView{} : it->second);
+  }
+  retired_from = RetiredFrom(chunks);
+}
+
 void SnapshotRegistry::AddHold(RequestedHold hold) {
   holds_.push_back(std::move(hold));
   std::sort(holds_.begin(), holds_.end(), [](const RequestedHold& a, const RequestedHold& b) { return a.lsn < b.lsn; });
@@ -79,15 +89,16 @@ void Applier::PollRegistry() {
 
 // ---- the rule --------------------------------------------------------------------------
 
-bool Applier::UnderSnapshot(const Change& change, const std::vector<RelationInfo>& relations) {
+bool Applier::UnderSnapshot(const Change& change, const std::vector<RelationInfo>& relations, uint64_t commit_lsn) {
   if (registry_.no_tables()) return false;
   auto registered = [&](uint32_t oid) {
     const RelationInfo* rel = FindRelation(relations, oid);
     if (rel == nullptr) return false;
     const SnapshotTable* table = registry_.Find(*rel);
     // A table registered without chunks yet is not being copied: what is applied to it now is
-    // replaced by the copy of each chunk (its step 4 deletes the chunk's range first).
-    return table != nullptr && !table->ranges.empty();
+    // replaced by the copy of each chunk (its step 4 deletes the chunk's range first). A retired
+    // table's copy is over for this transaction.
+    return table != nullptr && table->CopyingFor(commit_lsn);
   };
   switch (change.op) {
     case Op::Insert:
@@ -116,9 +127,10 @@ ChunkView Applier::ViewOf(SnapshotTable& table, int32_t chunk_no) {
 // state never changes until the control version moves).
 void Applier::ReadChunkState(SnapshotTable& table, int32_t chunk_no) {
   ChunkView view = session_.ReadChunkForShare(table, chunk_no, registry_.version());
-  if (view.kind == ChunkView::Kind::Copied)
+  if (view.kind == ChunkView::Kind::Copied) {
     table.views[chunk_no] = std::move(view);
-  else
+    table.Learnt();
+  } else
     pending_locked_.insert({&table, chunk_no});
 }
 
@@ -127,10 +139,10 @@ void Applier::ReadChunkState(SnapshotTable& table, int32_t chunk_no) {
 // chunk's copy already holds; defect.snapshot_skip_after_copy leaves out one the copy does not
 // hold. The handoff tests must catch both.
 RowAction Applier::WithSnapshotDefects(RowAction action, const std::optional<ChunkView>& old_view,
-                                       const std::optional<ChunkView>& new_view, uint32_t xid) {
+                                       const std::optional<ChunkView>& new_view, const TxIdentity& tx) {
   auto half = [&](const std::optional<ChunkView>& v) -> std::optional<HalfDecision> {
     if (!v || v->kind != ChunkView::Kind::Copied) return std::nullopt;
-    return DecideHalf(*v, xid);
+    return DecideHalf(*v, tx.xid, tx.commit_lsn);
   };
   const auto old_half = half(old_view);
   const auto new_half = half(new_view);
@@ -191,7 +203,7 @@ SnapshotRewrite Applier::RewriteForSnapshot(const Change& change, const std::vec
     for (uint32_t oid : change.truncate.relation_oids) {
       const RelationInfo* rel = FindRelation(relations, oid);
       SnapshotTable* table = rel ? registry_.Find(*rel) : nullptr;
-      if (table == nullptr || table->ranges.empty()) {
+      if (table == nullptr || !table->CopyingFor(tx.commit_lsn)) {
         rest.truncate.relation_oids.push_back(oid);
         continue;
       }
@@ -200,7 +212,7 @@ SnapshotRewrite Applier::RewriteForSnapshot(const Change& change, const std::vec
         ChunkView view;
         for (int round = 0; round < kDecideRoundsMax; round++) {
           view = ViewOf(*table, range.chunk_no);
-          half = DecideHalf(view, tx.xid);
+          half = DecideHalf(view, tx.xid, tx.commit_lsn);
           if (half != HalfDecision::NeedState) break;
           if (!resolve(*table, {range.chunk_no})) return out;
         }
@@ -208,7 +220,7 @@ SnapshotRewrite Applier::RewriteForSnapshot(const Change& change, const std::vec
           Fail("internal: the snapshot rule still needs the state of chunk " + std::to_string(range.chunk_no) + " of " +
                table->Display() + " after reading it (flow " + config_.flow_name + ")");
         RowAction action = half == HalfDecision::Apply ? RowAction::Apply : RowAction::Drop;
-        if (half != HalfDecision::Skip) action = WithSnapshotDefects(action, view, std::nullopt, tx.xid);
+        if (half != HalfDecision::Skip) action = WithSnapshotDefects(action, view, std::nullopt, tx);
         if (half == HalfDecision::Skip) {
           if (!in_transaction) {
             out.needs_alone = true;
@@ -233,7 +245,7 @@ SnapshotRewrite Applier::RewriteForSnapshot(const Change& change, const std::vec
 
   const RelationInfo* rel = FindRelation(relations, change.relation_oid);
   SnapshotTable* table = rel ? registry_.Find(*rel) : nullptr;
-  if (table == nullptr || table->ranges.empty()) {  // UnderSnapshot said otherwise: plan as usual
+  if (table == nullptr || !table->CopyingFor(tx.commit_lsn)) {  // UnderSnapshot said otherwise: plan as usual
     plan_of(change, "");
     return out;
   }
@@ -276,7 +288,7 @@ SnapshotRewrite Applier::RewriteForSnapshot(const Change& change, const std::vec
   for (int round = 0; round < kDecideRoundsMax; round++) {
     old_view = old_no ? std::optional<ChunkView>(ViewOf(*table, *old_no)) : std::nullopt;
     new_view = new_no ? std::optional<ChunkView>(ViewOf(*table, *new_no)) : std::nullopt;
-    decision = DecideSnapshotChange(change.op, tx.xid, old_view, new_view);
+    decision = DecideSnapshotChange(change.op, tx.xid, tx.commit_lsn, old_view, new_view);
     if (decision.action != RowAction::NeedState) break;
     std::optional<int32_t> need_old = decision.need_old ? old_no : std::nullopt;
     std::optional<int32_t> need_new = decision.need_new && new_no != need_old ? new_no : std::nullopt;
@@ -295,7 +307,7 @@ SnapshotRewrite Applier::RewriteForSnapshot(const Change& change, const std::vec
     out.skips.clear();
     return out;
   }
-  const RowAction action = WithSnapshotDefects(decision.action, old_view, new_view, tx.xid);
+  const RowAction action = WithSnapshotDefects(decision.action, old_view, new_view, tx);
   switch (action) {
     case RowAction::Apply:
       plan_of(change, display);

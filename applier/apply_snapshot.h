@@ -32,8 +32,16 @@ struct SnapshotTable {
   // chunk_no -> what the applier knows without reading: Copied (cached, with its snapshot) or
   // Unknown (pending at load time, or copied since: read FOR SHARE when needed).
   std::unordered_map<int32_t, ChunkView> views;
+  // core RetiredFrom over the chunks' views, recomputed whenever a view is learnt: a transaction
+  // committed past it is applied as if the table had never been copied (docs/snapshot.md
+  // "Retirement").
+  std::optional<uint64_t> retired_from;
 
   std::string Display() const { return schema + "." + name; }
+  void Learnt();
+  bool RetiredAt(uint64_t commit_lsn) const { return retired_from && commit_lsn > *retired_from; }
+  // Being copied for a transaction committed at `commit_lsn`: chunks registered, not retired.
+  bool CopyingFor(uint64_t commit_lsn) const { return !ranges.empty() && !RetiredAt(commit_lsn); }
 };
 
 // A hold requested and not yet handled by this applier.

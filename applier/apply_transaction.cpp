@@ -80,7 +80,7 @@ std::optional<QuarantineCause> Applier::ExecuteChange(const Change& change, cons
                                              const TxIdentity& tx) {
   if (change.op == Op::Ddl) return ExecuteDdl(change, relations, tx);
   if (auto cause = CheckDrift(change, relations, tx)) return cause;
-  if (UnderSnapshot(change, relations)) {
+  if (UnderSnapshot(change, relations, tx.commit_lsn)) {
     // The target's catalog first: the rewrite's plans name each table as the target stores it.
     if (auto cause = session_.CheckRelationsOf(change, relations)) return cause;
     SnapshotRewrite rewrite = RewriteForSnapshot(change, relations, tx, /*in_transaction=*/true);
@@ -192,12 +192,30 @@ bool Applier::KnownShapes(const Change& change, const std::vector<RelationInfo>&
   return true;
 }
 
+std::optional<QuarantineCause> Applier::CreateAhead(const Change& change, std::optional<QuarantineCause> failure,
+                                                   const Change* create,
+                                                   const std::vector<RelationInfo>& create_relations,
+                                                   const TxIdentity& tx,
+                                                   const std::function<std::optional<QuarantineCause>()>& retry) {
+  const bool row_change = change.op == Op::Insert || change.op == Op::Update || change.op == Op::Delete;
+  if (!failure || failure->reason != QuarantineReason::MissingTable || !row_change || create == nullptr ||
+      attempt_created_ahead_.contains(change.relation_oid))
+    return failure;
+  if (auto cause = ExecuteChange(*create, create_relations, tx)) return cause;
+  attempt_created_ahead_.insert(change.relation_oid);
+  return retry();
+}
+
 // One captured DDL change inside the open transaction (core PlanDdl decides; docs/schema-changes.md).
 std::optional<QuarantineCause> Applier::ExecuteDdl(const Change& change, const std::vector<RelationInfo>& relations,
                                                    const TxIdentity& tx) {
   // Negative control (tests only, TRELLARA_FAULTS=defect.ddl_record_dropped:N:defect): the DDL
   // change is ignored as if it were not in the log, which the migration test must catch.
   if (fault::Hit("defect.ddl_record_dropped") == fault::Action::Defect) return std::nullopt;
+  if (attempt_created_ahead_.contains(change.relation_oid) && CreatesRelation(change, change.relation_oid)) {
+    attempt_ddl_notes_.push_back(DescribeDdl(change.ddl) + ": run before the rows it wrote (they precede it in the log)");
+    return std::nullopt;  // CreateAhead ran it before the table's first row
+  }
   const Ddl& ddl = change.ddl;
   const std::string description = DescribeDdl(ddl);
   const RelationInfo* captured = nullptr;
@@ -226,7 +244,9 @@ std::optional<QuarantineCause> Applier::ExecuteDdl(const Change& change, const s
       known->fingerprint != captured->fingerprint;
   // A table whose snapshot copy is not finished is copied again under the new definition
   // (apply_session.h WithholdSnapshotHandoff); the handoff rule keeps applying to it meanwhile.
+  // A retired table's copy is over: every chunk was read before this DDL committed.
   SnapshotTable* copied = shape_changed ? registry_.Find(ddl.relation_schema, ddl.relation_name) : nullptr;
+  if (copied != nullptr && copied->RetiredAt(tx.commit_lsn)) copied = nullptr;
   if (copied != nullptr) {
     const std::string display = ddl.relation_schema + "." + ddl.relation_name;
     if (session_.WithholdSnapshotHandoff(ddl.relation_schema, ddl.relation_name, tx, description)) {
@@ -242,7 +262,8 @@ std::optional<QuarantineCause> Applier::ExecuteDdl(const Change& change, const s
       for (const ChunkRange& range : copied->ranges) {
         const int32_t chunk_no = range.chunk_no;
         const ChunkView view = session_.ReadChunkForShare(*copied, chunk_no, registry_.version());
-        if (view.kind != ChunkView::Kind::Copied || !VisibleIn(view.snapshot, tx.xid)) continue;
+        if (view.kind != ChunkView::Kind::Copied || DecideHalf(view, tx.xid, tx.commit_lsn) != HalfDecision::InCopy)
+          continue;
         QuarantineCause cause;
         cause.reason = QuarantineReason::DdlUnsupported;
         cause.operation = "DDL";
@@ -341,9 +362,16 @@ Attempt Applier::ApplyInTransaction(const ReadyTransaction& ready, bool resolves
   Step(conn_->ExecPrepared("trellara_commit_record", session_.CommitRecordParams(ready)),
        "INSERT of the dedup row with the origin progress", tx, failure);
   if (!failure && ready.envelope) {
-    for (const Change* change : order) {
-      failure = ExecuteChange(*change, ready.envelope->relations, tx);
-      if (failure) break;
+    const std::vector<RelationInfo>& relations = ready.envelope->relations;
+    for (size_t i = 0; i < order.size() && !failure; i++) {
+      const Change& change = *order[i];
+      failure = ExecuteChange(change, relations, tx);
+      if (!failure || failure->reason != QuarantineReason::MissingTable) continue;
+      const Change* create = nullptr;
+      for (size_t j = i + 1; j < order.size() && create == nullptr; j++)
+        if (CreatesRelation(*order[j], change.relation_oid)) create = order[j];
+      failure = CreateAhead(change, failure, create, relations, tx,
+                            [&] { return ExecuteChange(change, relations, tx); });
     }
   } else if (!failure) {
     // A chunked transaction: its changes are batched (apply_chunked.cpp) — runs of INSERTs as
@@ -353,8 +381,38 @@ Attempt Applier::ApplyInTransaction(const ReadyTransaction& ready, bool resolves
     Status walked = ForEachVerifiedChunk(
         ready, [&](uint64_t offset) { return ReadChunkFrame(offset); },
         [&](const Chunk& chunk) -> Status {
-          for (const auto& change : chunk.changes) {
+          for (size_t i = 0; i < chunk.changes.size(); i++) {
+            const Change& change = chunk.changes[i];
             failure = StageChunkedChange(change, chunk.relations, tx);
+            if (failure && failure->reason == QuarantineReason::MissingTable) {
+              // The CREATE comes later: in this chunk, or in one after it (read again to find it).
+              std::optional<Change> create;
+              std::vector<RelationInfo> create_relations;
+              if (auto at = CreatedLaterAt(chunk.changes, i, change.relation_oid)) {
+                create = chunk.changes[*at];
+                create_relations = chunk.relations;
+              } else {
+                bool past = false;
+                (void)ForEachVerifiedChunk(
+                    ready, [&](uint64_t offset) { return ReadChunkFrame(offset); },
+                    [&](const Chunk& later) -> Status {
+                      if (create) return Status::Ok();
+                      if (!past) {
+                        past = later.seq == chunk.seq;
+                        return Status::Ok();
+                      }
+                      for (const Change& c : later.changes)
+                        if (!create && CreatesRelation(c, change.relation_oid)) {
+                          create = c;
+                          create_relations = later.relations;
+                        }
+                      return Status::Ok();
+                    },
+                    &chunk_cache_);
+              }
+              failure = CreateAhead(change, failure, create ? &*create : nullptr, create_relations, tx,
+                                    [&] { return StageChunkedChange(change, chunk.relations, tx); });
+            }
             if (failure) return MakeError("stopped at a failed change");
           }
           return Status::Ok();
@@ -374,6 +432,7 @@ Attempt Applier::ApplyInTransaction(const ReadyTransaction& ready, bool resolves
 
 void Applier::ResetAttempt(bool resolves_quarantine) {
   replay_ready_ = resolves_quarantine;
+  attempt_created_ahead_.clear();
   attempt_ddl_applied_ = 0;
   attempt_batched_updates_ = 0;
   attempt_ddl_no_target_change_ = 0;

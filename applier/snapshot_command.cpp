@@ -38,6 +38,9 @@
 namespace trellara::cli {
 namespace {
 
+// How long after registering tables the first chunk's copy starts (see Run).
+constexpr auto kCommitLogMargin = std::chrono::seconds(1);
+
 using snapshot::ChunkWork;
 using snapshot::Registration;
 using snapshot::SnapshotTable;
@@ -590,6 +593,12 @@ void Run(const Options& o) {
   for (auto& t : tables) PlanTable(*source, t, o.chunk_rows);
   source.reset();
   for (auto& t : tables) RegisterTable(*target, config, run_id, t, o);
+  // The copy's step 2 finds the source commits that are flushed (so the stream may have applied
+  // them) but not visible yet by their wait for a synchronous standby. Between its flush and its
+  // visibility a commit waits on nothing else — at worst one commit-log page read — so one the
+  // stream applied before these registrations is visible, or waiting on SyncRep, a second after
+  // them. docs/snapshot.md "The copy of one chunk".
+  const auto registered_at = std::chrono::steady_clock::now();
 
   std::deque<TableProgress> progress(tables.size());
   std::vector<ChunkWork> queue;
@@ -612,6 +621,7 @@ void Run(const Options& o) {
   snapshot::CopyContext context{config, run_id, tables, progress};
   SnapshotProgress reporter(config.flow_name, run_id, progress_out);
   if (!queue.empty()) {
+    std::this_thread::sleep_until(registered_at + kCommitLogMargin);
     snapshot::WorkQueue work(std::move(queue));
     std::vector<std::thread> workers;
     for (int j = 0; j < std::min<int>(jobs, static_cast<int>(work.size())); j++)

@@ -2,6 +2,7 @@
 // steps and their order are docs/snapshot.md "The copy of one chunk"; the reasons are there.
 #include "snapshot_copy.h"
 
+#include <sstream>
 #include <thread>
 
 #include "commands.h"
@@ -67,6 +68,36 @@ void Connect(const CopyContext& ctx, Sessions& s, int worker_no) {
   }
 }
 
+// Step 2: the source transactions committed but not visible to new snapshots yet — commits waiting
+// for a synchronous standby (docs/snapshot.md "The copy of one chunk"). Their commit records are
+// flushed, so the stream may have applied them, yet the source still reports them in progress
+// (pg_xact_status too: it asks the process array first); pg_stat_activity shows them waiting on
+// SyncRep. Only a superuser or a member of pg_read_all_stats sees other roles' wait events: any
+// other role copies only from a source without synchronous standbys, and is told so otherwise.
+std::vector<uint64_t> UnfinishedCommits(PgConnection& source, const std::string& chunk_name) {
+  auto r = Must(source,
+                source.Exec("SELECT pg_current_snapshot()::text, current_setting('synchronous_standby_names'), "
+                            "coalesce((SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user), false) "
+                            "OR pg_has_role(current_user, 'pg_read_all_stats', 'MEMBER'), "
+                            "coalesce((SELECT string_agg(backend_xid::text, ',') FROM pg_catalog.pg_stat_activity "
+                            "WHERE wait_event = 'SyncRep' AND backend_xid IS NOT NULL), '')"),
+                "reading which source commits wait for a synchronous standby, before the snapshot of " + chunk_name);
+  auto now = ParseSourceSnapshot(r.Value(0, 0).value_or(""));
+  if (!now) throw ChunkFailure{"the source snapshot before " + chunk_name + " is unreadable: " + now.error().message, false};
+  const std::string standbys = r.Value(0, 1).value_or("");
+  if (r.Value(0, 2) != std::optional<std::string>("t") && !standbys.empty())
+    throw ChunkFailure{"the source has synchronous standbys (synchronous_standby_names = '" + standbys +
+                           "') and the snapshot's source role cannot see which commits wait for them (a commit "
+                           "waiting is applied by the stream but invisible to the copy, which would then lose it): "
+                           "GRANT pg_read_all_stats TO the role of [source] conninfo, then rerun",
+                       false};
+  std::vector<uint64_t> out;
+  std::istringstream ids(r.Value(0, 3).value_or(""));
+  for (std::string x; std::getline(ids, x, ',');)
+    if (!x.empty()) out.push_back(WidenXid(*now, static_cast<uint32_t>(std::stoul(x))));
+  return out;
+}
+
 enum class ChunkOutcome { Copied, AlreadyCopied };
 
 // `rows`/`bytes` count what this attempt sent (the caller takes them back from the table's
@@ -99,26 +130,48 @@ ChunkOutcome CopyChunk(const CopyContext& ctx, Sessions& s, const SnapshotTable&
                                       keys),
                     "reading the skipped transactions of " + chunk_name);
 
-  // 2-3. A source snapshot that sees every transaction the applier left out for this chunk.
-  std::string snapshot_text;
+  // 2-3. A source snapshot that sees every transaction committed on the source before it (in the
+  // commit log: the stream may have applied it already, and step 4 deletes what it wrote) and
+  // every transaction the applier left out for this chunk. Its WAL insert position, read after it,
+  // bounds the commits it can hold (core DecideHalf).
+  const std::vector<uint64_t> unfinished = UnfinishedCommits(source, chunk_name);
+  std::string snapshot_text, snapshot_lsn;
+  bool told = false;
   for (int attempt = 1;; attempt++) {
     Must(source, source.Exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"), "BEGIN on the source for " + chunk_name);
-    auto snap = Must(source, source.Exec("SELECT pg_current_snapshot()::text"), "taking the source snapshot of " + chunk_name);
+    auto snap = Must(source, source.Exec("SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn()::text"),
+                     "taking the source snapshot of " + chunk_name);
     snapshot_text = snap.Value(0, 0).value_or("");
+    snapshot_lsn = snap.Value(0, 1).value_or("");
     auto parsed = ParseSourceSnapshot(snapshot_text);
     if (!parsed) throw ChunkFailure{"the source snapshot of " + chunk_name + " is unreadable: " + parsed.error().message, false};
     std::optional<std::string> unseen;
+    std::string why;
+    for (uint64_t xid : unfinished)
+      if (!unseen && !VisibleIn64(*parsed, xid)) {
+        unseen = std::to_string(xid);
+        why = "is committed on the source but waits for a synchronous standby (see synchronous_standby_names and "
+              "pg_stat_replication), invisible to new snapshots; the stream may have applied it, so the copy must "
+              "see it";
+      }
     for (int i = 0; i < skips.rows() && !unseen; i++) {
       const std::string xid = skips.Value(i, 0).value_or("0");
-      if (!VisibleIn(*parsed, static_cast<uint32_t>(std::stoull(xid)))) unseen = xid;
+      if (!VisibleIn(*parsed, static_cast<uint32_t>(std::stoull(xid)))) {
+        unseen = xid;
+        why = "was left out of this chunk by the applier (trellara.snapshot_skips) and is not visible on the source "
+              "yet (e.g. waiting for a synchronous standby)";
+      }
     }
     if (!unseen) break;
     Must(source, source.Exec("ROLLBACK"), "ROLLBACK on the source for " + chunk_name);
+    if (!told) {
+      told = true;
+      std::fprintf(stderr, "trellara: snapshot: %s waits: source transaction %s %s\n", chunk_name.c_str(),
+                   unseen->c_str(), why.c_str());
+    }
     if (attempt >= kMaxSnapshotAttempts)
-      throw ChunkFailure{"no source snapshot of " + chunk_name + " sees transaction " + *unseen +
-                             " that the applier left out for it (last snapshot " + snapshot_text +
-                             "); is that transaction still invisible on the source (e.g. waiting for a synchronous "
-                             "standby)? rerun once it is visible",
+      throw ChunkFailure{"no source snapshot of " + chunk_name + " sees transaction " + *unseen + ", which " + why +
+                             " (last snapshot " + snapshot_text + "); rerun once it is visible",
                          true};
     std::this_thread::sleep_for(kSnapshotRetryWait);
   }
@@ -193,9 +246,10 @@ ChunkOutcome CopyChunk(const CopyContext& ctx, Sessions& s, const SnapshotTable&
   done.push_back(snapshot_text);
   done.push_back(std::to_string(rows));
   done.push_back(std::to_string(bytes));
+  done.push_back(snapshot_lsn);
   Must(target,
        target.ExecParams("UPDATE trellara.snapshot_chunks SET state = 'copied', snapshot = $5, rows_copied = $6, "
-                         "bytes_copied = $7, copied_at = now() WHERE flow = $1 AND schema_name = $2 AND "
+                         "bytes_copied = $7, snapshot_lsn = $8::pg_lsn, copied_at = now() WHERE flow = $1 AND schema_name = $2 AND "
                          "table_name = $3 AND chunk_no = $4",
                          done),
        "recording " + chunk_name + " as copied");

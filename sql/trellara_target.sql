@@ -431,6 +431,20 @@ CREATE TABLE IF NOT EXISTS trellara.snapshot_chunks (
   CHECK ((state = 'copied') = (snapshot IS NOT NULL))
 );
 
+-- snapshot_lsn: the source's WAL insert position read right after `snapshot` was taken (NULL for a
+-- chunk copied by a release that did not record it). A transaction whose commit LSN is past it is
+-- not in the copy, and once every chunk of a table has one, a transaction past the highest is
+-- applied as if the table had never been copied (docs/snapshot.md "Retirement"). Added only when
+-- missing: ALTER TABLE would wait on (and block behind) a chunk copy holding its row lock.
+DO $snapshot_lsn$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = 'trellara.snapshot_chunks'::regclass
+                   AND attname = 'snapshot_lsn' AND NOT attisdropped) THEN
+    ALTER TABLE trellara.snapshot_chunks ADD COLUMN snapshot_lsn pg_lsn;
+  END IF;
+END
+$snapshot_lsn$;
+
 -- Streamed transactions the applier left out because they touched a chunk not yet copied: the
 -- copy of that chunk must be read in a snapshot that sees every one of them.
 CREATE TABLE IF NOT EXISTS trellara.snapshot_skips (

@@ -665,4 +665,15 @@ QuarantineCause DriftCause(const KnownRelation& known, const RelationInfo& relat
   return cause;
 }
 
+bool CreatesRelation(const Change& change, uint32_t relation_oid) {
+  return change.op == Op::Ddl && relation_oid != 0 && change.relation_oid == relation_oid && !change.ddl.steps.empty() &&
+         change.ddl.steps.front().kind == DdlStepKind::CreateTable;
+}
+
+std::optional<size_t> CreatedLaterAt(const std::vector<Change>& changes, size_t after, uint32_t relation_oid) {
+  for (size_t i = after + 1; i < changes.size(); i++)
+    if (CreatesRelation(changes[i], relation_oid)) return i;
+  return std::nullopt;
+}
+
 }  // namespace trellara

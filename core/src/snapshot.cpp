@@ -73,6 +73,18 @@ bool VisibleIn(const SourceSnapshot& s, uint32_t xid) {
   return !std::binary_search(s.xip.begin(), s.xip.end(), full);
 }
 
+bool VisibleIn64(const SourceSnapshot& s, uint64_t xid) {
+  if (xid < s.xmin) return true;
+  if (xid >= s.xmax) return false;
+  return !std::binary_search(s.xip.begin(), s.xip.end(), xid);
+}
+
+uint64_t WidenXid(const SourceSnapshot& s, uint32_t xid) {
+  const int32_t diff = static_cast<int32_t>(xid - static_cast<uint32_t>(s.xmax));
+  const int64_t full = static_cast<int64_t>(s.xmax) + diff;
+  return full < 0 ? xid : static_cast<uint64_t>(full);
+}
+
 std::vector<ChunkRange> PlanChunkRanges(std::optional<int64_t> min_key, std::optional<int64_t> max_key,
                                         uint64_t estimated_rows, uint64_t rows_per_chunk) {
   std::vector<ChunkRange> out;
@@ -157,24 +169,38 @@ Status CheckSnapshotTransition(SnapshotState from, SnapshotState to, bool force,
                    "--force to start its copy over");
 }
 
-HalfDecision DecideHalf(const ChunkView& chunk, uint32_t xid) {
+HalfDecision DecideHalf(const ChunkView& chunk, uint32_t xid, uint64_t commit_lsn) {
   switch (chunk.kind) {
     case ChunkView::Kind::Unknown: return HalfDecision::NeedState;
     case ChunkView::Kind::Pending: return HalfDecision::Skip;
-    case ChunkView::Kind::Copied: return VisibleIn(chunk.snapshot, xid) ? HalfDecision::InCopy : HalfDecision::Apply;
+    case ChunkView::Kind::Copied:
+      // Committed after the snapshot's WAL position: never in the copy, whatever its 32-bit xid
+      // says (after 2^31 transactions a new xid reads as one from the past).
+      if (chunk.snapshot_lsn && commit_lsn > *chunk.snapshot_lsn) return HalfDecision::Apply;
+      return VisibleIn(chunk.snapshot, xid) ? HalfDecision::InCopy : HalfDecision::Apply;
   }
   return HalfDecision::NeedState;
 }
 
-RowDecision DecideSnapshotChange(Op op, uint32_t xid, const std::optional<ChunkView>& old_chunk,
+std::optional<uint64_t> RetiredFrom(const std::vector<ChunkView>& chunks) {
+  if (chunks.empty()) return std::nullopt;
+  uint64_t from = 0;
+  for (const ChunkView& c : chunks) {
+    if (c.kind != ChunkView::Kind::Copied || !c.snapshot_lsn) return std::nullopt;
+    from = std::max(from, *c.snapshot_lsn);
+  }
+  return from;
+}
+
+RowDecision DecideSnapshotChange(Op op, uint32_t xid, uint64_t commit_lsn, const std::optional<ChunkView>& old_chunk,
                                  const std::optional<ChunkView>& new_chunk) {
   RowDecision d;
   const bool has_old = (op == Op::Delete || op == Op::Update) && old_chunk;
   const bool has_new = (op == Op::Insert || op == Op::Update) && new_chunk;
   if (!has_old && !has_new) return d;  // not a row change of a table under snapshot: as planned
   // No half on a side that does not exist: it neither applies nor needs anything.
-  const HalfDecision o = has_old ? DecideHalf(*old_chunk, xid) : HalfDecision::InCopy;
-  const HalfDecision n = has_new ? DecideHalf(*new_chunk, xid) : HalfDecision::InCopy;
+  const HalfDecision o = has_old ? DecideHalf(*old_chunk, xid, commit_lsn) : HalfDecision::InCopy;
+  const HalfDecision n = has_new ? DecideHalf(*new_chunk, xid, commit_lsn) : HalfDecision::InCopy;
   if (o == HalfDecision::NeedState || n == HalfDecision::NeedState) {
     d.action = RowAction::NeedState;
     d.need_old = o == HalfDecision::NeedState;

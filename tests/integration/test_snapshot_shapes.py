@@ -13,15 +13,33 @@ item 7), then the stream applies on top.
         the replica identity's column, so the stream's DELETEs (whose old image holds that column
         only) are applied (before, chunked on the primary key and every DELETE quarantined).
     Each table's rows equal the source's after the snapshot and after the stream.
+
+  snapshot_beside_a_commit_waiting_for_a_synchronous_standby_keeps_its_row (issue 35 item 4)
+      A source transaction commits locally while its synchronous standby is absent: it is decoded,
+      logged and applied by the stream, but stays invisible to new snapshots. A snapshot of its
+      table then waits (saying why) until the source shows the commit, instead of deleting the
+      applied row and copying without it (before: the row was lost on the target, the dedup row
+      keeping the stream from applying it again).
+
+  a_key_column_renamed_after_the_snapshot_leaves_the_stream_running (issue 35 item 5)
+      After a chunked snapshot is handed off, its chunk key column is renamed on the source; later
+      UPDATEs, DELETEs and INSERTs apply (before: every change was judged against the finished
+      copy by the old key name and quarantined as plan_error until a full reseed). The copy's
+      chunks record the source WAL position of their snapshot, and a transaction past every chunk's
+      is applied as if the table had never been copied (the 32-bit xid comparison, which wraps
+      after 2^31 transactions, is no longer needed for it).
 """
 import json
 import os
+import select
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from capture_support import CaptureFailure, TRELLARA_BIN, run_scenarios, scenario  # noqa: E402
+from capture_support import CaptureFailure, TRELLARA_BIN, run_scenarios, scenario, wait_for  # noqa: E402
+from harness import PG_BIN  # noqa: E402
 from test_apply_robustness import FlowPair, run_apply, wait_log_covers_source  # noqa: E402
 
 DDL = """
@@ -30,8 +48,11 @@ CREATE TABLE public.no_identity (v int, note text);
 CREATE TABLE public.by_code (id int PRIMARY KEY, code int NOT NULL, note text);
 CREATE UNIQUE INDEX by_code_code ON public.by_code (code);
 ALTER TABLE public.by_code REPLICA IDENTITY USING INDEX by_code_code;
+CREATE TABLE public.awaited (id int PRIMARY KEY, note text);
+CREATE TABLE public.renamed (id int PRIMARY KEY, v text);
 """
-TABLES = ("public.no_columns", "public.no_identity", "public.by_code")
+SHAPES = ("public.no_columns", "public.no_identity", "public.by_code")
+TABLES = SHAPES + ("public.awaited", "public.renamed")
 
 
 def rows(cluster, table):
@@ -39,9 +60,9 @@ def rows(cluster, table):
                          f"FROM ONLY {table} t")
 
 
-def assert_equal(pair, label):
-    differ = [t for t in TABLES if rows(pair.source, t) != rows(pair.target, t)]
-    for table in TABLES:
+def assert_equal(pair, label, tables=TABLES):
+    differ = [t for t in tables if rows(pair.source, t) != rows(pair.target, t)]
+    for table in tables:
         print(f"{label}: {table}: source {rows(pair.source, table)}, target {rows(pair.target, table)}")
     if differ:
         raise CaptureFailure(f"{label}: the target differs from the source in {differ}")
@@ -56,19 +77,11 @@ def snapshot_copies_zero_column_tables_unkeyed_tables_and_other_replica_identiti
                       "INSERT INTO no_identity SELECT g, 'n' || g FROM generate_series(1, 500) g; "
                       "INSERT INTO by_code SELECT g, 10000 - g, 'c' || g FROM generate_series(1, 3000) g")
     pair.target.query("CREATE PUBLICATION restored_with_the_schema FOR ALL TABLES")
-    config = pair.config + ".snapshot.toml"
-    with open(pair.config) as original, open(config, "w") as out:
-        out.write(original.read() + f'\n[source]\nconninfo = "{pair.source.conninfo()}"\n')
+    config = snapshot_config(pair)
     # The stream's rows reach the target first, so every chunk finds rows to replace: the unkeyed
     # tables' one chunk each must empty them without the DELETE the target's publication refuses.
     apply_now(pair)
-    result = subprocess.run([TRELLARA_BIN, "snapshot", "--config", config, "--format", "json", "--chunk-rows",
-                             "1000"], capture_output=True, text=True, timeout=300)
-    if result.returncode != 0:
-        raise CaptureFailure(f"trellara snapshot exited {result.returncode}: {result.stdout[-1500:]} "
-                             f"{result.stderr[-1500:]}")
-    summary = json.loads(result.stdout)
-    tables = {t["table"]: t for t in summary["tables"]}
+    tables = run_snapshot(config, SHAPES)
     print("snapshot: " + ", ".join(f"{name} {t['state']} {t['rows']} rows in {t['chunks']} chunks"
                                    for name, t in tables.items()))
     if tables["public.by_code"]["chunks"] < 2:
@@ -83,6 +96,121 @@ def snapshot_copies_zero_column_tables_unkeyed_tables_and_other_replica_identiti
     print("ok: snapshot_copies_zero_column_tables_unkeyed_tables_and_other_replica_identities")
 
 
+def snapshot_config(pair):
+    config = pair.config + ".snapshot.toml"
+    with open(pair.config) as original, open(config, "w") as out:
+        out.write(original.read() + f'\n[source]\nconninfo = "{pair.source.conninfo()}"\n')
+    return config
+
+
+def snapshot_command(config, tables):
+    command = [TRELLARA_BIN, "snapshot", "--config", config, "--format", "json", "--chunk-rows", "1000"]
+    for table in tables:
+        command += ["--table", table]
+    return command
+
+
+def snapshot_summary(returncode, stdout, stderr):
+    if returncode != 0:
+        raise CaptureFailure(f"trellara snapshot exited {returncode}: {stdout[-1500:]} {stderr[-1500:]}")
+    return {t["table"]: t for t in json.loads(stdout)["tables"]}
+
+
+def run_snapshot(config, tables):
+    result = subprocess.run(snapshot_command(config, tables), capture_output=True, text=True, timeout=300)
+    return snapshot_summary(result.returncode, result.stdout, result.stderr)
+
+
+def alter_system(cluster, setting, value):
+    cluster.psql(f"ALTER SYSTEM SET {setting} = '{value}'" if value is not None else f"ALTER SYSTEM RESET {setting}")
+    cluster.psql("SELECT pg_reload_conf()")
+
+
+def read_until(process, needle, timeout_s):
+    """Reads `process`'s stderr until a line holds `needle`; returns what it read, or None when the
+    process ended or the time ran out first."""
+    seen = ""
+    deadline = time.monotonic() + timeout_s
+    fd = process.stderr.fileno()
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return None
+        seen += chunk.decode(errors="replace")
+        if needle in seen:
+            return seen
+    return None
+
+
+@scenario(suite="snapshot", invariants=("a snapshot beside a commit that is logged and applied but not yet visible "
+                                        "on the source waits until the source shows it, saying why",
+                                        "the applied row is not lost: the target equals the source"))
+def snapshot_beside_a_commit_waiting_for_a_synchronous_standby_keeps_its_row(pair):
+    pair.source.query("INSERT INTO awaited SELECT g, 'a' || g FROM generate_series(1, 200) g")
+    apply_now(pair)
+    # Only the sessions that ask for it wait for the (absent) standby: the flow's own work does not.
+    alter_system(pair.source, "synchronous_commit", "local")
+    alter_system(pair.source, "synchronous_standby_names", "absent_standby")
+    waiting = subprocess.Popen([os.path.join(PG_BIN, "psql"), "-X", "-q", "-c",
+                                "SET synchronous_commit = on; INSERT INTO awaited VALUES (1001, 'waits for a standby')"],
+                               env=pair.source.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    snapshot = None
+    try:
+        wait_for("the INSERT to wait for the synchronous standby", lambda: pair.source.query(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'") == "1", 60)
+        if pair.source.query("SELECT count(*) FROM awaited WHERE id = 1001") != "0":
+            raise CaptureFailure("the waiting INSERT is already visible on the source: the scenario is not set up")
+        apply_now(pair)
+        if pair.target.query("SELECT count(*) FROM awaited WHERE id = 1001") != "1":
+            raise CaptureFailure("the stream did not apply the commit that waits for the standby")
+        print("set up: id 1001 is committed and applied on the target, invisible on the source")
+        snapshot = subprocess.Popen(snapshot_command(snapshot_config(pair), ["public.awaited"]),
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        said = read_until(snapshot, "waits: source transaction", 120)
+        if said is None:
+            out, err = snapshot.communicate(timeout=300)
+            raise CaptureFailure("the snapshot did not wait for the commit that is not visible yet (exit "
+                                 f"{snapshot.returncode}; target rows with id 1001: "
+                                 f"{pair.target.query('SELECT count(*) FROM awaited WHERE id = 1001')}): "
+                                 f"{out.decode()[-800:]} {err.decode()[-800:]}")
+        print("the snapshot waits: " + [line for line in said.splitlines() if "waits:" in line][0])
+    finally:
+        alter_system(pair.source, "synchronous_standby_names", None)
+        alter_system(pair.source, "synchronous_commit", None)
+        out, err = waiting.communicate(timeout=60)
+        if waiting.returncode != 0:
+            raise CaptureFailure(f"the INSERT that waited for the standby failed: {err}")
+    out, err = snapshot.communicate(timeout=300)
+    tables = snapshot_summary(snapshot.returncode, out.decode(), err.decode())
+    print(f"snapshot: public.awaited {tables['public.awaited']['state']} {tables['public.awaited']['rows']} rows")
+    apply_now(pair)
+    assert_equal(pair, "after the snapshot beside the waiting commit", ("public.awaited",))
+    print("ok: snapshot_beside_a_commit_waiting_for_a_synchronous_standby_keeps_its_row")
+
+
+@scenario(suite="snapshot", invariants=("a change committed after every chunk's snapshot is applied without the "
+                                        "copy's chunk key", "the target equals the source after the key column "
+                                        "is renamed and the stream goes on"))
+def a_key_column_renamed_after_the_snapshot_leaves_the_stream_running(pair):
+    pair.source.query("INSERT INTO renamed SELECT g, 'v' || g FROM generate_series(1, 3000) g")
+    tables = run_snapshot(snapshot_config(pair), ["public.renamed"])
+    if tables["public.renamed"]["chunks"] < 2:
+        raise CaptureFailure(f"public.renamed was not split into chunks: {tables['public.renamed']}")
+    apply_now(pair)
+    assert_equal(pair, "after the snapshot", ("public.renamed",))
+    pair.source.query("ALTER TABLE renamed RENAME COLUMN id TO rid")
+    pair.source.query("UPDATE renamed SET v = v || '!' WHERE rid % 7 = 0")
+    pair.source.query("DELETE FROM renamed WHERE rid % 11 = 0")
+    pair.source.query("INSERT INTO renamed SELECT g, 'late' FROM generate_series(3001, 3100) g")
+    pair.source.query("UPDATE renamed SET rid = rid + 10000 WHERE rid BETWEEN 10 AND 20")
+    apply_now(pair)
+    assert_equal(pair, "after the rename and the stream", ("public.renamed",))
+    print("ok: a_key_column_renamed_after_the_snapshot_leaves_the_stream_running")
+
+
 def apply_now(pair):
     wait_log_covers_source(pair.source)
     result = run_apply(pair.config, 0)
@@ -93,5 +221,7 @@ def apply_now(pair):
 
 if __name__ == "__main__":
     with FlowPair("snap-shapes", DDL, TABLES) as flow_pair:
-        run_scenarios((snapshot_copies_zero_column_tables_unkeyed_tables_and_other_replica_identities,), flow_pair)
+        run_scenarios((snapshot_copies_zero_column_tables_unkeyed_tables_and_other_replica_identities,
+                       snapshot_beside_a_commit_waiting_for_a_synchronous_standby_keeps_its_row,
+                       a_key_column_renamed_after_the_snapshot_leaves_the_stream_running), flow_pair)
         flow_pair.check_no_crashes()

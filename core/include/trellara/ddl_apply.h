@@ -81,6 +81,15 @@ DdlPlan PlanDdl(const Ddl& ddl, const RelationInfo* captured, const TargetRelati
 // One line for logs and the quarantine detail: "ALTER TABLE public.orders: add_column note, rename_column a -> b".
 std::string DescribeDdl(const Ddl& ddl);
 
+// Whether `change` is the DDL that creates relation `relation_oid` (its first step CreateTable).
+// CREATE TABLE AS and SELECT INTO write their rows before their DDL record, so the applier meets
+// rows of a table the target does not have yet; when the same transaction creates that table
+// later, the applier runs the CREATE first and leaves it out where it comes
+// (docs/schema-changes.md "CREATE TABLE AS and SELECT INTO").
+bool CreatesRelation(const Change& change, uint32_t relation_oid);
+// The first change after position `after` of `changes` that creates `relation_oid`.
+std::optional<size_t> CreatedLaterAt(const std::vector<Change>& changes, size_t after, uint32_t relation_oid);
+
 // ---- drift ------------------------------------------------------------------------------------
 
 struct KnownRelation {  // one row of trellara.relation_schemas

@@ -33,6 +33,13 @@ std::string FormatSourceSnapshot(const SourceSnapshot& s);
 // in `s`, i.e. its changes are in whatever was read in `s`. The 32-bit xid is widened to the 64-bit
 // id nearest to the snapshot's xmax (circular comparison, valid within 2^31 transactions).
 bool VisibleIn(const SourceSnapshot& s, uint32_t xid);
+// The same for a 64-bit (epoch-qualified) transaction id, as pg_xact_status and pg_snapshot_xip
+// print them: exact, no widening.
+bool VisibleIn64(const SourceSnapshot& s, uint64_t xid);
+
+// The 64-bit id of a 32-bit xid as pg_stat_activity.backend_xid prints it: the one nearest to s's
+// xmax (a transaction in progress when `s` was taken is within 2^31 of it).
+uint64_t WidenXid(const SourceSnapshot& s, uint32_t xid);
 
 // ---- chunks ----------------------------------------------------------------------------
 
@@ -77,6 +84,12 @@ Status CheckSnapshotTransition(SnapshotState from, SnapshotState to, bool force,
 struct ChunkView {
   enum class Kind : uint8_t { Unknown, Pending, Copied } kind = Kind::Unknown;
   SourceSnapshot snapshot;  // Copied: the snapshot the chunk was read in
+  // Copied: the source's WAL insert position read right after the snapshot was taken
+  // (snapshot_chunks.snapshot_lsn; nullopt for a chunk copied by a release that did not record it).
+  // A transaction visible in the snapshot had inserted its commit record before it was taken, so a
+  // commit LSN (the end of the commit record) past this position is never in the copy — decided
+  // without comparing 32-bit xids, which wrap.
+  std::optional<uint64_t> snapshot_lsn;
 };
 
 // The decision for one half of a row change (the old row's side, or the new row's side).
@@ -86,7 +99,14 @@ enum class HalfDecision : uint8_t {
   Skip,      // the chunk is pending: leave it out and record the skip (xid) for the chunk
   NeedState, // the chunk's state is unknown: read it (FOR SHARE) and decide again
 };
-HalfDecision DecideHalf(const ChunkView& chunk, uint32_t xid);
+// `commit_lsn` is the end of the transaction's commit record (the envelope's commit_lsn).
+HalfDecision DecideHalf(const ChunkView& chunk, uint32_t xid, uint64_t commit_lsn);
+
+// The commit LSN from which a table's copy is over for the stream (docs/snapshot.md "Retirement"):
+// every chunk copied with a recorded snapshot_lsn, the highest of them; nullopt while any chunk is
+// pending, unknown, or copied without one. A transaction committed past it is applied as if the
+// table had never been copied — its key column need not exist any more (a rename after the copy).
+std::optional<uint64_t> RetiredFrom(const std::vector<ChunkView>& chunks);
 
 // What to execute for a streamed INSERT/UPDATE/DELETE of a table under snapshot.
 enum class RowAction : uint8_t {
@@ -105,7 +125,7 @@ struct RowDecision {
 };
 // `old_chunk` is the chunk of the old key (DELETE, UPDATE), `new_chunk` of the new row (INSERT,
 // UPDATE); for an UPDATE that keeps its key pass the same chunk for both.
-RowDecision DecideSnapshotChange(Op op, uint32_t xid, const std::optional<ChunkView>& old_chunk,
+RowDecision DecideSnapshotChange(Op op, uint32_t xid, uint64_t commit_lsn, const std::optional<ChunkView>& old_chunk,
                                  const std::optional<ChunkView>& new_chunk);
 
 // ---- verify ----------------------------------------------------------------------------
