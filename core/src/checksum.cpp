@@ -110,6 +110,15 @@ void HashDdlDetail(Sha256Stream& h, const Ddl& ddl) {
     h.Str(d.primary_key_name);
     h.U8(static_cast<uint8_t>(d.replica_identity));
     h.Str(d.identity_index);
+    // Partitioning, only when there is any: a record of a table that is not partitioned hashes as
+    // before these fields existed (logs written by earlier releases keep their checksums).
+    if (!d.partition_key.empty() || !d.partition_parent_name.empty() || !d.partition_bound.empty()) {
+      h.U8(1);
+      h.Str(d.partition_key);
+      h.Str(d.partition_parent_schema);
+      h.Str(d.partition_parent_name);
+      h.Str(d.partition_bound);
+    }
   }
   h.U64(ddl.publications.size());
   for (const auto& p : ddl.publications) h.Str(p);

@@ -147,6 +147,10 @@ class Encoder {
       m.name = Str(def.name);
       m.relkind = Str(def.relkind);
       m.is_partition = def.is_partition;
+      m.partition_key = Str(def.partition_key);
+      m.partition_parent_schema = Str(def.partition_parent_schema);
+      m.partition_parent_name = Str(def.partition_parent_name);
+      m.partition_bound = Str(def.partition_bound);
       m.n_columns = def.columns.size();
       m.columns = Array<Trellara__DdlColumn>(def.columns.size());
       for (size_t i = 0; i < def.columns.size(); i++) {
@@ -469,6 +473,10 @@ class Decoder {
       r.name = S(def->name);
       r.relkind = S(def->relkind);
       r.is_partition = def->is_partition != 0;
+      r.partition_key = S(def->partition_key);
+      r.partition_parent_schema = S(def->partition_parent_schema);
+      r.partition_parent_name = S(def->partition_parent_name);
+      r.partition_bound = S(def->partition_bound);
       if (r.oid == 0 || r.name.empty()) Fail(label + " DDL definition has no relation oid or name");
       int ri = static_cast<int>(def->replica_identity);
       if (ri < 1 || ri > 4) Fail(label + " DDL definition has unknown replica identity " + std::to_string(ri));

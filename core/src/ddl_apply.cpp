@@ -118,6 +118,9 @@ class DdlPlanner {
       case DdlStepKind::DropDefault: return DropDefault(step);
       case DdlStepKind::AddPrimaryKey: return AddPrimaryKey();
       case DdlStepKind::DropPrimaryKey: return DropPrimaryKey(step);
+      case DdlStepKind::AttachPartition: return AttachPartition();
+      case DdlStepKind::DetachPartition: return DetachPartition(step);
+      case DdlStepKind::RenameType: return RenameType(step);
       case DdlStepKind::ReplicaIdentity:
         plan_.notes.push_back("replica identity of " + current_display() +
                               " is not carried to the target: the applier matches rows by the captured key, so the "
@@ -225,12 +228,14 @@ class DdlPlanner {
     const RelationDefinition& def = *ddl_.definition;
     schema_ = def.schema;
     name_ = def.name;
-    if (def.relkind == "p" || def.is_partition)
-      return MakeError(current_display() + " is " +
-                       (def.relkind == "p" ? std::string("a partitioned table") : std::string("a partition")) +
-                       ", which the applier does not create");
-    if (def.relkind != "r")
+    if (def.relkind != "r" && def.relkind != "p")
       return MakeError(current_display() + " has relkind '" + def.relkind + "', which the applier does not create");
+    if (def.relkind == "p" && def.partition_key.empty())
+      return MakeError(current_display() + " is a partitioned table but the record carries no partition key (captured "
+                       "by a release that did not record it)");
+    if (def.is_partition && (def.partition_parent_name.empty() || def.partition_bound.empty()))
+      return MakeError(current_display() + " is a partition but the record carries no parent or bound (captured by a "
+                       "release that did not record them)");
     if (sim_.exists) {
       if (captured_ == nullptr)
         return MakeError("CREATE TABLE " + current_display() + " carries no relation description; the record is malformed");
@@ -251,9 +256,27 @@ class DdlPlanner {
     }
     auto table = Table();
     if (!table.ok()) return table.error();
+    const std::string partition_by = def.relkind == "p" ? " PARTITION BY " + def.partition_key : "";
+    if (def.is_partition) {
+      // CREATE TABLE ... PARTITION OF: its columns (and a primary key the parent has) are the
+      // parent's; the bound is the source's, as pg_get_expr printed it.
+      auto parent = ParentTable(def);
+      if (!parent.ok()) return parent.error();
+      plan_.statements.push_back("CREATE TABLE " + *table + " PARTITION OF " + *parent + " " + def.partition_bound +
+                                 partition_by);
+      TargetRelation created;
+      created.exists = true;
+      for (const DdlColumn& c : def.columns) created.columns.push_back(SimulatedColumn(c));
+      created.primary_key = def.primary_key;
+      created.primary_key_name = def.primary_key_name;
+      created.partitioned = def.relkind == "p";
+      sim_ = std::move(created);
+      return Status::Ok();
+    }
     std::string body;
     TargetRelation created;
     created.exists = true;
+    created.partitioned = def.relkind == "p";
     for (const DdlColumn& c : def.columns) {
       auto column = ColumnSql(c);
       if (!column.ok()) return column.error();
@@ -276,8 +299,83 @@ class DdlPlanner {
       created.primary_key = def.primary_key;
       created.primary_key_name = def.primary_key_name;
     }
-    plan_.statements.push_back("CREATE TABLE " + *table + " (" + body + ")");
+    plan_.statements.push_back("CREATE TABLE " + *table + " (" + body + ")" + partition_by);
     sim_ = std::move(created);
+    return Status::Ok();
+  }
+
+  Result<std::string> ParentTable(const RelationDefinition& def) const {
+    auto schema = Quote(def.partition_parent_schema, "schema");
+    if (!schema.ok()) return schema.error();
+    auto name = Quote(def.partition_parent_name, "parent table name");
+    if (!name.ok()) return name.error();
+    return *schema + "." + *name;
+  }
+
+  // ALTER TABLE parent ATTACH PARTITION: the record is the partition's; its definition after the
+  // command names the parent and the bound.
+  Status AttachPartition() {
+    const RelationDefinition& def = *ddl_.definition;
+    if (!def.is_partition || def.partition_parent_name.empty() || def.partition_bound.empty())
+      return MakeError("ATTACH PARTITION of " + current_display() + " carries no parent or bound in the definition "
+                       "after it; the record is malformed");
+    auto parent = ParentTable(def);
+    if (!parent.ok()) return parent.error();
+    auto table = Table();
+    if (!table.ok()) return table.error();
+    plan_.statements.push_back("ALTER TABLE " + *parent + " ATTACH PARTITION " + *table + " " + def.partition_bound);
+    return Status::Ok();
+  }
+
+  // ALTER TYPE / ALTER DOMAIN ... RENAME TO, recorded for each captured table with a column of the
+  // type (or an array of it). The target's type is renamed once: the first table's record renames
+  // it, the next ones find their columns already of the new name. The new name must be the old
+  // one's schema and a new last part (RENAME TO never moves a type).
+  Status RenameType(const DdlStep& step) {
+    if (step.column.empty() || step.new_name.empty())
+      return MakeError("rename of a type used by " + current_display() + " does not name the old and new type; the "
+                       "record is malformed");
+    const size_t old_dot = step.column.rfind('.');
+    const size_t new_dot = step.new_name.rfind('.');
+    const std::string old_schema = old_dot == std::string::npos ? "" : step.column.substr(0, old_dot);
+    const std::string new_schema = new_dot == std::string::npos ? "" : step.new_name.substr(0, new_dot);
+    if (old_schema != new_schema)
+      return MakeError("rename of type " + step.column + " to " + step.new_name + " changes its schema; the record is "
+                       "malformed");
+    bool renamed_here = false;
+    for (TargetColumn& c : sim_.columns) {
+      if (c.type_name == step.column) {
+        c.type_name = step.new_name;
+        renamed_here = true;
+      } else if (c.type_name == step.column + "[]") {
+        c.type_name = step.new_name + "[]";
+        renamed_here = true;
+      }
+    }
+    if (!renamed_here) {
+      plan_.notes.push_back("type " + step.column + " is already " + step.new_name + " on the target's " +
+                            current_display());
+      return Status::Ok();
+    }
+    const bool domain = step.detail.rfind("ALTER DOMAIN", 0) == 0;
+    // The last part as format_type printed it: already quoted when it needs quotes.
+    const std::string new_last = new_dot == std::string::npos ? step.new_name : step.new_name.substr(new_dot + 1);
+    plan_.statements.push_back(std::string(domain ? "ALTER DOMAIN " : "ALTER TYPE ") + step.column + " RENAME TO " +
+                               new_last);
+    return Status::Ok();
+  }
+
+  // ALTER TABLE parent DETACH PARTITION: the record is the partition's; the step names the parent.
+  Status DetachPartition(const DdlStep& step) {
+    if (step.new_name.empty())
+      return MakeError("DETACH PARTITION of " + current_display() + " does not name the parent; the record is malformed");
+    auto schema = Quote(step.column, "schema");
+    if (!schema.ok()) return schema.error();
+    auto parent = Quote(step.new_name, "parent table name");
+    if (!parent.ok()) return parent.error();
+    auto table = Table();
+    if (!table.ok()) return table.error();
+    plan_.statements.push_back("ALTER TABLE " + *schema + "." + *parent + " DETACH PARTITION " + *table);
     return Status::Ok();
   }
 
@@ -666,8 +764,11 @@ QuarantineCause DriftCause(const KnownRelation& known, const RelationInfo& relat
 }
 
 bool CreatesRelation(const Change& change, uint32_t relation_oid) {
+  // Only the commands that write rows before their record: rows of a table ahead of a plain
+  // CREATE TABLE are out of order, never repaired here.
+  const std::string& tag = change.ddl.command_tag;
   return change.op == Op::Ddl && relation_oid != 0 && change.relation_oid == relation_oid && !change.ddl.steps.empty() &&
-         change.ddl.steps.front().kind == DdlStepKind::CreateTable;
+         change.ddl.steps.front().kind == DdlStepKind::CreateTable && (tag == "CREATE TABLE AS" || tag == "SELECT INTO");
 }
 
 std::optional<size_t> CreatedLaterAt(const std::vector<Change>& changes, size_t after, uint32_t relation_oid) {

@@ -37,6 +37,9 @@ const char* DdlStepKindName(DdlStepKind kind) {
     case DdlStepKind::DropTable: return "drop_table";
     case DdlStepKind::NoShapeChange: return "no_shape_change";
     case DdlStepKind::Unsupported: return "unsupported";
+    case DdlStepKind::AttachPartition: return "attach_partition";
+    case DdlStepKind::DetachPartition: return "detach_partition";
+    case DdlStepKind::RenameType: return "rename_type";
   }
   return "unknown";
 }

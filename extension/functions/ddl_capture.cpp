@@ -26,6 +26,7 @@ extern "C" {
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_constraint.h"
+#include "catalog/pg_type.h"
 #include "commands/event_trigger.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -95,7 +96,8 @@ constexpr char kCommandsQuery[] =
     "      (SELECT p.polrelid FROM pg_catalog.pg_policy p WHERE p.oid = c.objid) "
     "    WHEN 'pg_catalog.pg_statistic_ext'::pg_catalog.regclass THEN "
     "      (SELECT s.stxrelid FROM pg_catalog.pg_statistic_ext s WHERE s.oid = c.objid) "
-    "  END AS table_oid "
+    "  END AS table_oid, "
+    "  CASE WHEN c.classid = 'pg_catalog.pg_type'::pg_catalog.regclass THEN c.objid END AS type_oid "
     "FROM pg_catalog.pg_event_trigger_ddl_commands() WITH ORDINALITY AS c "
     "WHERE NOT c.in_extension "
     "ORDER BY c.ordinality";
@@ -465,9 +467,11 @@ DdlStep AlterTableStep(const AlterTableCmd* cmd, bool table_has_pk, bool adds_pk
     case AT_DropInherit: return Unsupported("NO INHERIT");
     case AT_AddOf: return Unsupported("OF type");
     case AT_DropOf: return Unsupported("NOT OF");
-    case AT_AttachPartition: return Unsupported("ATTACH PARTITION");
-    case AT_DetachPartition: return Unsupported("DETACH PARTITION");
-    case AT_DetachPartitionFinalize: return Unsupported("DETACH PARTITION FINALIZE");
+    // ATTACH / DETACH reach the partition's record (the capture loop below); FINALIZE completes a
+    // DETACH CONCURRENTLY whose DETACH was already captured.
+    case AT_AttachPartition: return Step(DdlStepKind::AttachPartition, "ATTACH PARTITION");
+    case AT_DetachPartition: return Step(DdlStepKind::DetachPartition, "DETACH PARTITION");
+    case AT_DetachPartitionFinalize: return NoShapeChange("DETACH PARTITION ... FINALIZE");
     case AT_AddColumnToView: return Unsupported("add column to view (internal)");
   }
   return Unsupported("ALTER TABLE subcommand " + std::to_string(static_cast<int>(cmd->subtype)) +
@@ -479,14 +483,17 @@ std::vector<DdlStep> SimpleSteps(const Node* tree, const std::string& tag, const
   switch (nodeTag(tree)) {
     case T_CreateStmt: {
       const CreateStmt* stmt = castNode(CreateStmt, tree);
-      if (stmt->partbound != nullptr) return {Unsupported("CREATE TABLE " + identity + " PARTITION OF")};
-      if (stmt->inhRelations != NIL) return {Unsupported("CREATE TABLE " + identity + " INHERITS")};
+      // PARTITION OF names its parent in inhRelations too: created with the source's bound.
+      if (stmt->inhRelations != NIL && stmt->partbound == nullptr)
+        return {Unsupported("CREATE TABLE " + identity + " INHERITS")};
       if (stmt->ofTypename != nullptr) return {Unsupported("CREATE TABLE " + identity + " OF type")};
       return {Step(DdlStepKind::CreateTable, "CREATE TABLE " + identity)};
     }
     case T_CreateTableAsStmt:
-      // Its rows are in the WAL before this record: the applier would see them before the table.
-      return {Unsupported(tag + " " + identity + " (rows written before the table's DDL record)")};
+      // CREATE TABLE AS / SELECT INTO: its rows are in the WAL before this record, so the applier
+      // meets them before the table; it runs this CREATE first (core CreatesRelation,
+      // docs/schema-changes.md "CREATE TABLE AS").
+      return {Step(DdlStepKind::CreateTable, tag + " " + identity)};
     case T_RenameStmt: {
       const RenameStmt* stmt = castNode(RenameStmt, tree);
       switch (stmt->renameType) {
@@ -538,6 +545,7 @@ struct CommandRow {
   std::string command_tag, object_type, schema, identity;
   CollectedCommand* command = nullptr;
   Oid table = InvalidOid;
+  Oid type = InvalidOid;  // a command on a type or domain
 };
 
 // Runs `query` (read only) and returns SPI_tuptable; SPI must be connected.
@@ -587,6 +595,60 @@ std::vector<std::string> PublicationsOf(Oid relid) {
   std::vector<std::string> out;
   for (uint64 i = 0; i < SPI_processed; i++) out.push_back(TextColumn(table, i, 1));
   return out;
+}
+
+Oid TypeNamespace(Oid type) {
+  return pg::CallPostgres([&] {
+    HeapTuple tup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(type));
+    if (!HeapTupleIsValid(tup)) return InvalidOid;
+    Oid nsp = ((Form_pg_type)GETSTRUCT(tup))->typnamespace;
+    ReleaseSysCache(tup);
+    return nsp;
+  });
+}
+
+// Tables and partitioned tables with a column of type $1 or of its array type.
+constexpr char kTablesUsingTypeQuery[] =
+    "SELECT DISTINCT a.attrelid FROM pg_catalog.pg_attribute a "
+    "JOIN pg_catalog.pg_class c ON c.oid = a.attrelid AND c.relkind IN ('r', 'p') "
+    "WHERE a.attnum > 0 AND NOT a.attisdropped "
+    "  AND a.atttypid IN ($1, (SELECT t.typarray FROM pg_catalog.pg_type t WHERE t.oid = $1)) "
+    "ORDER BY 1";
+
+std::vector<Oid> TablesUsingType(Oid type) {
+  Oid argtypes[1] = {OIDOID};
+  Datum values[1] = {ObjectIdGetDatum(type)};
+  SPITupleTable* table = RunQuery(kTablesUsingTypeQuery, 1, argtypes, values);
+  std::vector<Oid> out;
+  for (uint64 i = 0; i < SPI_processed; i++) {
+    bool isnull = true;
+    Datum d = PGCALL(SPI_getbinval(table->vals[i], table->tupdesc, 1, &isnull));
+    if (!isnull) out.push_back(DatumGetObjectId(d));
+  }
+  return out;
+}
+
+// A partitioned table's key, a partition's parent and bound, as the source prints them.
+constexpr char kPartitioningQuery[] =
+    "SELECT CASE WHEN c.relkind = 'p' THEN pg_catalog.pg_get_partkeydef(c.oid) END, pn.nspname::pg_catalog.text, "
+    "       p.relname::pg_catalog.text, "
+    "       CASE WHEN c.relispartition THEN pg_catalog.pg_get_expr(c.relpartbound, c.oid) END "
+    "FROM pg_catalog.pg_class c "
+    "LEFT JOIN pg_catalog.pg_inherits i ON c.relispartition AND i.inhrelid = c.oid "
+    "LEFT JOIN pg_catalog.pg_class p ON p.oid = i.inhparent "
+    "LEFT JOIN pg_catalog.pg_namespace pn ON pn.oid = p.relnamespace "
+    "WHERE c.oid = $1";
+
+void DescribePartitioning(RelationDefinition& def) {
+  if (def.relkind != "p" && !def.is_partition) return;
+  Oid argtypes[1] = {OIDOID};
+  Datum values[1] = {ObjectIdGetDatum(def.oid)};
+  SPITupleTable* table = RunQuery(kPartitioningQuery, 1, argtypes, values);
+  if (SPI_processed != 1) return;
+  def.partition_key = TextColumn(table, 0, 1);
+  def.partition_parent_schema = TextColumn(table, 0, 2);
+  def.partition_parent_name = TextColumn(table, 0, 3);
+  def.partition_bound = TextColumn(table, 0, 4);
 }
 
 void WriteDdl(Ddl ddl) {
@@ -646,8 +708,11 @@ void CaptureDdlCommands(FunctionCallInfo fcinfo) {
     bool null_command = true, null_table = true;
     Datum command = PGCALL(SPI_getbinval(table->vals[i], table->tupdesc, 5, &null_command));
     Datum relid = PGCALL(SPI_getbinval(table->vals[i], table->tupdesc, 6, &null_table));
+    bool null_type = true;
+    Datum type = PGCALL(SPI_getbinval(table->vals[i], table->tupdesc, 7, &null_type));
     r.command = null_command ? nullptr : reinterpret_cast<CollectedCommand*>(DatumGetPointer(command));
     r.table = null_table ? InvalidOid : DatumGetObjectId(relid);
+    r.type = null_type ? InvalidOid : DatumGetObjectId(type);
     rows.push_back(std::move(r));
   }
 
@@ -688,6 +753,28 @@ void CaptureDdlCommands(FunctionCallInfo fcinfo) {
   };
 
   for (const CommandRow& row : rows) {
+    // ALTER TYPE / ALTER DOMAIN ... RENAME TO: every captured table with a column of the type (or
+    // an array of it) gets a rename_type step, so the applier renames the target's type before
+    // those tables' changes name it by its new name.
+    if (OidIsValid(row.type) && row.command != nullptr && row.command->type == SCT_Simple &&
+        row.command->parsetree != nullptr && IsA(row.command->parsetree, RenameStmt)) {
+      const RenameStmt* stmt = castNode(RenameStmt, row.command->parsetree);
+      if ((stmt->renameType == OBJECT_TYPE || stmt->renameType == OBJECT_DOMAIN) && stmt->object != nullptr &&
+          IsA(stmt->object, List) && list_length(castNode(List, stmt->object)) > 0) {
+        const char* old_last = strVal(llast(castNode(List, stmt->object)));
+        const std::string schema = NamespaceName(TypeNamespace(row.type));
+        const std::string old_name = Str(PGCALL(quote_qualified_identifier(schema.c_str(), old_last)));
+        const std::string new_name = Str(PGCALL(format_type_be(row.type)));
+        const std::string keyword = stmt->renameType == OBJECT_DOMAIN ? "ALTER DOMAIN " : "ALTER TYPE ";
+        for (Oid relid : TablesUsingType(row.type)) {
+          if (!is_captured(relid)) continue;
+          TableDdl& t = entry(relid, row);
+          t.ddl.steps.push_back(Step(DdlStepKind::RenameType, keyword + old_name + " RENAME TO " + new_name, old_name,
+                                     new_name));
+        }
+      }
+      continue;
+    }
     if (!OidIsValid(row.table) || row.command == nullptr) continue;
     const CollectedCommand* cmd = row.command;
     if (cmd->type == SCT_AlterTable) {
@@ -708,6 +795,23 @@ void CaptureDdlCommands(FunctionCallInfo fcinfo) {
         // A subcommand that recursed to a child table names the child's column or index.
         Oid target = TableOfAddress(sub->address);
         if (!OidIsValid(target) || !is_captured(target)) target = row.table;
+        // ATTACH / DETACH PARTITION change the partition: its record carries the step (its
+        // definition after the command names the parent and bound; a DETACH names the parent).
+        const bool partition_cmd = at->subtype == AT_AttachPartition || at->subtype == AT_DetachPartition;
+        if (partition_cmd && at->def != nullptr && IsA(at->def, PartitionCmd)) {
+          const PartitionCmd* pc = castNode(PartitionCmd, at->def);
+          Oid partition = PGCALL(RangeVarGetRelid(pc->name, NoLock, true));
+          if (OidIsValid(partition) && is_captured(partition)) {
+            TableDdl& t = entry(partition, row);
+            DdlStep step = AlterTableStep(at, false, false, partition);
+            if (step.kind == DdlStepKind::DetachPartition) {
+              step.column = NamespaceName(PGCALL(get_rel_namespace(row.table)));
+              step.new_name = RelationName(row.table);
+            }
+            t.ddl.steps.push_back(std::move(step));
+            continue;
+          }
+        }
         if (!is_captured(target)) continue;
         TableDdl& t = entry(target, row);
         if (on_index) {
@@ -743,6 +847,7 @@ void CaptureDdlCommands(FunctionCallInfo fcinfo) {
     d.publications = PublicationsOf(relid);
     if (d.publications.empty()) continue;  // no decoding session can publish it
     d.definition = DescribeDefinition(relid);
+    DescribePartitioning(*d.definition);
     NameTypesInDetails(d);
     out.push_back(std::move(d));
   }

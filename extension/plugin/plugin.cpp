@@ -114,6 +114,9 @@ struct CachedRelation {
   std::vector<int> attnums;            // attribute numbers of info.columns in publish_as_relid
   std::vector<Oid> output_functions;   // type output function of each column
   std::vector<bool> varlena;           // whether each column's type is varlena (may be TOASTed)
+  // TYPEOID syscache hash of each column's type: a renamed type (ALTER TYPE / ALTER DOMAIN ...
+  // RENAME TO) changes the type name the entry carries without invalidating the relation.
+  std::vector<uint32> type_hashes;
   TupleConversionMap* to_root = nullptr;  // partition -> root rowtype (publish_via_partition_root)
   MemoryContext context = nullptr;        // owns to_root and its copied descriptors (partitions
                                           // published via the root only); freed on rebuild
@@ -185,6 +188,14 @@ extern "C" void RelcacheCallback(Datum, Oid relid) {
   // A partition's root may be published in its place: its change invalidates the partitions.
   for (auto& [oid, rel] : s->relations)
     if (rel.publish_as_relid == relid) MarkInvalid(rel);
+}
+
+extern "C" void TypeCallback(Datum, int, uint32 hashvalue) {
+  State* s = active_state;
+  if (s == nullptr) return;
+  for (auto& [oid, rel] : s->relations)
+    if (hashvalue == 0 || std::find(rel.type_hashes.begin(), rel.type_hashes.end(), hashvalue) != rel.type_hashes.end())
+      MarkInvalid(rel);
 }
 
 extern "C" void PublicationCallback(Datum, int, uint32) {
@@ -443,6 +454,9 @@ CachedRelation& Lookup(State* s, Relation relation) {
     pg::CallPostgres([root] { RelationClose(root); });
     if (failure) std::rethrow_exception(failure);
   }
+  entry.type_hashes.clear();
+  for (const Column& c : entry.info.columns)
+    entry.type_hashes.push_back(PGCALL(GetSysCacheHashValue1(TYPEOID, ObjectIdGetDatum(c.type_oid))));
   // An invalidation processed while this entry was being built may have been missed by it.
   entry.valid = entry.invalidations == invalidations_seen;
   return entry;
@@ -584,6 +598,7 @@ extern "C" void StartupCallback(LogicalDecodingContext* ctx, OutputPluginOptions
         CacheRegisterSyscacheCallback(PUBLICATIONOID, PublicationCallback, (Datum)0);
         CacheRegisterSyscacheCallback(PUBLICATIONNAMESPACEMAP, PublicationCallback, (Datum)0);
         CacheRegisterSyscacheCallback(PUBLICATIONRELMAP, PublicationCallback, (Datum)0);
+        CacheRegisterSyscacheCallback(TYPEOID, TypeCallback, (Datum)0);
         callbacks_registered = true;
       }
     });

@@ -7,7 +7,7 @@ tables, a zero-column table, every replica-identity kind (primary key, unique in
 NOT VALID constraints — and a workload of single-row and set-oriented DML, TRUNCATE (ONLY and
 not), runs of one-row UPDATEs (the merged path), large transactions (chunked: COPY runs and batched
 UPDATEs), and DDL (ADD COLUMN with and without default, multi-subcommand ALTERs, widening
-ALTER TYPE, USING rewrites, RENAME). The target gets the schema the way users restore it
+ALTER TYPE, USING rewrites, RENAME, CREATE TABLE AS and SELECT INTO). The target gets the schema the way users restore it
 (`pg_dump --schema-only`, publications included); the flow publishes FOR ALL TABLES; the applier
 applies the log; then every table is compared with the source by its own rows (FROM ONLY).
 
@@ -96,6 +96,7 @@ class Generator:
         self.rounds = rounds
         self.tables = []
         self.expected_halts = []   # reasons the workload makes the flow halt at (e.g. a USING rewrite)
+        self.created = []          # tables the workload creates (CREATE TABLE AS, SELECT INTO)
 
     # ---- schema ------------------------------------------------------------------------------
     def schema_sql(self):
@@ -150,7 +151,7 @@ class Generator:
 
     def all_tables(self):
         """Every table that holds rows, partitions included (compared by their own rows)."""
-        out = ["fz.empty_cols"]
+        out = ["fz.empty_cols"] + self.created
         for t in self.tables:
             out.append(t.name)
             if t.kind == "partitioned":
@@ -203,8 +204,14 @@ class Generator:
         r = self.r
         if table.kind != "plain":
             return None
-        choice = r.randint(0, 5)
+        choice = r.randint(0, 7)
         col = f"d{round_no}"
+        if choice in (6, 7):  # rows written before their DDL record: the applier runs the CREATE first
+            name = f"fz.{'ct' if choice == 6 else 'si'}{round_no}"
+            self.created.append(name)
+            if choice == 6:
+                return f"CREATE TABLE {name} AS SELECT * FROM {table.name}"
+            return f"SELECT * INTO {name} FROM {table.name}"
         if choice == 0:
             table.columns.append((col, "text"))
             return f"ALTER TABLE {table.name} ADD COLUMN {col} text"

@@ -34,6 +34,21 @@ state), with the same schema `app` on both.
   drop_table_keeps_or_drops_the_target_table_by_policy
       DROP TABLE on the source: under ddl_drop_table = "keep" (default) the target keeps the table
       and its rows and the flow forgets the relation; under "apply" the target's table is dropped.
+  create_table_as_and_select_into_are_followed (issue 35, "ordinary DDL followed, not halted")
+      CREATE TABLE AS and SELECT INTO in the published schema write their rows before their DDL
+      record: a small one (one envelope), one beside other writes, and one of 5 000 rows (a chunked
+      transaction); each table is created on the target before its rows and holds the source's
+      rows, nothing is quarantined, and the tables are followed afterwards (UPDATE, ALTER).
+  declarative_partitioning_is_followed (issue 35, "ordinary DDL followed, not halted")
+      CREATE TABLE ... PARTITION BY RANGE, partitions created with PARTITION OF (one itself
+      partitioned by LIST), a table created standalone then ATTACHed, a partition DETACHed and
+      written afterwards as a table of its own, a DEFAULT partition; rows in every partition
+      before and after each step. Every table equals the source's, nothing is quarantined.
+  renamed_types_are_renamed_on_the_target (issue 35, "type renames")
+      An enum used by a column and by an array column of two tables, and a domain: ALTER TYPE ...
+      RENAME TO and ALTER DOMAIN ... RENAME TO on the source, then writes of both tables; the target's
+      type and domain carry the new names, the rows equal the source's, nothing is quarantined
+      (before: schema_drift, the columns' type names changed without a table DDL record).
   ddl_during_snapshot_copy_withholds_handoff
       `trellara snapshot` of app.accounts killed after its chunks were copied, before its handoff
       record (fault point snapshot.before_handoff_record, crash); the source adds a column and
@@ -497,6 +512,130 @@ def drop_table_keeps_or_drops_the_target_table_by_policy():
                 raise CaptureFailure(f"ddl_drop_table = {policy}: the transaction after the DROP was not applied")
 
 
+@scenario(suite="schema_changes", invariants=("CREATE TABLE AS and SELECT INTO (rows before their DDL record) are "
+                                              "applied, small and chunked", "the new tables equal the source's and are "
+                                              "followed afterwards", "nothing is quarantined"))
+def create_table_as_and_select_into_are_followed():
+    with SchemaPair("schema-ctas") as pair:
+        pair.source.psql("CREATE TABLE app.rich AS SELECT id, balance, note FROM app.accounts WHERE id <= 30;")
+        pair.source.psql("BEGIN; INSERT INTO app.events VALUES (1, 1, 5); "
+                         "SELECT id, note INTO app.notes FROM app.accounts WHERE id % 2 = 0; "
+                         "UPDATE app.accounts SET balance = 1 WHERE id = 1; COMMIT;")
+        pair.source.psql("CREATE TABLE app.big AS SELECT g AS id, md5(g::text) AS v, g * 1.5 AS w "
+                         "FROM generate_series(1, 5000) g;")
+        pair.source.psql("ALTER TABLE app.big ADD PRIMARY KEY (id); UPDATE app.big SET v = 'x' WHERE id % 100 = 0; "
+                         "ALTER TABLE app.rich ADD COLUMN tag text, ADD PRIMARY KEY (id); UPDATE app.rich SET tag = 't' || id;"
+                         "INSERT INTO app.notes VALUES (1001, 'later');")
+        wait_log_covers_source(pair.source)
+        result = apply_until_caught_up(pair)
+        if result.returncode != 0:
+            raise CaptureFailure(f"apply exited {result.returncode}: {result.stderr[-1500:]}")
+        for table in ("app.rich", "app.notes", "app.big", "app.accounts", "app.events"):
+            digest = (f"SELECT count(*) || ' ' || coalesce(md5(string_agg(md5(t::text), ',' ORDER BY md5(t::text))), "
+                      f"'-') FROM {table} t")
+            source, target = pair.source.query(digest), pair.target.query(digest)
+            print(f"{table}: source {source}, target {target}")
+            if source != target:
+                raise CaptureFailure(f"{table} differs between source and target")
+        want, have = columns(pair.source), columns(pair.target)
+        if want != have:
+            raise CaptureFailure(f"columns differ:\nsource:\n{want}\ntarget:\n{have}")
+        if pair.target.query("SELECT count(*) FROM trellara.quarantine") != "0":
+            raise CaptureFailure(f"quarantined: {quarantine_rows(pair.target)}")
+
+
+@scenario(suite="schema_changes", invariants=("PARTITION BY, PARTITION OF, ATTACH and DETACH PARTITION are applied",
+                                              "every partition equals the source's", "nothing is quarantined"))
+def declarative_partitioning_is_followed():
+    with SchemaPair("schema-parts") as pair:
+        pair.source.psql(
+            "CREATE TABLE app.orders (id bigint NOT NULL, placed date NOT NULL, region text NOT NULL, amount int, "
+            "  PRIMARY KEY (id, placed, region)) PARTITION BY RANGE (placed);"
+            "CREATE TABLE app.orders_2025 PARTITION OF app.orders FOR VALUES FROM ('2025-01-01') TO ('2026-01-01');"
+            "CREATE TABLE app.orders_2026 PARTITION OF app.orders FOR VALUES FROM ('2026-01-01') TO ('2027-01-01') "
+            "  PARTITION BY LIST (region);"
+            "CREATE TABLE app.orders_2026_eu PARTITION OF app.orders_2026 FOR VALUES IN ('eu');"
+            "CREATE TABLE app.orders_2026_other PARTITION OF app.orders_2026 DEFAULT;"
+            "INSERT INTO app.orders SELECT g, date '2025-01-01' + (g % 700), CASE WHEN g % 3 = 0 THEN 'eu' ELSE 'us' END, g "
+            "  FROM generate_series(1, 600) g;")
+        pair.source.psql(
+            "CREATE TABLE app.orders_2027 (id bigint NOT NULL, placed date NOT NULL, region text NOT NULL, amount int, "
+            "  PRIMARY KEY (id, placed, region));"
+            "INSERT INTO app.orders_2027 VALUES (5000, '2027-03-01', 'eu', 1);"
+            "ALTER TABLE app.orders ATTACH PARTITION app.orders_2027 FOR VALUES FROM ('2027-01-01') TO ('2028-01-01');"
+            "INSERT INTO app.orders VALUES (5001, '2027-04-01', 'us', 2);"
+            "UPDATE app.orders SET amount = amount + 1 WHERE id % 10 = 0;"
+            "DELETE FROM app.orders WHERE id % 17 = 0;")
+        pair.source.psql(
+            "ALTER TABLE app.orders DETACH PARTITION app.orders_2025;"
+            "INSERT INTO app.orders_2025 VALUES (7000, '2030-01-01', 'eu', 3);"
+            "UPDATE app.orders_2025 SET amount = 0 WHERE id % 4 = 0;"
+            "INSERT INTO app.orders VALUES (7001, '2026-06-01', 'eu', 4), (7002, '2026-06-01', 'apac', 5);")
+        wait_log_covers_source(pair.source)
+        result = apply_until_caught_up(pair)
+        if result.returncode != 0:
+            raise CaptureFailure(f"apply exited {result.returncode}: {result.stderr[-1500:]} "
+                                 f"{quarantine_rows(pair.target)}")
+        for table in ("app.orders_2025", "app.orders_2026_eu", "app.orders_2026_other", "app.orders_2027"):
+            digest = (f"SELECT count(*) || ' ' || coalesce(md5(string_agg(md5(t::text), ',' ORDER BY md5(t::text))), "
+                      f"'-') FROM ONLY {table} t")
+            source, target = pair.source.query(digest), pair.target.query(digest)
+            print(f"{table}: source {source}, target {target}")
+            if source != target:
+                raise CaptureFailure(f"{table} differs between source and target")
+        tree = ("SELECT string_agg(c.relname || ' ' || c.relkind::text || ' ' || coalesce(pg_get_expr(c.relpartbound, c.oid), "
+                "'-') || ' ' || coalesce(p.relname, '-'), '; ' ORDER BY c.relname) FROM pg_class c JOIN pg_namespace n "
+                "ON n.oid = c.relnamespace LEFT JOIN pg_inherits i ON i.inhrelid = c.oid LEFT JOIN pg_class p ON "
+                "p.oid = i.inhparent WHERE n.nspname = 'app' AND c.relkind IN ('r', 'p') AND c.relname LIKE 'orders%'")
+        if pair.source.query(tree) != pair.target.query(tree):
+            raise CaptureFailure(f"the partition trees differ:\nsource: {pair.source.query(tree)}\n"
+                                 f"target: {pair.target.query(tree)}")
+        print(f"partition tree: {pair.target.query(tree)}")
+        if pair.target.query("SELECT count(*) FROM trellara.quarantine") != "0":
+            raise CaptureFailure(f"quarantined: {quarantine_rows(pair.target)}")
+
+
+@scenario(suite="schema_changes", invariants=("ALTER TYPE / ALTER DOMAIN ... RENAME TO is applied once on the target",
+                                              "the tables using them go on equal to the source's",
+                                              "nothing is quarantined"))
+def renamed_types_are_renamed_on_the_target():
+    with SchemaPair("schema-types") as pair:
+        types = "CREATE TYPE app.mood AS ENUM ('calm', 'busy'); CREATE DOMAIN app.code AS varchar(6);"
+        pair.source.psql(types)
+        pair.target.psql(types)
+        pair.source.psql("CREATE TABLE app.moods (id int PRIMARY KEY, m app.mood, ms app.mood[], c app.code);"
+                         "CREATE TABLE app.more (id int PRIMARY KEY, m app.mood);"
+                         "INSERT INTO app.moods SELECT g, 'calm', ARRAY['busy']::app.mood[], 'c' || g "
+                         "  FROM generate_series(1, 20) g;"
+                         "INSERT INTO app.more VALUES (1, 'busy');")
+        pair.source.psql("ALTER TYPE app.mood RENAME TO feeling;")
+        pair.source.psql("UPDATE app.moods SET m = 'busy' WHERE id % 2 = 0; INSERT INTO app.more VALUES (2, 'calm');")
+        pair.source.psql("BEGIN; ALTER DOMAIN app.code RENAME TO tag; UPDATE app.moods SET c = 'x' || id WHERE id < 5; "
+                         "COMMIT;")
+        wait_log_covers_source(pair.source)
+        result = apply_until_caught_up(pair)
+        if result.returncode != 0:
+            raise CaptureFailure(f"apply exited {result.returncode}: {result.stderr[-1500:]} "
+                                 f"{quarantine_rows(pair.target)}")
+        for table in ("app.moods", "app.more"):
+            digest = (f"SELECT count(*) || ' ' || coalesce(md5(string_agg(md5(t::text), ',' ORDER BY md5(t::text))), "
+                      f"'-') FROM {table} t")
+            source, target = pair.source.query(digest), pair.target.query(digest)
+            print(f"{table}: source {source}, target {target}")
+            if source != target:
+                raise CaptureFailure(f"{table} differs between source and target")
+        names = ("SELECT string_agg(t.typname::text, ',' ORDER BY t.typname) FROM pg_type t JOIN pg_namespace n ON "
+                 "n.oid = t.typnamespace WHERE n.nspname = 'app' AND t.typtype IN ('e', 'd')")
+        print(f"types: source {pair.source.query(names)}, target {pair.target.query(names)}")
+        if pair.source.query(names) != pair.target.query(names):
+            raise CaptureFailure("the target's types are not named as the source's")
+        want, have = columns(pair.source), columns(pair.target)
+        if want != have:
+            raise CaptureFailure(f"columns differ:\nsource:\n{want}\ntarget:\n{have}")
+        if pair.target.query("SELECT count(*) FROM trellara.quarantine") != "0":
+            raise CaptureFailure(f"quarantined: {quarantine_rows(pair.target)}")
+
+
 @scenario(seed_rows=("snapshot_ddl_during_copy",), suite="schema_changes",
           fault_points=("snapshot.before_handoff_record",),
           invariants=("a DDL applied while the table's copy is unfinished withholds its handoff",
@@ -561,5 +700,8 @@ if __name__ == "__main__":
         unsupported_ddl_is_quarantined,
         rewrites_planned_as_no_change_are_quarantined,
         drop_table_keeps_or_drops_the_target_table_by_policy,
+        create_table_as_and_select_into_are_followed,
+        declarative_partitioning_is_followed,
+        renamed_types_are_renamed_on_the_target,
         ddl_during_snapshot_copy_withholds_handoff,
     ])

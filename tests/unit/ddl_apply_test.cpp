@@ -216,13 +216,64 @@ TEST_CASE("create_table_creates_columns_key_and_only_immutable_defaults", "[ddl]
   CHECK(Plan(CreateEvents(), TargetRelation{}).statements == plan.statements);
 }
 
-TEST_CASE("create_table_of_a_partitioned_table_or_partition_is_unsupported", "[ddl]") {
+TEST_CASE("partitioned_tables_and_partitions_are_created_attached_and_detached", "[ddl]") {
+  // CREATE TABLE ... PARTITION BY: the columns and key, then the source's partition key.
   Ddl partitioned = CreateEvents();
   partitioned.definition->relkind = "p";
-  RequireUnsupported(Plan(partitioned, TargetRelation{}), "partitioned table");
+  partitioned.definition->partition_key = "RANGE (id)";
+  DdlPlan plan = Plan(partitioned, TargetRelation{});
+  REQUIRE(plan.action == DdlAction::Execute);
+  REQUIRE(plan.statements.size() == 1);
+  CHECK(plan.statements[0].rfind("CREATE TABLE \"public\".\"events\" (", 0) == 0);
+  CHECK(plan.statements[0].ends_with(") PARTITION BY RANGE (id)"));
+  // A record without the key (an earlier release) is refused, never created unpartitioned.
+  partitioned.definition->partition_key.clear();
+  RequireUnsupported(Plan(partitioned, TargetRelation{}), "no partition key");
+
+  // CREATE TABLE ... PARTITION OF: the parent's columns, the source's bound.
   Ddl partition = CreateEvents();
+  partition.definition->name = "events_2026";
   partition.definition->is_partition = true;
-  RequireUnsupported(Plan(partition, TargetRelation{}), "a partition");
+  partition.definition->partition_parent_schema = "public";
+  partition.definition->partition_parent_name = "events";
+  partition.definition->partition_bound = "FOR VALUES FROM ('1') TO ('100')";
+  plan = Plan(partition, TargetRelation{});
+  REQUIRE(plan.action == DdlAction::Execute);
+  REQUIRE(plan.statements.size() == 1);
+  CHECK(plan.statements[0] ==
+        "CREATE TABLE \"public\".\"events_2026\" PARTITION OF \"public\".\"events\" FOR VALUES FROM ('1') TO ('100')");
+  partition.definition->partition_bound.clear();
+  RequireUnsupported(Plan(partition, TargetRelation{}), "no parent or bound");
+
+  // ATTACH / DETACH: the partition's record; attach takes parent and bound from its definition.
+  TargetRelation existing;
+  existing.exists = true;
+  existing.columns = {TCol("id", "bigint", true), TCol("seq", "bigint", true), TCol("name", "text", true),
+                      TCol("upper_name", "text")};
+  existing.primary_key = {"id"};
+  Ddl attach = CreateEvents();
+  attach.command_tag = "ALTER TABLE";
+  attach.relation_schema = "public";
+  attach.relation_name = "events_2026";
+  attach.definition->name = "events_2026";
+  attach.definition->is_partition = true;
+  attach.definition->partition_parent_schema = "public";
+  attach.definition->partition_parent_name = "events";
+  attach.definition->partition_bound = "FOR VALUES FROM ('1') TO ('100')";
+  attach.steps = {Step(DdlStepKind::AttachPartition)};
+  plan = Plan(attach, existing);
+  REQUIRE(plan.action == DdlAction::Execute);
+  CHECK(plan.statements == std::vector<std::string>{"ALTER TABLE \"public\".\"events\" ATTACH PARTITION "
+                                                    "\"public\".\"events_2026\" FOR VALUES FROM ('1') TO ('100')"});
+  Ddl detach = attach;
+  detach.definition->is_partition = false;
+  detach.steps = {Step(DdlStepKind::DetachPartition, "public", "events")};
+  plan = Plan(detach, existing);
+  REQUIRE(plan.action == DdlAction::Execute);
+  CHECK(plan.statements ==
+        std::vector<std::string>{"ALTER TABLE \"public\".\"events\" DETACH PARTITION \"public\".\"events_2026\""});
+  detach.steps = {Step(DdlStepKind::DetachPartition)};
+  RequireUnsupported(Plan(detach, existing), "does not name the parent");
 }
 
 TEST_CASE("create_table_that_the_target_already_has_is_a_no_op_or_refused_naming_why", "[ddl]") {
@@ -617,4 +668,65 @@ TEST_CASE("drift_verdicts_known_first_sight_drift_and_replay_ready", "[ddl]") {
   CHECK_FALSE(Contains(cause.detail, HexEncode(now.fingerprint).substr(0, 13)));
   CHECK(Contains(cause.detail, "DDL ran while trellara's event trigger was disabled"));
   CHECK(Contains(cause.detail, "trellara repair-plan --config <flow.toml>"));
+}
+
+TEST_CASE("create_table_as_is_found_after_the_rows_it_wrote", "[ddl]") {
+  // CREATE TABLE AS / SELECT INTO: the rows of relation 77 come before its DDL record.
+  Change row;
+  row.op = Op::Insert;
+  row.relation_oid = 77;
+  Change create;
+  create.op = Op::Ddl;
+  create.relation_oid = 77;
+  create.ddl.command_tag = "CREATE TABLE AS";
+  create.ddl.steps = {Step(DdlStepKind::CreateTable)};
+  Change alter = create;
+  alter.ddl.steps = {Step(DdlStepKind::AddColumn, "extra")};
+  Change plain = create;
+  plain.ddl.command_tag = "CREATE TABLE";  // its rows follow its record: rows before it are out of order
+  Change select_into = create;
+  select_into.ddl.command_tag = "SELECT INTO";
+  CHECK(CreatesRelation(create, 77));
+  CHECK(CreatesRelation(select_into, 77));
+  CHECK_FALSE(CreatesRelation(plain, 77));
+  CHECK_FALSE(CreatesRelation(create, 78));
+  CHECK_FALSE(CreatesRelation(alter, 77));
+  CHECK_FALSE(CreatesRelation(row, 77));
+  const std::vector<Change> changes{row, row, alter, create};
+  CHECK(CreatedLaterAt(changes, 0, 77) == std::optional<size_t>(3));
+  CHECK_FALSE(CreatedLaterAt(changes, 3, 77));
+  CHECK_FALSE(CreatedLaterAt(changes, 0, 78));
+}
+
+TEST_CASE("a_renamed_type_is_renamed_once_on_the_target", "[ddl]") {
+  Ddl rename = CreateEvents();
+  rename.command_tag = "ALTER TYPE";
+  rename.relation_schema = "public";
+  rename.relation_name = "events";
+  for (DdlColumn& c : rename.definition->columns)
+    if (c.name == "name") c.type_name = "app.label";
+  DdlColumn tags = DefCol("tags", "app.label[]");
+  rename.definition->columns.push_back(tags);
+  rename.steps = {Step(DdlStepKind::RenameType, "app.tag", "app.label", "ALTER TYPE app.tag RENAME TO app.label")};
+  TargetRelation before;
+  before.exists = true;
+  before.columns = {TCol("id", "bigint", true), TCol("seq", "bigint", true), TCol("name", "app.tag", true),
+                    TCol("upper_name", "text"), TCol("tags", "app.tag[]")};
+  before.primary_key = {"id"};
+  DdlPlan plan = Plan(rename, before);
+  REQUIRE(plan.action == DdlAction::Execute);
+  CHECK(plan.statements == std::vector<std::string>{"ALTER TYPE app.tag RENAME TO label"});
+  // The next table's record finds the type renamed already.
+  TargetRelation after = before;
+  after.columns[2].type_name = "app.label";
+  after.columns[4].type_name = "app.label[]";
+  plan = Plan(rename, after);
+  CHECK(plan.action == DdlAction::NoTargetChange);
+  // A domain is renamed with ALTER DOMAIN.
+  rename.steps = {Step(DdlStepKind::RenameType, "app.tag", "app.label", "ALTER DOMAIN app.tag RENAME TO app.label")};
+  plan = Plan(rename, before);
+  CHECK(plan.statements == std::vector<std::string>{"ALTER DOMAIN app.tag RENAME TO label"});
+  // RENAME TO never changes the schema: a record saying so is malformed.
+  rename.steps = {Step(DdlStepKind::RenameType, "app.tag", "other.label")};
+  RequireUnsupported(Plan(rename, before), "changes its schema");
 }

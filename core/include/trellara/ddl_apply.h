@@ -81,8 +81,8 @@ DdlPlan PlanDdl(const Ddl& ddl, const RelationInfo* captured, const TargetRelati
 // One line for logs and the quarantine detail: "ALTER TABLE public.orders: add_column note, rename_column a -> b".
 std::string DescribeDdl(const Ddl& ddl);
 
-// Whether `change` is the DDL that creates relation `relation_oid` (its first step CreateTable).
-// CREATE TABLE AS and SELECT INTO write their rows before their DDL record, so the applier meets
+// Whether `change` is the CREATE TABLE AS or SELECT INTO that creates relation `relation_oid` (its
+// first step CreateTable; a plain CREATE TABLE is not). They write their rows before their DDL record, so the applier meets
 // rows of a table the target does not have yet; when the same transaction creates that table
 // later, the applier runs the CREATE first and leaves it out where it comes
 // (docs/schema-changes.md "CREATE TABLE AS and SELECT INTO").

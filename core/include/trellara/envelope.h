@@ -81,8 +81,15 @@ enum class DdlStepKind : uint8_t {
   CreateTable = 1, AddColumn = 2, DropColumn = 3, RenameColumn = 4, RenameTable = 5, AlterColumnType = 6,
   SetNotNull = 7, DropNotNull = 8, SetDefault = 9, DropDefault = 10, AddPrimaryKey = 11, DropPrimaryKey = 12,
   ReplicaIdentity = 13, DropTable = 14, NoShapeChange = 15, Unsupported = 16,
+  // The relation is the parent; column = the partition's schema, new_name = its name; Attach's
+  // detail = the partition's bound ("FOR VALUES ...").
+  AttachPartition = 17, DetachPartition = 18,
+  // A type or domain one of the relation's columns uses was renamed (ALTER TYPE / ALTER DOMAIN ...
+  // RENAME TO): column = old name, new_name = new name, as format_type prints them; detail starts
+  // with "ALTER DOMAIN" for a domain.
+  RenameType = 19,
 };
-inline constexpr DdlStepKind kLastDdlStepKind = DdlStepKind::Unsupported;
+inline constexpr DdlStepKind kLastDdlStepKind = DdlStepKind::RenameType;
 const char* DdlStepKindName(DdlStepKind kind);  // "create_table", "add_column", ...
 
 struct DdlStep {
@@ -123,6 +130,10 @@ struct RelationDefinition {
   std::string primary_key_name;
   ReplicaIdentity replica_identity = ReplicaIdentity::Default;
   std::string identity_index;
+  std::string partition_key;            // relkind "p": "RANGE (created_at)" (pg_get_partkeydef)
+  std::string partition_parent_schema;  // is_partition: the parent, and the bound ("FOR VALUES ...")
+  std::string partition_parent_name;
+  std::string partition_bound;
   bool operator==(const RelationDefinition&) const = default;
 };
 
