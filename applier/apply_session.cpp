@@ -553,7 +553,7 @@ uint64_t ApplySession::LoadSnapshotRegistry(SnapshotRegistry& registry) {
   auto progress = Must(
       conn_->ExecParams("SELECT coalesce(pg_replication_origin_progress($1, false), '0/0')::text", {origin_name_}),
       what + ": reading the origin progress");
-  auto tables = Must(conn_->ExecParams("SELECT schema_name, table_name, key_column FROM trellara.snapshot_tables "
+  auto tables = Must(conn_->ExecParams("SELECT schema_name, table_name, key_column, state FROM trellara.snapshot_tables "
                                        "WHERE flow = $1",
                                        {flow}),
                      what);
@@ -579,7 +579,8 @@ uint64_t ApplySession::LoadSnapshotRegistry(SnapshotRegistry& registry) {
   const uint64_t version_value = std::stoull(version.Value(0, 0).value_or("0"));
   registry.Reset(version_value);
   for (int i = 0; i < tables.rows(); i++)
-    registry.AddTable(tables.Value(i, 0).value_or(""), tables.Value(i, 1).value_or(""), tables.Value(i, 2));
+    registry.AddTable(tables.Value(i, 0).value_or(""), tables.Value(i, 1).value_or(""), tables.Value(i, 2))
+        .handed_off = tables.Value(i, 3) == std::optional<std::string>("handoff_ready");
   for (int i = 0; i < chunks.rows(); i++) {
     const std::string schema = chunks.Value(i, 0).value_or("");
     const std::string name = chunks.Value(i, 1).value_or("");

@@ -63,7 +63,7 @@ void SnapshotTable::Learnt() {
     auto it = views.find(range.chunk_no);
     chunks.push_back(it == views.end() ? ChunkView{} : it->second);
   }
-  retired_from = RetiredFrom(chunks);
+  retired_from = handed_off ? RetiredFrom(chunks) : std::nullopt;
 }
 
 void SnapshotRegistry::AddHold(RequestedHold hold) {

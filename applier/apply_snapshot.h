@@ -36,6 +36,10 @@ struct SnapshotTable {
   // committed past it is applied as if the table had never been copied (docs/snapshot.md
   // "Retirement").
   std::optional<uint64_t> retired_from;
+  // snapshot_tables.state is handoff_ready: only then can the table retire. A table whose chunks are
+  // all copied but whose handoff was not recorded is still the copy's (a DDL then withholds its
+  // handoff, apply_transaction.cpp).
+  bool handed_off = false;
 
   std::string Display() const { return schema + "." + name; }
   void Learnt();

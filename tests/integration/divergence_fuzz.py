@@ -7,7 +7,8 @@ tables, a zero-column table, every replica-identity kind (primary key, unique in
 NOT VALID constraints — and a workload of single-row and set-oriented DML, TRUNCATE (ONLY and
 not), runs of one-row UPDATEs (the merged path), large transactions (chunked: COPY runs and batched
 UPDATEs), and DDL (ADD COLUMN with and without default, multi-subcommand ALTERs, widening
-ALTER TYPE, USING rewrites, RENAME, CREATE TABLE AS and SELECT INTO). The target gets the schema the way users restore it
+ALTER TYPE, USING rewrites, RENAME, CREATE TABLE AS and SELECT INTO, PARTITION BY / PARTITION OF /
+ATTACH / DETACH PARTITION, ALTER TYPE ... RENAME TO). The target gets the schema the way users restore it
 (`pg_dump --schema-only`, publications included); the flow publishes FOR ALL TABLES; the applier
 applies the log; then every table is compared with the source by its own rows (FROM ONLY).
 
@@ -96,13 +97,17 @@ class Generator:
         self.rounds = rounds
         self.tables = []
         self.expected_halts = []   # reasons the workload makes the flow halt at (e.g. a USING rewrite)
-        self.created = []          # tables the workload creates (CREATE TABLE AS, SELECT INTO)
+        self.created = []          # tables the workload creates (CREATE TABLE AS, SELECT INTO, partitions)
+        self.mood = "fz_mood"      # the enum's current name
 
     # ---- schema ------------------------------------------------------------------------------
     def schema_sql(self):
         r = self.r
         out = ["CREATE SCHEMA fz", "CREATE DOMAIN fz_code AS varchar(5)",
-               "CREATE TYPE fz_pair AS (n int, s text)", "CREATE TABLE fz.empty_cols ()"]
+               "CREATE TYPE fz_pair AS (n int, s text)", "CREATE TABLE fz.empty_cols ()",
+               # An enum the workload renames (ALTER TYPE ... RENAME TO) under a table and an array column.
+               "CREATE TYPE fz_mood AS ENUM ('calm', 'busy')",
+               "CREATE TABLE fz.moody (k int PRIMARY KEY, m fz_mood, ms fz_mood[])"]
         for i in range(r.randint(4, 7)):
             name = f"fz.t{i}"
             key_type, _ = r.choice(KEY_TYPES)
@@ -151,7 +156,7 @@ class Generator:
 
     def all_tables(self):
         """Every table that holds rows, partitions included (compared by their own rows)."""
-        out = ["fz.empty_cols"] + self.created
+        out = ["fz.empty_cols", "fz.moody"] + self.created
         for t in self.tables:
             out.append(t.name)
             if t.kind == "partitioned":
@@ -245,10 +250,32 @@ class Generator:
         table.columns[i] = (new, table.columns[i][1])
         return f"ALTER TABLE {table.name} RENAME COLUMN {old} TO {new}"
 
+    def _object_ddl(self, round_no):
+        """DDL on objects other than the generated tables: a range-partitioned tree built with
+        PARTITION OF and ATTACH PARTITION, then a DETACH; or a rename of the enum fz.moody uses."""
+        r = self.r
+        if r.random() < 0.5:
+            new = f"fz_mood_r{round_no}"
+            old, self.mood = self.mood, new
+            return [[f"ALTER TYPE {old} RENAME TO {new}",
+                     f"INSERT INTO fz.moody VALUES ({1000 + round_no}, 'busy', '{{calm,busy}}')",
+                     "UPDATE fz.moody SET m = 'calm', ms = '{busy}' WHERE k % 2 = 0"]]
+        p = f"fz.pr{round_no}"
+        self.created += [f"{p}_lo", f"{p}_hi"]
+        return [[f"CREATE TABLE {p} (k int NOT NULL, v text, PRIMARY KEY (k)) PARTITION BY RANGE (k)",
+                 f"CREATE TABLE {p}_lo PARTITION OF {p} FOR VALUES FROM (MINVALUE) TO (100)",
+                 f"CREATE TABLE {p}_hi (k int NOT NULL, v text, PRIMARY KEY (k))",
+                 f"INSERT INTO {p}_hi SELECT g, 'h' || g FROM generate_series(100, 120) g",
+                 f"ALTER TABLE {p} ATTACH PARTITION {p}_hi FOR VALUES FROM (100) TO (MAXVALUE)",
+                 f"INSERT INTO {p} SELECT g, 'v' || g FROM generate_series(1, 150) g ON CONFLICT DO NOTHING"],
+                [f"UPDATE {p} SET v = v || '!' WHERE k % 7 = 0", f"ALTER TABLE {p} DETACH PARTITION {p}_lo",
+                 f"UPDATE {p}_lo SET v = 'detached' WHERE k % 3 = 0", f"DELETE FROM {p} WHERE k % 5 = 0"]]
+
     def workload(self):
         """Source transactions: a list of SQL scripts, each one transaction."""
         r = self.r
-        txs = [["INSERT INTO fz.empty_cols SELECT FROM generate_series(1, 3)"]]
+        txs = [["INSERT INTO fz.empty_cols SELECT FROM generate_series(1, 3)"],
+               ["INSERT INTO fz.moody SELECT g, 'calm', '{calm,busy}' FROM generate_series(1, 20) g"]]
         for t in self.tables:
             txs.append([self._insert(t, rows=r.randint(5, 30))])
         for round_no in range(self.rounds):
@@ -284,10 +311,12 @@ class Generator:
                     for child in self.tables:
                         if child.name == t.name + "_child":
                             child.live = []
-            elif shape < 0.9:
+            elif shape < 0.85:
                 ddl = self._ddl(t, round_no)
                 if ddl:
                     txs.append([ddl, self._insert(t)])
+            elif shape < 0.9:
+                txs += self._object_ddl(round_no)
             else:                 # set-oriented UPDATE and DELETE of the whole table
                 settable = [(c, ty) for c, ty in t.columns if c != "alt"]
                 if settable:
