@@ -139,8 +139,8 @@ DROP PUBLICATION regress_ddl_pub;
 DROP SCHEMA ddl_s CASCADE;
 DROP TABLE public.elsewhere;
 
--- CREATE TABLE AS writes its rows before the table's DDL record: the record says the applier
--- cannot reproduce it (unsupported), after the rows.
+-- CREATE TABLE AS writes its rows before the table's DDL record: the record (a create_table step)
+-- comes after the rows; the applier runs it ahead of them (docs/schema-changes.md).
 CREATE PUBLICATION regress_ddl_all FOR ALL TABLES;
 SELECT 'init' FROM pg_create_logical_replication_slot('regress_ddl_ctas', 'trellara');
 CREATE TABLE ddl_ctas AS SELECT g AS id FROM generate_series(1, 2) g;
