@@ -130,8 +130,8 @@ ChunkOutcome CopyChunk(const CopyContext& ctx, Sessions& s, const SnapshotTable&
                                       keys),
                     "reading the skipped transactions of " + chunk_name);
 
-  // 2-3. A source snapshot that sees every transaction committed on the source before it (in the
-  // commit log: the stream may have applied it already, and step 4 deletes what it wrote) and
+  // 2-3. A source snapshot that sees every commit that was waiting for a synchronous standby just
+  // before it (flushed, so the stream may have applied it, and step 4 deletes what it wrote) and
   // every transaction the applier left out for this chunk. Its WAL insert position, read after it,
   // bounds the commits it can hold (core DecideHalf).
   const std::vector<uint64_t> unfinished = UnfinishedCommits(source, chunk_name);
