@@ -164,7 +164,7 @@ class Applier {
   std::optional<QuarantineCause> SendUpdateBatch(const TxIdentity& tx);
   // The one statement of a run of UPDATEs (core UpdateBatchSql) with `rows`' values bound.
   static ChangePlan UpdateBatchPlan(const std::vector<const ChangePlan*>& rows, const std::vector<std::string>& types);
-  // The arguments of trellara.update_batch_types for `plan`'s shape: relation, columns, key columns.
+  // The arguments of trellara.batch_column_types for `plan`'s shape: relation, columns, key columns.
   static SqlParams UpdateBatchTypesParams(const ChangePlan& plan);
   std::optional<std::vector<std::string>> AskUpdateBatchTypes(const ChangePlan& plan, const std::string& what,
                                                               const std::string& consequence);
@@ -244,7 +244,7 @@ class Applier {
   std::vector<std::string> guarded_relations_;
   std::set<std::string> replica_triggers_;
   // Merged statements (docs/apply.md "Merged statements in a group"): the target's answer
-  // (trellara.update_batch_types) per UPDATE statement shape, asked before the first group that would
+  // (trellara.batch_column_types) per UPDATE statement shape, asked before the first group that would
   // merge it and kept until a group fails or a transaction goes alone; nullopt: not batchable.
   std::map<std::string, std::optional<std::vector<std::string>>> group_update_types_;
   std::set<std::string> GroupUpdateShapes(const std::vector<const std::vector<ChangePlan>*>& group,

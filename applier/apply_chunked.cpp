@@ -12,7 +12,7 @@
 //                     kUpdateBatchRowsMin rows, go as one statement per kUpdateBatchRowsMax rows
 //                     (core UpdateBatchSql: UPDATE ... FROM unnest(<one array per column>)),
 //                     pipelined like any other; each row must be changed exactly once. Only for a
-//                     relation the target says may be (trellara.update_batch_types: no trigger or
+//                     relation the target says may be (trellara.batch_column_types: no trigger or
 //                     rule firing for replicated changes, no unique index but the key's, no array
 //                     column), asked once per statement shape and transaction.
 //   other row changes UPDATE, DELETE and short INSERT and UPDATE runs are queued in libpq pipeline mode with
@@ -34,6 +34,7 @@
 // pipelined statements' descriptions (their values are in libpq's output buffer).
 #include "applier.h"
 #include "trellara/fault.h"
+#include "trellara/value_types.h"
 
 namespace trellara::cli::apply {
 namespace {
@@ -223,29 +224,31 @@ SqlParams Applier::UpdateBatchTypesParams(const ChangePlan& plan) {
   return {plan.target_relation, columns, keys};
 }
 
-// The target's column types for one statement merging UPDATEs of `plan`'s shape
-// (trellara.update_batch_types), asked outside pipeline mode; nullopt: it refuses (triggers, other
-// unique indexes, array columns). A failure names `what`, and `consequence` says what it left undone.
+// The types the parameter arrays of one statement merging UPDATEs of `plan`'s shape are cast to:
+// the target's facts (trellara.batch_column_types), asked outside pipeline mode, and core's
+// decision (BatchCastType); nullopt: the UPDATEs go one at a time (a trigger, another unique
+// index, a column the target lacks). A failure names `what`, and
+// `consequence` says what it left undone.
 std::optional<std::vector<std::string>> Applier::AskUpdateBatchTypes(const ChangePlan& plan, const std::string& what,
                                                                      const std::string& consequence) {
-  PgResult r = conn_->ExecParams("SELECT t FROM unnest(trellara.update_batch_types($1, $2::text[], $3::text[])) "
-                                 "WITH ORDINALITY AS b(t, n) ORDER BY n",
+  PgResult r = conn_->ExecParams("SELECT type_name FROM trellara.batch_column_types($1, $2::text[], $3::text[])",
                                  UpdateBatchTypesParams(plan));
   if (!r.ok()) {
     ThrowIfTransient(r, *conn_, what);
     Fail(what + " failed: " + r.Describe() + "; " + consequence + ". The function is created "
          "by trellara apply's bootstrap (sql/trellara_target.sql); rerun trellara apply");
   }
-  std::optional<std::vector<std::string>> types;
-  if (r.rows() > 0) {
-    types.emplace();
-    for (int i = 0; i < r.rows(); i++) types->push_back(r.Value(i, 0).value_or(""));
-    if (types->size() != plan.params.size()) types.reset();
+  if (static_cast<size_t>(r.rows()) != plan.params.size()) return std::nullopt;
+  std::vector<std::string> types;
+  for (int i = 0; i < r.rows(); i++) {
+    auto type = BatchCastType(r.Value(i, 0).value_or(""), plan.param_columns[static_cast<size_t>(i)]);
+    if (!type.ok()) return std::nullopt;
+    types.push_back(std::move(*type));
   }
   return types;
 }
 
-// The target's answer for `plan`'s statement shape (trellara.update_batch_types), asked once per
+// The target's answer for `plan`'s statement shape (trellara.batch_column_types), asked once per
 // transaction, outside pipeline mode (the segment before it is flushed; its failure is `cause`).
 // nullptr: this relation's UPDATEs go one at a time.
 const std::vector<std::string>* Applier::UpdateBatchTypes(const ChangePlan& plan, const TxIdentity& tx,
@@ -257,7 +260,7 @@ const std::vector<std::string>* Applier::UpdateBatchTypes(const ChangePlan& plan
   if (cause) return nullptr;
   auto types = AskUpdateBatchTypes(plan,
                                    "asking the target whether the UPDATEs of " + plan.relation_display +
-                                       " may be batched (trellara.update_batch_types) while applying " + DescribeTransaction(tx),
+                                       " may be batched (trellara.batch_column_types) while applying " + DescribeTransaction(tx),
                                    "nothing of the transaction was committed");
   auto& stored = s.update_types[plan.statement_key] = std::move(types);
   return stored ? &*stored : nullptr;

@@ -272,7 +272,7 @@ void Applier::SendBatch() {
 
 // The UPDATE statement shapes of the group that may merge (MergeGroupStatements' update_shapes):
 // those with enough key-preserving UPDATEs in the group for a merged statement, which the target
-// accepts for one statement (trellara.update_batch_types, asked once per shape and kept until a
+// accepts for one statement (trellara.batch_column_types, asked once per shape and kept until a
 // group fails or a transaction goes alone).
 std::set<std::string> Applier::GroupUpdateShapes(const std::vector<const std::vector<ChangePlan>*>& group,
                                                  const std::vector<std::vector<bool>>& superseded) {
@@ -283,7 +283,7 @@ std::set<std::string> Applier::GroupUpdateShapes(const std::vector<const std::ve
       known = group_update_types_
                   .emplace(key, AskUpdateBatchTypes(*plan,
                                                     "asking the target " + conn_->Describe() + " whether the UPDATEs of " +
-                                                        plan->relation_display + " may be merged (trellara.update_batch_types)",
+                                                        plan->relation_display + " may be merged (trellara.batch_column_types)",
                                                     "nothing of the batch was sent"))
                   .first;
     if (known->second) shapes.insert(key);

@@ -112,6 +112,11 @@ void ApplySession::Connect(bool reconnecting) {
   // every dead version. With sequential scans disabled the planner still uses one where no index
   // serves the predicate (REPLICA IDENTITY FULL). docs/decisions.md, issue 14.
   Must(conn_->Exec("SET enable_seqscan = off"), "SET enable_seqscan = off (key lookups through the index)");
+  // A plan that must scan (a full-row match, REPLICA IDENTITY FULL) then carries the disabled
+  // scan's cost of 1e10, far past jit_above_cost: every such statement was JIT-compiled, about a
+  // second each for a wide table (seen: 14 full-row UPDATEs of a 27-row, 92-column table took
+  // 14 s). The applier's statements touch a row or a batch; compiling them never pays.
+  Must(conn_->Exec("SET jit = off"), "SET jit = off (the applier's statements are too small to compile)");
 
   // One applier per flow: a session-level advisory lock, released when this session ends.
   auto lock = Must(conn_->ExecParams("SELECT pg_try_advisory_lock(hashtextextended($1, 0))",

@@ -25,7 +25,7 @@
 //              transaction.
 //            merge_statements = "on" (default) | "off"
 //              in a grouped batch, a table's consecutive INSERTs (and its consecutive UPDATEs by key
-//              of one shape, where the target allows: trellara.update_batch_types) are sent as one
+//              of one shape, where the target allows: trellara.batch_column_types) are sent as one
 //              statement, where the run ends, so each table's writes keep their order; only with
 //              session_replication_role = "replica", guarded like superseded_updates (docs/apply.md
 //              "Merged statements in a group").

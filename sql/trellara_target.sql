@@ -145,18 +145,19 @@ $fn$;
 -- target observes the order: a trigger or rule firing for replicated changes (ENABLE ALWAYS or
 -- REPLICA), or a unique index or exclusion constraint other than one on exactly the key columns
 -- (a swap of unique values between two rows may pass in one order and fail in another), on the
--- table or any partition or inheritance child the UPDATE reaches. Returns
--- the type of each of `columns` as the parameter arrays are cast, or NULL when the
--- UPDATEs must go one at a time: such a trigger, rule, index or constraint; a column of an array
--- type (unnest would flatten it) or of a composite type (a multi-argument unnest expands it into
--- its fields, shifting every later column of the batch) or not found. ROW EXCLUSIVE is taken first, as the UPDATEs
--- would, so no trigger can be enabled between the answer and the statement.
-CREATE OR REPLACE FUNCTION trellara.update_batch_types(relation text, columns text[], key_columns text[])
-RETURNS text[] LANGUAGE plpgsql AS $fn$
+-- table or any partition or inheritance child the UPDATE reaches. Returns no row when the
+-- UPDATEs must go one at a time for such a trigger, rule, index or constraint; else a row per
+-- column of `columns` found on the relation, in their order: format_type(atttypid, -1), the type
+-- each value is cast to from text (core value_types.h BatchCastType decides); a column not found
+-- is one row fewer, and the UPDATEs go one at a time. ROW EXCLUSIVE
+-- is taken first, as the UPDATEs would, so no trigger can be enabled between the answer and the
+-- statement.
+DROP FUNCTION IF EXISTS trellara.update_batch_types(text, text[], text[]);
+CREATE OR REPLACE FUNCTION trellara.batch_column_types(relation text, columns text[], key_columns text[])
+RETURNS TABLE (type_name text) LANGUAGE plpgsql AS $fn$
 DECLARE
   rel oid := relation::regclass;
   tree oid[];
-  types text[];
 BEGIN
   EXECUTE 'LOCK TABLE ' || relation || ' IN ROW EXCLUSIVE MODE';
   tree := trellara.relation_tree(rel);
@@ -172,24 +173,14 @@ BEGIN
                            IS DISTINCT FROM ARRAY(SELECT k FROM unnest(key_columns) AS k ORDER BY 1)))
      OR EXISTS (SELECT 1 FROM pg_catalog.pg_constraint c
                  WHERE c.conrelid = ANY (tree) AND c.contype = 'x') THEN
-    RETURN NULL;
+    RETURN;
   END IF;
-  -- The column's type with no modifier the cast would apply: format_type(t, -1), not
-  -- format_type(t, NULL). With NULL, char(3) is named `character` and bit(4) `bit`, which SQL reads
-  -- as char(1) and bit(1): the explicit cast truncated 'USD' to 'U' silently. With -1 they are
-  -- `bpchar` and "bit" (no modifier), varchar(5) is `character varying`; the assignment to the
-  -- column then applies its modifier as it does to a bound parameter (an error, never a silent cut).
-  SELECT array_agg(format_type(a.atttypid, -1) ORDER BY c.pos)
-    INTO types
-    FROM unnest(columns) WITH ORDINALITY AS c(name, pos)
-    LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = rel AND a.attname = c.name AND a.attnum > 0
-                                        AND NOT a.attisdropped
-    LEFT JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid  -- a domain has its base type's category
-   WHERE a.attname IS NOT NULL AND ty.typcategory NOT IN ('A', 'C');
-  IF types IS NULL OR pg_catalog.cardinality(types) <> pg_catalog.cardinality(columns) THEN
-    RETURN NULL;
-  END IF;
-  RETURN types;
+  RETURN QUERY
+    SELECT pg_catalog.format_type(a.atttypid, -1)
+      FROM unnest(columns) WITH ORDINALITY AS c(name, pos)
+      JOIN pg_catalog.pg_attribute a ON a.attrelid = rel AND a.attname = c.name AND a.attnum > 0
+                                    AND NOT a.attisdropped
+     ORDER BY c.pos;
 END
 $fn$;
 
@@ -336,7 +327,7 @@ REVOKE ALL ON FUNCTION trellara.quarantine_replay_ready(bigint, pg_lsn, text) FR
 REVOKE ALL ON FUNCTION trellara.quarantine_list() FROM PUBLIC;
 REVOKE ALL ON FUNCTION trellara.require_one_row(bigint) FROM PUBLIC;  -- the applier's own check
 REVOKE ALL ON FUNCTION trellara.require_no_replica_triggers(text[]) FROM PUBLIC;  -- the applier's own guard
-REVOKE ALL ON FUNCTION trellara.update_batch_types(text, text[], text[]) FROM PUBLIC;  -- the applier's own check
+REVOKE ALL ON FUNCTION trellara.batch_column_types(text, text[], text[]) FROM PUBLIC;  -- the applier's own check
 REVOKE ALL ON FUNCTION trellara.relation_tree(oid) FROM PUBLIC;  -- the guards' helper
 REVOKE ALL ON FUNCTION trellara.require_each_row_once(bigint[], bigint) FROM PUBLIC;  -- the applier's own check
 REVOKE ALL ON FUNCTION trellara.require_rows(bigint, bigint) FROM PUBLIC;  -- the applier's own check

@@ -5,6 +5,7 @@
 // than the one row a captured row change describes.
 #include "trellara/apply_plan.h"
 #include "trellara/fault.h"
+#include "trellara/value_types.h"
 
 #include <algorithm>
 #include <array>
@@ -84,13 +85,6 @@ std::string Mask(size_t width, const std::vector<size_t>& columns) {
   return m;
 }
 
-std::string BaseTypeName(std::string t) {
-  while (t.size() > 2 && t.compare(t.size() - 2, 2, "[]") == 0) t.resize(t.size() - 2);
-  constexpr std::string_view kCatalog = "pg_catalog.";
-  if (t.compare(0, kCatalog.size(), kCatalog) == 0) t.erase(0, kCatalog.size());
-  return t;
-}
-
 }  // namespace
 
 Result<std::string> QuoteIdentifier(const std::string& name) {
@@ -130,14 +124,6 @@ const char* PlanKindName(PlanKind kind) {
     case PlanKind::NotApplied: return "not applied";
   }
   return "?";
-}
-
-bool TypeHasExactEquality(const std::string& type_name) {
-  static constexpr std::array<std::string_view, 12> kNoExactEquality = {
-      "json", "xml", "jsonpath", "point", "line", "lseg", "box", "path", "polygon", "circle", "pg_snapshot",
-      "txid_snapshot"};
-  std::string base = BaseTypeName(type_name);
-  return std::find(kNoExactEquality.begin(), kNoExactEquality.end(), base) == kNoExactEquality.end();
 }
 
 namespace {
@@ -222,10 +208,9 @@ Status PlanMatch(const Planner& p, ChangePlan& plan, std::string& where, std::st
     plan.match = MatchMode::FullRow;
     image = "old row";
     for (size_t i = 0; i < rel.columns.size(); i++) {
-      if (!TypeHasExactEquality(rel.columns[i].type_name))
-        return p.Err("the relation has no key, so the row would be matched on every column of its old image "
-                     "(REPLICA IDENTITY FULL), but column " + rel.columns[i].name + " has type " +
-                     rel.columns[i].type_name + ", which has no exact equality to match on; " + IdentityRemedy(rel));
+      if (rel.columns[i].type_name.empty())
+        return p.Err("the relation has no key, so the row is matched on every column of its old image (REPLICA "
+                     "IDENTITY FULL), but the record does not name the type of column " + rel.columns[i].name);
       match_columns.push_back(i);
       match_values.push_back(&c.old_tuple[i]);
     }
@@ -250,15 +235,12 @@ Status PlanMatch(const Planner& p, ChangePlan& plan, std::string& where, std::st
     plan.params.push_back(std::move(*param));
     plan.param_columns.push_back(rel.columns[col].name);
     if (!predicate.empty()) predicate += " AND ";
-    predicate += p.text.quoted[col];  // every column's name was quoted before planning
-    predicate += plan.match == MatchMode::Key ? " = $" : " IS NOT DISTINCT FROM $";
-    predicate += std::to_string(plan.params.size());
-    // A full-row match compares every column, composite types among them: an untyped parameter
-    // beside a composite column resolves to `record`, whose input is not implemented (0A000). The
-    // old image's value is of exactly the source column's type (format_type_with_typemod, SQL
-    // text by construction), so the cast to it is lossless.
-    if (plan.match == MatchMode::FullRow && !rel.columns[col].type_name.empty())
-      predicate += "::" + rel.columns[col].type_name;
+    // every column's name was quoted before planning; a full-row match compares each column as
+    // value_types.h decides (exactly, whatever the type's `=` says)
+    if (plan.match == MatchMode::Key)
+      predicate += p.text.quoted[col] + " = $" + std::to_string(plan.params.size());
+    else
+      predicate += FullRowMatchPredicate(p.text.quoted[col], plan.params.size(), rel.columns[col].type_name);
     if (!cols.empty()) {
       cols += ", ";
       vals += ", ";
@@ -646,7 +628,8 @@ Result<std::string> UpdateBatchSql(const ChangePlan& first, const std::vector<st
     auto quoted = QuoteIdentifier(first.param_columns[i]);
     if (!quoted) return MakeError("column " + first.param_columns[i] + " of " + first.relation_display + ": " +
                                   quoted.error().message);
-    const std::string v = "trellara_batch.v" + std::to_string(i + 1);
+    // Each column travels as text and is cast per value (value_types.h BatchCastType).
+    const std::string v = "trellara_batch.v" + std::to_string(i + 1) + "::" + cast_types[i];
     if (i < m - first.match_params) {
       if (!set.empty()) set += ", ";
       set += *quoted + " = " + v;
@@ -655,7 +638,7 @@ Result<std::string> UpdateBatchSql(const ChangePlan& first, const std::vector<st
       where += "trellara_row." + *quoted + " = " + v;
     }
     if (i > 0) arrays += ", ";
-    arrays += "$" + std::to_string(i + 1) + "::" + cast_types[i] + "[]";
+    arrays += "$" + std::to_string(i + 1) + "::text[]";
     aliases += "v" + std::to_string(i + 1) + ", ";
   }
   const std::string count = "$" + std::to_string(m + 1);

@@ -127,18 +127,8 @@ void CheckReplicaIdentity(const ContractFacts& facts, const ContractSourceRelati
               "resort, ALTER TABLE " + Qualified(s) + " REPLICA IDENTITY FULL");
     return;
   }
-  if (s.replica_identity != ReplicaIdentity::Full) return;
-  for (const auto& c : s.columns) {
-    if (c.generated || !c.published || TypeHasExactEquality(c.type_name)) continue;
-    f.Add("full_identity_without_equality", ContractSeverity::Error,
-          Display(s) + " has REPLICA IDENTITY FULL and column " + c.name + " is " + c.type_name +
-              ", which has no exact equality",
-          "every replicated " + actions + " on " + Display(s) +
-              " must match the target row by all its columns and cannot compare " + c.name +
-              ": the transaction is quarantined (plan_error) and the flow halts there",
-          "ALTER TABLE " + Qualified(s) + " ADD PRIMARY KEY (<key columns>); -- on the source, then ALTER TABLE " +
-              Qualified(s) + " REPLICA IDENTITY DEFAULT (or USING INDEX <unique index>)");
-  }
+  // REPLICA IDENTITY FULL matches on every column, each exactly whatever its type (value_types.h
+  // FullRowMatchPredicate): no type is refused.
 }
 
 // Columns, types, generated and NOT NULL columns; then the applier's own check as a safety net.

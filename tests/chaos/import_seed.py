@@ -439,7 +439,23 @@ TRANSIENT = "test_apply_transient_retry.py"
 SUPERSEDED = "test_apply_superseded.py"
 UPDATE_BATCHES = "test_apply_update_batches.py"
 EARLY = "test_apply_early.py"
+TYPE_MODIFIERS = "test_apply_type_modifiers.py"
 DESIGN_ROWS = [
+    dict(name="statement_types_from_one_place",
+         boundary="log → target, every statement the applier builds (core value_types.h; issue 35)",
+         invariant="a value of every capturable type, with its modifier, reaches the target column unchanged on "
+                   "every apply path, and a full-row match changes the row the source changed",
+         safety_property="the target ends equal to the source row by row (each row's text): no modifier cut by a "
+                         "cast, no row taken for another because its type's `=` is looser than identity",
+         recovery="none needed: a value that does not fit the target column fails its transaction (quarantined)",
+         proof=[it("every_capturable_type_survives_every_apply_path", TYPE_MODIFIERS),
+                it("merged_updates_keep_type_modifiers", TYPE_MODIFIERS),
+                it("batched_updates_keep_type_modifiers", TYPE_MODIFIERS),
+                ct("every_postgres_type_spelling_loses_only_its_modifier"),
+                ct("a_batched_update_casts_each_value_to_the_unmodified_type"),
+                ct("a_full_row_match_compares_by_equality_only_where_it_is_identity")],
+         defect={"name": "apply_full_row_match_by_equality",
+                 "scenario": it("negative_control_full_row_match_by_equality_is_caught", TYPE_MODIFIERS)}),
     dict(name="chunked_transaction_applied_early",
          boundary="log → target, a chunked transaction applied while the relay writes it (docs/apply.md)",
          invariant="the target transaction staged from a transaction's first chunk commits only when the barrier "

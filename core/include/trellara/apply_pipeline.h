@@ -226,7 +226,7 @@ SupersededUpdates FindSupersededUpdates(const std::vector<const std::vector<Chan
 //   - a run is a relation's consecutive writes (no other write of that relation between them;
 //     writes of other relations may be) that are all INSERTs of one statement_key with values, or
 //     all key-preserving UPDATEs (UpdateBatchable) of one statement_key in `update_shapes` (the
-//     shapes the target accepted for one statement: trellara.update_batch_types) matching no row
+//     shapes the target accepted for one statement: trellara.batch_column_types) matching no row
 //     twice, of at most limits.rows_max rows and limits.bytes_max bytes of values (PlanParamBytes;
 //     a plan larger than that alone is never merged) — an INSERT run: at most limits.params_max
 //     values;

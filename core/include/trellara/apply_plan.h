@@ -16,18 +16,19 @@
 //            unchanged-TOAST key value is an error.
 //   DELETE   matches by the key from the old image (key or full).
 //   FULL     a relation without key columns whose change carries the full old image (REPLICA
-//            IDENTITY FULL) matches one row on every column with IS NOT DISTINCT FROM; columns
-//            whose type has no (or no exact) equality — json, xml, point, box, ... — make that a
-//            plan error, as does a relation with no key and no full image (REPLICA IDENTITY
-//            NOTHING, or DEFAULT without a primary key).
+//            IDENTITY FULL) matches one row on every column, each compared exactly as
+//            value_types.h FullRowMatchPredicate decides (by text for json, xml, point, numeric,
+//            interval, ...); a relation with no key and no full image (REPLICA IDENTITY NOTHING,
+//            or DEFAULT without a primary key) is a plan error.
 //   TRUNCATE of the listed relations in source order, with RESTART IDENTITY as captured; CASCADE
 //            is not propagated (the captured list already names every published table the source
 //            cascade reached; CASCADE on the target could empty tables the flow does not own).
 //   MESSAGE / DDL produce no statement: messages are recorded in the log but not applied; DDL
 //            apply is outside this planner's scope.
-// Parameters carry no type casts: Postgres infers each parameter's type from the target column it
-// is assigned or compared to, so the text is parsed by the target column's own input function,
-// as native logical replication does (see docs/apply-core.md for why casts are less safe).
+// Parameters of one-row statements carry no type casts: Postgres infers each parameter's type from
+// the target column it is assigned or compared to, so the text is parsed by the target column's
+// own input function, as native logical replication does (see docs/apply-core.md for why casts
+// are less safe). The casts other paths need are decided in value_types.h.
 //
 // The planner never talks to a database, never looks at target state, and never guesses: any
 // change it cannot express exactly is an Error naming the relation, the column and the remedy.
@@ -189,16 +190,18 @@ std::optional<uint64_t> CopyLineOf(const std::string& context);
 // A chunked transaction's consecutive UPDATEs with one statement_key, each matched by a key it
 // leaves unchanged (row_key set) and no two with the same key, go as one statement of at most
 // kUpdateBatchRowsMax rows instead of one statement each:
-//   WITH trellara_rows AS (UPDATE "s"."t" AS trellara_row SET "a" = trellara_batch.v1, ..
-//        FROM unnest($1::T1[], .., $m::Tm[]) WITH ORDINALITY AS trellara_batch(v1, .., vm, ord)
-//        WHERE trellara_row."k" = trellara_batch.vm AND .. RETURNING trellara_batch.ord)
+//   WITH trellara_rows AS (UPDATE "s"."t" AS trellara_row SET "a" = trellara_batch.v1::T1, ..
+//        FROM unnest($1::text[], .., $m::text[]) WITH ORDINALITY AS trellara_batch(v1, .., vm, ord)
+//        WHERE trellara_row."k" = trellara_batch.vm::Tm AND .. RETURNING trellara_batch.ord)
 //   SELECT CASE WHEN count(*) = $m+1 AND count(DISTINCT ord) = $m+1 THEN NULL
 //               ELSE trellara.require_each_row_once(array_agg(ord), $m+1) END FROM trellara_rows
-// Parameter i is a text array literal of the plans' values of param_columns[i] (AppendArrayElement),
-// cast to the target's type of that column; $m+1 is the row count. Each row must be changed exactly
+// Parameter i is a text array literal of the plans' values of param_columns[i] (AppendArrayElement);
+// each element is cast to the target's type of that column without its modifier (value_types.h
+// BatchCastType) — as text, so a type whose array delimiter is not a comma (box), an array, or a
+// composite travels like any other; $m+1 is the row count. Each row must be changed exactly
 // once, as the one-row check requires of one change; the target raises TR001/TR002 naming the
 // batch row in HINT otherwise. Whether a relation may be batched at all (triggers, other unique
-// indexes, array columns) is the target's answer (trellara.update_batch_types); shorter runs than
+// indexes) is the target's answer (trellara.batch_column_types); shorter runs than
 // kUpdateBatchRowsMin stay single statements.
 inline constexpr size_t kUpdateBatchRowsMin = 16;
 inline constexpr size_t kUpdateBatchRowsMax = 1000;
@@ -210,8 +213,8 @@ bool UpdateBatchable(const ChangePlan& plan);
 // The bytes of a plan's bound values (NULLs count 0): what a batch of plans holds in memory and
 // sends, for the byte bounds above and MergeLimits::bytes_max.
 size_t PlanParamBytes(const ChangePlan& plan);
-// The statement above for runs shaped like `first` (UpdateBatchable), `cast_types[i]` the target's
-// type name of first.param_columns[i]. Fails for a plan that is not batchable, a type count that
+// The statement above for runs shaped like `first` (UpdateBatchable), `cast_types[i]` the type
+// first.param_columns[i]'s values are cast to (BatchCastType). Fails for a plan that is not batchable, a type count that
 // does not match, or a column name that cannot be quoted.
 Result<std::string> UpdateBatchSql(const ChangePlan& first, const std::vector<std::string>& cast_types);
 // Appends `value` to a PostgreSQL array literal being built ("{" opened by the caller, elements
@@ -220,13 +223,5 @@ void AppendArrayElement(const std::optional<std::string>& value, std::string& li
 
 // "UPDATE", "DELETE", ... for messages.
 const char* PlanKindName(PlanKind kind);
-
-// Types compared with IS NOT DISTINCT FROM under REPLICA IDENTITY FULL must have an exact default
-// equality. False for types with none (json, xml, jsonpath, point, polygon, pg_snapshot,
-// txid_snapshot) and for the geometric types whose `=` is inexact (box and circle compare areas;
-// line and lseg use a tolerance; path compares point counts). Arrays (name[]) follow their
-// element type. Unknown user types are assumed comparable: if one is not, the statement fails on
-// the target with SQLSTATE 42883 and the transaction is quarantined.
-bool TypeHasExactEquality(const std::string& type_name);
 
 }  // namespace trellara

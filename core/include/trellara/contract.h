@@ -10,7 +10,7 @@
 // the operator must choose to accept.
 //
 // The column rules are the applier's own (apply_schema.h TargetTypeAccepts, CheckTargetRelation;
-// apply_plan.h TypeHasExactEquality), so contract-test never passes a table the applier would
+// value_types.h for REPLICA IDENTITY FULL), so contract-test never passes a table the applier would
 // quarantine: after the per-column checks, CheckTargetRelation runs on the same facts and any cause
 // not already reported becomes a finding.
 #pragma once
