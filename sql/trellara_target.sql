@@ -184,6 +184,26 @@ BEGIN
 END
 $fn$;
 
+-- ALTER TYPE ... RENAME VALUE carried from the source (core ddl_apply EnumRenameValue; docs/
+-- schema-changes.md "Enum labels"): renames the label when the enum still has the old one; nothing
+-- when it already has the new one and not the old (an earlier record of another table using the
+-- enum did it, or a person); otherwise fails naming both labels.
+CREATE OR REPLACE FUNCTION trellara.rename_enum_value(enum_type regtype, old_label text, new_label text)
+RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+  has_old boolean := EXISTS (SELECT 1 FROM pg_catalog.pg_enum WHERE enumtypid = enum_type AND enumlabel = old_label);
+  has_new boolean := EXISTS (SELECT 1 FROM pg_catalog.pg_enum WHERE enumtypid = enum_type AND enumlabel = new_label);
+BEGIN
+  IF has_old THEN
+    EXECUTE pg_catalog.format('ALTER TYPE %s RENAME VALUE %L TO %L', enum_type, old_label, new_label);
+  ELSIF NOT has_new THEN
+    RAISE EXCEPTION 'enum % has neither label % (renamed on the source) nor %', enum_type,
+      pg_catalog.quote_literal(old_label), pg_catalog.quote_literal(new_label)
+      USING HINT = 'add or rename the label on the target by hand, then mark the transaction replay-ready';
+  END IF;
+END
+$fn$;
+
 -- The row check of a merged INSERT of a grouped batch (docs/apply.md "Merged statements in a
 -- group"): called only when it inserted another number of rows than it holds (a trigger or rule
 -- on the target skipped or added rows).
@@ -329,6 +349,7 @@ REVOKE ALL ON FUNCTION trellara.require_one_row(bigint) FROM PUBLIC;  -- the app
 REVOKE ALL ON FUNCTION trellara.require_no_replica_triggers(text[]) FROM PUBLIC;  -- the applier's own guard
 REVOKE ALL ON FUNCTION trellara.batch_column_types(text, text[], text[]) FROM PUBLIC;  -- the applier's own check
 REVOKE ALL ON FUNCTION trellara.relation_tree(oid) FROM PUBLIC;  -- the guards' helper
+REVOKE ALL ON FUNCTION trellara.rename_enum_value(regtype, text, text) FROM PUBLIC;  -- the applier's DDL step
 REVOKE ALL ON FUNCTION trellara.require_each_row_once(bigint[], bigint) FROM PUBLIC;  -- the applier's own check
 REVOKE ALL ON FUNCTION trellara.require_rows(bigint, bigint) FROM PUBLIC;  -- the applier's own check
 REVOKE ALL ON FUNCTION trellara.apply_status() FROM PUBLIC;

@@ -82,6 +82,11 @@ void HashDdlDetail(Sha256Stream& h, const Ddl& ddl) {
     h.Str(st.new_name);
     h.Str(st.detail);
     h.U8(st.using_expression ? 1 : 0);
+    // Only the enum steps have these (so older records keep their checksums).
+    if (st.kind == DdlStepKind::EnumAddValue || st.kind == DdlStepKind::EnumRenameValue) {
+      h.Str(st.label);
+      h.U8(st.before ? 1 : 0);
+    }
   }
   h.U8(ddl.definition ? 1 : 0);
   if (ddl.definition) {

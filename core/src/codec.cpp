@@ -137,6 +137,8 @@ class Encoder {
       m.new_name = Str(st.new_name);
       m.detail = Str(st.detail);
       m.using_expression = st.using_expression;
+      m.label = Str(st.label);
+      m.before = st.before;
       d.steps[i] = New(m);
     }
     if (ddl.definition) {
@@ -463,7 +465,7 @@ class Decoder {
         return d;
       }
       d.steps.push_back(DdlStep{static_cast<DdlStepKind>(kind), S(st->column), S(st->new_name), S(st->detail),
-                                st->using_expression != 0});
+                                st->using_expression != 0, S(st->label), st->before != 0});
     }
     if (m->definition != nullptr) {
       const Trellara__RelationDefinition* def = m->definition;

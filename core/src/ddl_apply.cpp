@@ -48,6 +48,16 @@ std::string RelationDisplay(const Ddl& ddl) {
   return ddl.object_identity;
 }
 
+// A string constant, whatever standard_conforming_strings says: E'...' with ' and \ doubled.
+std::string SqlLiteral(const std::string& value) {
+  std::string out = "E'";
+  for (char c : value) {
+    if (c == '\'' || c == '\\') out += c;
+    out += c;
+  }
+  return out + "'";
+}
+
 std::string DescribeStep(const DdlStep& step) {
   std::string out = DdlStepKindName(step.kind);
   if (step.kind == DdlStepKind::Unsupported || step.kind == DdlStepKind::NoShapeChange) {
@@ -57,6 +67,9 @@ std::string DescribeStep(const DdlStep& step) {
   if (!step.column.empty()) out += " " + step.column;
   if (!step.new_name.empty()) out += " -> " + step.new_name;
   if (step.using_expression) out += " using an expression";
+  if (step.kind == DdlStepKind::EnumRenameValue) out += " (label " + step.label + ")";
+  if (step.kind == DdlStepKind::EnumAddValue && !step.label.empty())
+    out += std::string(step.before ? " before " : " after ") + step.label;
   return out;
 }
 
@@ -121,6 +134,8 @@ class DdlPlanner {
       case DdlStepKind::AttachPartition: return AttachPartition();
       case DdlStepKind::DetachPartition: return DetachPartition(step);
       case DdlStepKind::RenameType: return RenameType(step);
+      case DdlStepKind::EnumAddValue: return EnumAddValue(step);
+      case DdlStepKind::EnumRenameValue: return EnumRenameValue(step);
       case DdlStepKind::ReplicaIdentity:
         plan_.notes.push_back("replica identity of " + current_display() +
                               " is not carried to the target: the applier matches rows by the captured key, so the "
@@ -362,6 +377,31 @@ class DdlPlanner {
     const std::string new_last = new_dot == std::string::npos ? step.new_name : step.new_name.substr(new_dot + 1);
     plan_.statements.push_back(std::string(domain ? "ALTER DOMAIN " : "ALTER TYPE ") + step.column + " RENAME TO " +
                                new_last);
+    return Status::Ok();
+  }
+
+  // ALTER TYPE ... ADD VALUE, recorded on each captured table with a column of the enum (or an array
+  // of it): IF NOT EXISTS, so the first table's record adds the label and the next ones (or a replay
+  // after the operator added it) find it. Placed by its neighbour, as on the source.
+  Status EnumAddValue(const DdlStep& step) {
+    if (step.column.empty() || step.new_name.empty())
+      return MakeError("a label added to an enum used by " + current_display() +
+                       " does not name the type and the label; the record is malformed");
+    std::string sql = "ALTER TYPE " + step.column + " ADD VALUE IF NOT EXISTS " + SqlLiteral(step.new_name);
+    if (!step.label.empty()) sql += std::string(step.before ? " BEFORE " : " AFTER ") + SqlLiteral(step.label);
+    plan_.statements.push_back(std::move(sql));
+    return Status::Ok();
+  }
+
+  // ALTER TYPE ... RENAME VALUE, on each table using the enum: trellara.rename_enum_value renames
+  // the label when the target's enum still has the old one, does nothing when it already has the
+  // new one (an earlier table's record, or the operator), and fails naming both otherwise.
+  Status EnumRenameValue(const DdlStep& step) {
+    if (step.column.empty() || step.new_name.empty() || step.label.empty())
+      return MakeError("a label renamed in an enum used by " + current_display() +
+                       " does not name the type, the old and the new label; the record is malformed");
+    plan_.statements.push_back("SELECT trellara.rename_enum_value(" + SqlLiteral(step.column) + "::pg_catalog.regtype, " +
+                               SqlLiteral(step.label) + ", " + SqlLiteral(step.new_name) + ")");
     return Status::Ok();
   }
 

@@ -40,6 +40,8 @@ const char* DdlStepKindName(DdlStepKind kind) {
     case DdlStepKind::AttachPartition: return "attach_partition";
     case DdlStepKind::DetachPartition: return "detach_partition";
     case DdlStepKind::RenameType: return "rename_type";
+    case DdlStepKind::EnumAddValue: return "enum_add_value";
+    case DdlStepKind::EnumRenameValue: return "enum_rename_value";
   }
   return "unknown";
 }

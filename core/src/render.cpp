@@ -152,6 +152,8 @@ ordered_json ChangesJson(const std::vector<Change>& changes, const std::vector<R
             if (!st.new_name.empty()) sj["new_name"] = Name(st.new_name);
             if (!st.detail.empty()) sj["detail"] = Name(st.detail);
             if (st.using_expression) sj["using_expression"] = true;
+            if (!st.label.empty()) sj["label"] = Name(st.label);
+            if (st.kind == DdlStepKind::EnumAddValue && !st.label.empty()) sj["before"] = st.before;
             steps.push_back(std::move(sj));
           }
           j["steps"] = std::move(steps);

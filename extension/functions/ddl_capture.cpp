@@ -628,6 +628,19 @@ std::vector<Oid> TablesUsingType(Oid type) {
   return out;
 }
 
+// An enum's labels in their order.
+constexpr char kEnumLabelsQuery[] =
+    "SELECT e.enumlabel::pg_catalog.text FROM pg_catalog.pg_enum e WHERE e.enumtypid = $1 ORDER BY e.enumsortorder";
+
+std::vector<std::string> EnumLabels(Oid type) {
+  Oid argtypes[1] = {OIDOID};
+  Datum values[1] = {ObjectIdGetDatum(type)};
+  SPITupleTable* table = RunQuery(kEnumLabelsQuery, 1, argtypes, values);
+  std::vector<std::string> out;
+  for (uint64 i = 0; i < SPI_processed; i++) out.push_back(TextColumn(table, i, 1));
+  return out;
+}
+
 // A partitioned table's key, a partition's parent and bound, as the source prints them.
 constexpr char kPartitioningQuery[] =
     "SELECT CASE WHEN c.relkind = 'p' THEN pg_catalog.pg_get_partkeydef(c.oid) END, pn.nspname::pg_catalog.text, "
@@ -772,6 +785,36 @@ void CaptureDdlCommands(FunctionCallInfo fcinfo) {
           t.ddl.steps.push_back(Step(DdlStepKind::RenameType, keyword + old_name + " RENAME TO " + new_name, old_name,
                                      new_name));
         }
+      }
+      continue;
+    }
+    // ALTER TYPE ... ADD VALUE / RENAME VALUE of an enum: every captured table with a column of
+    // the enum (or an array of it) gets the step, so the target's enum has the label before those
+    // tables' rows carry it. An added label is placed by its neighbour in the enum's order after
+    // the command (whatever BEFORE / AFTER the statement said, or none).
+    if (OidIsValid(row.type) && row.command != nullptr && row.command->type == SCT_Simple &&
+        row.command->parsetree != nullptr && IsA(row.command->parsetree, AlterEnumStmt)) {
+      const AlterEnumStmt* stmt = castNode(AlterEnumStmt, row.command->parsetree);
+      const std::string type_name = Str(PGCALL(format_type_be(row.type)));
+      const std::string new_label = Str(stmt->newVal);
+      DdlStep step;
+      if (stmt->oldVal != nullptr) {
+        step = Step(DdlStepKind::EnumRenameValue, "ALTER TYPE " + type_name + " RENAME VALUE", type_name, new_label);
+        step.label = Str(stmt->oldVal);
+      } else {
+        step = Step(DdlStepKind::EnumAddValue, "ALTER TYPE " + type_name + " ADD VALUE", type_name, new_label);
+        const std::vector<std::string> labels = EnumLabels(row.type);
+        const auto at = std::find(labels.begin(), labels.end(), new_label);
+        if (at != labels.end() && at + 1 != labels.end()) {
+          step.label = *(at + 1);
+          step.before = true;
+        } else if (at != labels.end() && at != labels.begin()) {
+          step.label = *(at - 1);
+        }
+      }
+      for (Oid relid : TablesUsingType(row.type)) {
+        if (!is_captured(relid)) continue;
+        entry(relid, row).ddl.steps.push_back(step);
       }
       continue;
     }

@@ -99,6 +99,7 @@ class Generator:
         self.expected_halts = []   # reasons the workload makes the flow halt at (e.g. a USING rewrite)
         self.created = []          # tables the workload creates (CREATE TABLE AS, SELECT INTO, partitions)
         self.mood = "fz_mood"      # the enum's current name
+        self.object_ddl_kinds = []  # what _object_ddl generated, in order (for choosing CI seeds)
 
     # ---- schema ------------------------------------------------------------------------------
     def schema_sql(self):
@@ -251,15 +252,28 @@ class Generator:
 
     def _object_ddl(self, round_no):
         """DDL on objects other than the generated tables: a range-partitioned tree built with
-        PARTITION OF and ATTACH PARTITION, then a DETACH; or a rename of the enum fz.moody uses."""
+        PARTITION OF and ATTACH PARTITION, then a DETACH; a rename of the enum fz.moody uses; or a
+        label added to it (before another, or at the end), used, then renamed."""
         r = self.r
-        if r.random() < 0.5:
+        draw = r.random()
+        if 0.35 <= draw < 0.65:
+            label = f"l{round_no}"
+            where = " BEFORE 'busy'" if draw < 0.5 else ""
+            self.object_ddl_kinds.append("enum_labels")
+            return [[f"ALTER TYPE {self.mood} ADD VALUE '{label}'{where}"],
+                    [f"INSERT INTO fz.moody VALUES ({2000 + round_no}, '{label}', '{{{label},busy}}')",
+                     f"UPDATE fz.moody SET m = '{label}' WHERE k % 4 = 1"],
+                    [f"ALTER TYPE {self.mood} RENAME VALUE '{label}' TO '{label}x'",
+                     f"UPDATE fz.moody SET ms = ARRAY['{label}x', 'calm']::{self.mood}[] WHERE k % 3 = 0"]]
+        if draw < 0.35:
+            self.object_ddl_kinds.append("type_rename")
             new = f"fz_mood_r{round_no}"
             old, self.mood = self.mood, new
             return [[f"ALTER TYPE {old} RENAME TO {new}",
                      f"INSERT INTO fz.moody VALUES ({1000 + round_no}, 'busy', '{{calm,busy}}')",
                      "UPDATE fz.moody SET m = 'calm', ms = '{busy}' WHERE k % 2 = 0"]]
         p = f"fz.pr{round_no}"
+        self.object_ddl_kinds.append("partitions")
         self.created += [f"{p}_lo", f"{p}_hi"]
         return [[f"CREATE TABLE {p} (k int NOT NULL, v text, PRIMARY KEY (k)) PARTITION BY RANGE (k)",
                  f"CREATE TABLE {p}_lo PARTITION OF {p} FOR VALUES FROM (MINVALUE) TO (100)",

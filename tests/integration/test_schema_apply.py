@@ -612,28 +612,61 @@ def renamed_types_are_renamed_on_the_target():
         pair.source.psql("UPDATE app.moods SET m = 'busy' WHERE id % 2 = 0; INSERT INTO app.more VALUES (2, 'calm');")
         pair.source.psql("BEGIN; ALTER DOMAIN app.code RENAME TO tag; UPDATE app.moods SET c = 'x' || id WHERE id < 5; "
                          "COMMIT;")
-        wait_log_covers_source(pair.source)
-        result = apply_until_caught_up(pair)
-        if result.returncode != 0:
-            raise CaptureFailure(f"apply exited {result.returncode}: {result.stderr[-1500:]} "
-                                 f"{quarantine_rows(pair.target)}")
-        for table in ("app.moods", "app.more"):
-            digest = (f"SELECT count(*) || ' ' || coalesce(md5(string_agg(md5(t::text), ',' ORDER BY md5(t::text))), "
-                      f"'-') FROM {table} t")
-            source, target = pair.source.query(digest), pair.target.query(digest)
-            print(f"{table}: source {source}, target {target}")
-            if source != target:
-                raise CaptureFailure(f"{table} differs between source and target")
+        assert_converged_without_quarantine(pair, ("app.moods", "app.more"))
         names = ("SELECT string_agg(t.typname::text, ',' ORDER BY t.typname) FROM pg_type t JOIN pg_namespace n ON "
                  "n.oid = t.typnamespace WHERE n.nspname = 'app' AND t.typtype IN ('e', 'd')")
         print(f"types: source {pair.source.query(names)}, target {pair.target.query(names)}")
         if pair.source.query(names) != pair.target.query(names):
             raise CaptureFailure("the target's types are not named as the source's")
-        want, have = columns(pair.source), columns(pair.target)
-        if want != have:
-            raise CaptureFailure(f"columns differ:\nsource:\n{want}\ntarget:\n{have}")
-        if pair.target.query("SELECT count(*) FROM trellara.quarantine") != "0":
-            raise CaptureFailure(f"quarantined: {quarantine_rows(pair.target)}")
+
+
+def assert_converged_without_quarantine(pair, tables):
+    """`trellara apply --until-caught-up` exits 0, each of `tables` equals the source's row by row,
+    their columns are the source's, and nothing is quarantined."""
+    wait_log_covers_source(pair.source)
+    result = apply_until_caught_up(pair)
+    if result.returncode != 0:
+        raise CaptureFailure(f"apply exited {result.returncode}: {result.stderr[-1500:]} {quarantine_rows(pair.target)}")
+    for table in tables:
+        digest = (f"SELECT count(*) || ' ' || coalesce(md5(string_agg(md5(t::text), ',' ORDER BY md5(t::text))), "
+                  f"'-') FROM {table} t")
+        source, target = pair.source.query(digest), pair.target.query(digest)
+        print(f"{table}: source {source}, target {target}")
+        if source != target:
+            raise CaptureFailure(f"{table} differs between source and target")
+    want, have = columns(pair.source), columns(pair.target)
+    if want != have:
+        raise CaptureFailure(f"columns differ:\nsource:\n{want}\ntarget:\n{have}")
+    if pair.target.query("SELECT count(*) FROM trellara.quarantine") != "0":
+        raise CaptureFailure(f"quarantined: {quarantine_rows(pair.target)}")
+
+
+@scenario(suite="schema_changes", invariants=("ALTER TYPE ... ADD VALUE (BEFORE, AFTER, at the end) and RENAME VALUE "
+                                              "reach the target's enum in the source's order",
+                                              "rows using the new labels apply", "nothing is quarantined"))
+def enum_labels_added_and_renamed_are_followed():
+    with SchemaPair("schema-enum-labels") as pair:
+        types = "CREATE TYPE app.mood AS ENUM ('calm', 'busy');"
+        pair.source.psql(types)
+        pair.target.psql(types)
+        pair.source.psql("CREATE TABLE app.moods (id int PRIMARY KEY, m app.mood, ms app.mood[]);"
+                         "CREATE TABLE app.more (id int PRIMARY KEY, m app.mood);"
+                         "INSERT INTO app.moods SELECT g, 'calm', ARRAY['busy']::app.mood[] FROM generate_series(1, 20) g;"
+                         "INSERT INTO app.more VALUES (1, 'busy');")
+        pair.source.psql("ALTER TYPE app.mood ADD VALUE 'tense' BEFORE 'busy'")
+        pair.source.psql("ALTER TYPE app.mood ADD VALUE 'sleepy'")
+        pair.source.psql("ALTER TYPE app.mood ADD VALUE 'it''s \\ odd' AFTER 'calm'")
+        pair.source.psql("UPDATE app.moods SET m = 'tense', ms = ARRAY['sleepy', 'it''s \\ odd']::app.mood[] "
+                         "WHERE id % 3 = 0; INSERT INTO app.more VALUES (2, 'sleepy')")
+        pair.source.psql("BEGIN; ALTER TYPE app.mood RENAME VALUE 'calm' TO 'serene'; "
+                         "UPDATE app.moods SET m = 'serene' WHERE id < 4; COMMIT;")
+        pair.source.psql("INSERT INTO app.more VALUES (3, 'serene'), (4, 'tense')")
+        assert_converged_without_quarantine(pair, ("app.moods", "app.more"))
+        labels = ("SELECT string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder) FROM pg_enum e "
+                  "WHERE e.enumtypid = 'app.mood'::regtype")
+        print(f"labels: source {pair.source.query(labels)}, target {pair.target.query(labels)}")
+        if pair.source.query(labels) != pair.target.query(labels):
+            raise CaptureFailure("the target's enum labels are not the source's, in the source's order")
 
 
 @scenario(seed_rows=("snapshot_ddl_during_copy",), suite="schema_changes",
@@ -703,5 +736,6 @@ if __name__ == "__main__":
         create_table_as_and_select_into_are_followed,
         declarative_partitioning_is_followed,
         renamed_types_are_renamed_on_the_target,
+        enum_labels_added_and_renamed_are_followed,
         ddl_during_snapshot_copy_withholds_handoff,
     ])

@@ -730,3 +730,39 @@ TEST_CASE("a_renamed_type_is_renamed_once_on_the_target", "[ddl]") {
   rename.steps = {Step(DdlStepKind::RenameType, "app.tag", "other.label")};
   RequireUnsupported(Plan(rename, before), "changes its schema");
 }
+
+TEST_CASE("enum_labels_added_and_renamed_are_carried_to_the_target", "[ddl]") {
+  Ddl alter = CreateEvents();
+  alter.command_tag = "ALTER TYPE";
+  alter.relation_schema = "public";
+  alter.relation_name = "events";
+  TargetRelation target;
+  target.exists = true;
+  target.columns = {TCol("id", "bigint", true), TCol("seq", "bigint", true), TCol("name", "text", true),
+                    TCol("upper_name", "text")};
+  target.primary_key = {"id"};
+  DdlStep add = Step(DdlStepKind::EnumAddValue, "app.mood", "it's \\ odd");
+  add.label = "glad";
+  add.before = true;
+  alter.steps = {add};
+  DdlPlan plan = Plan(alter, target);
+  REQUIRE(plan.action == DdlAction::Execute);
+  CHECK(plan.statements ==
+        std::vector<std::string>{"ALTER TYPE app.mood ADD VALUE IF NOT EXISTS E'it''s \\\\ odd' BEFORE E'glad'"});
+  add.before = false;
+  add.label = "sad";
+  alter.steps = {add};
+  CHECK(Plan(alter, target).statements ==
+        std::vector<std::string>{"ALTER TYPE app.mood ADD VALUE IF NOT EXISTS E'it''s \\\\ odd' AFTER E'sad'"});
+  add.label.clear();  // the enum's only label
+  alter.steps = {add};
+  CHECK(Plan(alter, target).statements == std::vector<std::string>{"ALTER TYPE app.mood ADD VALUE IF NOT EXISTS E'it''s \\\\ odd'"});
+  DdlStep rename = Step(DdlStepKind::EnumRenameValue, "app.mood", "happy");
+  rename.label = "glad";
+  alter.steps = {rename};
+  CHECK(Plan(alter, target).statements ==
+        std::vector<std::string>{"SELECT trellara.rename_enum_value(E'app.mood'::pg_catalog.regtype, E'glad', E'happy')"});
+  rename.label.clear();
+  alter.steps = {rename};
+  RequireUnsupported(Plan(alter, target), "malformed");
+}

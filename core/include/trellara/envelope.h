@@ -88,8 +88,13 @@ enum class DdlStepKind : uint8_t {
   // RENAME TO): column = old name, new_name = new name, as format_type prints them; detail starts
   // with "ALTER DOMAIN" for a domain.
   RenameType = 19,
+  // An enum a column uses got a label (ALTER TYPE ... ADD VALUE): column = the type as format_type
+  // prints it, new_name = the label, label = its neighbour in the enum's order after the command
+  // ("" when it is the only label), before = whether it sits before that neighbour. Or a label was
+  // renamed (RENAME VALUE): column = the type, label = the old label, new_name = the new one.
+  EnumAddValue = 20, EnumRenameValue = 21,
 };
-inline constexpr DdlStepKind kLastDdlStepKind = DdlStepKind::RenameType;
+inline constexpr DdlStepKind kLastDdlStepKind = DdlStepKind::EnumRenameValue;
 const char* DdlStepKindName(DdlStepKind kind);  // "create_table", "add_column", ...
 
 struct DdlStep {
@@ -99,6 +104,8 @@ struct DdlStep {
   std::string new_name;  // RenameColumn / RenameTable
   std::string detail;    // the subcommand as a person reads it
   bool using_expression = false;  // AlterColumnType with USING
+  std::string label;              // EnumAddValue: the neighbour; EnumRenameValue: the old label
+  bool before = false;            // EnumAddValue: the label sits before `label`
   bool operator==(const DdlStep&) const = default;
 };
 
