@@ -64,11 +64,42 @@ std::vector<SourceTable> ReadSourceTables(PgConnection& source, const FlowConfig
           "AND p.schemaname <> 'trellara' ORDER BY p.schemaname, p.tablename",
           {publication}),
       "listing the tables of publication " + publication + " on the source");
+  // A partitioned table the publication lists by its partitions (publish_via_partition_root off,
+  // as FOR ALL TABLES does) stands for those of its leaf partitions that are published.
+  std::vector<std::string> wanted;
+  for (const auto& name : selected) {
+    bool listed = false;
+    for (int i = 0; i < r.rows() && !listed; i++) listed = r.Value(i, 0) == std::optional<std::string>(name);
+    if (listed) {
+      wanted.push_back(name);
+      continue;
+    }
+    auto leaves = MustSucceed(
+        source,
+        source.ExecParams("SELECT ln.nspname || '.' || l.relname FROM pg_catalog.pg_class c "
+                          "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+                          "CROSS JOIN LATERAL pg_catalog.pg_partition_tree(c.oid) t "
+                          "JOIN pg_catalog.pg_class l ON l.oid = t.relid "
+                          "JOIN pg_catalog.pg_namespace ln ON ln.oid = l.relnamespace "
+                          "WHERE c.relkind = 'p' AND n.nspname || '.' || c.relname = $1 AND t.isleaf ORDER BY 1",
+                          {name}),
+        "listing the partitions of " + name + " on the source");
+    bool expanded = false;
+    for (int j = 0; j < leaves.rows(); j++) {
+      const std::string leaf = leaves.Value(j, 0).value_or("");
+      for (int i = 0; i < r.rows(); i++)
+        if (r.Value(i, 0) == std::optional<std::string>(leaf)) {
+          wanted.push_back(leaf);
+          expanded = true;
+        }
+    }
+    if (!expanded) wanted.push_back(name);  // refused below, naming what the publication holds
+  }
   std::vector<SourceTable> tables;
   for (int i = 0; i < r.rows(); i++) {
     SourceTable t;
     t.name = r.Value(i, 0).value_or("");
-    if (!selected.empty() && std::find(selected.begin(), selected.end(), t.name) == selected.end()) continue;
+    if (!selected.empty() && std::find(wanted.begin(), wanted.end(), t.name) == wanted.end()) continue;
     t.qualified = r.Value(i, 1).value_or("");
     t.schema = r.Value(i, 5).value_or("");
     t.table = r.Value(i, 6).value_or("");
@@ -89,7 +120,7 @@ std::vector<SourceTable> ReadSourceTables(PgConnection& source, const FlowConfig
     }
     tables.push_back(std::move(t));
   }
-  for (const auto& name : selected)
+  for (const auto& name : wanted)
     if (std::none_of(tables.begin(), tables.end(), [&](const SourceTable& t) { return t.name == name; })) {
       std::string names;
       for (int i = 0; i < r.rows(); i++) names += (names.empty() ? "" : ", ") + r.Value(i, 0).value_or("");

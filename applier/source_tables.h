@@ -29,8 +29,9 @@ struct SourceTable {
 };
 
 // The flow's publication tables (schema trellara excluded), optionally only `selected`
-// (schema.table; a name that is not published is an error naming the publication and what it
-// holds). Throws CommandFailed.
+// (schema.table; a partitioned table the publication lists by its partitions stands for its
+// published leaf partitions; a name that is not published is an error naming the publication and
+// what it holds). Throws CommandFailed.
 std::vector<SourceTable> ReadSourceTables(PgConnection& source, const FlowConfig& config,
                                           const std::vector<std::string>& selected);
 

@@ -8,9 +8,11 @@ NOT VALID constraints — and a workload of single-row and set-oriented DML, TRU
 not), runs of one-row UPDATEs (the merged path), large transactions (chunked: COPY runs and batched
 UPDATEs), and DDL (ADD COLUMN with and without default, multi-subcommand ALTERs, widening
 ALTER TYPE, USING rewrites, RENAME, CREATE TABLE AS and SELECT INTO, PARTITION BY / PARTITION OF /
-ATTACH / DETACH PARTITION, ALTER TYPE ... RENAME TO). The target gets the schema the way users restore it
-(`pg_dump --schema-only`, publications included); the flow publishes FOR ALL TABLES; the applier
-applies the log; then every table is compared with the source by its own rows (FROM ONLY).
+ATTACH / DETACH PARTITION, ALTER TYPE ... RENAME TO, enum ADD VALUE / RENAME VALUE). The target
+gets the schema the way users restore it (`pg_dump --schema-only`, publications included); the
+flow publishes FOR ALL TABLES; part of the workload runs, then `trellara snapshot` copies one to
+three tables (chunks of 50 rows) while the rest of the workload runs beside it (snapshot_plan); the
+applier applies the log; then every table is compared with the source by its own rows (FROM ONLY).
 
 The oracle: after `trellara apply --until-caught-up`,
   - exit 0 (caught up, nothing quarantined): every table must equal the source's, or the seed
@@ -283,6 +285,14 @@ class Generator:
                  f"INSERT INTO {p} SELECT g, 'v' || g FROM generate_series(1, 150) g ON CONFLICT DO NOTHING"],
                 [f"UPDATE {p} SET v = v || '!' WHERE k % 7 = 0", f"ALTER TABLE {p} DETACH PARTITION {p}_lo",
                  f"UPDATE {p}_lo SET v = 'detached' WHERE k % 3 = 0", f"DELETE FROM {p} WHERE k % 5 = 0"]]
+
+    def snapshot_plan(self, transactions):
+        """`trellara snapshot` beside the stream: the workload's transaction at which the snapshot
+        starts (the rest of the workload runs while it copies) and the tables it copies — drawn from
+        their own generator, so the schema and the workload of a seed stay what they were."""
+        r = random.Random(self.seed * 7919 + 1)
+        names = [t.name for t in self.tables] + ["fz.moody", "fz.empty_cols"]
+        return r.randint(transactions // 3, 2 * transactions // 3), sorted(r.sample(names, r.randint(1, 3)))
 
     def workload(self):
         """Source transactions: a list of SQL scripts, each one transaction."""
