@@ -6,20 +6,23 @@ divergence_fuzz.py; docs/apply.md "Divergence fuzzer"; issue 35 item 2).
       for each seed of the budget: a generated schema on a fresh source, restored on a fresh target
       with `pg_dump --schema-only` (publications included), a flow FOR ALL TABLES, the generated
       workload with `trellara snapshot` of one to three tables running beside its second part (a
-      snapshot that stops — a DDL during its copy — is run again, as its message says),
-      `trellara apply --until-caught-up`; then either every table equals the source's by
+      snapshot that stops — a DDL during its copy — is run again, as its message says), applied
+      by the seed's path (seed % 3: 0 one source transaction per target transaction, 1 a daemon
+      applier running beside the second part and the snapshot, 2 grouped batches after the
+      workload), then `trellara apply --until-caught-up`; then either every table equals the source's by
       its own rows (exit 0), or the flow halted at a quarantine naming its cause (exit 3). Exit 0
       with a difference is a silent divergence: the seed fails, named with its command.
 
 Budget: TRELLARA_FUZZ_SEEDS (default "1-5": CI's budget; seed 1 adds, uses and renames enum
-labels, seed 4's snapshot is refused while the target's schema lags and goes on after an apply
-and --force, seed 5 holds a partition tree and a type rename), TRELLARA_FUZZ_MINUTES (stop starting new
+labels, seeds 1 and 4 apply with a daemon beside the snapshot, seed 3 one transaction at a time,
+seed 5 holds a partition tree and a type rename), TRELLARA_FUZZ_MINUTES (stop starting new
 seeds after this many minutes; default unlimited), TRELLARA_FUZZ_ROUNDS (workload rounds, default
 12). A long local run: TRELLARA_FUZZ_SEEDS=1-100000 TRELLARA_FUZZ_MINUTES=120 python3
 tests/integration/test_divergence_fuzz.py. One seed again: TRELLARA_FUZZ_SEEDS=17.
 """
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -100,9 +103,16 @@ def run_seed(seed, rounds):
         target.psql(schema)
         log_dir = source.query("SELECT log_directory FROM trellara.flows WHERE name = 'fz'")
         config = os.path.join(work, "flow.toml")
+        # The apply path of the seed: one source transaction per target transaction; a daemon
+        # applier running beside the second part of the workload and the snapshot (early apply of
+        # chunked transactions, groups as they come), then --until-caught-up; or grouped batches
+        # (merged statements, superseded updates) after the workload.
+        mode = ("one_at_a_time", "daemon", "grouped")[seed % 3]
         with open(config, "w") as f:
             f.write(f'[flow]\nname = "fz"\nlog_directory = "{log_dir}"\n\n[source]\nconninfo = "{source.conninfo()}"\n\n'
                     f'[target]\nconninfo = "{target.conninfo()}"\n')
+            if mode == "one_at_a_time":
+                f.write('\n[apply]\ngroup_transactions = "off"\n')
         transactions = gen.workload()
         split, snapshot_tables = gen.snapshot_plan(len(transactions))
         psql = [os.path.join(PG_BIN, "psql"), "-X", "-q", "-h", source.socket_dir, "-p", str(source.port),
@@ -113,11 +123,24 @@ def run_seed(seed, rounds):
         ran = subprocess.run(psql + [os.path.join(work, "workload1.sql")], capture_output=True, text=True, timeout=600)
         source_errors = [line for line in ran.stderr.splitlines() if "ERROR" in line]
         # The rest of the workload runs while `trellara snapshot` copies some tables beside the stream.
+        daemon = None
+        if mode == "daemon":
+            daemon_log = open(os.path.join(work, "daemon.log"), "w")
+            daemon = subprocess.Popen([TRELLARA_BIN, "apply", "--config", config], stdout=daemon_log,
+                                      stderr=subprocess.STDOUT, text=True)
         rest = subprocess.Popen(psql + [os.path.join(work, "workload2.sql")], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         snapshot_note = snapshot_beside_the_stream(config, snapshot_tables)
         _, rest_err = rest.communicate(timeout=600)
         source_errors += [line for line in rest_err.splitlines() if "ERROR" in line]
+        if daemon is not None:
+            if daemon.poll() is None:
+                daemon.send_signal(signal.SIGTERM)
+            daemon.wait(timeout=120)
+            daemon_log.close()
+            with open(os.path.join(work, "daemon.log")) as f:
+                progress = [line for line in f.read().splitlines() if line.startswith("apply flow=")]
+            print(f"seed {seed}: daemon applier exited {daemon.returncode}: {progress[-1] if progress else '-'}")
         if snapshot_note is not None:
             # The snapshot refused or stopped while the workload ran: a DDL during its copy, or rows
             # the target's table cannot hold yet (a column the source widened, the DDL not applied
@@ -163,7 +186,7 @@ def run_seed(seed, rounds):
             raise CaptureFailure(f"seed {seed}: the workload holds a statement that must halt the flow "
                                  f"({gen.expected_halts}) but apply exited 0 and called it caught up")
         print(f"seed {seed}: converged, {len(tables)} tables equal ({len(source_errors)} source statements failed "
-              f"and rolled back; snapshot of {', '.join(snapshot_tables)} beside the stream)")
+              f"and rolled back; snapshot of {', '.join(snapshot_tables)} beside the stream; apply {mode})")
         return "converged", None
 
 
