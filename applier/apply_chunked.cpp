@@ -13,8 +13,8 @@
 //                     (core UpdateBatchSql: UPDATE ... FROM unnest(<one array per column>)),
 //                     pipelined like any other; each row must be changed exactly once. Only for a
 //                     relation the target says may be (trellara.batch_column_types: no trigger or
-//                     rule firing for replicated changes, no unique index but the key's, no array
-//                     column), asked once per statement shape and transaction.
+//                     rule firing for replicated changes, no unique index but the key's), asked
+//                     once per statement shape and transaction.
 //   other row changes UPDATE, DELETE and short INSERT and UPDATE runs are queued in libpq pipeline mode with
 //                     their row-checked prepared statements (RowCheckedSql: the target raises when
 //                     a change matched anything but one row), at most

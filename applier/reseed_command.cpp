@@ -90,7 +90,15 @@ Outcome ReseedFiltered(const FlowConfig& config, const Options& o) {
   RequireTargetState(*control, config);
   MustSucceed(*control, control->Exec(TargetSchemaScript()), "installing the trellara target state");
   auto source = ConnectPinned(config, config.source_conninfo, "source", app);
-  const SourceTable t = ReadSourceTables(*source, config, {o.table}).front();
+  const std::vector<SourceTable> selected = ReadSourceTables(*source, config, {o.table});
+  if (selected.size() != 1) {
+    std::string names;
+    for (const auto& s : selected) names += (names.empty() ? "" : ", ") + s.name;
+    throw CommandFailed("reseed --where of " + o.table + " selects its " + std::to_string(selected.size()) +
+                            " published partitions (" + names + "); reseed them one at a time with --table <partition>",
+                        2);
+  }
+  const SourceTable t = selected.front();
   if (t.key_columns.empty())
     throw CommandFailed("reseed --where of " + t.name + " needs a primary key or replica identity index on the source "
                         "(rows are matched by key); reseed the whole table without --where", 2);
