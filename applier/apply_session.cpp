@@ -558,9 +558,17 @@ uint64_t ApplySession::LoadSnapshotRegistry(SnapshotRegistry& registry) {
   auto progress = Must(
       conn_->ExecParams("SELECT coalesce(pg_replication_origin_progress($1, false), '0/0')::text", {origin_name_}),
       what + ": reading the origin progress");
-  auto tables = Must(conn_->ExecParams("SELECT schema_name, table_name, key_column, state FROM trellara.snapshot_tables "
-                                       "WHERE flow = $1",
-                                       {flow}),
+  // With each table the partitioned tables above it on the target (a TRUNCATE naming one of them
+  // reaches it), separated by U+001F.
+  auto tables = Must(conn_->ExecParams(
+                         "SELECT t.schema_name, t.table_name, t.key_column, t.state, "
+                         "  pg_catalog.array_to_string(ARRAY(SELECT n.nspname || '.' || c.relname "
+                         "    FROM pg_catalog.pg_partition_ancestors(pg_catalog.to_regclass(pg_catalog.format('%I.%I', "
+                         "           t.schema_name, t.table_name))) AS a(relid) "
+                         "    JOIN pg_catalog.pg_class c ON c.oid = a.relid AND c.relkind = 'p' "
+                         "    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace), E'\\x1f') "
+                         "FROM trellara.snapshot_tables t WHERE t.flow = $1",
+                         {flow}),
                      what);
   auto chunks = Must(conn_->ExecParams("SELECT schema_name, table_name, chunk_no, lo, hi, state, snapshot, "
                                        "snapshot_lsn::text FROM trellara.snapshot_chunks WHERE flow = $1 "
@@ -583,9 +591,18 @@ uint64_t ApplySession::LoadSnapshotRegistry(SnapshotRegistry& registry) {
 
   const uint64_t version_value = std::stoull(version.Value(0, 0).value_or("0"));
   registry.Reset(version_value);
-  for (int i = 0; i < tables.rows(); i++)
-    registry.AddTable(tables.Value(i, 0).value_or(""), tables.Value(i, 1).value_or(""), tables.Value(i, 2))
-        .handed_off = tables.Value(i, 3) == std::optional<std::string>("handoff_ready");
+  for (int i = 0; i < tables.rows(); i++) {
+    SnapshotTable& table =
+        registry.AddTable(tables.Value(i, 0).value_or(""), tables.Value(i, 1).value_or(""), tables.Value(i, 2));
+    table.handed_off = tables.Value(i, 3) == std::optional<std::string>("handoff_ready");
+    const std::string ancestors = tables.Value(i, 4).value_or("");
+    for (size_t start = 0; start < ancestors.size();) {
+      size_t end = ancestors.find('\x1f', start);
+      if (end == std::string::npos) end = ancestors.size();
+      table.partition_ancestors.push_back(ancestors.substr(start, end - start));
+      start = end + 1;
+    }
+  }
   for (int i = 0; i < chunks.rows(); i++) {
     const std::string schema = chunks.Value(i, 0).value_or("");
     const std::string name = chunks.Value(i, 1).value_or("");

@@ -40,6 +40,9 @@ struct SnapshotTable {
   // all copied but whose handoff was not recorded is still the copy's (a DDL then withholds its
   // handoff, apply_transaction.cpp).
   bool handed_off = false;
+  // The partitioned tables above it on the target ("schema.name"), read with the registry: a
+  // TRUNCATE that names one of them reaches this table too.
+  std::vector<std::string> partition_ancestors;
 
   std::string Display() const { return schema + "." + name; }
   void Learnt();
@@ -64,6 +67,9 @@ class SnapshotRegistry {
 
   SnapshotTable* Find(const std::string& schema, const std::string& name);
   SnapshotTable* Find(const RelationInfo& relation) { return Find(relation.schema, relation.name); }
+  // The tables being copied for a transaction committed at `commit_lsn` that are partitions of
+  // `relation` on the target (any depth).
+  std::vector<SnapshotTable*> CopyingPartitionsOf(const RelationInfo& relation, uint64_t commit_lsn);
 
   // Requested holds, lowest LSN first.
   const std::vector<RequestedHold>& holds() const { return holds_; }

@@ -154,6 +154,43 @@ Result<ChangePlan> PlanRangeDelete(const RelationInfo& relation, const std::stri
   return plan;
 }
 
+RootTruncate DecideRootTruncate(const std::vector<HalfDecision>& halves) {
+  size_t apply = 0;
+  for (HalfDecision h : halves) apply += h == HalfDecision::Apply ? 1 : 0;
+  if (apply == halves.size()) return RootTruncate::TruncateWhole;
+  return apply == 0 ? RootTruncate::DeleteOutsideCopied : RootTruncate::Mixed;
+}
+
+Result<ChangePlan> PlanDeleteOutsidePartitions(const RelationInfo& root, const std::vector<std::string>& partitions) {
+  auto qualified = QualifiedName(root);
+  if (!qualified) return MakeError("TRUNCATE of " + DisplayName(root) + ": " + qualified.error().message);
+  if (partitions.empty()) return MakeError("internal: no partitions to keep in a TRUNCATE of " + DisplayName(root));
+  std::string literal = "{";
+  std::string keys;
+  for (const std::string& name : partitions) {
+    const size_t dot = name.find('.');
+    if (dot == std::string::npos) return MakeError("internal: partition name " + name + " has no schema");
+    auto schema = QuoteIdentifier(name.substr(0, dot));
+    auto table = QuoteIdentifier(name.substr(dot + 1));
+    if (!schema || !table) return MakeError("TRUNCATE of " + DisplayName(root) + ": partition " + name + " cannot be quoted");
+    AppendArrayElement(*schema + "." + *table, literal);
+    keys += name + ",";
+  }
+  literal += '}';
+  ChangePlan plan;
+  plan.kind = PlanKind::Delete;
+  plan.expect = RowExpectation::Any;
+  plan.match = MatchMode::None;
+  plan.relation_display = DisplayName(root);
+  plan.sql = "DELETE FROM " + *qualified + " WHERE tableoid <> ALL ($1::pg_catalog.regclass[])";
+  plan.params.push_back(literal);
+  plan.param_columns.push_back("tableoid");
+  plan.match_description = "its partitions other than " + keys.substr(0, keys.size() - 1) +
+                           " (their snapshot copies already hold the TRUNCATE)";
+  plan.statement_key = "RT|" + HexEncode(root.fingerprint);
+  return plan;
+}
+
 HoldStep DecideHold(const HoldFacts& f) {
   if (f.applied_lsn > f.hold_lsn) return HoldStep::Passed;
   if (!f.drained) return HoldStep::NotYet;

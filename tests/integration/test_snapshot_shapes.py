@@ -28,6 +28,17 @@ item 7), then the stream applies on top.
       chunks record the source WAL position of their snapshot, and a transaction past every chunk's
       is applied as if the table had never been copied (the 32-bit xid comparison, which wraps
       after 2^31 transactions, is no longer needed for it).
+
+  a_truncate_of_a_partitioned_table_before_the_copy_of_its_partitions_keeps_them (issue 35,
+  found by the divergence fuzzer's seed 29)
+      A range-partitioned table of three partitions: rows, TRUNCATE of the partitioned table, new
+      rows, then `trellara snapshot` of two of the partitions, more rows and UPDATEs, the whole
+      stream applied afterwards. The TRUNCATE names the partitioned table, which the target
+      truncates whole: before, it emptied the copied partitions after their copy (the target
+      ended without their rows, apply said caught up). Now the partitions whose copies hold it are
+      kept and only the third (not copied, its old rows applied by the stream) is emptied; every
+      partition equals the source's. (`--table` of the partitioned table itself, which selects
+      its partitions, is run by the divergence fuzzer.)
 """
 import json
 import os
@@ -50,9 +61,14 @@ CREATE UNIQUE INDEX by_code_code ON public.by_code (code);
 ALTER TABLE public.by_code REPLICA IDENTITY USING INDEX by_code_code;
 CREATE TABLE public.awaited (id int PRIMARY KEY, note text);
 CREATE TABLE public.renamed (id int PRIMARY KEY, v text);
+CREATE TABLE public.parts (id int PRIMARY KEY, v text) PARTITION BY RANGE (id);
+CREATE TABLE public.parts_lo PARTITION OF public.parts FOR VALUES FROM (MINVALUE) TO (1000);
+CREATE TABLE public.parts_mid PARTITION OF public.parts FOR VALUES FROM (1000) TO (2000);
+CREATE TABLE public.parts_hi PARTITION OF public.parts FOR VALUES FROM (2000) TO (MAXVALUE);
 """
 SHAPES = ("public.no_columns", "public.no_identity", "public.by_code")
-TABLES = SHAPES + ("public.awaited", "public.renamed")
+TABLES = SHAPES + ("public.awaited", "public.renamed", "public.parts")
+PARTS = ("public.parts_lo", "public.parts_mid", "public.parts_hi")
 
 
 def rows(cluster, table):
@@ -219,9 +235,31 @@ def apply_now(pair):
     return result
 
 
+@scenario(suite="snapshot", invariants=("a TRUNCATE of a partitioned table that the copy of its partitions holds "
+                                        "keeps the copies on the target", "every partition equals the source's",
+                                        "nothing quarantined"))
+def a_truncate_of_a_partitioned_table_before_the_copy_of_its_partitions_keeps_them(pair):
+    pair.source.query("INSERT INTO parts SELECT g, 'old ' || g FROM generate_series(1, 2500) g")
+    pair.source.query("TRUNCATE parts")
+    pair.source.query("INSERT INTO parts SELECT g, 'new ' || g FROM generate_series(1, 1500) g")
+    wait_log_covers_source(pair.source)
+    # Two of the three partitions are copied; the stream (all of it) is applied after: the third
+    # partition must still be emptied by the TRUNCATE.
+    tables = run_snapshot(snapshot_config(pair), ["public.parts_lo", "public.parts_mid"])
+    print("snapshot: " + ", ".join(f"{name} {t['state']} {t['rows']} rows" for name, t in sorted(tables.items())))
+    pair.source.query("INSERT INTO parts SELECT g, 'later ' || g FROM generate_series(1501, 2200) g")
+    pair.source.query("UPDATE parts SET v = v || '!' WHERE id % 7 = 0")
+    apply_now(pair)
+    assert_equal(pair, "after the snapshot and the stream", PARTS)
+    if pair.target.query("SELECT count(*) FROM trellara.quarantine") != "0":
+        raise CaptureFailure("the stream quarantined a transaction")
+    print("ok: a_truncate_of_a_partitioned_table_before_the_copy_of_its_partitions_keeps_them")
+
+
 if __name__ == "__main__":
     with FlowPair("snap-shapes", DDL, TABLES) as flow_pair:
         run_scenarios((snapshot_copies_zero_column_tables_unkeyed_tables_and_other_replica_identities,
                        snapshot_beside_a_commit_waiting_for_a_synchronous_standby_keeps_its_row,
-                       a_key_column_renamed_after_the_snapshot_leaves_the_stream_running), flow_pair)
+                       a_key_column_renamed_after_the_snapshot_leaves_the_stream_running,
+                       a_truncate_of_a_partitioned_table_before_the_copy_of_its_partitions_keeps_them), flow_pair)
         flow_pair.check_no_crashes()

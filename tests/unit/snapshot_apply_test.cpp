@@ -223,3 +223,22 @@ TEST_CASE("hold_is_passed_when_the_target_already_holds_a_later_transaction", "[
   f.next_commit_lsn = 0x600;
   CHECK(DecideHold(f) == HoldStep::Reach);
 }
+
+// A TRUNCATE naming a partitioned table whose partitions are under snapshot (the divergence
+// fuzzer's seed 29: a TRUNCATE of the root before the copy emptied the copied partitions).
+TEST_CASE("truncate_of_a_partitioned_table_keeps_the_partition_copies_that_hold_it", "[snapshot_apply]") {
+  using H = HalfDecision;
+  CHECK(DecideRootTruncate({H::Apply, H::Apply}) == RootTruncate::TruncateWhole);
+  CHECK(DecideRootTruncate({H::InCopy, H::Skip, H::InCopy}) == RootTruncate::DeleteOutsideCopied);
+  CHECK(DecideRootTruncate({H::InCopy, H::Apply}) == RootTruncate::Mixed);
+  RelationInfo root = Items();
+  root.schema = "app";
+  root.name = "parts";
+  auto plan = PlanDeleteOutsidePartitions(root, {"app.parts_p0", "Odd \"s\".p 1"});
+  REQUIRE(plan.ok());
+  CHECK(plan->sql == "DELETE FROM \"app\".\"parts\" WHERE tableoid <> ALL ($1::pg_catalog.regclass[])");
+  CHECK(plan->params == std::vector<std::optional<std::string>>{
+                            "{\"\\\"app\\\".\\\"parts_p0\\\"\",\"\\\"Odd \\\"\\\"s\\\"\\\"\\\".\\\"p 1\\\"\"}"});
+  CHECK(plan->expect == RowExpectation::Any);
+  CHECK_FALSE(PlanDeleteOutsidePartitions(root, {}).ok());
+}

@@ -54,6 +54,22 @@ Result<Change> NewRowInsert(const Change& update, const RelationInfo& relation);
 Result<ChangePlan> PlanRangeDelete(const RelationInfo& relation, const std::string& key_column, const ChunkRange& range,
                                    bool partitioned = false);
 
+// A TRUNCATE of a partitioned table some of whose partitions are under snapshot (the snapshot
+// copies partitions; the record names the partitioned table, which the target truncates whole).
+// `halves` holds the rule's answer (DecideHalf) for every chunk of every such partition:
+//   TruncateWhole        every chunk's copy misses the TRUNCATE: truncate the table as captured;
+//   DeleteOutsideCopied  every chunk's copy holds it (or will: pending chunks): only the other
+//                        partitions are emptied (PlanDeleteOutsidePartitions), the copies stay;
+//   Mixed                some copies hold it and some do not: the applier cannot express that
+//                        with one statement and fails closed (the transaction is quarantined).
+enum class RootTruncate : uint8_t { TruncateWhole, DeleteOutsideCopied, Mixed };
+RootTruncate DecideRootTruncate(const std::vector<HalfDecision>& halves);
+
+// DELETE FROM "schema"."root" WHERE tableoid <> ALL ($1::pg_catalog.regclass[]), $1 the quoted
+// names of `partitions` ("schema.name" each, the partitions whose copies already hold the
+// TRUNCATE): what such a TRUNCATE does to the target's other partitions. RowExpectation::Any.
+Result<ChangePlan> PlanDeleteOutsidePartitions(const RelationInfo& root, const std::vector<std::string>& partitions);
+
 // ---- holds ----------------------------------------------------------------------------
 
 // What the applier does about a requested hold at `hold_lsn` (apply_holds.lsn: stop right before
