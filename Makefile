@@ -48,7 +48,7 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-.PHONY: deps core install-cli install-ext test check demo unit regress integration correctness-report \
+.PHONY: deps core install-cli install-ext test check demo soak unit regress integration correctness-report \
         verify-correctness-report
 
 deps:
@@ -81,15 +81,25 @@ install-cli: core
 
 # `make test`: dependencies, build, install, then every suite; ends with one summary line.
 test: deps
-	$(MAKE) all
+	$(MAKE) -j$$(nproc) all
 	$(MAKE) install
 	@tests/run-all --build-dir $(BUILD_DIR)
 
 # Builds only what the demo runs (the extension, core and the `trellara` command).
 demo: deps
-	$(MAKE) all CMAKE_TARGETS="trellara"
+	$(MAKE) -j$$(nproc) all CMAKE_TARGETS="trellara"
 	$(MAKE) install CMAKE_TARGETS="trellara"
 	@scripts/demo
+
+# A long qualification run outside CI (docs/soak.md, docs/correctness.md "Evidence of long runs"):
+# `trellara soak` on throwaway clusters for SOAK_DURATION, its result appended to evidence/, which
+# the correctness report reads for the 24-hour rows. Unattended; stops everything it started.
+SOAK_DURATION ?= 24h
+soak: deps
+	$(MAKE) -j$$(nproc) all CMAKE_TARGETS="trellara"
+	$(MAKE) install CMAKE_TARGETS="trellara"
+	python3 bench/soak/soak_window.py --duration $(SOAK_DURATION) --evidence-dir evidence \
+	  --output $(BUILD_DIR)/soak/soak-$(SOAK_DURATION).json
 
 # The inner loop (README): unit tests, the simulator (200 randomized seeds), pg_regress and a smoke
 # run of capture + apply; results go to build/results-check, never over a full run's build/results.
@@ -98,7 +108,7 @@ demo: deps
 CHECK_SCRIPTS ?= test_apply_end_to_end.py test_relay_varied_wal.py
 ifneq ($(filter check,$(MAKECMDGOALS)),)
 check: deps
-	$(MAKE) all
+	$(MAKE) -j$$(nproc) all
 	$(MAKE) install
 	@TRELLARA_SIM_RANDOM_SEEDS=200 tests/run-all --build-dir $(BUILD_DIR) --results-dir $(BUILD_DIR)/results-check \
 	  --scripts $(CHECK_SCRIPTS)

@@ -6,19 +6,9 @@
 #include <iostream>
 #include <map>
 
-#include "commands.h"
-#include "trellara/fault.h"
+#include "commands/commands.h"
+#include "trellara/base/fault.h"
 
-namespace trellara::cli {
-
-void AddFormatOption(CLI::App* cmd, OutputFormat& format) {
-  static const std::map<std::string, OutputFormat> kFormats{{"text", OutputFormat::Text},
-                                                            {"json", OutputFormat::Json}};
-  cmd->add_option("--format", format, "output format: text or json (default text)")
-      ->transform(CLI::CheckedTransformer(kFormats, CLI::ignore_case));
-}
-
-}  // namespace trellara::cli
 
 namespace {
 

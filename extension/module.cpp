@@ -21,7 +21,7 @@ PGDLLEXPORT void _PG_init(void);
 #include "pg/guard.h"
 #include "plugin/plugin.h"
 #include "relay/relay.h"
-#include "trellara/fault.h"
+#include "trellara/base/fault.h"
 
 namespace trellara::extension {
 namespace {

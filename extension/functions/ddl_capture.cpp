@@ -1,4 +1,4 @@
-// functions/ddl_capture.cpp — the event triggers that put DDL on tables into the WAL (issue 11).
+// functions/ddl_capture.cpp — the event triggers that put DDL on tables into the WAL.
 //
 // trellara.ddl_command_end() (event trigger trellara_ddl_command_end) reads the commands of the
 // statement that just ran (pg_event_trigger_ddl_commands(), whose `command` column points at
@@ -56,8 +56,8 @@ extern "C" {
 #include <vector>
 
 #include "pg/guard.h"
-#include "trellara/codec.h"
-#include "trellara/envelope.h"
+#include "trellara/record/codec.h"
+#include "trellara/record/envelope.h"
 
 #define PGCALL(expr) ::trellara::pg::CallPostgres([&]() -> decltype(auto) { return (expr); })
 

@@ -20,8 +20,8 @@ extern "C" {
 #include <string>
 
 #include "pg/guard.h"
-#include "trellara/codec.h"
-#include "trellara/render.h"
+#include "trellara/record/codec.h"
+#include "trellara/record/render.h"
 
 // Declared PGDLLEXPORT before PG_FUNCTION_INFO_V1 (PG15's macro exports only the info function).
 extern "C" {

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "trellara/assembler.h"
+#include "trellara/capture/assembler.h"
 
 namespace trellara::plugin {
 

@@ -35,15 +35,16 @@ PGDLLEXPORT void trellara_launcher_main(Datum main_arg);
 
 #include "relay/relay.h"
 #include "relay/shared_state.h"
-#include "trellara/relay_progress.h"
+#include "trellara/base/cadence.h"
+#include "trellara/capture/relay_progress.h"
 
 namespace trellara::relay {
 namespace {
 
 constexpr int kLauncherMaxFlows = 1024;
-constexpr long kRescanMs = 1000;
-constexpr long kFastRescanMs = 20;
-constexpr int kFastRescans = 50;
+constexpr long kRescanMs = cadence::kLauncherRescan.count();
+constexpr long kFastRescanMs = cadence::kLauncherFastRescan.count();
+constexpr int kFastRescans = cadence::kLauncherFastRescans;
 
 struct FlowRow {
   char name[NAMEDATALEN];

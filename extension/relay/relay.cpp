@@ -13,7 +13,7 @@ extern "C" {
 
 #include "relay/relay.h"
 #include "relay/shared_state.h"
-#include "trellara/stream_spill.h"
+#include "trellara/capture/stream_spill.h"
 
 namespace trellara::relay {
 

@@ -84,24 +84,24 @@ PGDLLEXPORT void trellara_relay_main(Datum main_arg);
 #include "plugin/plugin.h"
 #include "relay/relay.h"
 #include "relay/shared_state.h"
-#include "trellara/codec.h"
-#include "trellara/envelope.h"
-#include "trellara/fault.h"
+#include "trellara/base/cadence.h"
+#include "trellara/record/codec.h"
+#include "trellara/record/envelope.h"
+#include "trellara/base/fault.h"
 #include "trellara/log/reader.h"
 #include "trellara/log/retention.h"
 #include "trellara/log/uring_device.h"
 #include "trellara/log/writer.h"
-#include "trellara/relay_progress.h"
-#include "trellara/stream_spill.h"
+#include "trellara/capture/relay_progress.h"
+#include "trellara/capture/stream_spill.h"
 
 namespace trellara::relay {
 namespace {
 
 #define LSN_ARGS(lsn) static_cast<uint32>((lsn) >> 32), static_cast<uint32>(lsn)
 
-// Sleep between passes: kPassSleepMinMs after a pass that read WAL, doubling up to kPassSleepMs.
-constexpr long kPassSleepMinMs = 5;
-constexpr long kPassSleepMs = 100;
+// Sleep between passes: cadence::kRelayPass (base/cadence.h).
+constexpr long kPassSleepMs = cadence::kRelayPass.max.count();
 // Above this many appended-but-unacknowledged bytes, decoding pauses until they are durable.
 constexpr uint64_t kMaxUnackedBytes = 8ull << 20;
 constexpr long kHealthyAfterMs = 60'000;
@@ -849,7 +849,7 @@ void trellara_relay_main(Datum) {
     XLogRecPtr decoded_end = ctx->reader->EndRecPtr;
     pg::GuardEntry("trellara relay pass", [decoded_end] { FinishPass(decoded_end); });
     if (in_pass_transaction) CommitTransactionCommand();
-    pass_sleep_ms = in_pass_transaction ? kPassSleepMinMs : std::min(pass_sleep_ms * 2, kPassSleepMs);
+    pass_sleep_ms = cadence::kRelayPass.After(std::chrono::milliseconds(pass_sleep_ms), in_pass_transaction).count();
     (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, pass_sleep_ms, PG_WAIT_EXTENSION);
     ResetLatch(MyLatch);
   }

@@ -68,6 +68,10 @@ SKIP_AFTER_COPY = {"name": "snapshot_skip_after_copy",
 SNAPSHOT_UNPAIRED = ("the real-process scenario runs clean only; its copy-side defect (a completed chunk recopied, "
                      "a handoff before the copy completed) is caught in the simulator")
 
+# Rows proven by a long qualification run outside CI: `make soak` appends its result to
+# evidence/soak-<time>.jsonl, and the report counts a run of at least this long (24 hours).
+SOAK_EVIDENCE = {"kind": "soak", "min_duration_s": 24 * 3600}
+
 MAPPING = {
     # ---- curated failure matrix ----
     "relay_before_broker_publish": dict(
@@ -303,9 +307,11 @@ MAPPING = {
              "The paired defect records the offset as far as the target committed rather than flushed"),
     "qualification_object_store_success_catalog_timeout": dict(not_built=NO_FLEET),
     "qualification_twenty_four_hour_soak_large_transaction_memory_ceiling": dict(
-        untested="`trellara soak` exists and CI runs a 20-second window (test_soak.py "
-                 "soak_with_child_applier_passes_and_reports_memory_and_lag); a 24-hour qualification window has "
-                 "not been run, so the row is not claimed (docs/soak.md records the longest run)"),
+        evidence=SOAK_EVIDENCE,
+        reason="proven by a 24-hour `make soak` run outside CI (its memory ceiling, lag and convergence checks "
+               "must pass): the report reads the committed evidence/soak-*.jsonl and names the longest run, its "
+               "revision and when it finished; CI runs a 20-second window of the same command "
+               "(test_soak.py soak_with_child_applier_passes_and_reports_memory_and_lag)"),
     "snapshot_ddl_during_copy": dict(
         proof=[it("ddl_during_snapshot_copy_withholds_handoff", SCHEMA)],
         note="no paired defect yet (a handoff that ignores the withheld state is not built as a negative control)"),
@@ -426,10 +432,13 @@ SIM_NOT_BUILT_ROWS = {
     "qualification_broker_outage_quorum_loss": NO_BROKER,
     "qualification_object_store_success_catalog_timeout": NO_FLEET,
 }
-SIM_UNTESTED_ROWS = {
+SIM_UNTESTED_ROWS = {}
+# A 24-hour soak with a memory ceiling is a real-process measurement, not a simulation: the row is
+# decided by the committed evidence of `make soak` (scripts/soak), which must have lasted 24 hours.
+SIM_EVIDENCE_ROWS = {
     "qualification_twenty_four_hour_soak_large_transaction_memory_ceiling": (
-        "a 24-hour soak with a memory ceiling is a real-process measurement, not a simulation: the soak "
-        "(docs/soak.md, bench/soak) has run shorter windows only and no test is bound to this row yet"),
+        "proven by a 24-hour `make soak` run (real processes, not a simulation): the report reads the "
+        "committed evidence/soak-*.jsonl and names the longest run, its revision and when it finished"),
 }
 
 
@@ -620,6 +629,8 @@ def main():
             row.update(reason=SIM_NOT_BUILT_ROWS[name])
         elif name in SIM_UNTESTED_ROWS:
             row.update(status="untested", reason=SIM_UNTESTED_ROWS[name])
+        elif name in SIM_EVIDENCE_ROWS:
+            row.update(status="evidence", reason=SIM_EVIDENCE_ROWS[name], evidence=SOAK_EVIDENCE)
         rows.append(row)
     for row in curated:
         m = MAPPING[row["name"]]
@@ -632,6 +643,8 @@ def main():
             entry.update(status="not_built", reason=m["not_built"])
         elif "untested" in m:
             entry.update(status="untested", reason=m["untested"])
+        elif "evidence" in m:
+            entry.update(status="evidence", reason=m["reason"], evidence=m["evidence"])
         else:
             entry.update(status="planned", reason="")
         rows.append(entry)

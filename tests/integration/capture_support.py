@@ -68,6 +68,36 @@ def wait_for(what, predicate, timeout_s, interval_s=0.2):
                          + (f" (last error: {last_error})" if last_error else ""))
 
 
+# ---- the flow configuration: the one writer of a flow's TOML file in the tests ----
+
+def flow_config_text(flow, log_dir, target_conninfo, source_conninfo=None, apply_settings=None, extra=""):
+    """The TOML of a flow configuration. `apply_settings`: a dict of [apply] settings (values are
+    written as TOML strings) or the text of the [apply] table's lines."""
+    text = f'[flow]\nname = "{flow}"\nlog_directory = "{log_dir}"\n\n'
+    if source_conninfo is not None:
+        text += f'[source]\nconninfo = "{source_conninfo}"\n\n'
+    text += f'[target]\nconninfo = "{target_conninfo}"\n'
+    if apply_settings:
+        if isinstance(apply_settings, dict):
+            lines = "".join(f'{key} = "{value}"\n' for key, value in apply_settings.items())
+        else:
+            lines = apply_settings.rstrip("\n") + "\n"
+        text += f"\n[apply]\n{lines}"
+    if extra:
+        text += "\n" + extra.rstrip("\n") + "\n"
+    return text
+
+
+def write_flow_config(path, flow, log_dir, target_conninfo, source_conninfo=None, apply_settings=None, extra="",
+                      mode=None):
+    """Writes a flow configuration file (flow_config_text) and returns its path."""
+    with open(path, "w") as config:
+        config.write(flow_config_text(flow, log_dir, target_conninfo, source_conninfo, apply_settings, extra))
+    if mode is not None:
+        os.chmod(path, mode)
+    return path
+
+
 def setup_flow(cluster, publication_sql, flow="app", dbname="postgres", truth=True):
     """CREATE EXTENSION, the publication, the truth slot (unless truth=False: it retains all WAL)
     and the flow, with no write in between that touches published tables, so both slots see the
@@ -299,11 +329,8 @@ def setup_pgbench_apply(source, target, work, flow="app"):
     target.psql(dump.stdout)
     log_dir = setup_flow(source, "CREATE PUBLICATION pub FOR TABLE pgbench_accounts, pgbench_branches, "
                                  "pgbench_tellers, pgbench_history", flow=flow, truth=False)
-    config_path = os.path.join(work, "flow.toml")
-    with open(config_path, "w") as config:
-        config.write(f'[flow]\nname = "{flow}"\nlog_directory = "{log_dir}"\n\n'
-                     f'[source]\nconninfo = "{source.conninfo()}"\n\n'
-                     f'[target]\nconninfo = "{target.conninfo()}"\n')
+    config_path = write_flow_config(os.path.join(work, "flow.toml"), flow, log_dir, target.conninfo(),
+                                    source.conninfo())
     return log_dir, config_path
 
 

@@ -32,7 +32,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import CaptureFailure, TRELLARA_BIN, run_scenarios, scenario, wait_for  # noqa: E402
+from capture_support import CaptureFailure, TRELLARA_BIN, run_scenarios, scenario, wait_for, write_flow_config  # noqa: E402
 from harness import PG_BIN  # noqa: E402
 from test_apply_robustness import (FlowPair, LEDGER_DDL, LEDGER_TABLES, assert_each_transaction_applied_once,  # noqa: E402
                                    assert_ledger_has_no_duplicate_effects, assert_same_data, run_ledger_workload,
@@ -209,9 +209,7 @@ def config_pointing_at_another_flows_log_is_refused():
         progress, rows = origin_progress(pair.target), dedup_rows(pair.target)
         status_row = pair.target.query("SELECT state, updated_at FROM trellara.apply_status WHERE flow = 'app'")
         wrong = os.path.join(pair.work.name, "wrong.toml")
-        with open(wrong, "w") as out:
-            out.write(f'[flow]\nname = "app"\nlog_directory = "{other_log}"\n\n'
-                      f'[target]\nconninfo = "{pair.target.conninfo()}"\n')
+        write_flow_config(wrong, "app", other_log, pair.target.conninfo())
         result = apply_until_caught_up(wrong, 1)
         message = result.stderr.strip()
         print(f"refused: {message[:500]}")

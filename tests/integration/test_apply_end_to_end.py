@@ -27,7 +27,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (CaptureFailure, assert_no_backend_crashes, setup_pgbench_apply, TRELLARA_BIN, log_records, lsn_to_int, run_pgbench,  # noqa: E402
-                             wait_for)
+                             wait_for, write_flow_config)
 from harness import Cluster  # noqa: E402
 
 TRANSACTIONS_PER_CLIENT = int(os.environ.get("TRELLARA_PGBENCH_TRANSACTIONS", "250"))
@@ -144,9 +144,7 @@ def apply_copies_pgbench_once_and_quarantines_divergence():
             target.query("CREATE DATABASE other_target")
             other_config = os.path.join(work, "other.toml")
             other_conninfo = target.conninfo(dbname="other_target")
-            with open(other_config, "w") as other:
-                other.write(f'[flow]\nname = "app"\nlog_directory = "{log_dir}"\n\n'
-                            f'[target]\nconninfo = "{other_conninfo}"\n')
+            write_flow_config(other_config, "app", log_dir, other_conninfo)
             other_applier, _ = run_apply(other_config, 1)
             for part in ("another applier of flow app is running on this log", "consumers/.applier.lock",
                          f"pid {follower.pid}"):

@@ -28,7 +28,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (CaptureFailure, assert_no_backend_crashes, setup_pgbench_apply, TRELLARA_BIN, log_records, lsn_to_int, run_pgbench, verify_with_applier,  # noqa: E402
-                             wait_for)
+                             wait_for, write_flow_config)
 from harness import Cluster  # noqa: E402
 
 EXIT_BLOCKED = 3
@@ -231,9 +231,7 @@ def applier_started_before_the_relay_waits_for_the_log_directory():
         source.query("CREATE PUBLICATION pub FOR TABLE items")
         log_dir = os.path.join(source.query("SHOW data_directory"), "pg_trellara", "early")
         config = os.path.join(work, "flow.toml")
-        with open(config, "w") as f:
-            f.write(f'[flow]\nname = "early"\nlog_directory = "{log_dir}"\n\n'
-                    f'[source]\nconninfo = "{source.conninfo()}"\n\n[target]\nconninfo = "{target.conninfo()}"\n')
+        write_flow_config(config, "early", log_dir, target.conninfo(), source.conninfo())
 
         refused = trellara("apply", "--config", config, "--until-caught-up", expect=1)
         if "does not exist yet" not in refused.stderr or "flow.log_directory" not in refused.stderr:

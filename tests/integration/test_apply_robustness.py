@@ -73,6 +73,7 @@ from capture_support import (CaptureFailure, assert_no_backend_crashes, TRELLARA
                              record_faults_from_output)
 from harness import Cluster, PG_BIN  # noqa: E402
 import oracle  # noqa: E402
+import flow_pair  # noqa: E402
 
 KILLS = int(os.environ.get("TRELLARA_KILLS", "20"))
 KILL_SEED = int(os.environ.get("TRELLARA_KILL_SEED", str(random.SystemRandom().randrange(1 << 31))))
@@ -183,50 +184,15 @@ def log_has_records(log_dir):
         return False
 
 
-class FlowPair:
-    """A source with a flow over `tables` and a target with the same DDL; stops both by PID."""
+class FlowPair(flow_pair.FlowPair):
+    """The same DDL on both sides, a flow over `tables`, no [source] in the configuration, and a
+    consumer at the log's start (the scenarios compare the dedup rows with every transaction the
+    log ever held)."""
 
     def __init__(self, name, ddl, tables, target_settings=None):
-        self.name, self.ddl, self.tables = name, ddl, tables
-        self.target_settings = target_settings or {}
-
-    def __enter__(self):
-        self.source = Cluster(f"{self.name}-source")
-        self.target = Cluster(f"{self.name}-target", preload=False, settings=self.target_settings)
-        self.work = tempfile.TemporaryDirectory(prefix=f"trellara-{self.name}-")
-        try:
-            self.source.start()
-            self.target.start()
-            self.source.psql(self.ddl)
-            self.target.psql(self.ddl)
-            self.log_dir = setup_flow(self.source, f"CREATE PUBLICATION pub FOR TABLE {', '.join(self.tables)}",
-                                      truth=False)
-            # The scenarios compare the dedup rows with every transaction the log ever held
-            # (assert_each_transaction_applied_once): a consumer registered at the log's start keeps
-            # the relay's retention from deleting a segment the applier is done with (a long kill -9
-            # run writes more than one 64 MiB segment).
-            wait_for("the flow's log to hold its start marker", lambda: log_has_records(self.log_dir), 60)
-            registered = subprocess.run([TRELLARA_BIN, "log", "register-consumer", "whole-log-check", "--dir",
-                                         self.log_dir], capture_output=True, text=True, timeout=60)
-            if registered.returncode != 0:
-                raise CaptureFailure(f"register-consumer whole-log-check failed: {registered.stderr}")
-            self.config = os.path.join(self.work.name, "flow.toml")
-            with open(self.config, "w") as config:
-                config.write(f'[flow]\nname = "app"\nlog_directory = "{self.log_dir}"\n\n'
-                             f'[target]\nconninfo = "{self.target.conninfo()}"\n')
-        except BaseException:
-            self.__exit__(*sys.exc_info())
-            raise
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        for cluster in (self.source, self.target):
-            cluster.__exit__(exc_type, exc, tb)
-        self.work.cleanup()
-        return False
-
-    def check_no_crashes(self):
-        assert_no_backend_crashes(self.source, self.target)
+        super().__init__(name, source_sql=ddl, tables=tables, target_settings=target_settings, with_source=False,
+                         whole_log_consumer=True)
+        self.ddl = ddl
 
 
 LEDGER_DDL = """

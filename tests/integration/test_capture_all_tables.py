@@ -26,7 +26,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (TRELLARA_BIN, CaptureFailure, assert_no_backend_crashes, log_records,  # noqa: E402
-                             lsn_to_int, verify_with_applier, wait_for)
+                             lsn_to_int, verify_with_applier, wait_for, write_flow_config)
 from harness import Cluster  # noqa: E402
 
 USER_DDL = """
@@ -125,11 +125,7 @@ def all_tables_flow_never_captures_trellara_relations():
             raise CaptureFailure(f"the log's changes touch {touched}, expected exactly public.notes and shop.items")
 
         config = os.path.join(work, "flow.toml")
-        with open(config, "w") as f:
-            f.write(f'[flow]\nname = "app"\nlog_directory = "{log_dir}"\n\n'
-                    f'[source]\nconninfo = "{source.conninfo()}"\n\n'
-                    f'[target]\nconninfo = "{target.conninfo()}"\n')
-        os.chmod(config, 0o644)
+        write_flow_config(config, "app", log_dir, target.conninfo(), source.conninfo(), mode=0o644)
         result = subprocess.run([TRELLARA_BIN, "apply", "--config", config, "--until-caught-up"],
                                 capture_output=True, text=True, timeout=180)
         print(f"apply: exit {result.returncode}: {result.stdout.strip().splitlines()[-1:]} {result.stderr.strip()[-300:]}")

@@ -24,7 +24,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (CaptureFailure, LogFollower, TRELLARA_BIN, lsn_to_int, setup_flow,  # noqa: E402
-                             wait_for, worker_pid)
+                             wait_for, worker_pid, write_flow_config)
 from harness import Cluster  # noqa: E402
 
 # TRELLARA_LARGE_TX_ROWS=10000000 runs the 10M-row figure of docs/relay.md by hand (not in CI: minutes).
@@ -156,9 +156,7 @@ def apply_within_memory_ceiling(source, log_dir):
         os.chmod(work, 0o755)
         target.query("CREATE TABLE big (id int PRIMARY KEY)")
         config = os.path.join(work, "flow.toml")
-        with open(config, "w") as f:
-            f.write(f'[flow]\nname = "app"\nlog_directory = "{log_dir}"\n\n'
-                    f'[source]\nconninfo = "{source.conninfo()}"\n\n[target]\nconninfo = "{target.conninfo()}"\n')
+        write_flow_config(config, "app", log_dir, target.conninfo(), source.conninfo())
         started = time.monotonic()
         applier = subprocess.Popen([TRELLARA_BIN, "apply", "--config", config, "--until-caught-up"],
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

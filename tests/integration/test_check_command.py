@@ -41,7 +41,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import CaptureFailure, TRELLARA_BIN, run_scenarios, scenario, setup_flow, wait_for  # noqa: E402
+from capture_support import CaptureFailure, TRELLARA_BIN, run_scenarios, scenario, setup_flow, wait_for, write_flow_config  # noqa: E402
 from harness import Cluster  # noqa: E402
 
 EXIT_OK = 0
@@ -71,13 +71,7 @@ def check_json(config, expect):
 
 
 def write_config(work, name, flow, log_dir, source_conninfo, target_conninfo, extra=""):
-    path = os.path.join(work, name)
-    with open(path, "w") as f:
-        f.write(f'[flow]\nname = "{flow}"\nlog_directory = "{log_dir}"\n\n')
-        if source_conninfo is not None:
-            f.write(f'[source]\nconninfo = "{source_conninfo}"\n\n')
-        f.write(f'[target]\nconninfo = "{target_conninfo}"\n{extra}')
-    return path
+    return write_flow_config(os.path.join(work, name), flow, log_dir, target_conninfo, source_conninfo, extra=extra)
 
 
 def findings(report, side, check_name=None, severity=None):

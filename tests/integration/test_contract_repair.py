@@ -64,19 +64,13 @@ class ContractPair(FlowPair):
 
     def __enter__(self):
         super().__enter__()
-        self.write_config(self.config, self.target.conninfo())
+        self.write_config(with_source=True)
         return self
 
-    def write_config(self, path, target_conninfo):
-        with open(path, "w") as config:
-            config.write(f'[flow]\nname = "app"\nlog_directory = "{self.log_dir}"\n\n'
-                         f'[source]\nconninfo = "{self.source.conninfo()}"\n\n'
-                         f'[target]\nconninfo = "{target_conninfo}"\n')
-
     def unreachable_config(self):
-        path = os.path.join(self.work.name, "unreachable.toml")
-        self.write_config(path, f"host={self.work.name} port=1 user=postgres dbname=postgres connect_timeout=5")
-        return path
+        return self.write_config(os.path.join(self.work.name, "unreachable.toml"),
+                                 target_conninfo=f"host={self.work.name} port=1 user=postgres dbname=postgres "
+                                                 f"connect_timeout=5", with_source=True)
 
 
 def trellara(*args, expect=None, timeout=300, env=None):
@@ -400,7 +394,7 @@ def source_schema_change_recovered_by_following_the_repair_plan():
           fault_points=("defect.repair_plan_omits_resnapshot",),
           invariants=("following the plan with the defect leaves the target diverged: the convergence checks fail",))
 def negative_control_repair_plan_omits_resnapshot_is_caught():
-    # The paired defect of source_schema_handoff_recovery (core/src/repair_plan.cpp): the plan's
+    # The paired defect of source_schema_handoff_recovery (core/src/report/repair_plan.cpp): the plan's
     # repair step leaves the re-snapshot out. Following it must fail the clean scenario's
     # convergence checks, not only its check of the plan's shape.
     point = "defect.repair_plan_omits_resnapshot"

@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import divergence_fuzz  # noqa: E402
 from capture_support import (CaptureFailure, TRELLARA_BIN, assert_no_backend_crashes, lsn_to_int,  # noqa: E402
-                             run_scenarios, scenario, wait_for, worker_pid)
+                             run_scenarios, scenario, wait_for, worker_pid, write_flow_config)
 from harness import Cluster, PG_BIN  # noqa: E402
 
 EXIT_BLOCKED = 3
@@ -108,11 +108,8 @@ def run_seed(seed, rounds):
         # chunked transactions, groups as they come), then --until-caught-up; or grouped batches
         # (merged statements, superseded updates) after the workload.
         mode = ("one_at_a_time", "daemon", "grouped")[seed % 3]
-        with open(config, "w") as f:
-            f.write(f'[flow]\nname = "fz"\nlog_directory = "{log_dir}"\n\n[source]\nconninfo = "{source.conninfo()}"\n\n'
-                    f'[target]\nconninfo = "{target.conninfo()}"\n')
-            if mode == "one_at_a_time":
-                f.write('\n[apply]\ngroup_transactions = "off"\n')
+        write_flow_config(config, "fz", log_dir, target.conninfo(), source.conninfo(),
+                          apply_settings={"group_transactions": "off"} if mode == "one_at_a_time" else None)
         transactions = gen.workload()
         split, snapshot_tables = gen.snapshot_plan(len(transactions))
         psql = [os.path.join(PG_BIN, "psql"), "-X", "-q", "-h", source.socket_dir, "-p", str(source.port),

@@ -35,7 +35,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (CaptureFailure, TRELLARA_BIN, assert_no_backend_crashes, lsn_to_int,  # noqa: E402
-                             setup_flow, wait_for)
+                             setup_flow, wait_for, write_flow_config)
 from harness import Cluster  # noqa: E402
 
 SEGMENT_BYTES = 1 << 20
@@ -146,10 +146,7 @@ def log_retention_follows_consumers():
         target.query(table)
         log_dir = setup_flow(source, "CREATE PUBLICATION pub FOR TABLE public.blob", truth=False)
         config_path = os.path.join(work, "flow.toml")
-        with open(config_path, "w") as config:
-            config.write(f'[flow]\nname = "app"\nlog_directory = "{log_dir}"\n\n'
-                         f'[source]\nconninfo = "{source.conninfo()}"\n\n'
-                         f'[target]\nconninfo = "{target.conninfo()}"\n')
+        write_flow_config(config_path, "app", log_dir, target.conninfo(), source.conninfo())
         # Zero consumers: nothing is deleted (the log waits for its first consumer).
         write_segments(source, 3)
         wait_log_covers_source(source)

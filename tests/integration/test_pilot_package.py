@@ -29,7 +29,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import CaptureFailure, TRELLARA_BIN, log_records, run_scenarios, setup_flow, wait_for  # noqa: E402
+from capture_support import CaptureFailure, TRELLARA_BIN, log_records, run_scenarios, setup_flow, wait_for, write_flow_config  # noqa: E402
 from harness import Cluster  # noqa: E402
 
 SCHEMA = ("CREATE TABLE orders (id bigint PRIMARY KEY, note text); "
@@ -246,9 +246,7 @@ if __name__ == "__main__":
         target.query(SCHEMA)
         log_dir = setup_flow(source, "CREATE PUBLICATION pub FOR TABLE orders, items", truth=False)
         config = os.path.join(work, "flow.toml")
-        with open(config, "w") as f:
-            f.write(f'[flow]\nname = "app"\nlog_directory = "{log_dir}"\n\n'
-                    f'[source]\nconninfo = "{source.conninfo()}"\n\n[target]\nconninfo = "{target.conninfo()}"\n')
+        write_flow_config(config, "app", log_dir, target.conninfo(), source.conninfo())
         source.query("INSERT INTO orders VALUES (1, 'a'), (2, 'b')")
         source.query("INSERT INTO items VALUES (1, 3)")
         source.query("UPDATE orders SET note = 'c' WHERE id = 2")

@@ -24,7 +24,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (CaptureFailure, TRELLARA_BIN, assert_no_backend_crashes, log_records,  # noqa: E402
-                             lsn_to_int, setup_flow, wait_for, worker_pid)
+                             lsn_to_int, setup_flow, wait_for, worker_pid, write_flow_config)
 from harness import Cluster  # noqa: E402
 
 VALUE_MIB = int(os.environ.get("TRELLARA_LARGE_VALUE_MIB", "256"))
@@ -92,10 +92,7 @@ def rows_of_any_size_replicate():
             cluster.query("ALTER TABLE wide ALTER COLUMN v SET STORAGE EXTERNAL")
         log_dir = setup_flow(source, "CREATE PUBLICATION pub FOR TABLE huge, wide", truth=False)
         config_path = os.path.join(work, "flow.toml")
-        with open(config_path, "w") as config:
-            config.write(f'[flow]\nname = "app"\nlog_directory = "{log_dir}"\n\n'
-                         f'[source]\nconninfo = "{source.conninfo()}"\n\n'
-                         f'[target]\nconninfo = "{target.conninfo()}"\n')
+        write_flow_config(config_path, "app", log_dir, target.conninfo(), source.conninfo())
         pid = worker_pid(source)
 
         # 1. One value of VALUE_MIB MiB (32-byte md5 pieces: incompressible text).

@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sql_mix  # noqa: E402
 from capture_support import (CaptureFailure, TRELLARA_BIN, TRUTH_SLOT, assert_no_backend_crashes,  # noqa: E402
                              compare, log_records, log_transactions, lsn_to_int, run_scenarios, scenario,
-                             truth_transactions, wait_for, worker_pid)
+                             truth_transactions, wait_for, worker_pid, write_flow_config)
 from harness import Cluster, PG_BIN  # noqa: E402
 
 SEED = os.environ.get("TRELLARA_MIX_SEED", "34")
@@ -74,9 +74,7 @@ def make_pair(source, target, work, publication_sql):
     log_dir = source.query("SELECT log_directory FROM trellara.flows WHERE name = 'app'")
     pid = wait_for("the relay worker to run", lambda: worker_pid(source), 60)
     config = os.path.join(work, "flow.toml")
-    with open(config, "w") as f:
-        f.write(f'[flow]\nname = "app"\nlog_directory = "{log_dir}"\n\n'
-                f'[source]\nconninfo = "{source.conninfo()}"\n\n[target]\nconninfo = "{target.conninfo()}"\n')
+    write_flow_config(config, "app", log_dir, target.conninfo(), source.conninfo())
     return log_dir, config, pid
 
 

@@ -71,6 +71,7 @@ from capture_support import (CaptureFailure, TRELLARA_BIN, assert_no_backend_cra
                              record_fault_fired, record_faults_from_output, run_pgbench, run_scenarios, scenario,
                              setup_flow, verify_with_applier, wait_for, checks_fail_under_defect)
 from harness import Cluster, PG_BIN  # noqa: E402
+import flow_pair  # noqa: E402
 
 EXIT_BLOCKED = 3
 APPLY_TIMEOUT_S = 120
@@ -103,38 +104,12 @@ MIGRATION = [
 ]
 
 
-class SchemaPair:
+class SchemaPair(flow_pair.FlowPair):
     """A source with a flow over schema app and a target with the same schema; stops both by PID."""
 
     def __init__(self, name, apply_settings=""):
-        self.name, self.apply_settings = name, apply_settings
-
-    def __enter__(self):
-        self.source = Cluster(f"{self.name}-source")
-        self.target = Cluster(f"{self.name}-target", preload=False)
-        self.work = tempfile.TemporaryDirectory(prefix=f"trellara-{self.name}-")
-        try:
-            self.source.start()
-            self.target.start()
-            self.source.psql(SCHEMA_DDL)
-            self.target.psql(SCHEMA_DDL)
-            self.log_dir = setup_flow(self.source, "CREATE PUBLICATION pub FOR TABLES IN SCHEMA app", truth=False)
-            self.config = os.path.join(self.work.name, "flow.toml")
-            with open(self.config, "w") as config:
-                config.write(f'[flow]\nname = "app"\nlog_directory = "{self.log_dir}"\n\n'
-                             f'[source]\nconninfo = "{self.source.conninfo()}"\n\n'
-                             f'[target]\nconninfo = "{self.target.conninfo()}"\n'
-                             + (f"\n[apply]\n{self.apply_settings}\n" if self.apply_settings else ""))
-        except BaseException:
-            self.__exit__(*sys.exc_info())
-            raise
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        for cluster in (self.source, self.target):
-            cluster.__exit__(exc_type, exc, tb)
-        self.work.cleanup()
-        return False
+        super().__init__(name, source_sql=SCHEMA_DDL, publication="CREATE PUBLICATION pub FOR TABLES IN SCHEMA app",
+                         apply_settings=apply_settings or None)
 
 
 def trellara_command(args, env):

@@ -56,6 +56,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from capture_support import (CaptureFailure, TRELLARA_BIN, assert_no_backend_crashes, lsn_to_int,  # noqa: E402
                              record_faults_from_output, run_scenarios, scenario, setup_flow, wait_for)
 from harness import Cluster, PG_BIN  # noqa: E402
+import flow_pair  # noqa: E402
 
 ITEMS = 6000
 CHUNK_ROWS = 500
@@ -112,46 +113,36 @@ def by_table(summary):
     return {t["table"]: t for t in summary["tables"]}
 
 
-class Pair:
-    """A source with data and a flow, a target with the schema, and the flow's config file."""
+class Pair(flow_pair.FlowPair):
+    """A source with data and a flow, a target with the schema, and the flow's config file. A
+    scenario that kills one server process itself sets `expected_crash` (only that one may be
+    reported)."""
 
     def __init__(self, name, extra_items=0):
-        self.name = name
+        super().__init__(name, source_sql=SCHEMA + DATA, target_sql=SCHEMA,
+                         publication="CREATE PUBLICATION pub FOR TABLE public.items, public.nokey, public.textkey")
         self.extra_items = extra_items
+        self.expected_crash = None
 
-    def __enter__(self):
-        self.source = Cluster(f"{self.name}-src").__enter__()
-        self.target = Cluster(f"{self.name}-tgt", preload=False).__enter__()
-        self.work = tempfile.mkdtemp(prefix=f"trellara-{self.name}-")
-        self.source.psql(SCHEMA + DATA)
+    def prepare(self):
+        super().prepare()
         if self.extra_items:
             self.source.psql(f"INSERT INTO public.items (id, n, payload) SELECT i, i % 1000, md5(i::text) "
                              f"FROM generate_series({ITEMS + 1_000_000}, {ITEMS + 1_000_000 + self.extra_items - 1}) i; "
                              f"ANALYZE public.items")
-        self.target.psql(SCHEMA)
-        self.log_dir = setup_flow(self.source, "CREATE PUBLICATION pub FOR TABLE public.items, public.nokey, "
-                                               "public.textkey", truth=False)
-        self.config = os.path.join(self.work, "flow.toml")
-        with open(self.config, "w") as f:
-            f.write(f'[flow]\nname = "app"\nlog_directory = "{self.log_dir}"\n\n'
-                    f'[source]\nconninfo = "{self.source.conninfo()}"\n\n'
-                    f'[target]\nconninfo = "{self.target.conninfo()}"\n')
-        return self
 
     def __exit__(self, *exc):
         try:
-            if getattr(self, "expected_crash", None):
-                # A scenario that kills one server process itself: only that one may be reported.
-                others = [line for line in self.source.backend_crashes() if self.expected_crash not in line]
-                if others:
-                    raise CaptureFailure(f"backends crashed on {self.source.name}: {others}")
-                assert_no_backend_crashes(self.target)
-            else:
-                assert_no_backend_crashes(self.source, self.target)
+            if self.source is not None and self.target is not None:
+                if self.expected_crash:
+                    others = [line for line in self.source.backend_crashes() if self.expected_crash not in line]
+                    if others:
+                        raise CaptureFailure(f"backends crashed on {self.source.name}: {others}")
+                    assert_no_backend_crashes(self.target)
+                else:
+                    assert_no_backend_crashes(self.source, self.target)
         finally:
-            self.target.__exit__(*exc)
-            self.source.__exit__(*exc)
-            subprocess.run(["rm", "-rf", self.work])
+            super().__exit__(*exc)
 
     def expect_same(self, label, tables=TABLES):
         for table in tables:
@@ -447,7 +438,7 @@ def kill9_repeated_while_source_writes(applier_running):
                         # The stream runs beside the copy from the moment the tables are registered
                         # (before that, an UPDATE of a row the target does not hold yet would be
                         # quarantined: registration comes first).
-                        applier_log = open(os.path.join(p.work, "apply.log"), "w")
+                        applier_log = open(os.path.join(p.work.name, "apply.log"), "w")
                         applier = subprocess.Popen([TRELLARA_BIN, "apply", "--config", p.config],
                                                    stdout=applier_log, stderr=subprocess.STDOUT)
                     time.sleep(0.2)
@@ -466,7 +457,7 @@ def kill9_repeated_while_source_writes(applier_running):
             thread.join()
         if applier is not None:
             if applier.poll() is not None:
-                with open(os.path.join(p.work, "apply.log")) as log:
+                with open(os.path.join(p.work.name, "apply.log")) as log:
                     raise CaptureFailure(f"the applier stopped during the snapshot: {log.read()[-2000:]}")
             # The issue's ending: verify, live beside the applier, at one exact point.
             wait_log_covers_source(p.source)

@@ -64,6 +64,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from capture_support import (CaptureFailure, TRELLARA_BIN, assert_no_backend_crashes, lsn_to_int,  # noqa: E402
                              run_scenarios, scenario, setup_flow, wait_for)
 from harness import Cluster, PG_BIN  # noqa: E402
+import flow_pair  # noqa: E402
 
 EXIT_BLOCKED = 3
 APPLY_TIMEOUT_S = 180
@@ -143,37 +144,25 @@ class Session:
 
 # ---- the flow pair -----------------------------------------------------------------------
 
-class HandoffPair:
+class HandoffPair(flow_pair.FlowPair):
     """A source holding `items` rows before its flow exists, and a target with the same (empty)
     tables; stops both by PID."""
 
     def __init__(self, name, source_rows_sql):
-        self.name, self.source_rows_sql = name, source_rows_sql
+        super().__init__(name, source_sql=ITEMS_DDL, flow=FLOW, with_source=False,
+                         publication="CREATE PUBLICATION pub FOR TABLE public.items, public.extra")
+        self.source_rows_sql = source_rows_sql
         self.sessions = []
         self.appliers = []
 
-    def __enter__(self):
-        self.source = Cluster(f"{self.name}-source")
-        self.target = Cluster(f"{self.name}-target", preload=False)
-        self.work = tempfile.TemporaryDirectory(prefix=f"trellara-{self.name}-")
-        try:
-            self.source.start()
-            self.target.start()
-            self.source.psql(ITEMS_DDL)
-            self.target.psql(ITEMS_DDL)
-            self.source.psql(self.source_rows_sql)  # data that exists before the flow: only a copy brings it
-            self.log_dir = setup_flow(self.source, "CREATE PUBLICATION pub FOR TABLE public.items, public.extra", truth=False)
-            self.config = os.path.join(self.work.name, "flow.toml")
-            with open(self.config, "w") as config:
-                config.write(f'[flow]\nname = "{FLOW}"\nlog_directory = "{self.log_dir}"\n\n'
-                             f'[target]\nconninfo = "{self.target.conninfo()}"\n')
-            # The applier bootstraps the target's trellara schema; run it once so the registry
-            # tables exist before anything is registered.
-            apply_until_caught_up(self, None, 0)
-        except BaseException:
-            self.__exit__(*sys.exc_info())
-            raise
-        return self
+    def prepare(self):
+        super().prepare()
+        self.source.psql(self.source_rows_sql)  # data that exists before the flow: only a copy brings it
+
+    def ready(self):
+        # The applier bootstraps the target's trellara schema; run it once so the registry tables
+        # exist before anything is registered.
+        apply_until_caught_up(self, None, 0)
 
     def session(self, cluster, label):
         s = Session(cluster, label)
@@ -187,10 +176,7 @@ class HandoffPair:
                 proc.communicate(timeout=30)
         for s in self.sessions:
             s.close()
-        for cluster in (self.source, self.target):
-            cluster.__exit__(exc_type, exc, tb)
-        self.work.cleanup()
-        return False
+        return super().__exit__(exc_type, exc, tb)
 
 
 def defect_env(defect):

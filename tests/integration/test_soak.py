@@ -42,44 +42,19 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from capture_support import CaptureFailure, TRELLARA_BIN, assert_no_backend_crashes, run_scenarios, scenario, \
     setup_flow  # noqa: E402
 from harness import Cluster  # noqa: E402
+import flow_pair  # noqa: E402
 
 SOAK_TABLE = "public.trellara_soak"
 SOAK_TIMEOUT_S = 420
 
 
-class SoakPair:
-    """A source with a FOR ALL TABLES flow and an empty target; stops both by PID."""
+class SoakPair(flow_pair.FlowPair):
+    """A source with a FOR ALL TABLES flow and an empty target; stops both by PID. The work
+    directory is readable by the postgres user (soak's workload reads the configuration)."""
 
     def __init__(self, name, publication_sql="CREATE PUBLICATION pub FOR ALL TABLES", source_sql=None):
-        self.name, self.publication_sql, self.source_sql = name, publication_sql, source_sql
-
-    def __enter__(self):
-        self.source = Cluster(f"{self.name}-source", settings={"logical_decoding_work_mem": "'1MB'"})
-        self.target = Cluster(f"{self.name}-target", preload=False)
-        self.work = tempfile.TemporaryDirectory(prefix=f"trellara-{self.name}-")
-        try:
-            os.chmod(self.work.name, 0o755)
-            self.source.start()
-            self.target.start()
-            if self.source_sql:
-                self.source.psql(self.source_sql)
-            self.log_dir = setup_flow(self.source, self.publication_sql, truth=False)
-            self.config = os.path.join(self.work.name, "flow.toml")
-            with open(self.config, "w") as config:
-                config.write(f'[flow]\nname = "app"\nlog_directory = "{self.log_dir}"\n\n'
-                             f'[source]\nconninfo = "{self.source.conninfo()}"\n\n'
-                             f'[target]\nconninfo = "{self.target.conninfo()}"\n')
-            os.chmod(self.config, 0o644)
-        except BaseException:
-            self.__exit__(*sys.exc_info())
-            raise
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        for cluster in (self.source, self.target):
-            cluster.__exit__(exc_type, exc, tb)
-        self.work.cleanup()
-        return False
+        super().__init__(name, source_sql=source_sql or "", target_sql="", publication=publication_sql,
+                         source_settings={"logical_decoding_work_mem": "'1MB'"}, shared_work_dir=True)
 
 
 def soak(pair, *args):

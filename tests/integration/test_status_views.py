@@ -29,7 +29,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import CaptureFailure, TRELLARA_BIN, run_scenarios, setup_flow, wait_for  # noqa: E402
+from capture_support import CaptureFailure, TRELLARA_BIN, run_scenarios, setup_flow, wait_for, write_flow_config  # noqa: E402
 from harness import Cluster  # noqa: E402
 
 EXIT_NONE, EXIT_CRITICAL, EXIT_WARNING = 0, 3, 4
@@ -92,11 +92,7 @@ def alert(views, name):
 
 
 def write_config(work, name, log_dir, source_conninfo, target_conninfo):
-    path = os.path.join(work, name)
-    with open(path, "w") as f:
-        f.write(f'[flow]\nname = "app"\nlog_directory = "{log_dir}"\n\n[source]\nconninfo = "{source_conninfo}"\n\n'
-                f'[target]\nconninfo = "{target_conninfo}"\n')
-    return path
+    return write_flow_config(os.path.join(work, name), "app", log_dir, target_conninfo, source_conninfo)
 
 
 def apply_until_caught_up(config, expect):

@@ -62,6 +62,7 @@ from capture_support import (CaptureFailure, PsqlSession, TRELLARA_BIN, assert_n
                              log_records, log_transactions, lsn_to_int, record_fault_fired, run_scenarios, scenario,
                              setup_flow, wait_for, worker_pid)
 from harness import Cluster  # noqa: E402
+import flow_pair  # noqa: E402
 
 SOURCE_SETTINGS = {"trellara.relay_decoding_work_mem": "'64kB'", "max_wal_size": "'2GB'"}
 TABLE_DDL = "CREATE TABLE big (id int PRIMARY KEY, tag text NOT NULL, v text)"
@@ -69,51 +70,22 @@ APPLY_TIMEOUT_S = 300
 STALL_MS = 5000
 
 
-class StreamPair:
+class StreamPair(flow_pair.FlowPair):
     """A source with a flow on table big and a target with the same table; stops both by PID.
     `faults` goes into the source server's environment (TRELLARA_FAULTS), with the defect switch
     when it names a defect."""
 
     def __init__(self, name, faults=None):
-        self.name, self.faults = name, faults
-
-    def __enter__(self):
         settings = dict(SOURCE_SETTINGS)
-        if self.faults and "defect." in self.faults:
+        if faults and "defect." in faults:
             settings["trellara.enable_test_defects"] = "on"
-        self.source = Cluster(f"{self.name}-source", settings=settings)
-        self.target = Cluster(f"{self.name}-target", preload=False)
-        self.work = tempfile.TemporaryDirectory(prefix=f"trellara-{self.name}-")
-        os.chmod(self.work.name, 0o755)
-        try:
-            if self.faults:
-                os.environ["TRELLARA_FAULTS"] = self.faults
-                os.environ["TRELLARA_FAULT_STALL_MS"] = str(STALL_MS)
-            try:
-                self.source.start()
-            finally:
-                os.environ.pop("TRELLARA_FAULTS", None)   # only the source server has it
-                os.environ.pop("TRELLARA_FAULT_STALL_MS", None)
-            self.target.start()
-            self.source.query(TABLE_DDL)
-            self.target.query(TABLE_DDL)
-            self.log_dir = setup_flow(self.source, "CREATE PUBLICATION pub FOR TABLE big", truth=False)
-            self.spill_dir = os.path.join(self.log_dir, "spill")
-            self.config = os.path.join(self.work.name, "flow.toml")
-            with open(self.config, "w") as config:
-                config.write(f'[flow]\nname = "app"\nlog_directory = "{self.log_dir}"\n\n'
-                             f'[source]\nconninfo = "{self.source.conninfo()}"\n\n'
-                             f'[target]\nconninfo = "{self.target.conninfo()}"\n')
-        except BaseException:
-            self.__exit__(*sys.exc_info())
-            raise
-        return self
+        source_env = {"TRELLARA_FAULTS": faults, "TRELLARA_FAULT_STALL_MS": str(STALL_MS)} if faults else {}
+        super().__init__(name, source_sql=TABLE_DDL, publication="CREATE PUBLICATION pub FOR TABLE big",
+                         source_settings=settings, source_env=source_env, shared_work_dir=True)
+        self.faults = faults
 
-    def __exit__(self, exc_type, exc, tb):
-        for cluster in (self.source, self.target):
-            cluster.__exit__(exc_type, exc, tb)
-        self.work.cleanup()
-        return False
+    def ready(self):
+        self.spill_dir = os.path.join(self.log_dir, "spill")
 
     def spill_file(self, xid):
         return os.path.join(self.spill_dir, f"xid-{xid}.spill")

@@ -62,6 +62,7 @@ from capture_support import (CaptureFailure, PsqlSession, TRELLARA_BIN, assert_n
                              lsn_to_int, run_pgbench, run_scenarios, scenario,
                              setup_flow, wait_for, checks_fail_under_defect)
 from harness import Cluster, PG_BIN  # noqa: E402
+import flow_pair  # noqa: E402
 
 SIMULATE = os.environ.get("TRELLARA_HOLD_SIMULATION") == "1"
 # The applier's binary (default: the one under test); another build may stand in for it while the
@@ -138,48 +139,34 @@ class HoldStandIn:
         return False
 
 
-class VerifyPair:
+class VerifyPair(flow_pair.FlowPair):
     """Source and target clusters with the tables above, a flow, a config naming both, and an
     applier (daemon, or the stand-in plus `apply --until-caught-up` runs)."""
 
     def __init__(self, name, source_settings=None):
-        self.name = name
-        self.source_settings = source_settings
+        super().__init__(name, publication=f"CREATE PUBLICATION pub FOR TABLE {TABLES}",
+                         source_settings=source_settings)
         self.applier = None
         self.stand_in = None
 
-    def __enter__(self):
-        self.source = Cluster(f"{self.name}-source", settings=self.source_settings)
-        self.target = Cluster(f"{self.name}-target", preload=False)
-        self.work = tempfile.TemporaryDirectory(prefix=f"trellara-{self.name}-")
-        try:
-            self.source.start()
-            self.target.start()
-            run_pgbench(self.source, ["-i", "-s", "1", "-q"])
-            self.source.psql(EXTRA_DDL_SOURCE)
-            self.source.psql("INSERT INTO items SELECT g, 'item ' || g, g % 17 FROM generate_series(1, 1000) g "
-                             "WHERE g % 7 <> 0; INSERT INTO tags SELECT 'tag-' || g, 'label ' || g "
-                             "FROM generate_series(1, 300) g; ANALYZE")
-            dump = subprocess.run([os.path.join(PG_BIN, "pg_dump"), "-h", self.source.socket_dir, "-p",
-                                   str(self.source.port), "-U", "postgres", "-t", "pgbench_*", "postgres"],
-                                  capture_output=True, text=True, check=True)
-            self.target.psql(dump.stdout)
-            self.target.psql(EXTRA_DDL_TARGET)
-            self.target.psql("INSERT INTO items (id, name, qty, note) SELECT g, 'item ' || g, g % 17, 'kept-' || g "
-                             "FROM generate_series(1, 1000) g WHERE g % 7 <> 0; "
-                             "INSERT INTO tags SELECT 'tag-' || g, 'label ' || g FROM generate_series(1, 300) g")
-            self.log_dir = setup_flow(self.source, f"CREATE PUBLICATION pub FOR TABLE {TABLES}", truth=False)
-            self.config = os.path.join(self.work.name, "flow.toml")
-            with open(self.config, "w") as config:
-                config.write(f'[flow]\nname = "app"\nlog_directory = "{self.log_dir}"\n\n'
-                             f'[source]\nconninfo = "{self.source.conninfo()}"\n\n'
-                             f'[target]\nconninfo = "{self.target.conninfo()}"\n')
-            # The applier's state on the target (apply_status row, holds table).
-            trellara("apply", "--config", self.config, "--until-caught-up")
-        except BaseException:
-            self.__exit__(*sys.exc_info())
-            raise
-        return self
+    def prepare(self):
+        run_pgbench(self.source, ["-i", "-s", "1", "-q"])
+        self.source.psql(EXTRA_DDL_SOURCE)
+        self.source.psql("INSERT INTO items SELECT g, 'item ' || g, g % 17 FROM generate_series(1, 1000) g "
+                         "WHERE g % 7 <> 0; INSERT INTO tags SELECT 'tag-' || g, 'label ' || g "
+                         "FROM generate_series(1, 300) g; ANALYZE")
+        dump = subprocess.run([os.path.join(PG_BIN, "pg_dump"), "-h", self.source.socket_dir, "-p",
+                               str(self.source.port), "-U", "postgres", "-t", "pgbench_*", "postgres"],
+                              capture_output=True, text=True, check=True)
+        self.target.psql(dump.stdout)
+        self.target.psql(EXTRA_DDL_TARGET)
+        self.target.psql("INSERT INTO items (id, name, qty, note) SELECT g, 'item ' || g, g % 17, 'kept-' || g "
+                         "FROM generate_series(1, 1000) g WHERE g % 7 <> 0; "
+                         "INSERT INTO tags SELECT 'tag-' || g, 'label ' || g FROM generate_series(1, 300) g")
+
+    def ready(self):
+        # The applier's state on the target (apply_status row, holds table).
+        trellara("apply", "--config", self.config, "--until-caught-up")
 
     def start_applier(self, env=None):
         if SIMULATE:
@@ -222,10 +209,7 @@ class VerifyPair:
 
     def __exit__(self, exc_type, exc, tb):
         self.stop_applier()
-        for cluster in (self.source, self.target):
-            cluster.__exit__(exc_type, exc, tb)
-        self.work.cleanup()
-        return False
+        return super().__exit__(exc_type, exc, tb)
 
 
 def wait_log_covers_source(source, timeout_s=90):
@@ -474,7 +458,7 @@ def filtered_reseed_preserves_out_of_scope_rows():
           fault_points=("defect.reseed_delete_ignores_filter",),
           invariants=["with the defect the filtered reseed checks fail"])
 def negative_control_reseed_delete_ignores_filter_is_caught():
-    # The paired defect of filtered_reseed_preserves_out_of_scope_rows (applier/reseed_command.cpp):
+    # The paired defect of filtered_reseed_preserves_out_of_scope_rows (applier/commands/reseed_command.cpp):
     # the delete step of reseed --where leaves out the filter. The clean scenario's checks must fail.
     point = "defect.reseed_delete_ignores_filter"
     with VerifyPair("reseed-unfiltered") as pair:

@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "trellara/snapshot.h"
+#include "trellara/apply/snapshot.h"
 #include "world.h"
 
 namespace trellara::sim {

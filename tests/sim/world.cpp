@@ -4,17 +4,17 @@
 #include <algorithm>
 #include <sstream>
 
-#include "trellara/apply_decision.h"
-#include "trellara/apply_pipeline.h"
-#include "trellara/assembler.h"
-#include "trellara/barrier.h"
-#include "trellara/checksum.h"
-#include "trellara/codec.h"
+#include "trellara/apply/apply_decision.h"
+#include "trellara/apply/apply_pipeline.h"
+#include "trellara/capture/assembler.h"
+#include "trellara/log/barrier.h"
+#include "trellara/record/checksum.h"
+#include "trellara/record/codec.h"
 #include "trellara/log/consumer_offsets.h"
 #include "trellara/log/reader.h"
 #include "trellara/log/simulated_device.h"
 #include "trellara/log/writer.h"
-#include "trellara/relay_progress.h"
+#include "trellara/capture/relay_progress.h"
 
 namespace trellara::sim {
 namespace {

@@ -9,8 +9,8 @@
 #include <map>
 #include <random>
 
-#include "trellara/apply_decision.h"
-#include "trellara/fault.h"
+#include "trellara/apply/apply_decision.h"
+#include "trellara/base/fault.h"
 
 using namespace trellara;
 

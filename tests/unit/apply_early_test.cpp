@@ -1,9 +1,9 @@
-// apply_early_test.cpp — the decisions of early apply (trellara/apply_early.h): when an attempt may
+// apply_early_test.cpp — the decisions of early apply (trellara/apply/apply_early.h): when an attempt may
 // start, which chunk it may stage next, and whether what it staged may commit as the transaction
 // the barrier yielded. Each refusal sends the transaction to the one-at-a-time path.
 #include <catch2/catch.hpp>
 
-#include "trellara/apply_early.h"
+#include "trellara/apply/apply_early.h"
 
 using namespace trellara;
 

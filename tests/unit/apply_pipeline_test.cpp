@@ -16,7 +16,8 @@
 #include <vector>
 
 #include "samples.h"
-#include "trellara/apply_pipeline.h"
+#include "trellara/apply/apply_pipeline.h"
+#include "trellara/base/assert.h"
 
 using namespace trellara;
 
@@ -63,6 +64,79 @@ TEST_CASE("batch_admits_duplicates_and_plain_applies_in_order_and_closes_at_the_
   CHECK(p.RetireAlone().ready.tx.commit_lsn == 300);
   CHECK(p.Next() == PipelineStep::Form);
   CHECK(p.size() == 2);
+}
+
+TEST_CASE("a_transaction_the_log_holds_twice_never_joins_one_batch_twice", "[pipeline]") {
+  // After a relay crash before its acknowledgement the log holds a transaction twice. The second
+  // copy closes the batch and starts the next one, where its dedup row makes it a duplicate.
+  ApplyPipeline p(0, {});
+  p.ReadWhole(Ready(700, 100), 1);
+  p.ReadWhole(Ready(701, 200), 2);
+  p.ReadWhole(Ready(701, 200), 3);  // the same source transaction again
+  p.ReadWhole(Ready(702, 300), 4);
+  REQUIRE(p.Candidates() == 4);
+  CHECK(p.Admit(0, Admission::Apply, 1));
+  CHECK(p.Admit(1, Admission::Apply, 1));
+  CHECK_FALSE(p.Admit(2, Admission::Apply, 1));  // closes the batch before the second copy
+  CHECK(p.Seal() == 2);
+  auto outcome = p.Collect({true, true});
+  REQUIRE(outcome);
+  CHECK(Lsns(outcome->retired) == std::vector<uint64_t>{100, 200});
+  REQUIRE(p.Next() == PipelineStep::Form);
+  CHECK(p.Admit(0, Admission::Duplicate, 0));  // the target's dedup row now has it
+  CHECK_FALSE(p.Admit(1, Admission::Apply, 1));  // the last candidate: the batch is full
+  CHECK(p.Seal() == 2);
+}
+
+TEST_CASE("a_commit_answer_commits_its_transaction_or_the_whole_group", "[pipeline]") {
+  PipelineLimits grouped_limits;
+  grouped_limits.group_transactions = true;
+  ApplyPipeline g = Queue(3, grouped_limits);
+  CHECK(g.Admit(0, Admission::Apply, 1));
+  CHECK(g.Admit(1, Admission::Duplicate, 0));
+  CHECK_FALSE(g.Admit(2, Admission::Apply, 1));  // the last candidate
+  REQUIRE(g.Seal() == 3);
+  REQUIRE(g.grouped());
+  std::vector<bool> committed(3, false);
+  g.MarkCommitted(2, committed);  // the group's one COMMIT, sent after its last member
+  CHECK(committed == std::vector<bool>{true, false, true});  // the duplicate sent nothing
+
+  PipelineLimits single;
+  single.group_transactions = false;
+  ApplyPipeline p = Queue(2, single);
+  CHECK(p.Admit(0, Admission::Apply, 1));
+  CHECK_FALSE(p.Admit(1, Admission::Apply, 1));  // the last candidate
+  REQUIRE(p.Seal() == 2);
+  std::vector<bool> one(2, false);
+  p.MarkCommitted(1, one);
+  CHECK(one == std::vector<bool>{false, true});
+  CHECK_THROWS_AS(p.MarkCommitted(2, one), AssertionFailure);  // not in flight
+}
+
+TEST_CASE("rewrites_need_a_group_the_setting_and_the_replica_role_and_the_guard_covers_both", "[pipeline]") {
+  for (bool grouped : {false, true})
+    for (bool leave : {false, true})
+      for (bool merge : {false, true})
+        for (bool replica : {false, true}) {
+          const GroupRewrites r = PermitGroupRewrites(grouped, leave, merge, replica);
+          CHECK(r.leave_out_superseded == (grouped && leave && replica));
+          CHECK(r.merge_statements == (grouped && merge && replica));
+        }
+  CHECK(GuardedRelations({"public.a", "public.c"}, {"public.b", "public.a"}) ==
+        std::vector<std::string>{"public.a", "public.b", "public.c"});
+  CHECK(GuardedRelations({"public.a"}, {"public.b"}, /*guard_merged=*/false) == std::vector<std::string>{"public.a"});
+  CHECK(GuardedRelations({}, {}).empty());
+}
+
+TEST_CASE("a_broken_pipeline_rule_is_an_assertion_failure_in_every_build", "[pipeline][assert]") {
+  ApplyPipeline p = Queue(2);
+  // Admitting out of log order is a bug in the adapter: refused with the rule, never acted on.
+  CHECK_THROWS_AS(p.Admit(1, Admission::Apply, 1), AssertionFailure);
+  try {
+    p.Admit(1, Admission::Apply, 1);
+  } catch (const AssertionFailure& e) {
+    CHECK(std::string(e.what()).find("candidates are admitted in log order") != std::string::npos);
+  }
 }
 
 TEST_CASE("batch_bounds_close_it_and_a_transaction_larger_than_a_batch_goes_alone_only_at_the_front",

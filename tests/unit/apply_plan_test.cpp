@@ -7,9 +7,9 @@
 #include <algorithm>
 
 #include "samples.h"
-#include "trellara/apply_plan.h"
-#include "trellara/checksum.h"
-#include "trellara/fault.h"
+#include "trellara/apply/apply_plan.h"
+#include "trellara/record/checksum.h"
+#include "trellara/base/fault.h"
 
 using namespace trellara;
 

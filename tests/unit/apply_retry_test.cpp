@@ -1,10 +1,10 @@
-// apply_retry_test.cpp — the transient table, the backoff and the continuity rule (issue 9 items 3, 6).
+// apply_retry_test.cpp — the transient table, the backoff and the continuity rule.
 #include <catch2/catch.hpp>
 
 #include <set>
 
-#include "trellara/apply_retry.h"
-#include "trellara/envelope.h"
+#include "trellara/apply/apply_retry.h"
+#include "trellara/record/envelope.h"
 
 using namespace trellara;
 

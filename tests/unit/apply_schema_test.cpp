@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "samples.h"
-#include "trellara/apply_schema.h"
+#include "trellara/apply/apply_schema.h"
 
 using namespace trellara;
 

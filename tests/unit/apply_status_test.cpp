@@ -1,7 +1,7 @@
 // apply_status_test.cpp — `trellara status`'s state and safe next action, from facts alone.
 #include <catch2/catch.hpp>
 
-#include "trellara/apply_status.h"
+#include "trellara/report/apply_status.h"
 
 using namespace trellara;
 

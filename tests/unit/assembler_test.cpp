@@ -3,9 +3,9 @@
 #include <catch2/catch.hpp>
 
 #include "samples.h"
-#include "trellara/assembler.h"
-#include "trellara/checksum.h"
-#include "trellara/codec.h"
+#include "trellara/capture/assembler.h"
+#include "trellara/record/checksum.h"
+#include "trellara/record/codec.h"
 
 using namespace trellara;
 

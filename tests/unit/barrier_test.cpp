@@ -11,12 +11,12 @@
 #include <random>
 
 #include "samples.h"
-#include "trellara/assembler.h"
-#include "trellara/barrier.h"
-#include "trellara/fault.h"
-#include "trellara/checksum.h"
-#include "trellara/codec.h"
-#include "trellara/relay_progress.h"
+#include "trellara/capture/assembler.h"
+#include "trellara/log/barrier.h"
+#include "trellara/base/fault.h"
+#include "trellara/record/checksum.h"
+#include "trellara/record/codec.h"
+#include "trellara/capture/relay_progress.h"
 
 using namespace trellara;
 

@@ -12,7 +12,7 @@
 #include <set>
 #include <sstream>
 
-#include "trellara/chaos_report.h"
+#include "trellara/report/chaos_report.h"
 
 using namespace trellara::chaos;
 
@@ -134,6 +134,41 @@ TEST_CASE("not_built_and_untested_rows_keep_their_reason_whatever_the_results", 
   CHECK(Row(report, "row_untested").status == RowStatus::kUntested);
   // Simulation rows are shown before the curated matrix, like the seed.
   CHECK(report.rows.front().row.name == "row_not_built");
+}
+
+TEST_CASE("an_evidence_row_is_covered_only_by_a_qualifying_run_and_names_the_longest_otherwise", "[chaos_report]") {
+  const char* matrix = R"({"rows": [
+    {"name": "row_soak", "suite": "simulation_qualification", "status": "evidence", "reason": "24 h soak",
+     "evidence": {"kind": "soak", "min_duration_s": 86400}}
+  ]})";
+  // Nothing recorded: untested, saying what is needed.
+  auto none = Decide(Matrix(matrix), {});
+  CHECK(Row(none, "row_soak").status == RowStatus::kUntested);
+  CHECK(Row(none, "row_soak").detail.find("make soak SOAK_DURATION=24h") != std::string::npos);
+  CHECK(Row(none, "row_soak").detail.find("none is recorded") != std::string::npos);
+  // A two-hour run, even a failed one, neither covers nor fails the row: it is named.
+  const std::string short_run = Line("soak", "soak", "failed",
+                                     R"("duration_s": 7200, "revision": "abcdef0123456789", )"
+                                     R"("finished_at": "2026-12-06T08:00:00Z", "error": "memory ceiling")");
+  auto shorter = Decide(Matrix(matrix), Results(short_run));
+  CHECK(Row(shorter, "row_soak").status == RowStatus::kUntested);
+  CHECK(Row(shorter, "row_soak").detail.find("soak of 2.0 h at revision abcdef012345") != std::string::npos);
+  CHECK(Row(shorter, "row_soak").detail.find("2026-12-06T08:00:00Z") != std::string::npos);
+  CHECK(shorter.overall != "FAIL");
+  CHECK(shorter.other_results.empty());
+  // A 24-hour run that passed covers it; the latest qualifying run decides (a failed one fails it).
+  const std::string day = Line("soak", "soak", "passed",
+                               R"("duration_s": 86410, "revision": "1111", "finished_at": "2026-12-07T09:00:00Z", )"
+                               R"("command": "make soak SOAK_DURATION=24h")");
+  auto covered = Decide(Matrix(matrix), Results(short_run + day));
+  CHECK(Row(covered, "row_soak").status == RowStatus::kCovered);
+  CHECK(Row(covered, "row_soak").command == "make soak SOAK_DURATION=24h");
+  const std::string failed_day = Line("soak", "soak", "failed", R"("duration_s": 90000, "revision": "2222")");
+  auto failed = Decide(Matrix(matrix), Results(day + failed_day));
+  CHECK(Row(failed, "row_soak").status == RowStatus::kFailed);
+  CHECK(failed.overall == "FAIL");
+  // An evidence row must say what evidence proves it.
+  CHECK_FALSE(ParseMatrix(R"({"rows": [{"name": "x", "suite": "curated", "status": "evidence", "reason": "r"}]})").ok());
 }
 
 TEST_CASE("the_last_result_of_a_rerun_counts", "[chaos_report]") {

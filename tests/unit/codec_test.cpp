@@ -10,10 +10,10 @@
 #include <sstream>
 
 #include "samples.h"
-#include "trellara/checksum.h"
-#include "trellara/codec.h"
-#include "trellara/crc32c.h"
-#include "trellara/render.h"
+#include "trellara/record/checksum.h"
+#include "trellara/record/codec.h"
+#include "trellara/log/crc32c.h"
+#include "trellara/record/render.h"
 
 using namespace trellara;
 using namespace trellara::testing;

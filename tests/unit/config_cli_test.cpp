@@ -1,5 +1,5 @@
 // config_cli_test.cpp — the flow configuration file is loaded strictly: every error names the file,
-// the setting and what it accepts, and exits 2 before anything connects (issue 5, deliverable 1).
+// the setting and what it accepts, and exits 2 before anything connects.
 #include <catch2/catch.hpp>
 
 #include <fstream>

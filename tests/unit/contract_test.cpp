@@ -5,8 +5,8 @@
 
 #include <algorithm>
 
-#include "trellara/contract.h"
-#include "trellara/fault.h"
+#include "trellara/report/contract.h"
+#include "trellara/base/fault.h"
 
 using namespace trellara;
 

@@ -2,8 +2,8 @@
 // the final acceptance guard, halt policy, quoting) and the schema drift verdict (ddl_apply.h).
 #include <catch2/catch.hpp>
 
-#include "trellara/checksum.h"
-#include "trellara/ddl_apply.h"
+#include "trellara/record/checksum.h"
+#include "trellara/apply/ddl_apply.h"
 
 using namespace trellara;
 
@@ -765,4 +765,63 @@ TEST_CASE("enum_labels_added_and_renamed_are_carried_to_the_target", "[ddl]") {
   rename.label.clear();
   alter.steps = {rename};
   RequireUnsupported(Plan(alter, target), "malformed");
+}
+
+// ---- a DDL change and the relation's snapshot (the handoff rules, moved out of the applier) ----
+
+TEST_CASE("a_ddl_replayed_after_review_is_planned_under_apply", "[ddl][snapshot]") {
+  CHECK(PolicyOnReplay(DdlPolicy::Halt, false) == DdlPolicy::Halt);
+  CHECK(PolicyOnReplay(DdlPolicy::Halt, true) == DdlPolicy::Apply);
+  CHECK(PolicyOnReplay(DdlPolicy::Apply, false) == DdlPolicy::Apply);
+}
+
+TEST_CASE("only_a_ddl_that_moves_the_known_definition_meets_the_snapshot", "[ddl][snapshot]") {
+  RelationInfo captured;
+  captured.oid = 10;
+  captured.fingerprint[0] = 1;
+  KnownRelation same{10, "public", "t", captured.fingerprint};
+  KnownRelation other = same;
+  other.fingerprint[0] = 2;
+  DdlPlan no_change;  // NoTargetChange, nothing forgotten
+  CHECK_FALSE(DdlChangesShape(no_change, &captured, same));
+  CHECK(DdlChangesShape(no_change, &captured, other));         // known fingerprint differs
+  CHECK(DdlChangesShape(no_change, &captured, std::nullopt));  // the flow does not know it
+  CHECK(DdlChangesShape(no_change, nullptr, same));            // no captured definition (DROP)
+  DdlPlan execute;
+  execute.action = DdlAction::Execute;
+  CHECK(DdlChangesShape(execute, &captured, same));
+  DdlPlan forget;
+  forget.forget_relation = true;
+  CHECK(DdlChangesShape(forget, &captured, same));
+}
+
+TEST_CASE("a_shape_change_withholds_an_unfinished_copy_and_checks_a_finished_one", "[ddl][snapshot]") {
+  CHECK(DecideDdlBesideSnapshot({false, true, false}) == DdlSnapshotStep::None);  // shape unchanged
+  CHECK(DecideDdlBesideSnapshot({true, false, false}) == DdlSnapshotStep::None);  // no snapshot
+  CHECK(DecideDdlBesideSnapshot({true, true, true}) == DdlSnapshotStep::None);    // retired before this commit
+  CHECK(DecideDdlBesideSnapshot({true, true, false}) == DdlSnapshotStep::WithholdUnfinished);
+  CHECK_FALSE(CheckFinishedChunksAfterWithhold(/*withheld=*/true, false));   // copied again anyway
+  CHECK(CheckFinishedChunksAfterWithhold(/*withheld=*/false, false));        // finished: check chunks
+  CHECK_FALSE(CheckFinishedChunksAfterWithhold(/*withheld=*/false, true));   // the operator reviewed it
+}
+
+TEST_CASE("a_finished_copy_read_in_a_snapshot_that_saw_the_ddl_fails_closed", "[ddl][snapshot]") {
+  // The DDL transaction: xid 99, committed at 4000. Chunk 2 was read in a snapshot that sees it
+  // (xmin 100 > 99, snapshot_lsn 5000 past the commit): copied with the definition before the DDL.
+  SourceSnapshot saw{100, 110, {}};
+  SourceSnapshot before{90, 95, {}};  // xid 99 not yet visible
+  std::vector<std::pair<int32_t, ChunkView>> chunks{
+      {1, ChunkView{ChunkView::Kind::Copied, before, 3000}},
+      {2, ChunkView{ChunkView::Kind::Copied, saw, 5000}},
+      {3, ChunkView{ChunkView::Kind::Pending, {}, std::nullopt}},
+  };
+  auto cause = FinishedCopySawDdl(chunks, 99, 4000, "public.t", "ALTER TABLE public.t: add_column c", "/etc/f.toml");
+  REQUIRE(cause);
+  CHECK(cause->reason == QuarantineReason::DdlUnsupported);
+  CHECK(cause->relation == "public.t");
+  CHECK(cause->detail.find("chunk 2 of the finished snapshot of public.t") != std::string::npos);
+  CHECK(cause->detail.find("trellara snapshot --config /etc/f.toml --table public.t --force") != std::string::npos);
+  // No chunk saw it: nothing to fail.
+  chunks.erase(chunks.begin() + 1);
+  CHECK_FALSE(FinishedCopySawDdl(chunks, 99, 4000, "public.t", "d", "f"));
 }

@@ -5,7 +5,7 @@
 
 #include <cstdlib>
 
-#include "trellara/fault.h"
+#include "trellara/base/fault.h"
 
 using namespace trellara;
 

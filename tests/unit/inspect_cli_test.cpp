@@ -10,7 +10,7 @@
 
 #include "cli_support.h"
 #include "samples.h"
-#include "trellara/codec.h"
+#include "trellara/record/codec.h"
 
 using namespace trellara;
 

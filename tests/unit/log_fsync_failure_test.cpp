@@ -1,4 +1,4 @@
-// log_fsync_failure_test.cpp — fsync failure recovery on the simulated device (issue 9 item 7).
+// log_fsync_failure_test.cpp — fsync failure recovery on the simulated device.
 //
 // An io_uring fdatasync of the segment fails the way Linux fails one: the writes it covered are
 // marked clean without reaching the disk, stay readable in the page cache, and a later fdatasync
@@ -17,7 +17,7 @@
 
 #include "log_support/log_test_support.h"
 
-#include "trellara/fault.h"
+#include "trellara/base/fault.h"
 #include "trellara/log/reader.h"
 #include "trellara/log/simulated_device.h"
 #include "trellara/log/test_records.h"
@@ -50,7 +50,7 @@ Result<uint64_t> AppendUntil(LogWriter& writer, uint64_t seed, std::mt19937_64& 
     const int appends = 1 + static_cast<int>(random() % 5);
     for (int i = 0; i < appends; ++i) {
       const uint64_t offset = writer.next_offset();
-      auto appended = writer.Append(static_cast<uint8_t>(RecordType::kTest), TestRecordCommitLsn(offset),
+      auto appended = writer.Append(static_cast<uint8_t>(RecordType::Test), TestRecordCommitLsn(offset),
                                     MakeTestRecord(seed, offset, RecordBytesFor(seed, offset)));
       if (!appended.ok()) return appended.error();
     }
@@ -101,7 +101,7 @@ FsyncFailureOutcome Simulate(uint64_t seed) {
       outcome.failure = "durable end moved after the failure";
       return outcome;
     }
-    auto again = (*writer)->Append(static_cast<uint8_t>(RecordType::kTest), 1, MakeTestRecord(seed, 0, 20));
+    auto again = (*writer)->Append(static_cast<uint8_t>(RecordType::Test), 1, MakeTestRecord(seed, 0, 20));
     if (again.ok()) {
       outcome.failure = "a stopped writer accepted an append";
       return outcome;

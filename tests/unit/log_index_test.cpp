@@ -6,7 +6,7 @@
 #include <optional>
 
 #include "log_support/log_test_support.h"
-#include "trellara/fault.h"
+#include "trellara/base/fault.h"
 #include "trellara/log/reader.h"
 #include "trellara/log/scan.h"
 
@@ -173,7 +173,7 @@ TEST_CASE("inspect_reports_torn_tail_bytes_before_recovery_append", "[log][index
   // A torn write: the first 57 bytes of a frame for offset 10 that never became durable.
   std::vector<uint8_t> payload = MakeTestRecord(11, 10, 200);
   std::vector<uint8_t> frame(kFrameHeaderBytes + payload.size());
-  EncodeFrame(static_cast<uint8_t>(RecordType::kTest), 10, TestRecordCommitLsn(10), 10, payload, frame.data());
+  EncodeFrame(static_cast<uint8_t>(RecordType::Test), 10, TestRecordCommitLsn(10), 10, payload, frame.data());
   segment.insert(segment.end(), frame.begin(), frame.begin() + 57);
   WriteFileBytes(segment_path, segment);
 
@@ -214,7 +214,7 @@ TEST_CASE("torn_tail_indexed_as_durable_by_a_scan_reading_past_an_invalid_frame_
   auto segment = ReadFileBytes(segment_path);
   std::vector<uint8_t> payload = MakeTestRecord(11, 10, 200);
   std::vector<uint8_t> frame(kFrameHeaderBytes + payload.size());
-  EncodeFrame(static_cast<uint8_t>(RecordType::kTest), 10, TestRecordCommitLsn(10), 10, payload, frame.data());
+  EncodeFrame(static_cast<uint8_t>(RecordType::Test), 10, TestRecordCommitLsn(10), 10, payload, frame.data());
   segment.insert(segment.end(), frame.begin(), frame.begin() + 57);
   WriteFileBytes(segment_path, segment);
   // A hole: frame 5 of 10 damaged (one payload bit), the index gone so it must be rebuilt.
@@ -242,7 +242,7 @@ TEST_CASE("torn_tail_indexed_as_durable_by_a_scan_reading_past_an_invalid_frame_
   {
     auto writer = LogWriter::Open(*device, torn_dir.flow(), WriterOptions{}, &torn_report);
     if (writer.ok()) {
-      auto appended = (*writer)->Append(static_cast<uint8_t>(RecordType::kTest), TestRecordCommitLsn(11),
+      auto appended = (*writer)->Append(static_cast<uint8_t>(RecordType::Test), TestRecordCommitLsn(11),
                                         MakeTestRecord(11, 11, 200));
       if (appended.ok() && (*writer)->Flush().ok()) appended_at = *appended;
     }

@@ -99,7 +99,7 @@ SimulationOutcome Simulate(uint64_t seed, bool fsync_is_noop) {
       const int appends = static_cast<int>(random() % 6);
       for (int i = 0; i < appends; ++i) {
         const uint64_t offset = (*writer)->next_offset();
-        auto appended = (*writer)->Append(static_cast<uint8_t>(RecordType::kTest), TestRecordCommitLsn(offset),
+        auto appended = (*writer)->Append(static_cast<uint8_t>(RecordType::Test), TestRecordCommitLsn(offset),
                                           MakeTestRecord(seed, offset, RecordBytesFor(seed, offset)));
         if (!appended.ok()) {
           outcome.failure = "append failed: " + appended.error().message;

@@ -15,8 +15,8 @@
 
 #include "log_support/log_test_support.h"
 #include "samples.h"
-#include "trellara/codec.h"
-#include "trellara/relay_progress.h"
+#include "trellara/record/codec.h"
+#include "trellara/capture/relay_progress.h"
 
 using namespace trellara;
 using trellara::log::LogWriter;

@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "log_support/log_test_support.h"
-#include "trellara/fault.h"
+#include "trellara/base/fault.h"
 #include "trellara/log/consumer_lock.h"
 #include "trellara/log/consumer_offsets.h"
 #include "trellara/log/reader.h"

@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "log_support/log_test_support.h"
-#include "trellara/fault.h"
+#include "trellara/base/fault.h"
 #include "trellara/log/reader.h"
 #include "trellara/log/scan.h"
 #include "trellara/log/writer_failure.h"
@@ -48,7 +48,7 @@ TEST_CASE("fsync_publish_ack_follows_durable_frame_and_index", "[log][writer]") 
   for (int step = 0; step < 400; ++step) {
     for (int i = 0; i < 3; ++i) {
       const uint64_t offset = (*writer)->next_offset();
-      REQUIRE((*writer)->Append(static_cast<uint8_t>(RecordType::kTest), TestRecordCommitLsn(offset),
+      REQUIRE((*writer)->Append(static_cast<uint8_t>(RecordType::Test), TestRecordCommitLsn(offset),
                                 MakeTestRecord(seed, offset, 300)).ok());
     }
     REQUIRE((*writer)->Submit().ok());
@@ -100,7 +100,7 @@ TEST_CASE("log_fsync_failure_stops_acknowledgements", "[log][writer][fault]") {
   REQUIRE(fault::Configure("log.fsync_fails:1:error").ok());
   for (int i = 0; i < 5; ++i) {
     const uint64_t offset = (*writer)->next_offset();
-    REQUIRE((*writer)->Append(static_cast<uint8_t>(RecordType::kTest), TestRecordCommitLsn(offset),
+    REQUIRE((*writer)->Append(static_cast<uint8_t>(RecordType::Test), TestRecordCommitLsn(offset),
                               MakeTestRecord(3, offset, 100)).ok());
   }
   auto flushed = (*writer)->Flush();
@@ -111,7 +111,7 @@ TEST_CASE("log_fsync_failure_stops_acknowledgements", "[log][writer][fault]") {
   CHECK_THAT(flushed.error().message, Catch::Contains("reopen"));
   CHECK((*writer)->durable_end() == 10);  // nothing acknowledged after the failure
   // The writer stays stopped: no retry of fdatasync can turn a lost write into an acknowledgement.
-  CHECK_FALSE((*writer)->Append(static_cast<uint8_t>(RecordType::kTest), 0, MakeTestRecord(3, 15, 100)).ok());
+  CHECK_FALSE((*writer)->Append(static_cast<uint8_t>(RecordType::Test), 0, MakeTestRecord(3, 15, 100)).ok());
   CHECK_FALSE((*writer)->Flush().ok());
   CHECK((*writer)->durable_end() == 10);
   // Index entries were not published for the unacknowledged records.
@@ -155,7 +155,7 @@ TEST_CASE("log_no_space_fails_the_append_without_acknowledging", "[log][writer][
   REQUIRE(writer.ok());
   AppendTestRecords(**writer, 4, 3, 100, 3);
   REQUIRE(fault::Configure("log.no_space:1:error").ok());
-  REQUIRE((*writer)->Append(static_cast<uint8_t>(RecordType::kTest), TestRecordCommitLsn(3), MakeTestRecord(4, 3, 100)).ok());
+  REQUIRE((*writer)->Append(static_cast<uint8_t>(RecordType::Test), TestRecordCommitLsn(3), MakeTestRecord(4, 3, 100)).ok());
   auto flushed = (*writer)->Flush();
   CHECK(fault::FiredCount("log.no_space") == 1);
   fault::Clear();
@@ -174,7 +174,7 @@ TEST_CASE("log_writer_non_blocking_api_signals_completions_on_eventfd", "[log][w
   const int event_fd = (*writer)->completion_event_fd();
   REQUIRE(event_fd >= 0);
   for (uint64_t offset = 0; offset < 50; ++offset) {
-    REQUIRE((*writer)->Append(static_cast<uint8_t>(RecordType::kTest), TestRecordCommitLsn(offset),
+    REQUIRE((*writer)->Append(static_cast<uint8_t>(RecordType::Test), TestRecordCommitLsn(offset),
                               MakeTestRecord(6, offset, 500)).ok());
   }
   REQUIRE((*writer)->Submit().ok());
@@ -232,7 +232,7 @@ TEST_CASE("log_record_larger_than_a_segment_gets_a_segment_of_its_own", "[log][w
     REQUIRE(writer.ok());
     for (size_t bytes : {100u, 5000u, 100u, 9000u}) {
       const uint64_t offset = (*writer)->next_offset();
-      REQUIRE((*writer)->Append(static_cast<uint8_t>(RecordType::kTest), TestRecordCommitLsn(offset),
+      REQUIRE((*writer)->Append(static_cast<uint8_t>(RecordType::Test), TestRecordCommitLsn(offset),
                                 MakeTestRecord(4, offset, bytes)).ok());
     }
     REQUIRE((*writer)->Flush().ok());

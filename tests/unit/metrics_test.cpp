@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "trellara/metrics.h"
+#include "trellara/report/metrics.h"
 
 using namespace trellara::metrics;
 

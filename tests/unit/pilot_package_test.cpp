@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "trellara/pilot_package.h"
+#include "trellara/report/pilot_package.h"
 
 using namespace trellara::pilot;
 
@@ -96,15 +96,15 @@ TEST_CASE("the snapshot passes only when every recorded table was handed off", "
 TEST_CASE("the verdict is pass only when every artefact passed", "[pilot_package]") {
   Bundle b = Healthy();
   CHECK(AllOk(b));
-  CHECK(ExitCode(b) == kExitBundleOk);
+  CHECK(ExitCode(b) == trellara::kExitBundleOk);
 
   b.artefacts.push_back(Missing("correctness_report", "correctness-report.html"));
   CHECK_FALSE(AllOk(b));
-  CHECK(ExitCode(b) == kExitBundleFailed);
+  CHECK(ExitCode(b) == trellara::kExitBundleFailed);
 
   Bundle failed = Healthy();
   failed.artefacts[1].result = ArtefactResult::Fail;
-  CHECK(ExitCode(failed) == kExitBundleFailed);
+  CHECK(ExitCode(failed) == trellara::kExitBundleFailed);
 
   Bundle empty;
   CHECK_FALSE(AllOk(empty));  // a bundle with nothing in it proves nothing

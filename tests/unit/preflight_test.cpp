@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "trellara/preflight.h"
+#include "trellara/report/preflight.h"
 
 using namespace trellara;
 

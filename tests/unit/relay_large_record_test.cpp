@@ -23,7 +23,7 @@ TEST_CASE("frame_larger_than_a_segment_gets_a_segment_of_its_own", "[relay][log]
     for (size_t i = 0; i < sizes.size(); i++) {
       const uint64_t offset = (*writer)->next_offset();
       CHECK((*writer)->WouldRollSegment(sizes[i]) == (offset > 0 && (sizes[i] > 4000 || sizes[i - 1] > 4000)));
-      REQUIRE((*writer)->Append(static_cast<uint8_t>(RecordType::kTest), TestRecordCommitLsn(offset),
+      REQUIRE((*writer)->Append(static_cast<uint8_t>(RecordType::Test), TestRecordCommitLsn(offset),
                                 MakeTestRecord(1, offset, sizes[i])).ok());
     }
     REQUIRE((*writer)->Flush().ok());

@@ -2,7 +2,7 @@
 // confirmed only to the commit LSN of the last transaction whose every frame is durable.
 #include <catch2/catch.hpp>
 
-#include "trellara/relay_progress.h"
+#include "trellara/capture/relay_progress.h"
 
 using namespace trellara;
 

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "trellara/repair_plan.h"
+#include "trellara/report/repair_plan.h"
 
 using namespace trellara;
 

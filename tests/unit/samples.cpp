@@ -3,8 +3,8 @@
 
 #include <cassert>
 
-#include "trellara/checksum.h"
-#include "trellara/codec.h"
+#include "trellara/record/checksum.h"
+#include "trellara/record/codec.h"
 
 namespace trellara::testing {
 

@@ -2,7 +2,7 @@
 // Every op and every value kind appears in SampleEnvelope(). Never random: fixtures depend on it.
 #pragma once
 
-#include "trellara/envelope.h"
+#include "trellara/record/envelope.h"
 
 namespace trellara::testing {
 

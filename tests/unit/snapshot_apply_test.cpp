@@ -5,8 +5,8 @@
 // the applier stops at a hold. Never needs a database.
 #include <catch2/catch.hpp>
 
-#include "trellara/checksum.h"
-#include "trellara/snapshot_apply.h"
+#include "trellara/record/checksum.h"
+#include "trellara/apply/snapshot_apply.h"
 
 using namespace trellara;
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "trellara/snapshot.h"
+#include "trellara/apply/snapshot.h"
 
 using namespace trellara;
 
@@ -515,8 +515,8 @@ TEST_CASE("handoff_protocol_property_catches_both_paired_defects", "[snapshot][p
   // NoSkipCheck: a copy that does not check its snapshot against the applier's skips loses a
   // transaction whose commit was logged (and skipped) before it became visible.
   // NoUnfinishedCheck: a copy that does not wait for transactions committed but not yet visible
-  // deletes and never restores a row the stream applied before the table was registered (issue 35
-  // item 4: a commit waiting for an absent synchronous standby).
+  // deletes and never restores a row the stream applied before the table was registered (a
+  // commit waiting for an absent synchronous standby).
   for (Defect defect : {Defect::ApplyInCopy, Defect::SkipAfterCopy, Defect::NoSkipCheck, Defect::NoUnfinishedCheck}) {
     int caught = 0;
     for (uint64_t seed = 1; seed <= 500; seed++) {

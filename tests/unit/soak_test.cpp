@@ -1,9 +1,9 @@
-// soak_test.cpp — the pure decisions of `trellara soak` (core/include/trellara/soak.h).
+// soak_test.cpp — the pure decisions of `trellara soak` (core/include/trellara/report/soak.h).
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "trellara/soak.h"
-#include "trellara/duration.h"
+#include "trellara/report/soak.h"
+#include "trellara/base/duration.h"
 
 using namespace trellara::soak;
 

@@ -2,7 +2,7 @@
 // thresholds and next actions, and the exit code, from facts alone (core status_views.h).
 #include <catch2/catch.hpp>
 
-#include "trellara/status_views.h"
+#include "trellara/report/status_views.h"
 
 using namespace trellara;
 

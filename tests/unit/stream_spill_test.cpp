@@ -12,9 +12,9 @@
 #include <fstream>
 
 #include "samples.h"
-#include "trellara/assembler.h"
-#include "trellara/codec.h"
-#include "trellara/stream_spill.h"
+#include "trellara/capture/assembler.h"
+#include "trellara/record/codec.h"
+#include "trellara/capture/stream_spill.h"
 
 using namespace trellara;
 

@@ -1,7 +1,7 @@
 // text_test.cpp — UTF-8 validation and escaping used wherever record bytes reach JSON or errors.
 #include <catch2/catch.hpp>
 
-#include "trellara/text.h"
+#include "trellara/base/text.h"
 
 using namespace trellara;
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "trellara/value_types.h"
+#include "trellara/apply/value_types.h"
 
 using namespace trellara;
 

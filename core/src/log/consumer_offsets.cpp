@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "trellara/crc32c.h"
+#include "trellara/log/crc32c.h"
 #include "trellara/log/atomic_file.h"
 #include "trellara/log/format.h"
 #include "trellara/log/retention.h"

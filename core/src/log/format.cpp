@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "trellara/crc32c.h"
+#include "trellara/log/crc32c.h"
 
 namespace trellara::log {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "trellara/fault.h"
+#include "trellara/base/fault.h"
 #include "trellara/log/atomic_file.h"
 #include "trellara/log/writer_failure.h"
 

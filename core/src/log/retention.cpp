@@ -13,8 +13,8 @@
 #include <cstdio>
 #include <cstring>
 
-#include "trellara/crc32c.h"
-#include "trellara/fault.h"
+#include "trellara/log/crc32c.h"
+#include "trellara/base/fault.h"
 #include "trellara/log/consumer_offsets.h"
 #include "trellara/log/format.h"
 #include "trellara/log/atomic_file.h"

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "trellara/fault.h"
+#include "trellara/base/fault.h"
 
 namespace trellara::log {
 

@@ -1,12 +1,13 @@
 // writer.cpp — appends, group commit and acknowledgement for one log directory (see writer.h).
 // Never acknowledges an offset before its frame is fdatasync'ed and its index entry written, and
 // never continues after a failed write or fdatasync.
+#include "trellara/base/assert.h"
 #include "trellara/log/writer.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "trellara/fault.h"
+#include "trellara/base/fault.h"
 #include "trellara/log/consumer_offsets.h"
 #include "trellara/log/writer_failure.h"
 
@@ -184,6 +185,16 @@ Result<uint64_t> LogWriter::Append(uint8_t type, uint64_t commit_lsn, std::span<
   const size_t at = batch.bytes.size();
   batch.bytes.resize(at + frame_bytes);
   const uint64_t offset = next_offset_;
+  // Offsets are dense and increasing within a batch, and a frame lies within its segment: it
+  // starts where the previous one ended and ends at the segment's bound, or is the segment's only
+  // frame (a frame larger than segment_bytes_max gets a segment of its own).
+  TRELLARA_ASSERT(batch.end_offset == offset && batch.position + at == segment_end_position_,
+                  "log writer of " + dir_ + ": offset " + std::to_string(offset) + " at position " +
+                      std::to_string(segment_end_position_) + " does not follow its batch (end offset " +
+                      std::to_string(batch.end_offset) + ", batch position " + std::to_string(batch.position) +
+                      " + " + std::to_string(at) + ")");
+  TRELLARA_ASSERT(segment_end_position_ == 0 || segment_end_position_ + frame_bytes <= options_.segment_bytes_max,
+                  "log writer of " + dir_ + ": frame of offset " + std::to_string(offset) + " would end past its segment");
   EncodeFrame(type, offset, commit_lsn, durable_end_, payload, batch.bytes.data() + at);
   batch.entries.push_back(IndexEntry{offset, segment_end_position_, commit_lsn, type});
   batch.end_offset = offset + 1;

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "trellara/crc32c.h"
+#include "trellara/log/crc32c.h"
 #include "trellara/log/atomic_file.h"
 
 namespace trellara::log {

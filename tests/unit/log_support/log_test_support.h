@@ -56,7 +56,7 @@ inline std::unique_ptr<LogDevice> RealDevice() {
 inline void AppendTestRecords(LogWriter& writer, uint64_t seed, uint64_t count, size_t bytes, uint64_t flush_every) {
   for (uint64_t i = 0; i < count; ++i) {
     const uint64_t offset = writer.next_offset();
-    auto appended = writer.Append(static_cast<uint8_t>(RecordType::kTest), TestRecordCommitLsn(offset),
+    auto appended = writer.Append(static_cast<uint8_t>(RecordType::Test), TestRecordCommitLsn(offset),
                                   MakeTestRecord(seed, offset, bytes));
     REQUIRE(appended.ok());
     REQUIRE(*appended == offset);

@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "trellara/result.h"
+#include "trellara/base/result.h"
 
 namespace trellara::log {
 

@@ -13,9 +13,12 @@
 #include <string>
 
 #include "trellara/log/device.h"
-#include "trellara/result.h"
+#include "trellara/base/result.h"
 
 namespace trellara::log {
+
+// The consumer `trellara apply` registers for a flow (consumers/applier); one definition.
+inline constexpr const char* kApplierConsumer = "applier";
 
 // Names are 1..64 characters of [A-Za-z0-9_.-], not starting with '.'.
 Status ValidateConsumerName(const std::string& name);

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "trellara/result.h"
+#include "trellara/base/result.h"
 
 namespace trellara::log {
 

@@ -19,6 +19,7 @@
 //             25..27 zero  28 u32 crc32c of bytes [0,28)
 #pragma once
 
+#include "trellara/record/record_type.h"
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -40,15 +41,8 @@ inline constexpr size_t kIndexEntryBytes = 32;
 
 inline constexpr uint64_t kSegmentBytesDefault = 64ull << 20;
 
-// Record types. The log itself treats the type as an opaque byte; these are the values the
-// product uses. kTest is written only by `trellara log write-test` and benchmarks.
-enum class RecordType : uint8_t {
-  kEnvelope = 1,
-  kChunk = 2,
-  kManifest = 3,
-  kCommitMarker = 4,
-  kTest = 200,
-};
+// Record types: the one enumeration (record/record_type.h), named here for the log's readers.
+using RecordType = trellara::RecordType;
 
 struct FrameHeader {
   uint8_t version = kFrameFormatVersion;

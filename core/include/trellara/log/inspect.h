@@ -9,7 +9,7 @@
 #include <string>
 
 #include "trellara/log/device.h"
-#include "trellara/result.h"
+#include "trellara/base/result.h"
 
 namespace trellara::log {
 

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "trellara/log/device.h"
-#include "trellara/result.h"
+#include "trellara/base/result.h"
 
 namespace trellara::log {
 

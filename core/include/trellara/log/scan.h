@@ -22,7 +22,7 @@
 
 #include "trellara/log/device.h"
 #include "trellara/log/format.h"
-#include "trellara/result.h"
+#include "trellara/base/result.h"
 
 namespace trellara::log {
 

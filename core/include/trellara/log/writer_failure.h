@@ -20,7 +20,7 @@
 #include <string>
 
 #include "trellara/log/device.h"
-#include "trellara/result.h"
+#include "trellara/base/result.h"
 
 namespace trellara::log {
 

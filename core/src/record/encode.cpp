@@ -1,0 +1,430 @@
+// encode.cpp — records to protobuf bytes (codec.h): protobuf-c structs that point into the model
+// (no copies of values), packed once; each distinct relation description packed once and spliced
+// into every record that carries it.
+#include "trellara/record/codec.h"
+
+
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <set>
+#include <string_view>
+#include <type_traits>
+#include <unordered_map>
+
+#include "trellara.pb-c.h"
+#include "trellara/record/checksum.h"
+#include "trellara/base/text.h"
+
+namespace trellara {
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Encoding: an arena of protobuf-c structs pointing into the model being encoded.
+// ---------------------------------------------------------------------------------------------
+class Encoder {
+ public:
+  template <typename T>
+  T* New(const T& init) {
+    auto* p = static_cast<T*>(Alloc(sizeof(T)));
+    std::memcpy(static_cast<void*>(p), &init, sizeof(T));
+    return p;
+  }
+  template <typename T>
+  T** Array(size_t n) {
+    return static_cast<T**>(Alloc(sizeof(T*) * (n == 0 ? 1 : n)));
+  }
+  char* Str(const std::string& s) {
+    if (s.find('\0') != std::string::npos) bad_text_ = true;
+    return const_cast<char*>(s.c_str());
+  }
+  static ProtobufCBinaryData Bin(const std::string& s) {
+    return ProtobufCBinaryData{s.size(), reinterpret_cast<uint8_t*>(const_cast<char*>(s.data()))};
+  }
+  static ProtobufCBinaryData Bin(const Sha256& d) {
+    return ProtobufCBinaryData{d.size(), const_cast<uint8_t*>(d.data())};
+  }
+  bool bad_text() const { return bad_text_; }
+
+  Trellara__TxIdentity* Tx(const TxIdentity& tx) {
+    Trellara__TxIdentity m = TRELLARA__TX_IDENTITY__INIT;
+    m.flow = Str(tx.flow);
+    m.origin_sysid = tx.origin_sysid;
+    m.xid = tx.xid;
+    m.commit_lsn = tx.commit_lsn;
+    return New(m);
+  }
+
+  Trellara__Tuple* Tuple(const std::vector<Value>& values) {
+    Trellara__Tuple m = TRELLARA__TUPLE__INIT;
+    m.n_values = values.size();
+    m.values = Array<Trellara__ColumnValue>(values.size());
+    for (size_t i = 0; i < values.size(); i++) {
+      Trellara__ColumnValue v = TRELLARA__COLUMN_VALUE__INIT;
+      switch (values[i].kind) {
+        case Value::Kind::Null:
+          v.kind_case = TRELLARA__COLUMN_VALUE__KIND_NULL_VALUE;
+          v.null_value = 1;
+          break;
+        case Value::Kind::Text:
+          v.kind_case = TRELLARA__COLUMN_VALUE__KIND_TEXT;
+          v.text = Str(values[i].data);
+          break;
+        case Value::Kind::Binary:
+          v.kind_case = TRELLARA__COLUMN_VALUE__KIND_BINARY;
+          v.binary = Bin(values[i].data);
+          break;
+        case Value::Kind::UnchangedToast:
+          v.kind_case = TRELLARA__COLUMN_VALUE__KIND_UNCHANGED_TOAST;
+          v.unchanged_toast = 1;
+          break;
+      }
+      m.values[i] = New(v);
+    }
+    return New(m);
+  }
+
+  Trellara__RelationInfo** Relations(const std::vector<RelationInfo>& rels) {
+    auto** out = Array<Trellara__RelationInfo>(rels.size());
+    for (size_t i = 0; i < rels.size(); i++) {
+      const auto& r = rels[i];
+      Trellara__RelationInfo m = TRELLARA__RELATION_INFO__INIT;
+      m.oid = r.oid;
+      m.schema = Str(r.schema);
+      m.name = Str(r.name);
+      m.replica_identity = static_cast<Trellara__ReplicaIdentity>(r.replica_identity);
+      m.fingerprint = Bin(r.fingerprint);
+      m.n_columns = r.columns.size();
+      m.columns = Array<Trellara__Column>(r.columns.size());
+      for (size_t j = 0; j < r.columns.size(); j++) {
+        const auto& c = r.columns[j];
+        Trellara__Column col = TRELLARA__COLUMN__INIT;
+        col.name = Str(c.name);
+        col.type_oid = c.type_oid;
+        col.type_name = Str(c.type_name);
+        col.typmod = c.typmod;
+        col.is_key = c.is_key;
+        m.columns[j] = New(col);
+      }
+      out[i] = New(m);
+    }
+    return out;
+  }
+
+  Trellara__Ddl* DdlMessage(const Ddl& ddl) {
+    Trellara__Ddl d = TRELLARA__DDL__INIT;
+    d.command_tag = Str(ddl.command_tag);
+    d.object_type = Str(ddl.object_type);
+    d.schema = Str(ddl.schema);
+    d.object_identity = Str(ddl.object_identity);
+    d.sql = Str(ddl.sql);
+    d.relation_oid = ddl.relation_oid;
+    d.relation_schema = Str(ddl.relation_schema);
+    d.relation_name = Str(ddl.relation_name);
+    d.n_steps = ddl.steps.size();
+    d.steps = Array<Trellara__DdlStep>(ddl.steps.size());
+    for (size_t i = 0; i < ddl.steps.size(); i++) {
+      const DdlStep& st = ddl.steps[i];
+      Trellara__DdlStep m = TRELLARA__DDL_STEP__INIT;
+      m.kind = static_cast<Trellara__DdlStepKind>(st.kind);
+      m.column = Str(st.column);
+      m.new_name = Str(st.new_name);
+      m.detail = Str(st.detail);
+      m.using_expression = st.using_expression;
+      m.label = Str(st.label);
+      m.before = st.before;
+      d.steps[i] = New(m);
+    }
+    if (ddl.definition) {
+      const RelationDefinition& def = *ddl.definition;
+      Trellara__RelationDefinition m = TRELLARA__RELATION_DEFINITION__INIT;
+      m.oid = def.oid;
+      m.schema = Str(def.schema);
+      m.name = Str(def.name);
+      m.relkind = Str(def.relkind);
+      m.is_partition = def.is_partition;
+      m.partition_key = Str(def.partition_key);
+      m.partition_parent_schema = Str(def.partition_parent_schema);
+      m.partition_parent_name = Str(def.partition_parent_name);
+      m.partition_bound = Str(def.partition_bound);
+      m.n_columns = def.columns.size();
+      m.columns = Array<Trellara__DdlColumn>(def.columns.size());
+      for (size_t i = 0; i < def.columns.size(); i++) {
+        const DdlColumn& c = def.columns[i];
+        Trellara__DdlColumn col = TRELLARA__DDL_COLUMN__INIT;
+        col.name = Str(c.name);
+        col.type_oid = c.type_oid;
+        col.type_name = Str(c.type_name);
+        col.typmod = c.typmod;
+        col.not_null = c.not_null;
+        col.default_kind = static_cast<Trellara__DefaultKind>(c.default_kind);
+        col.default_expr = Str(c.default_expr);
+        col.generated = Str(c.generated);
+        col.identity = Str(c.identity);
+        col.generation_expr = Str(c.generation_expr);
+        col.collation = Str(c.collation);
+        m.columns[i] = New(col);
+      }
+      m.n_primary_key = def.primary_key.size();
+      m.primary_key = Array<char>(def.primary_key.size());
+      for (size_t i = 0; i < def.primary_key.size(); i++) m.primary_key[i] = Str(def.primary_key[i]);
+      m.primary_key_name = Str(def.primary_key_name);
+      m.replica_identity = static_cast<Trellara__ReplicaIdentity>(def.replica_identity);
+      m.identity_index = Str(def.identity_index);
+      d.definition = New(m);
+    }
+    d.n_publications = ddl.publications.size();
+    d.publications = Array<char>(ddl.publications.size());
+    for (size_t i = 0; i < ddl.publications.size(); i++) d.publications[i] = Str(ddl.publications[i]);
+    d.capture_xid = ddl.capture_xid;
+    return New(d);
+  }
+
+  Trellara__Change** Changes(const std::vector<Change>& changes) {
+    auto** out = Array<Trellara__Change>(changes.size());
+    for (size_t i = 0; i < changes.size(); i++) {
+      const auto& c = changes[i];
+      Trellara__Change m = TRELLARA__CHANGE__INIT;
+      m.op = static_cast<Trellara__Op>(c.op);
+      m.relation_oid = c.relation_oid;
+      m.old_image = static_cast<Trellara__OldImage>(c.old_image);
+      if (c.old_image != OldImage::None) m.old_tuple = Tuple(c.old_tuple);
+      if (c.op == Op::Insert || c.op == Op::Update) m.new_tuple = Tuple(c.new_tuple);
+      if (c.op == Op::Truncate) {
+        Trellara__Truncate t = TRELLARA__TRUNCATE__INIT;
+        t.n_relation_oids = c.truncate.relation_oids.size();
+        t.relation_oids = const_cast<uint32_t*>(c.truncate.relation_oids.data());
+        t.cascade = c.truncate.cascade;
+        t.restart_identity = c.truncate.restart_identity;
+        m.truncate = New(t);
+      }
+      if (c.op == Op::Message) {
+        Trellara__LogicalMessage lm = TRELLARA__LOGICAL_MESSAGE__INIT;
+        lm.transactional = c.message.transactional;
+        lm.prefix = Str(c.message.prefix);
+        lm.content = Bin(c.message.content);
+        m.message = New(lm);
+      }
+      if (c.op == Op::Ddl) m.ddl = DdlMessage(c.ddl);
+      out[i] = New(m);
+    }
+    return out;
+  }
+
+  Trellara__RelationCount** Counts(const std::vector<RelationCount>& counts) {
+    auto** out = Array<Trellara__RelationCount>(counts.size());
+    for (size_t i = 0; i < counts.size(); i++) {
+      Trellara__RelationCount m = TRELLARA__RELATION_COUNT__INIT;
+      m.relation_oid = counts[i].relation_oid;
+      m.inserts = counts[i].inserts;
+      m.updates = counts[i].updates;
+      m.deletes = counts[i].deletes;
+      m.truncates = counts[i].truncates;
+      out[i] = New(m);
+    }
+    return out;
+  }
+
+ private:
+  // Bump allocation from 16 KiB blocks: one record needs many small structs, all freed together.
+  void* Alloc(size_t n) {
+    constexpr size_t kAlign = alignof(std::max_align_t);
+    constexpr size_t kBlockUnits = 16384 / sizeof(std::max_align_t);
+    size_t units = (n + kAlign - 1) / kAlign;
+    if (units > kBlockUnits) {
+      blocks_.emplace_back(new std::max_align_t[units]);
+      return blocks_.back().get();
+    }
+    if (blocks_.empty() || used_units_ + units > kBlockUnits) {
+      blocks_.emplace_back(new std::max_align_t[kBlockUnits]);
+      current_ = blocks_.back().get();
+      used_units_ = 0;
+    }
+    void* p = current_ + used_units_;
+    used_units_ += units;
+    return p;
+  }
+  std::deque<std::unique_ptr<std::max_align_t[]>> blocks_;
+  std::max_align_t* current_ = nullptr;
+  size_t used_units_ = 0;
+  bool bad_text_ = false;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Relation descriptions are the bulk of most records and repeat from record to record: each
+// distinct RelationInfo is packed once and its bytes are spliced into every record that carries
+// it. The result is byte-for-byte what protobuf-c packs (fields stay in field-number order).
+// ---------------------------------------------------------------------------------------------
+void AppendVarint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+// Appends field `field` (wire type 2: length-delimited) holding `bytes`.
+void AppendLengthDelimited(std::string& out, uint32_t field, std::string_view bytes) {
+  AppendVarint(out, (static_cast<uint64_t>(field) << 3) | 2);
+  AppendVarint(out, bytes.size());
+  out.append(bytes.data(), bytes.size());
+}
+
+template <typename Message>
+void AppendPacked(std::string& out, const Message* m, size_t (*size_fn)(const Message*),
+                  size_t (*pack_fn)(const Message*, uint8_t*)) {
+  size_t n = size_fn(m);
+  size_t at = out.size();
+  out.resize(at + n);
+  pack_fn(m, reinterpret_cast<uint8_t*>(out.data() + at));
+}
+
+struct RelationBytesCache {
+  std::unordered_map<std::string, std::string> by_key;
+};
+
+// Key: everything the packed RelationInfo depends on.
+std::string RelationKey(const RelationInfo& r) {
+  std::string key(reinterpret_cast<const char*>(r.fingerprint.data()), r.fingerprint.size());
+  auto put32 = [&key](uint32_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put32(r.oid);
+  for (const auto& c : r.columns) put32(c.type_oid);
+  return key;
+}
+
+const std::string& PackedRelation(const RelationInfo& r, bool& bad_text) {
+  // Process-wide, created on first use (no static constructor in the extension), bounded.
+  static RelationBytesCache* cache = new RelationBytesCache();
+  constexpr size_t kMaxCachedRelations = 4096;
+  std::string key = RelationKey(r);
+  auto it = cache->by_key.find(key);
+  if (it != cache->by_key.end()) return it->second;
+  if (cache->by_key.size() >= kMaxCachedRelations) cache->by_key.clear();
+  Encoder enc;
+  // The protobuf-c structs point into `single`: it must outlive the packing below.
+  const std::vector<RelationInfo> single{r};
+  Trellara__RelationInfo** one = enc.Relations(single);
+  if (enc.bad_text()) {
+    // Never cached: every record carrying this relation must fail the same way.
+    bad_text = true;
+    static const std::string* empty = new std::string();
+    return *empty;
+  }
+  std::string bytes;
+  AppendPacked<Trellara__RelationInfo>(bytes, one[0], trellara__relation_info__get_packed_size,
+                                       trellara__relation_info__pack);
+  return cache->by_key.emplace(std::move(key), std::move(bytes)).first->second;
+}
+
+// Packs `before` (fields numbered below the relations field), the relations, then `after`.
+template <typename Message>
+std::string PackWithRelations(const Message* before, const Message* after, uint32_t relations_field,
+                              const std::vector<RelationInfo>& relations, size_t (*size_fn)(const Message*),
+                              size_t (*pack_fn)(const Message*, uint8_t*), bool& bad_text) {
+  std::string body;
+  AppendPacked<Message>(body, before, size_fn, pack_fn);
+  for (const auto& r : relations) AppendLengthDelimited(body, relations_field, PackedRelation(r, bad_text));
+  AppendPacked<Message>(body, after, size_fn, pack_fn);
+  return body;
+}
+
+}  // namespace
+
+Result<std::string> EncodeRecord(const Record& record) {
+  Encoder enc;
+  bool bad_text = false;
+  uint32_t record_field = 0;  // Record.body field number
+  std::string body;           // the encoded body message
+  if (const auto* e = std::get_if<Envelope>(&record)) {
+    Trellara__Envelope before = TRELLARA__ENVELOPE__INIT;  // fields 1-4
+    before.format_version = TRELLARA__FORMAT_VERSION__FORMAT_VERSION_1;
+    before.tx = enc.Tx(e->tx);
+    before.begin_lsn = e->begin_lsn;
+    before.commit_time_us = e->commit_time_us;
+    Trellara__Envelope after = TRELLARA__ENVELOPE__INIT;   // fields 6-9
+    after.n_changes = e->changes.size();
+    after.changes = enc.Changes(e->changes);
+    after.n_counts = e->counts.size();
+    after.counts = enc.Counts(e->counts);
+    after.boundary_mode = static_cast<Trellara__BoundaryMode>(e->boundary_mode);
+    after.checksum = Encoder::Bin(e->checksum);
+    body = PackWithRelations<Trellara__Envelope>(&before, &after, 5, e->relations, trellara__envelope__get_packed_size,
+                                                 trellara__envelope__pack, bad_text);
+    record_field = 1;
+  } else if (const auto* c = std::get_if<Chunk>(&record)) {
+    Trellara__Chunk before = TRELLARA__CHUNK__INIT;  // fields 1-5
+    before.format_version = TRELLARA__FORMAT_VERSION__FORMAT_VERSION_1;
+    before.tx = enc.Tx(c->tx);
+    before.seq = c->seq;
+    before.partition_id = c->partition_id;
+    before.event_count = c->event_count;
+    Trellara__Chunk after = TRELLARA__CHUNK__INIT;   // fields 7-8
+    after.n_changes = c->changes.size();
+    after.changes = enc.Changes(c->changes);
+    after.checksum = Encoder::Bin(c->checksum);
+    body = PackWithRelations<Trellara__Chunk>(&before, &after, 6, c->relations, trellara__chunk__get_packed_size,
+                                              trellara__chunk__pack, bad_text);
+    record_field = 2;
+  } else if (const auto* m = std::get_if<Manifest>(&record)) {
+    Trellara__Manifest before = TRELLARA__MANIFEST__INIT;  // fields 1-5
+    before.format_version = TRELLARA__FORMAT_VERSION__FORMAT_VERSION_1;
+    before.tx = enc.Tx(m->tx);
+    before.begin_lsn = m->begin_lsn;
+    before.commit_time_us = m->commit_time_us;
+    before.n_chunks = m->chunks.size();
+    before.chunks = enc.Array<Trellara__ChunkRef>(m->chunks.size());
+    for (size_t i = 0; i < m->chunks.size(); i++) {
+      Trellara__ChunkRef ref = TRELLARA__CHUNK_REF__INIT;
+      ref.seq = m->chunks[i].seq;
+      ref.partition_id = m->chunks[i].partition_id;
+      ref.event_count = m->chunks[i].event_count;
+      ref.checksum = Encoder::Bin(m->chunks[i].checksum);
+      before.chunks[i] = enc.New(ref);
+    }
+    Trellara__Manifest after = TRELLARA__MANIFEST__INIT;   // fields 7-10
+    after.n_counts = m->counts.size();
+    after.counts = enc.Counts(m->counts);
+    after.total_changes = m->total_changes;
+    after.boundary_mode = static_cast<Trellara__BoundaryMode>(m->boundary_mode);
+    after.checksum = Encoder::Bin(m->checksum);
+    body = PackWithRelations<Trellara__Manifest>(&before, &after, 6, m->relations, trellara__manifest__get_packed_size,
+                                                 trellara__manifest__pack, bad_text);
+    record_field = 3;
+  } else {
+    const auto& k = std::get<CommitMarker>(record);
+    Trellara__CommitMarker marker = TRELLARA__COMMIT_MARKER__INIT;
+    marker.format_version = TRELLARA__FORMAT_VERSION__FORMAT_VERSION_1;
+    marker.tx = enc.Tx(k.tx);
+    marker.manifest_checksum = Encoder::Bin(k.manifest_checksum);
+    marker.total_changes = k.total_changes;
+    marker.total_chunks = k.total_chunks;
+    AppendPacked<Trellara__CommitMarker>(body, &marker, trellara__commit_marker__get_packed_size,
+                                         trellara__commit_marker__pack);
+    record_field = 4;
+  }
+  if (enc.bad_text() || bad_text)
+    return MakeError(std::string("cannot encode ") + RecordTypeName(TypeOf(record)) + " of xid " +
+                     std::to_string(TxOf(record).xid) +
+                     ": a name or text value contains a NUL byte, which a protobuf string cannot carry");
+  std::string out;
+  out.reserve(body.size() + 11);
+  AppendLengthDelimited(out, record_field, body);
+  if (out.size() > kMaxRecordBytes)
+    return MakeError(std::string(RecordTypeName(TypeOf(record))) + " of xid " + std::to_string(TxOf(record).xid) +
+                     " encodes to " + std::to_string(out.size()) + " bytes, above the " +
+                     std::to_string(kMaxRecordBytes) + "-byte record limit");
+  return out;
+}
+
+Result<std::string> EncodeDdl(const Ddl& ddl) {
+  Encoder enc;
+  Trellara__Ddl* m = enc.DdlMessage(ddl);
+  if (enc.bad_text()) return MakeError("DDL record of " + ddl.object_identity + " holds a NUL byte in a text field");
+  std::string out(trellara__ddl__get_packed_size(m), '\0');
+  trellara__ddl__pack(m, reinterpret_cast<uint8_t*>(out.data()));
+  return out;
+}
+
+}  // namespace trellara

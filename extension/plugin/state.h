@@ -1,0 +1,144 @@
+// plugin/state.h — what the files of the output plugin share (internal to extension/plugin/): the
+// state of one decoding context, its relation cache entries, the plugin's options and settings,
+// and the functions one file of the plugin calls in another. plugin.h is what the relay sees.
+#pragma once
+
+extern "C" {
+#include "postgres.h"
+
+#include "access/detoast.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/tupconvert.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/partition.h"
+#include "catalog/pg_publication.h"
+#include "catalog/pg_publication_rel.h"
+#include "commands/defrem.h"
+#include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "access/xlog.h"
+#include "replication/logical.h"
+#include "replication/output_plugin.h"
+#include "replication/reorderbuffer.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/pg_lsn.h"
+#include "utils/rel.h"
+#include "utils/relcache.h"
+#include "utils/syscache.h"
+#include "nodes/pg_list.h"
+#include "nodes/bitmapset.h"
+#include "utils/varlena.h"
+
+}
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <type_traits>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "pg/guard.h"
+#include "plugin/plugin.h"
+#include "trellara/capture/assembler.h"
+#include "trellara/record/checksum.h"
+#include "trellara/record/codec.h"
+#include "trellara/capture/stream_spill.h"
+
+// Every ERROR-capable Postgres call made from a frame that holds C++ objects goes through here.
+#define PGCALL(expr) ::trellara::pg::CallPostgres([&]() -> decltype(auto) { return (expr); })
+
+namespace trellara::plugin {
+
+// --- settings (options.cpp) ----------------------------------------------------------------------
+extern int chunk_changes_guc;
+extern int chunk_kb_guc;
+extern int record_kb_max_guc;
+
+// --- per-decoding-context state ----------------------------------------------------------------
+struct CachedRelation {
+  bool valid = false;
+  uint64_t invalidations = 0;          // bumped by every invalidation: a rebuild that saw one is not valid
+  bool own = false;                    // a Trellara relation (schema trellara): never captured
+  bool publish_insert = false, publish_update = false, publish_delete = false, publish_truncate = false;
+  Oid publish_as_relid = InvalidOid;
+  RelationInfo info;                   // of publish_as_relid
+  std::vector<int> attnums;            // attribute numbers of info.columns in publish_as_relid
+  std::vector<Oid> output_functions;   // type output function of each column
+  std::vector<bool> varlena;           // whether each column's type is varlena (may be TOASTed)
+  // TYPEOID syscache hash of each column's type: a renamed type (ALTER TYPE / ALTER DOMAIN ...
+  // RENAME TO) changes the type name the entry carries without invalidating the relation.
+  std::vector<uint32> type_hashes;
+  TupleConversionMap* to_root = nullptr;  // partition -> root rowtype (publish_via_partition_root)
+  MemoryContext context = nullptr;        // owns to_root and its copied descriptors (partitions
+                                          // published via the root only); freed on rebuild
+};
+
+// Schema holding every Trellara relation (trellara.control: schema = trellara, not relocatable;
+// the applier creates its target state tables there too).
+constexpr char kOwnSchema[] = "trellara";
+
+struct Options {
+  std::vector<std::string> publication_names;
+  uint32_t chunk_changes = kDefaultChunkChanges;
+  uint64_t chunk_bytes = kDefaultChunkBytes;
+  std::string flow;
+  uint64_t skip_through_lsn = 0;
+  bool messages = true;
+  bool streaming = false;  // stream in-progress transactions (the relay); SQL sessions decode at commit
+};
+
+struct State {
+  explicit State(TransactionAssembler::Options a) : assembler_options(a), assembler(std::move(a)) {}
+  Options options;
+  TransactionAssembler::Options assembler_options;
+  TransactionAssembler assembler;
+  std::unordered_map<Oid, CachedRelation> relations;
+  bool publications_valid = false;
+  List* publications = nullptr;  // of Publication*, in publications_context
+  MemoryContext cache_context = nullptr;         // parent of the per-relation contexts
+  MemoryContext publications_context = nullptr;  // publications; reset by the next LoadPublications
+  MemoryContext change_context = nullptr;  // reset after every change
+  bool skipping = false;                   // current transaction is already in the log
+  int guc_nest_level = 0;
+  LogicalDecodingContext* ctx = nullptr;
+  // Streaming (between stream_start and stream_stop, and in stream abort/commit): changes go to the
+  // relay's spill store as stream records tagged with `stream_top_xid` and the (sub)transaction of
+  // the change (`stream_xid`), never to the assembler.
+  bool in_stream = false;
+  uint32_t stream_top_xid = 0;
+  uint32_t stream_xid = 0;
+};
+
+// The state of the decoding context currently running in this process (invalidation callbacks
+// have no argument to find it by). One decoding context per process at a time.
+extern State* active_state;
+extern bool callbacks_registered;
+
+// --- relation cache and publication membership (relations.cpp) ----------------------------------
+void InvalidateAllRelations(State* s);
+extern "C" void RelcacheCallback(Datum, Oid relid);
+extern "C" void TypeCallback(Datum, int, uint32 hashvalue);
+extern "C" void PublicationCallback(Datum, int, uint32);
+// The cache entry of `relation`, (re)built when invalid: whether and how this session publishes
+// it, its description and the conversion to its published root.
+CachedRelation& Lookup(State* s, Relation relation);
+// Describes `relation` (columns in attribute order, dropped and generated columns excluded).
+void Describe(Relation relation, CachedRelation& out);
+bool IsPublished(const CachedRelation& entry);
+
+// --- options (options.cpp) -------------------------------------------------------------------------
+Options ParseOptions(List* option_list);
+
+}  // namespace trellara::plugin

@@ -1,0 +1,138 @@
+"""The one harness for a source/target pair and its flow configuration (used by every integration
+script that runs a flow end to end).
+
+`write_flow_config` (capture_support) is the only place a test writes a flow's TOML file; `FlowPair` starts a source
+(with the extension preloaded) and a target (without it), runs the given SQL on each, creates the
+publication and the flow, writes the configuration and, on exit, stops both servers by PID and
+removes its work directory. Everything a script used to vary by hand is a parameter:
+
+    FlowPair(name,
+             source_sql="...",                  # run on the source before the flow exists
+             target_sql=None,                   # None: the same as source_sql; "": nothing
+             publication="CREATE PUBLICATION pub FOR TABLE a, b",  # or tables=("a", "b")
+             flow="app",
+             source_settings={...}, target_settings={...},
+             source_env={"TRELLARA_FAULTS": ...},  # only the source server's environment
+             with_source=True,                  # [source] conninfo in the configuration
+             apply_settings={"ddl": "halt"},    # [apply] (values quoted as TOML strings)
+             whole_log_consumer=False,          # register a consumer at the log's start
+             shared_work_dir=False)             # work dir readable by the postgres user
+
+A script subclasses it for what is its own (a different target schema, extra helpers).
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+from capture_support import (TRELLARA_BIN, CaptureFailure, assert_no_backend_crashes, log_records, setup_flow,
+                             wait_for, write_flow_config)
+from harness import Cluster
+
+
+def log_has_records(log_dir):
+    try:
+        return bool(log_records(log_dir))
+    except CaptureFailure:
+        return False
+
+
+class FlowPair:
+    """A source with a flow over a publication and a target; stops both by PID. Subclasses
+    override prepare() (before the flow) and ready() (after it) for their own set-up."""
+
+    def __init__(self, name, source_sql="", target_sql=None, publication=None, tables=None, flow="app",
+                 source_settings=None, target_settings=None, source_env=None, with_source=True,
+                 apply_settings=None, whole_log_consumer=False, shared_work_dir=False):
+        if publication is None:
+            publication = (f"CREATE PUBLICATION pub FOR TABLE {', '.join(tables)}" if tables
+                           else "CREATE PUBLICATION pub FOR ALL TABLES")
+        self.name, self.flow, self.tables = name, flow, tables
+        self.source_sql = source_sql
+        self.target_sql = source_sql if target_sql is None else target_sql
+        self.publication = publication
+        self.source_settings, self.target_settings = source_settings or {}, target_settings or {}
+        self.source_env = source_env or {}
+        self.with_source, self.apply_settings = with_source, apply_settings
+        self.whole_log_consumer, self.shared_work_dir = whole_log_consumer, shared_work_dir
+        self.source = self.target = self.work = None
+
+    # ---- set-up and tear-down ----
+
+    def __enter__(self):
+        self.source = Cluster(f"{self.name}-source", settings=self.source_settings)
+        self.target = Cluster(f"{self.name}-target", preload=False, settings=self.target_settings)
+        self.work = tempfile.TemporaryDirectory(prefix=f"trellara-{self.name}-")
+        try:
+            if self.shared_work_dir:
+                os.chmod(self.work.name, 0o755)
+            self._start_source()
+            self.target.start()
+            self.prepare()
+            self.log_dir = setup_flow(self.source, self.publication, flow=self.flow, truth=False)
+            if self.whole_log_consumer:
+                self.register_whole_log_consumer()
+            self.config = self.write_config()
+            self.ready()
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
+        return self
+
+    def prepare(self):
+        """Both servers run, no flow yet: the schema and the rows that exist before the flow. A
+        subclass with more to do (pgbench -i, pg_dump into the target) overrides it."""
+        if self.source_sql:
+            self.source.psql(self.source_sql)
+        if self.target_sql:
+            self.target.psql(self.target_sql)
+
+    def ready(self):
+        """The flow and its configuration exist: a subclass's last step (e.g. one apply run that
+        bootstraps the target's state)."""
+
+    def _start_source(self):
+        # The source server alone gets source_env (e.g. TRELLARA_FAULTS): set only while it starts.
+        saved = {key: os.environ.get(key) for key in self.source_env}
+        os.environ.update(self.source_env)
+        try:
+            self.source.start()
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+    def __exit__(self, exc_type, exc, tb):
+        for cluster in (self.source, self.target):
+            if cluster is not None:
+                cluster.__exit__(exc_type, exc, tb)
+        if self.work is not None:
+            self.work.cleanup()
+        return False
+
+    # ---- the flow's configuration ----
+
+    def write_config(self, path=None, target_conninfo=None, apply_settings=None, with_source=None, extra=""):
+        """Writes this pair's flow configuration (by default the pair's own flow.toml) and returns
+        its path; the arguments override the pair's settings for this one file."""
+        path = path or os.path.join(self.work.name, "flow.toml")
+        with_source = self.with_source if with_source is None else with_source
+        return write_flow_config(path, self.flow, self.log_dir, target_conninfo or self.target.conninfo(),
+                                 self.source.conninfo() if with_source else None,
+                                 self.apply_settings if apply_settings is None else apply_settings, extra,
+                                 mode=0o644 if self.shared_work_dir else None)
+
+    def register_whole_log_consumer(self):
+        """A consumer registered at the log's start keeps the relay's retention from deleting a
+        segment the applier is done with, so a scenario can compare the dedup rows with every
+        transaction the log ever held."""
+        wait_for("the flow's log to hold its start marker", lambda: log_has_records(self.log_dir), 60)
+        registered = subprocess.run([TRELLARA_BIN, "log", "register-consumer", "whole-log-check", "--dir",
+                                     self.log_dir], capture_output=True, text=True, timeout=60)
+        if registered.returncode != 0:
+            raise CaptureFailure(f"register-consumer whole-log-check failed: {registered.stderr}")
+
+    def check_no_crashes(self):
+        assert_no_backend_crashes(self.source, self.target)
