@@ -97,8 +97,20 @@ def idle_flow_slot_advances_while_other_tables_and_databases_write_1gib_of_wal()
         final = cluster.query("SELECT restart_lsn, confirmed_flush_lsn, wal_retained_bytes, wal_status "
                               "FROM trellara.status()").split("|")
         restart_after = lsn_to_int(final[0])
-        cluster.query("CHECKPOINT")
-        pg_wal_bytes = int(cluster.query("SELECT sum(size) FROM pg_ls_waldir()"))
+
+        # The outcome: the idle flow's slot does not pin WAL, so checkpoints can reclaim it. One
+        # CHECKPOINT removes only segments before its own redo point (and keeps recycled ones up to
+        # max_wal_size), so under load the first may still find the slot's old position: checkpoint
+        # until pg_wal is below the limit (a condition, not a fixed number of checkpoints).
+        def pg_wal_reclaimed():
+            cluster.query("CHECKPOINT")
+            size = int(cluster.query("SELECT sum(size) FROM pg_ls_waldir()"))
+            return size if size < RETAINED_LIMIT_BYTES else None
+        try:
+            pg_wal_bytes = wait_for("pg_wal to be reclaimed by checkpoints below the retention limit",
+                                    pg_wal_reclaimed, 60, interval_s=1)
+        except CaptureFailure:
+            pg_wal_bytes = int(cluster.query("SELECT sum(size) FROM pg_ls_waldir()"))
         records = log_records(log_dir)
         kinds = {}
         marker_lsns = [lsn_to_int(r["commit_lsn"]) for r in records if r["type"] == "progress"]
@@ -124,7 +136,7 @@ def idle_flow_slot_advances_while_other_tables_and_databases_write_1gib_of_wal()
         if sampler.peak_retained >= RETAINED_LIMIT_BYTES:
             problems.append(f"WAL retained peaked at {sampler.peak_retained} bytes, limit {RETAINED_LIMIT_BYTES}")
         if pg_wal_bytes >= RETAINED_LIMIT_BYTES:
-            problems.append(f"pg_wal still holds {pg_wal_bytes} bytes after a CHECKPOINT")
+            problems.append(f"pg_wal still holds {pg_wal_bytes} bytes after checkpoints for 60 s")
         if any(kind != "progress" for kind in kinds):
             problems.append(f"the idle flow logged records other than progress markers: {kinds}")
         if kinds.get("progress", 0) == 0:

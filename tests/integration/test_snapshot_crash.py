@@ -79,7 +79,7 @@ def copies_in_flight(pair):
 
 def crash_during_copy(kind):
     with Pair(f"snap-{kind}-crash", extra_items=EXTRA_ITEMS) as p:
-        applier_log = open(os.path.join(p.work, "apply.log"), "w")
+        applier_log = open(os.path.join(p.work.name, "apply.log"), "w")
         applier = subprocess.Popen([TRELLARA_BIN, "apply", "--config", p.config], stdout=applier_log,
                                    stderr=subprocess.STDOUT)
         writer = Writer(p)
