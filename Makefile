@@ -26,7 +26,8 @@ TRELLARA_VERSION := $(shell sed -n "s/^default_version *= *'\(.*\)'/\1/p" trella
 PG_CPPFLAGS = -isystem $(includedir_server) -Icore/include -Iextension -I$(BUILD_DIR)/proto \
               '-DPGDLLEXPORT=__attribute__((visibility("default")))' \
               '-DTRELLARA_VERSION="$(TRELLARA_VERSION)"'
-PG_CXXFLAGS = -std=c++20 -fvisibility=hidden -Wall -Wextra -Werror -Wno-missing-field-initializers
+# -g1 (line tables only, after pg_config's -g): as the CMake build, half the compile time.
+PG_CXXFLAGS = -std=c++20 -fvisibility=hidden -Wall -Wextra -Werror -Wno-missing-field-initializers -g1
 # --exclude-libs: core's symbols stay private to trellara.so instead of being exported into the
 # backend's global namespace, where they could clash with another library's.
 SHLIB_LINK  = $(CORE_LIB) -lprotobuf-c -lcrypto -lisal -luring -lstdc++ -Wl,--exclude-libs,ALL

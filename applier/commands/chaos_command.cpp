@@ -133,11 +133,21 @@ std::vector<chaos::ScenarioResult> ReadResults(const fs::path& dir) {
 }
 
 // The committed evidence of long qualification runs (`make soak` writes evidence/soak-*.jsonl), after
-// this run's results: rows with status "evidence" are decided from them. Absent: none recorded.
+// this run's results: rows with status "evidence" are decided from them. A directory named with
+// --evidence must exist; the default one (evidence/, relative to the working directory) may be
+// absent — then those rows stay untested, and a note on stderr says where it was looked for.
 std::vector<chaos::ScenarioResult> WithEvidence(std::vector<chaos::ScenarioResult> results,
-                                                const std::string& evidence_dir) {
+                                                const std::string& evidence_dir, bool named) {
   std::error_code error;
-  if (evidence_dir.empty() || !fs::is_directory(evidence_dir, error)) return results;
+  if (!fs::is_directory(evidence_dir, error)) {
+    const std::string where = fs::absolute(evidence_dir, error).string();
+    if (named)
+      throw CommandFailed("evidence directory (--evidence) " + where + " does not exist; name the directory "
+                          "make soak wrote into (default evidence/ at the repository root)", 2);
+    std::cerr << "chaos: no qualification evidence at " << where
+              << " (run from the repository root, or pass --evidence DIR): rows decided by evidence stay untested\n";
+    return results;
+  }
   for (auto& result : ReadResults(evidence_dir)) results.push_back(std::move(result));
   return results;
 }
@@ -160,6 +170,7 @@ struct ReportOptions {
   std::string output;
   std::string results_dir = "build/results";
   std::string evidence_dir = "evidence";
+  bool evidence_named = false;  // --evidence given
   std::string matrix = "tests/chaos/matrix.json";
   ReportFormat format = ReportFormat::Html;
 };
@@ -168,14 +179,15 @@ struct VerifyOptions {
   std::string report = kCommittedReport;
   std::string results_dir = "build/results";
   std::string evidence_dir = "evidence";
+  bool evidence_named = false;  // --evidence given
   std::string matrix = "tests/chaos/matrix.json";
 };
 
 chaos::Report DecideFromFiles(const std::string& matrix_path, const std::string& results_dir,
-                              const std::string& evidence_dir) {
+                              const std::string& evidence_dir, bool evidence_named) {
   auto matrix = chaos::ParseMatrix(ReadFileOrFail(matrix_path, "matrix (--matrix)"));
   if (!matrix.ok()) throw CommandFailed(matrix_path + ": " + matrix.error().message, 2);
-  return chaos::Decide(matrix.value(), WithEvidence(ReadResults(results_dir), evidence_dir));
+  return chaos::Decide(matrix.value(), WithEvidence(ReadResults(results_dir), evidence_dir, evidence_named));
 }
 
 // `trellara chaos verify`: the committed report must describe this checkout and this run.
@@ -183,7 +195,7 @@ void RunVerify(const VerifyOptions& options) {
   auto committed = chaos::ExtractVerifiedProjection(ReadFileOrFail(options.report, "committed report (--report)"),
                                                     options.report);
   if (!committed.ok()) throw CommandFailed(committed.error().message, 1);
-  const chaos::Report report = DecideFromFiles(options.matrix, options.results_dir, options.evidence_dir);
+  const chaos::Report report = DecideFromFiles(options.matrix, options.results_dir, options.evidence_dir, options.evidence_named);
   const chaos::ReportIdentity identity{SourceRevision(), "", options.results_dir, options.matrix, SourceTree(),
                                        chaos::MatrixDigest(ReadFileOrFail(options.matrix, "matrix (--matrix)"))};
   const std::string current = chaos::VerifiedProjection(report, identity);
@@ -214,7 +226,7 @@ void RunVerify(const VerifyOptions& options) {
 void RunReport(const ReportOptions& options) {
   auto matrix = chaos::ParseMatrix(ReadFileOrFail(options.matrix, "matrix (--matrix)"));
   if (!matrix.ok()) throw CommandFailed(options.matrix + ": " + matrix.error().message, 2);
-  const auto results = WithEvidence(ReadResults(options.results_dir), options.evidence_dir);
+  const auto results = WithEvidence(ReadResults(options.results_dir), options.evidence_dir, options.evidence_named);
   const chaos::Report report = chaos::Decide(matrix.value(), results);
   const chaos::ReportIdentity identity{SourceRevision(), UtcNow(), options.results_dir, options.matrix, SourceTree(),
                                        chaos::MatrixDigest(ReadFileOrFail(options.matrix, "matrix (--matrix)"))};
@@ -242,13 +254,16 @@ void RegisterChaos(CLI::App& app) {
   report->add_option("--results", options->results_dir,
                      "directory of *.jsonl results written by tests/run-all (default build/results)");
   report->add_option("--matrix", options->matrix, "the row matrix (default tests/chaos/matrix.json)");
-  report->add_option("--evidence", options->evidence_dir,
+  auto* report_evidence = report->add_option("--evidence", options->evidence_dir,
                      "directory of committed qualification evidence (*.jsonl from make soak; default evidence)");
   static const std::map<std::string, ReportFormat> kFormats{{"html", ReportFormat::Html},
                                                             {"json", ReportFormat::Json}};
   report->add_option("--format", options->format, "html or json (default html)")
       ->transform(CLI::CheckedTransformer(kFormats, CLI::ignore_case));
-  report->callback([options] { RunReport(*options); });
+  report->callback([options, report_evidence] {
+    options->evidence_named = report_evidence->count() > 0;
+    RunReport(*options);
+  });
 
   auto verify_options = std::make_shared<VerifyOptions>();
   auto* verify = chaos->add_subcommand(
@@ -257,9 +272,12 @@ void RegisterChaos(CLI::App& app) {
   verify->add_option("--report", verify_options->report, "the committed report (default docs/correctness-report.html)");
   verify->add_option("--results", verify_options->results_dir, "directory of *.jsonl results (default build/results)");
   verify->add_option("--matrix", verify_options->matrix, "the row matrix (default tests/chaos/matrix.json)");
-  verify->add_option("--evidence", verify_options->evidence_dir,
+  auto* verify_evidence = verify->add_option("--evidence", verify_options->evidence_dir,
                      "directory of committed qualification evidence (default evidence)");
-  verify->callback([verify_options] { RunVerify(*verify_options); });
+  verify->callback([verify_options, verify_evidence] {
+    verify_options->evidence_named = verify_evidence->count() > 0;
+    RunVerify(*verify_options);
+  });
 }
 
 }  // namespace trellara::cli

@@ -48,7 +48,7 @@ uint64_t ToU64(const std::optional<std::string>& text) { return text ? std::stou
 
 // The applier's state file (engine/applier.cpp), when the process that wrote it is alive.
 std::optional<ApplierRetryState> ReadApplierState(const FlowConfig& config) {
-  std::ifstream in(config.log_directory + "/consumers/.applier.state");
+  std::ifstream in(config.log_directory + "/" + log::kApplierStateFile);
   if (!in) return std::nullopt;
   auto j = nlohmann::json::parse(in, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return std::nullopt;

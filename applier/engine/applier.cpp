@@ -69,9 +69,6 @@ constexpr auto kMetricsPublishInterval = cadence::kApplierMetricsPublish;
 // ends with exit 1 and the last error; a lost connection ends it at once (a one-shot run is
 // rerun by whoever scheduled it; following a restarting target is the daemon's job).
 constexpr uint32_t kUntilCaughtUpAttemptsMax = 5;
-// The applier's state for `trellara status` (consumers/: names starting with '.' are not
-// consumer offsets).
-constexpr const char* kStateFile = "consumers/.applier.state";
 
 std::string UtcNow() {
   const std::time_t now = std::time(nullptr);
@@ -267,7 +264,7 @@ void Applier::WriteStateFile(const std::string& state, const std::string& last_e
   j["attempt"] = state == "retrying" || state == "reconnecting" || state == "failed" ? backoff_.attempt() : 0;
   j["since"] = retry_since_;
   j["updated_at"] = UtcNow();
-  const std::string path = config_.log_directory + "/" + kStateFile;
+  const std::string path = config_.log_directory + "/" + log::kApplierStateFile;
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);

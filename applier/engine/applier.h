@@ -47,6 +47,7 @@
 #include "trellara/apply/apply_pipeline.h"
 #include "trellara/apply/apply_plan.h"
 #include "trellara/apply/apply_retry.h"
+#include "trellara/apply/relation_drift.h"
 #include "trellara/log/barrier.h"
 #include "trellara/log/consumer_lock.h"
 #include "trellara/log/consumer_offsets.h"
@@ -123,8 +124,7 @@ class Applier {
   std::optional<QuarantineCause> ExecutePlan(const ChangePlan& plan, const TxIdentity& tx);
   std::optional<QuarantineCause> CheckDrift(const Change& change, const std::vector<RelationInfo>& relations,
                                             const TxIdentity& tx);
-  std::optional<QuarantineCause> PrecheckDrift(const std::vector<const Change*>& changes,
-                                               const std::vector<RelationInfo>& relations);
+  KnownLookup FlowKnows();
   std::optional<QuarantineCause> ExecuteDdl(const Change& change, const std::vector<RelationInfo>& relations,
                                             const TxIdentity& tx);
   // CREATE TABLE AS / SELECT INTO (core CreatesRelation): `failure` of row change `change` says its
@@ -134,9 +134,6 @@ class Applier {
                                              const Change* create, const std::vector<RelationInfo>& create_relations,
                                              const TxIdentity& tx,
                                              const std::function<std::optional<QuarantineCause>()>& retry);
-  // The batch path's question: does every relation `change` names carry the fingerprint the flow
-  // knows (no first sight, no drift, no DDL)? Otherwise the transaction goes alone.
-  bool KnownShapes(const Change& change, const std::vector<RelationInfo>& relations);
   Result<std::vector<uint8_t>> ReadChunkFrame(uint64_t offset);
   Attempt ApplyInTransaction(const ReadyTransaction& ready, bool resolves_quarantine);
   // The pieces of an attempt, shared with the early path (apply_early.cpp): reset what an attempt

@@ -40,12 +40,6 @@ namespace trellara::cli::apply {
 namespace {
 constexpr size_t kCopyBufferBytes = 256u << 10;
 
-const RelationInfo* RelationOf(const std::vector<RelationInfo>& relations, uint32_t oid) {
-  for (const auto& relation : relations)
-    if (relation.oid == oid) return &relation;
-  return nullptr;
-}
-
 }  // namespace
 
 // After a failure (or before a new transaction): nothing staged stays on the connection — an open
@@ -74,7 +68,7 @@ std::optional<QuarantineCause> Applier::StageChunkedChange(const Change& change,
   const RelationInfo* relation = row_change ? RelationOf(relations, change.relation_oid) : nullptr;
   // Anything that may talk to the target on its own (first sight, the catalog check, the snapshot
   // rule's chunk reads, DDL) or is not a plain row change: the careful path, after a flush.
-  const bool careful = relation == nullptr || !KnownShapes(change, relations) ||
+  const bool careful = relation == nullptr || !ShapesKnown(change, relations, FlowKnows()) ||
                        !session_.RelationAccepted(*relation) || UnderSnapshot(change, relations, tx.commit_lsn);
   if (careful) {
     if (auto cause = FlushChunked(tx)) return cause;

@@ -51,7 +51,7 @@ constexpr const char* kReplicaTriggersSqlstate = "TR011";
 // results.
 
 // The adapter's verdict on one candidate of a batch: core's DecideApply, then what the flow knows of
-// each relation (KnownShapes: DDL, first sight and drift go alone), the planner and the target's
+// each relation (core ShapesKnown: DDL, first sight and drift go alone), the planner and the target's
 // schema (CheckRelationsOf). Fills tx.plans for an Apply.
 Admission Applier::Classify(PipelineTx& tx, const Evidence& evidence) {
   const ApplyDecision decision = Decide(tx.ready, evidence.target);
@@ -66,7 +66,7 @@ Admission Applier::Classify(PipelineTx& tx, const Evidence& evidence) {
     // DDL, a relation seen for the first time or with another fingerprint (drift): the
     // one-at-a-time path decides it in transaction order (apply_transaction.cpp) and moves what the
     // flow knows of the relation only once that transaction committed.
-    if (!KnownShapes(change, tx.ready.envelope->relations)) return Admission::Alone;
+    if (!ShapesKnown(change, tx.ready.envelope->relations, FlowKnows())) return Admission::Alone;
     if (UnderSnapshot(change, tx.ready.envelope->relations, tx.ready.tx.commit_lsn)) {
       // The handoff rule with what the registry has cached: a chunk not known to be copied (its
       // state must be read FOR SHARE) or a skip to record sends the transaction alone.

@@ -23,24 +23,12 @@
 #include "trellara/base/cadence.h"
 #include "engine/applier.h"
 #include "trellara/apply/ddl_apply.h"
+#include "trellara/apply/relation_drift.h"
 #include "trellara/base/fault.h"
 
 namespace trellara::cli::apply {
 namespace {
 constexpr auto kReplayReadyPollInterval = cadence::kReplayReadyPoll;
-
-// The relations a change names (Insert/Update/Delete: its relation; Truncate: every truncated one).
-std::vector<uint32_t> NamedRelations(const Change& change) {
-  if (change.op == Op::Truncate) return change.truncate.relation_oids;
-  if (change.op == Op::Insert || change.op == Op::Update || change.op == Op::Delete) return {change.relation_oid};
-  return {};
-}
-
-const RelationInfo* RelationOf(const std::vector<RelationInfo>& relations, uint32_t oid) {
-  for (const auto& relation : relations)
-    if (relation.oid == oid) return &relation;
-  return nullptr;
-}
 
 std::string Quoted(std::string text) {
   for (auto& c : text)
@@ -121,76 +109,27 @@ std::optional<QuarantineCause> Applier::ExecuteChange(const Change& change, cons
   return ExecutePlan(*plan, tx);
 }
 
-// Drift (core CheckKnownRelation): every relation the change names against what the flow knows of
-// it, as moved by the earlier changes of this transaction. A relation seen for the first time
-// passes the target catalog check (CheckRelation) and is recorded in this transaction.
+// Drift (core DriftOfChange): every relation the change names against what the flow knows of it,
+// as moved by the earlier changes of this transaction. A relation seen for the first time passes
+// the target catalog check (CheckRelation) and is recorded in this transaction.
 std::optional<QuarantineCause> Applier::CheckDrift(const Change& change, const std::vector<RelationInfo>& relations,
                                                    const TxIdentity& tx) {
-  for (uint32_t oid : NamedRelations(change)) {
-    const RelationInfo* relation = RelationOf(relations, oid);
-    if (relation == nullptr) continue;  // the planner quarantines it as plan_error, naming the oid
-    const std::optional<KnownRelation> known = session_.Known(oid);
-    switch (CheckKnownRelation(known, *relation, replay_ready_)) {
-      case RelationVerdict::Known: break;
-      case RelationVerdict::Drift: {
-        QuarantineCause cause = DriftCause(*known, *relation);
-        cause.operation = OpName(change.op);
-        return cause;
-      }
-      case RelationVerdict::FirstSight:
-        if (auto cause = session_.CheckRelation(*relation)) {
-          cause->operation = OpName(change.op);
-          return cause;
-        }
-        session_.RecordKnown(*relation, tx);
-        break;
+  ChangeDrift drift = DriftOfChange(change, relations, FlowKnows(), replay_ready_);
+  if (drift.cause) return drift.cause;
+  for (const RelationInfo* relation : drift.first_sights) {
+    if (auto cause = session_.CheckRelation(*relation)) {
+      cause->operation = OpName(change.op);
+      return cause;
     }
+    session_.RecordKnown(*relation, tx);
   }
   return std::nullopt;
 }
 
-// The same check over a whole transaction before anything of it runs (a whole envelope: its
-// changes are at hand), with the known fingerprints moved by its DDL changes as they will be:
-// drift is quarantined without a statement of the transaction reaching the target. First sights
-// pass here; CheckDrift, in order inside the transaction, stays the authority.
-std::optional<QuarantineCause> Applier::PrecheckDrift(const std::vector<const Change*>& changes,
-                                                      const std::vector<RelationInfo>& relations) {
-  std::unordered_map<uint32_t, std::optional<KnownRelation>> moved;
-  auto known_of = [&](uint32_t oid) {
-    auto found = moved.find(oid);
-    return found != moved.end() ? found->second : session_.Known(oid);
-  };
-  for (const Change* change : changes) {
-    if (change->op == Op::Ddl) {
-      const RelationInfo* after = change->relation_oid != 0 ? RelationOf(relations, change->relation_oid) : nullptr;
-      if (after != nullptr)
-        moved[after->oid] = KnownRelation{after->oid, after->schema, after->name, after->fingerprint};
-      else
-        moved[change->ddl.relation_oid] = std::nullopt;
-      continue;
-    }
-    for (uint32_t oid : NamedRelations(*change)) {
-      const RelationInfo* relation = RelationOf(relations, oid);
-      if (relation == nullptr) continue;
-      const std::optional<KnownRelation> known = known_of(oid);
-      if (CheckKnownRelation(known, *relation, replay_ready_) == RelationVerdict::Drift) {
-        QuarantineCause cause = DriftCause(*known, *relation);
-        cause.operation = OpName(change->op);
-        return cause;
-      }
-    }
-  }
-  return std::nullopt;
-}
-
-bool Applier::KnownShapes(const Change& change, const std::vector<RelationInfo>& relations) {
-  if (change.op == Op::Ddl) return false;
-  for (uint32_t oid : NamedRelations(change)) {
-    const RelationInfo* relation = RelationOf(relations, oid);
-    if (relation == nullptr) return false;
-    if (CheckKnownRelation(session_.Known(oid), *relation, false) != RelationVerdict::Known) return false;
-  }
-  return true;
+// What the flow knows of a relation, as this transaction has moved it so far (the session's
+// cache of trellara.relation_schemas).
+KnownLookup Applier::FlowKnows() {
+  return [this](uint32_t oid) { return session_.Known(oid); };
 }
 
 std::optional<QuarantineCause> Applier::CreateAhead(const Change& change, std::optional<QuarantineCause> failure,
@@ -243,7 +182,7 @@ std::optional<QuarantineCause> Applier::ExecuteDdl(const Change& change, const s
   SnapshotTable* copied = shape_changed ? registry_.Find(ddl.relation_schema, ddl.relation_name) : nullptr;
   const DdlSnapshotStep step = DecideDdlBesideSnapshot(
       {shape_changed, copied != nullptr, copied != nullptr && copied->RetiredAt(tx.commit_lsn)});
-  if (step == DdlSnapshotStep::WithholdUnfinished) {
+  if (step == DdlSnapshotStep::WithholdOrCheck) {
     const std::string display = ddl.relation_schema + "." + ddl.relation_name;
     // A copy not finished is copied again under the new definition (apply_session.h
     // WithholdSnapshotHandoff); the handoff rule keeps applying to it meanwhile.
@@ -325,7 +264,7 @@ Result<std::vector<uint8_t>> Applier::ReadChunkFrame(uint64_t offset) {
 }
 
 // BEGIN .. COMMIT of one verified transaction. Committed once COMMIT returned; Failed with the
-// cause after ROLLBACK (or before BEGIN: drift found by PrecheckDrift); RegistryChanged when control_check refused the transaction (TR010: the
+// cause after ROLLBACK (or before BEGIN: drift found by core DriftInTransaction); RegistryChanged when control_check refused the transaction (TR010: the
 // snapshot registry moved), rolled back before anything of it ran — the caller reloads the
 // registry and tries again (never a quarantine, never a failure).
 Attempt Applier::ApplyInTransaction(const ReadyTransaction& ready, bool resolves_quarantine) {
@@ -341,7 +280,7 @@ Attempt Applier::ApplyInTransaction(const ReadyTransaction& ready, bool resolves
     if (std::any_of(changes.begin(), changes.end(), [](const Change& c) { return c.op == Op::Ddl; }) &&
         fault::Hit("defect.ddl_dml_before_ddl") == fault::Action::Defect)
       std::stable_partition(order.begin(), order.end(), [](const Change* c) { return c->op != Op::Ddl; });
-    if (auto drift = PrecheckDrift(order, ready.envelope->relations)) return Attempt{Attempt::Kind::Failed, *drift};
+    if (auto drift = DriftInTransaction(order, ready.envelope->relations, FlowKnows(), replay_ready_)) return Attempt{Attempt::Kind::Failed, *drift};
   }
   if (auto refused = BeginAttempt(tx)) return *refused;
   std::optional<QuarantineCause> failure;

@@ -22,7 +22,10 @@ struct CliRun {
 
 inline CliRun RunTrellara(const std::string& args) {
   const std::string err_path = "/tmp/trellara-cli-test-stderr-" + std::to_string(getpid());
-  const std::string cmd = std::string(TRELLARA_BIN) + " " + args + " 2>" + err_path;
+  // Appended piece by piece: GCC 12 reports a false array-bounds error on the `literal + ...`
+  // chain here at -O1.
+  std::string cmd = TRELLARA_BIN;
+  cmd.append(" ").append(args).append(" 2>").append(err_path);
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
   std::string out;

@@ -1,5 +1,5 @@
 // ddl_apply_test.cpp — the applier's DDL decisions (PlanDdl step by step on a simulated target,
-// the final acceptance guard, halt policy, quoting) and the schema drift verdict (ddl_apply.h).
+// the final acceptance guard, halt policy, quoting) and the DDL/snapshot interplay (ddl_apply.h).
 #include <catch2/catch.hpp>
 
 #include "trellara/record/checksum.h"
@@ -648,28 +648,6 @@ TEST_CASE("describe_ddl_names_the_command_relation_and_steps", "[ddl]") {
   CHECK(std::string(DropTablePolicyName(DropTablePolicy::Apply)) == "apply");
 }
 
-// ---- drift ---------------------------------------------------------------------------------
-
-TEST_CASE("drift_verdicts_known_first_sight_drift_and_replay_ready", "[ddl]") {
-  RelationInfo now = Captured("public", "orders", {{"id", "bigint", true}, {"note", "text"}});
-  RelationInfo before = Captured("public", "orders", {{"id", "bigint", true}});
-  KnownRelation known{now.oid, "public", "orders", now.fingerprint};
-  CHECK(CheckKnownRelation(known, now, false) == RelationVerdict::Known);
-  CHECK(CheckKnownRelation(std::nullopt, now, false) == RelationVerdict::FirstSight);
-  KnownRelation stale{now.oid, "public", "orders", before.fingerprint};
-  CHECK(CheckKnownRelation(stale, now, false) == RelationVerdict::Drift);
-  CHECK(CheckKnownRelation(stale, now, true) == RelationVerdict::FirstSight);
-
-  QuarantineCause cause = DriftCause(stale, now);
-  CHECK(cause.reason == QuarantineReason::SchemaDrift);
-  CHECK(cause.relation == "public.orders");
-  CHECK(Contains(cause.detail, HexEncode(now.fingerprint).substr(0, 12)));
-  CHECK(Contains(cause.detail, HexEncode(before.fingerprint).substr(0, 12)));
-  CHECK_FALSE(Contains(cause.detail, HexEncode(now.fingerprint).substr(0, 13)));
-  CHECK(Contains(cause.detail, "DDL ran while trellara's event trigger was disabled"));
-  CHECK(Contains(cause.detail, "trellara repair-plan --config <flow.toml>"));
-}
-
 TEST_CASE("create_table_as_is_found_after_the_rows_it_wrote", "[ddl]") {
   // CREATE TABLE AS / SELECT INTO: the rows of relation 77 come before its DDL record.
   Change row;
@@ -799,7 +777,7 @@ TEST_CASE("a_shape_change_withholds_an_unfinished_copy_and_checks_a_finished_one
   CHECK(DecideDdlBesideSnapshot({false, true, false}) == DdlSnapshotStep::None);  // shape unchanged
   CHECK(DecideDdlBesideSnapshot({true, false, false}) == DdlSnapshotStep::None);  // no snapshot
   CHECK(DecideDdlBesideSnapshot({true, true, true}) == DdlSnapshotStep::None);    // retired before this commit
-  CHECK(DecideDdlBesideSnapshot({true, true, false}) == DdlSnapshotStep::WithholdUnfinished);
+  CHECK(DecideDdlBesideSnapshot({true, true, false}) == DdlSnapshotStep::WithholdOrCheck);
   CHECK_FALSE(CheckFinishedChunksAfterWithhold(/*withheld=*/true, false));   // copied again anyway
   CHECK(CheckFinishedChunksAfterWithhold(/*withheld=*/false, false));        // finished: check chunks
   CHECK_FALSE(CheckFinishedChunksAfterWithhold(/*withheld=*/false, true));   // the operator reviewed it

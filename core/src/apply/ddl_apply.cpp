@@ -1,5 +1,5 @@
-// ddl_apply.cpp — what the applier does with a captured DDL change, and the drift verdict
-// (ddl_apply.h).
+// ddl_apply.cpp — what the applier does with a captured DDL change, and what that does to the
+// relation's snapshot (ddl_apply.h).
 //
 // Must never return statements that leave the target half-way through a DDL record: every step is
 // first played on a simulated copy of the target's definition, and the copy must accept the
@@ -32,9 +32,6 @@ const char* DropTablePolicyName(DropTablePolicy policy) {
 }
 
 namespace {
-
-// Fingerprints in messages: enough hex to tell two apart at a glance.
-constexpr size_t kShortFingerprintHexChars = 12;
 
 // What an operator does about a DDL the applier will not reproduce.
 constexpr char kUnsupportedRemedy[] =
@@ -769,40 +766,6 @@ DdlPlan PlanDdl(const Ddl& ddl, const RelationInfo* captured, const TargetRelati
   return plan;
 }
 
-// ---- drift ------------------------------------------------------------------------------------
-
-RelationVerdict CheckKnownRelation(const std::optional<KnownRelation>& known, const RelationInfo& relation,
-                                   bool replay_ready) {
-  if (!known) return RelationVerdict::FirstSight;
-  if (known->fingerprint == relation.fingerprint) return RelationVerdict::Known;
-  if (replay_ready) return RelationVerdict::FirstSight;
-  // Negative control (tests only, TRELLARA_FAULTS=defect.drift_accepted_as_known:1:defect; seed row
-  // pgoutput_schema_change_during_stream, caught by negative_control_drift_accepted_as_known_is_caught
-  // in tests/integration/test_schema_apply.py): an unexplained fingerprint of a relation the flow
-  // knows under the same name is accepted as known, as a check of the relation's identity alone
-  // would; the changes then run under a definition the target never got.
-  if (known->schema == relation.schema && known->name == relation.name &&
-      fault::Hit("defect.drift_accepted_as_known") == fault::Action::Defect)
-    return RelationVerdict::Known;
-  return RelationVerdict::Drift;
-}
-
-QuarantineCause DriftCause(const KnownRelation& known, const RelationInfo& relation) {
-  QuarantineCause cause;
-  cause.reason = QuarantineReason::SchemaDrift;
-  cause.relation = DisplayName(relation);
-  std::string detail = "relation " + cause.relation + " (oid " + std::to_string(relation.oid) +
-                       ") arrives with definition fingerprint " +
-                       HexEncode(relation.fingerprint).substr(0, kShortFingerprintHexChars) +
-                       " but the flow last accepted " + HexEncode(known.fingerprint).substr(0, kShortFingerprintHexChars);
-  if (known.schema != relation.schema || known.name != relation.name)
-    detail += " as " + known.schema + "." + known.name;
-  detail += ", and no DDL record explains the change; DDL ran while trellara's event trigger was disabled, or the "
-            "source was restored from another schema; run trellara repair-plan --config <flow.toml>";
-  cause.detail = std::move(detail);
-  return cause;
-}
-
 bool CreatesRelation(const Change& change, uint32_t relation_oid) {
   // Only the commands that write rows before their record: rows of a table ahead of a plain
   // CREATE TABLE are out of order, never repaired here.
@@ -830,7 +793,7 @@ bool DdlChangesShape(const DdlPlan& plan, const RelationInfo* captured, const st
 
 DdlSnapshotStep DecideDdlBesideSnapshot(const DdlSnapshotFacts& facts) {
   if (!facts.shape_changed || !facts.has_snapshot || facts.retired_at_commit) return DdlSnapshotStep::None;
-  return DdlSnapshotStep::WithholdUnfinished;
+  return DdlSnapshotStep::WithholdOrCheck;
 }
 
 bool CheckFinishedChunksAfterWithhold(bool withheld, bool replay_ready) { return !withheld && !replay_ready; }

@@ -45,6 +45,7 @@
 
 #include "trellara/apply/apply_decision.h"
 #include "trellara/apply/apply_schema.h"
+#include "trellara/apply/relation_drift.h"
 #include "trellara/apply/snapshot.h"
 #include "trellara/record/envelope.h"
 #include "trellara/base/result.h"
@@ -91,15 +92,6 @@ bool CreatesRelation(const Change& change, uint32_t relation_oid);
 // The first change after position `after` of `changes` that creates `relation_oid`.
 std::optional<size_t> CreatedLaterAt(const std::vector<Change>& changes, size_t after, uint32_t relation_oid);
 
-// ---- drift ------------------------------------------------------------------------------------
-
-struct KnownRelation {  // one row of trellara.relation_schemas
-  uint32_t oid = 0;
-  std::string schema;
-  std::string name;
-  Sha256 fingerprint{};
-};
-
 // ---- a DDL change and the relation's snapshot -------------------------------------------------
 
 // The DDL policy a transaction is planned under: the configured one, or "apply" when the
@@ -117,7 +109,10 @@ bool DdlChangesShape(const DdlPlan& plan, const RelationInfo* captured, const st
 // not finished is withheld (the adapter marks it failed_recoverable, to be copied again under the
 // new definition); a finished copy is checked chunk by chunk (FinishedCopySawDdl) unless the
 // transaction is replayed after the operator's review.
-enum class DdlSnapshotStep : uint8_t { None, WithholdUnfinished, CheckFinishedChunks };
+enum class DdlSnapshotStep : uint8_t {
+  None,
+  WithholdOrCheck,  // withhold the copy if unfinished; else CheckFinishedChunksAfterWithhold decides
+};
 struct DdlSnapshotFacts {
   bool shape_changed = false;
   bool has_snapshot = false;       // the registry has a snapshot of the relation
@@ -135,23 +130,5 @@ bool CheckFinishedChunksAfterWithhold(bool withheld, bool replay_ready);
 std::optional<QuarantineCause> FinishedCopySawDdl(const std::vector<std::pair<int32_t, ChunkView>>& chunks,
                                                   uint32_t xid, uint64_t commit_lsn, const std::string& table,
                                                   const std::string& ddl_description, const std::string& config_path);
-
-enum class RelationVerdict : uint8_t {
-  Known,       // same fingerprint as known
-  FirstSight,  // the flow has no row for this oid: check the target catalog, then record it
-  Drift,       // different fingerprint, nothing explains it
-};
-
-// `known`: the flow's row for relation.oid, already moved by earlier DDL changes of the same
-// transaction. `replay_ready`: the transaction is being replayed after an operator's repair; then
-// a difference is treated as FirstSight (the target catalog check decides), never Drift.
-RelationVerdict CheckKnownRelation(const std::optional<KnownRelation>& known, const RelationInfo& relation,
-                                   bool replay_ready);
-
-// The quarantine cause of Drift: names the relation, both fingerprints (short hex), what differs
-// between the known and captured columns when the known definition is at hand (names only), the
-// likely causes (DDL while trellara's event trigger was disabled, a source restored from another
-// schema) and trellara repair-plan.
-QuarantineCause DriftCause(const KnownRelation& known, const RelationInfo& relation);
 
 }  // namespace trellara

@@ -19,6 +19,10 @@ namespace trellara::log {
 
 // The consumer `trellara apply` registers for a flow (consumers/applier); one definition.
 inline constexpr const char* kApplierConsumer = "applier";
+// What a running `trellara apply` says about its retries and reconnects, for `trellara status`
+// (relative to the log directory; its leading '.' keeps it out of the consumer names). One
+// definition: the applier writes it, status reads it.
+inline constexpr const char* kApplierStateFile = "consumers/.applier.state";
 
 // Names are 1..64 characters of [A-Za-z0-9_.-], not starting with '.'.
 Status ValidateConsumerName(const std::string& name);
