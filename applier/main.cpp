@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
   trellara::cli::RegisterLogRecords(app);
   trellara::cli::RegisterCheck(app);
   trellara::cli::RegisterPilotPackage(app);
+  trellara::cli::RegisterForward(app);
   for (const auto& planned : kPlanned) {
     auto existing = app.get_subcommands([&](CLI::App* c) { return c->get_name() == planned.name; });
     if (!existing.empty()) continue;

@@ -44,5 +44,7 @@ void RegisterSoak(CLI::App& app);
 void RegisterCheck(CLI::App& app);
 // `pilot-package --config F --output DIR [--report P] [--sample-offset N] [--force]` (pilot_package_command.cpp).
 void RegisterPilotPackage(CLI::App& app);
+// `forward --config F [--until-caught-up] [--format json]` (forward_command.cpp).
+void RegisterForward(CLI::App& app);
 
 }  // namespace trellara::cli

@@ -168,45 +168,15 @@ SnapshotState StateOrFail(const std::optional<std::string>& text, const std::str
   return *s;
 }
 
-// What to do with a table given its current row (nullopt: never registered). Throws a refusal.
+// Core's DecideRegistration for one table; a refusal ends the command.
 Registration Decide(const SnapshotTable& t, const std::optional<std::pair<std::string, SnapshotState>>& row,
                     const std::string& run_id, const Options& o, const FlowConfig& config) {
-  if (!row) return Registration::New;
-  const auto& [owner, state] = *row;
-  const std::string what = "table " + t.name + " of flow " + config.flow_name;
-  if (owner == run_id) {
-    if (state != SnapshotState::HandoffReady) return Registration::Resume;
-    if (!o.force) return Registration::Skip;  // a rerun of the same run: nothing to copy
-    Status allowed = CheckSnapshotTransition(state, SnapshotState::Pending, true, what);
-    if (!allowed.ok()) throw CommandFailed(allowed.error().message);
-    return Registration::Reregister;
-  }
-  if (state == SnapshotState::HandoffReady) {
-    // Copied by an earlier, finished run. Copying it again under an explicitly named run is a
-    // backward move (handoff_ready -> pending) that only --force may make.
-    if (o.force || !o.run_id.empty()) {
-      Status allowed = CheckSnapshotTransition(state, SnapshotState::Pending, o.force,
-                                               what + " (handoff_ready in run " + owner + ")");
-      if (!allowed.ok())
-        throw CommandFailed(allowed.error().message + "; to copy it again under run " + run_id +
-                            " rerun with --force; without --run-id a rerun reports it skipped");
-      return Registration::Reregister;
-    }
-    return Registration::Skip;
-  }
-  // A DDL applied while the table's copy was unfinished moved it to run "ddl@<commit LSN>" and
-  // marked it failed_recoverable (docs/schema-changes.md): it is not a run to resume.
-  if (!o.force && owner.starts_with("ddl@"))
-    throw CommandFailed(what + " was withheld from its handoff by the DDL at commit " + owner.substr(4) +
-                        " (its copy was made under the old schema); copy it again under the new schema with "
-                        "trellara snapshot --config " + config.path + " --table " + t.name + " --force");
-  if (!o.force)
-    throw CommandFailed(what + " belongs to the unfinished snapshot run " + owner + " (table state " +
-                        SnapshotStateName(state) + "); resume that run with trellara snapshot --config " +
-                        config.path + " --run-id " + owner + ", or pass --force to copy it again under run " + run_id);
-  Status allowed = CheckSnapshotTransition(state, SnapshotState::Pending, true, what);
-  if (!allowed.ok()) throw CommandFailed(allowed.error().message);
-  return Registration::Reregister;
+  std::optional<RegisteredTable> registered;
+  if (row) registered = RegisteredTable{row->first, row->second};
+  auto decision = DecideRegistration(t.name, registered,
+                                     RegistrationRequest{run_id, !o.run_id.empty(), o.force, config.flow_name, config.path});
+  if (!decision.ok()) throw CommandFailed(decision.error().message);
+  return *decision;
 }
 
 std::optional<std::pair<std::string, SnapshotState>> ReadTableRow(PgConnection& target, const FlowConfig& config,

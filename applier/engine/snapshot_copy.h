@@ -22,7 +22,7 @@
 
 namespace trellara::cli::snapshot {
 
-enum class Registration { New, Resume, Skip, Reregister };
+using Registration = SnapshotRegistration;  // core snapshot.h DecideRegistration
 
 // One table of the flow's publication, as the source describes it and the target registered it.
 struct SnapshotTable {

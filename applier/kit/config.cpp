@@ -5,6 +5,7 @@
 
 #include "trellara/base/duration.h"
 
+#include <fstream>
 #include <map>
 #include <initializer_list>
 #include <optional>
@@ -56,6 +57,12 @@ const std::map<std::string, std::map<std::string, KeySpec>>& Schema() {
         {"merge_statements",
          {false, "\"on\" (default: in a grouped batch a table's consecutive INSERTs, and its consecutive UPDATEs of one "
                  "shape by key, go as one statement each) or \"off\" (one statement per change)"}}}},
+      {"transport",
+       {{"kind", {false, "\"local\" (default: the applier reads the log directory on this host) or \"nats\" (the "
+                        "log travels through a NATS JetStream stream: trellara forward publishes it)"}},
+        {"servers", {false, "the broker's nodes, comma-separated URLs \"nats://HOST:PORT,...\" (kind = \"nats\")"}},
+        {"stream", {false, "the JetStream stream of the flow: 1..64 characters of [A-Za-z0-9_-] (kind = \"nats\")"}},
+        {"credentials", {false, "the path of a NATS .creds file (optional; kind = \"nats\")"}}}},
       {"metrics",
        {{"listen",
          {false, "\"HOST:PORT\" where trellara apply serves GET /metrics (Prometheus text format): HOST an IPv4 "
@@ -85,7 +92,46 @@ Status Choose(const std::optional<std::string>& value, const std::string& path, 
   return SettingError(path, setting, "is \"" + *value + "\"");
 }
 
-// "250ms", "5s", "2min": a whole number and its unit; nullopt for anything else.
+// [transport]: every key but kind belongs to kind = "nats" and is then required (credentials
+// optional, but a named file must be readable).
+template <typename Get>
+Status LoadTransport(const Get& get, const std::string& path, TransportConfig& transport) {
+  TRELLARA_TRY(Choose(get("transport", "kind"), path, "transport.kind",
+                      {{"local", TransportKind::Local}, {"nats", TransportKind::Nats}}, transport.kind));
+  if (transport.kind == TransportKind::Local) {
+    for (const char* key : {"servers", "stream", "credentials"})
+      if (get("transport", key))
+        return SettingError(path, std::string("transport.") + key, "is set but transport.kind is \"local\"");
+    return Status::Ok();
+  }
+  const auto servers = get("transport", "servers");
+  if (!servers || servers->empty()) return SettingError(path, "transport.servers", "is missing");
+  size_t from = 0;
+  while (from <= servers->size()) {
+    size_t comma = servers->find(',', from);
+    if (comma == std::string::npos) comma = servers->size();
+    std::string url = servers->substr(from, comma - from);
+    while (!url.empty() && url.front() == ' ') url.erase(url.begin());
+    while (!url.empty() && url.back() == ' ') url.pop_back();
+    if (url.rfind("nats://", 0) != 0 || url.size() <= 7)
+      return SettingError(path, "transport.servers", "names \"" + url + "\" (not a nats://HOST:PORT URL)");
+    transport.servers.push_back(url);
+    from = comma + 1;
+  }
+  const auto stream = get("transport", "stream");
+  if (!stream) return SettingError(path, "transport.stream", "is missing");
+  if (stream->empty() || stream->size() > 64 ||
+      stream->find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") != std::string::npos)
+    return SettingError(path, "transport.stream", "is \"" + *stream + "\"");
+  transport.stream = *stream;
+  if (auto credentials = get("transport", "credentials")) {
+    std::ifstream file(*credentials);
+    if (!file)
+      return SettingError(path, "transport.credentials", "names " + *credentials + ", which cannot be read");
+    transport.credentials = *credentials;
+  }
+  return Status::Ok();
+}
 }  // namespace
 
 const char* SettingValue(SessionReplicationRole role) {
@@ -124,7 +170,7 @@ Result<FlowConfig> LoadFlowConfig(const std::string& path) {
     auto spec = Schema().find(table_name);
     if (spec == Schema().end())
       return MakeError("configuration " + path + ": unknown table [" + table_name +
-                       "]; the accepted tables are [flow], [source], [target], [apply] and [metrics]");
+                       "]; the accepted tables are [flow], [source], [target], [apply], [transport] and [metrics]");
     const toml::table* table = node.as_table();
     if (table == nullptr)
       return MakeError("configuration " + path + ": " + table_name + " must be a table ([" + table_name + "])");
@@ -204,6 +250,7 @@ Result<FlowConfig> LoadFlowConfig(const std::string& path) {
     if (!address) return SettingError(path, "metrics.listen", address.error().message);
     config.metrics_listen = *address;
   }
+  TRELLARA_TRY(LoadTransport(get, path, config.transport));
   return config;
 }
 

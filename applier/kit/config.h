@@ -61,6 +61,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "trellara/apply/ddl_apply.h"
 #include "trellara/report/metrics.h"
@@ -75,6 +76,17 @@ enum class SynchronousCommit { Off, Local, RemoteWrite, On, RemoteApply };
 // The setting's value as PostgreSQL spells it (for SET and for messages).
 const char* SettingValue(SessionReplicationRole role);
 const char* SettingValue(SynchronousCommit level);
+
+// [transport]: how the flow's records reach its appliers. Local (default): the applier reads the
+// log directory on this host. Nats: `trellara forward` publishes the log to a JetStream stream
+// (docs/broker.md).
+enum class TransportKind { Local, Nats };
+struct TransportConfig {
+  TransportKind kind = TransportKind::Local;
+  std::vector<std::string> servers;  // [transport] servers, "nats://host:port,..." (kind = "nats")
+  std::string stream;                // [transport] stream
+  std::string credentials;           // [transport] credentials: a .creds file, or empty
+};
 
 struct FlowConfig {
   std::string path;            // the file it was loaded from, for messages
@@ -92,6 +104,7 @@ struct FlowConfig {
   bool early_apply = true;                                 // [apply] early_apply
   std::chrono::milliseconds early_apply_idle{5000};       // [apply] early_apply_idle
   std::optional<metrics::ListenAddress> metrics_listen;    // [metrics] listen
+  TransportConfig transport;                               // [transport]
 };
 
 Result<FlowConfig> LoadFlowConfig(const std::string& path);

@@ -7,6 +7,8 @@
 // the parse trees, and the table's definition as it is now (after the command) from the relcache.
 // trellara.sql_drop() (event trigger trellara_sql_drop) does the same for each table dropped.
 // The output plugin decodes the message in order with the transaction's DML (plugin.cpp).
+// Parse trees -> steps: ddl_steps.cpp; catalog reads and the table's definition: ddl_definition.cpp;
+// what they share: ddl_capture_internal.h.
 //
 // Decides: which commands are captured (tables — relkind r/p — and their indexes, columns,
 // constraints, triggers, rules, policies and statistics; never temporary relations, Trellara's own
@@ -21,45 +23,32 @@ extern "C" {
 #include "access/relation.h"
 #include "access/xact.h"
 #include "access/xlog.h"
-#include "catalog/catalog.h"
-#include "catalog/index.h"
 #include "catalog/namespace.h"
-#include "catalog/pg_class.h"
-#include "catalog/pg_constraint.h"
-#include "catalog/pg_type.h"
 #include "commands/event_trigger.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "nodes/parsenodes.h"
 #include "nodes/pg_list.h"
-#include "optimizer/optimizer.h"
-#include "parser/parse_type.h"
 #include "replication/message.h"
 #include "tcop/cmdtag.h"
 #include "tcop/deparse_utility.h"
 #include "tcop/tcopprot.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/relcache.h"
-#include "utils/ruleutils.h"
-#include "utils/syscache.h"
 }
 
 #include <algorithm>
-#include <cstring>
 #include <map>
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "functions/ddl_capture_internal.h"
 #include "pg/guard.h"
 #include "trellara/record/codec.h"
 #include "trellara/record/envelope.h"
-
-#define PGCALL(expr) ::trellara::pg::CallPostgres([&]() -> decltype(auto) { return (expr); })
 
 // Declared PGDLLEXPORT before PG_FUNCTION_INFO_V1 (PG15's macro exports only the info function).
 extern "C" {
@@ -69,11 +58,8 @@ PGDLLEXPORT Datum trellara_sql_drop(PG_FUNCTION_ARGS);
 PG_FUNCTION_INFO_V1(trellara_sql_drop);
 }
 
-namespace trellara::extension {
+namespace trellara::extension::ddl {
 namespace {
-
-// Schema holding every Trellara relation (trellara.control: schema = trellara): never captured.
-constexpr char kOwnSchema[] = "trellara";
 
 // The commands of this statement, each with the table it affects (an index, constraint, trigger,
 // rule, policy or statistics object mapped to its table; NULL when it is not about a table).
@@ -102,23 +88,6 @@ constexpr char kCommandsQuery[] =
     "WHERE NOT c.in_extension "
     "ORDER BY c.ordinality";
 
-// Every publication that contains the table $1 now: FOR ALL TABLES, FOR TABLE (the table or a
-// partition ancestor), TABLES IN SCHEMA (of the table or an ancestor). pg_partition_ancestors()
-// returns no rows for a table that is not a partition, hence the table itself is named as well.
-constexpr char kPublicationsQuery[] =
-    "SELECT p.pubname::pg_catalog.text FROM pg_catalog.pg_publication p "
-    "WHERE p.puballtables "
-    "   OR EXISTS (SELECT 1 FROM pg_catalog.pg_publication_rel r "
-    "               WHERE r.prpubid = p.oid "
-    "                 AND (r.prrelid = $1 "
-    "                      OR r.prrelid IN (SELECT a.relid FROM pg_catalog.pg_partition_ancestors($1) a))) "
-    "   OR EXISTS (SELECT 1 FROM pg_catalog.pg_publication_namespace n "
-    "               JOIN pg_catalog.pg_class k ON k.relnamespace = n.pnnspid "
-    "               WHERE n.pnpubid = p.oid "
-    "                 AND (k.oid = $1 "
-    "                      OR k.oid IN (SELECT a.relid FROM pg_catalog.pg_partition_ancestors($1) a))) "
-    "ORDER BY 1";
-
 // The tables this DROP removed — named by the statement (original) or reached by CASCADE through a
 // normal dependency (DROP SCHEMA ... CASCADE, DROP OWNED, inheritance children), not partitions
 // dropped with their parent (auto dependency: the parent's record covers them) — each with the
@@ -145,396 +114,6 @@ constexpr char kDroppedQuery[] =
     "  AND t.schema_name NOT LIKE 'pg\\_toast%' "
     "ORDER BY t.ordinality";
 
-// --- small Postgres reads, each one guarded --------------------------------------------------------
-
-std::string NamespaceName(Oid nsp) {
-  const char* name = PGCALL(get_namespace_name(nsp));
-  return name != nullptr ? name : "";
-}
-
-std::string RelationName(Oid relid) {
-  const char* name = PGCALL(get_rel_name(relid));
-  return name != nullptr ? name : "";
-}
-
-// Whether DDL on `relid` is captured: an ordinary or partitioned table, not temporary, not in a
-// system schema or Trellara's own.
-bool IsCapturedTable(Oid relid) {
-  char relkind = 0, persistence = 0;
-  Oid nsp = InvalidOid;
-  bool found = pg::CallPostgres([&] {
-    HeapTuple tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
-    if (!HeapTupleIsValid(tup)) return false;
-    Form_pg_class form = (Form_pg_class)GETSTRUCT(tup);
-    relkind = form->relkind;
-    persistence = form->relpersistence;
-    nsp = form->relnamespace;
-    ReleaseSysCache(tup);
-    return true;
-  });
-  if (!found) return false;
-  if (relkind != RELKIND_RELATION && relkind != RELKIND_PARTITIONED_TABLE) return false;
-  if (persistence == RELPERSISTENCE_TEMP) return false;
-  bool system = PGCALL(IsCatalogNamespace(nsp)) || PGCALL(IsToastNamespace(nsp)) || PGCALL(isAnyTempNamespace(nsp));
-  if (system) return false;
-  std::string schema = NamespaceName(nsp);
-  return schema != kOwnSchema && schema != "information_schema";
-}
-
-// The table an ALTER TABLE subcommand's object belongs to (a column or index of a child table when
-// the command recursed), or InvalidOid when the address names no relation.
-Oid TableOfAddress(const ObjectAddress& address) {
-  if (address.classId == RelationRelationId && OidIsValid(address.objectId)) {
-    char relkind = PGCALL(get_rel_relkind(address.objectId));
-    if (relkind == RELKIND_INDEX || relkind == RELKIND_PARTITIONED_INDEX)
-      return PGCALL(IndexGetRelation(address.objectId, true));
-    return address.objectId;
-  }
-  if (address.classId == ConstraintRelationId && OidIsValid(address.objectId)) {
-    return pg::CallPostgres([&] {
-      HeapTuple tup = SearchSysCache1(CONSTROID, ObjectIdGetDatum(address.objectId));
-      if (!HeapTupleIsValid(tup)) return InvalidOid;
-      Oid relid = ((Form_pg_constraint)GETSTRUCT(tup))->conrelid;
-      ReleaseSysCache(tup);
-      return relid;
-    });
-  }
-  return InvalidOid;
-}
-
-std::string TypeNameText(const TypeName* type) {
-  if (type == nullptr) return "";
-  const char* text = PGCALL(TypeNameToString(type));
-  return text != nullptr ? text : "";
-}
-
-// --- definition after the command ----------------------------------------------------------------
-
-ReplicaIdentity IdentityOf(char relreplident) {
-  switch (relreplident) {
-    case REPLICA_IDENTITY_NOTHING: return ReplicaIdentity::Nothing;
-    case REPLICA_IDENTITY_FULL: return ReplicaIdentity::Full;
-    case REPLICA_IDENTITY_INDEX: return ReplicaIdentity::Index;
-    default: return ReplicaIdentity::Default;
-  }
-}
-
-// The stored expression `adbin` of a default or generated column as pg_get_expr prints it, and
-// whether it calls a mutable function.
-void DeparseDefault(const char* adbin, const char* relname, Oid relid, std::string& text, bool& is_mutable) {
-  const char* out = nullptr;
-  bool mut = false;
-  pg::CallPostgres([&] {
-    Node* expr = static_cast<Node*>(stringToNode(adbin));
-    List* dpcontext = deparse_context_for(relname, relid);
-    out = deparse_expression(expr, dpcontext, false, false);
-    mut = contain_mutable_functions(expr);
-  });
-  text = out != nullptr ? out : "";
-  is_mutable = mut;
-}
-
-// Reads the table's definition as it is now. The relation is opened and closed here, with the
-// lock the command already holds; every path closes it (no Postgres call in a catch block).
-RelationDefinition DescribeDefinition(Oid relid) {
-  // The command holds a stronger lock already; AccessShareLock only makes that explicit.
-  Relation rel = PGCALL(relation_open(relid, AccessShareLock));
-  RelationDefinition def;
-  std::optional<pg::SqlError> failure;
-  try {
-    def.oid = relid;
-    def.schema = NamespaceName(RelationGetNamespace(rel));
-    def.name = RelationGetRelationName(rel);
-    def.relkind = std::string(1, rel->rd_rel->relkind);
-    def.is_partition = rel->rd_rel->relispartition;
-    def.replica_identity = IdentityOf(rel->rd_rel->relreplident);
-    TupleDesc desc = RelationGetDescr(rel);
-    TupleConstr* constr = desc->constr;
-    for (int i = 0; i < desc->natts; i++) {
-      Form_pg_attribute att = TupleDescAttr(desc, i);
-      if (att->attisdropped) continue;
-      DdlColumn c;
-      c.name = NameStr(att->attname);
-      c.type_oid = att->atttypid;
-      c.type_name = PGCALL(format_type_with_typemod(att->atttypid, att->atttypmod));
-      c.typmod = att->atttypmod;
-      c.not_null = att->attnotnull;
-      if (att->attidentity != '\0') c.identity = std::string(1, att->attidentity);
-      if (att->atthasdef && constr != nullptr) {
-        for (int d = 0; d < constr->num_defval; d++) {
-          if (constr->defval[d].adnum != att->attnum) continue;
-          std::string text;
-          bool is_mutable = false;
-          DeparseDefault(constr->defval[d].adbin, def.name.c_str(), relid, text, is_mutable);
-          if (att->attgenerated != '\0') {
-            c.generated = std::string(1, att->attgenerated);
-            c.generation_expr = text;
-          } else {
-            c.default_expr = text;
-            c.default_kind = is_mutable ? DefaultKind::Mutable : DefaultKind::Immutable;
-          }
-        }
-      }
-      Oid type_collation = PGCALL(get_typcollation(att->atttypid));
-      if (OidIsValid(att->attcollation) && att->attcollation != type_collation)
-        c.collation = PGCALL(generate_collation_name(att->attcollation));
-      def.columns.push_back(std::move(c));
-    }
-    Oid pk = PGCALL(RelationGetPrimaryKeyIndex(rel));
-    if (OidIsValid(pk)) {
-      def.primary_key_name = RelationName(pk);
-      std::vector<int> attnums;
-      pg::CallPostgres([&] {
-        HeapTuple tup = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(pk));
-        if (!HeapTupleIsValid(tup)) return;
-        Form_pg_index index = (Form_pg_index)GETSTRUCT(tup);
-        for (int k = 0; k < index->indnkeyatts; k++) attnums.push_back(index->indkey.values[k]);
-        ReleaseSysCache(tup);
-      });
-      for (int attnum : attnums) {
-        if (attnum <= 0 || attnum > desc->natts) continue;
-        def.primary_key.emplace_back(NameStr(TupleDescAttr(desc, attnum - 1)->attname));
-      }
-    }
-    if (def.replica_identity == ReplicaIdentity::Index) {
-      Oid ri = PGCALL(RelationGetReplicaIndex(rel));
-      if (OidIsValid(ri)) def.identity_index = RelationName(ri);
-    }
-  } catch (const pg::SqlError& error) {
-    failure = error;
-  }
-  pg::CallPostgres([rel] { relation_close(rel, NoLock); });
-  if (failure) throw *failure;
-  return def;
-}
-
-// The parse tree spells a type as written (pg_catalog.int4); once the definition is known, an
-// ADD COLUMN / ALTER COLUMN TYPE step names the column's type as format_type prints it (integer).
-void NameTypesInDetails(Ddl& d) {
-  for (DdlStep& s : d.steps) {
-    if (s.kind != DdlStepKind::AddColumn && s.kind != DdlStepKind::AlterColumnType) continue;
-    for (const DdlColumn& c : d.definition->columns) {
-      if (c.name != s.column) continue;
-      s.detail = (s.kind == DdlStepKind::AddColumn ? "ADD COLUMN " : "ALTER COLUMN ") + c.name +
-                 (s.kind == DdlStepKind::AddColumn ? " " : " TYPE ") + c.type_name +
-                 (s.using_expression ? " USING ..." : "");
-    }
-  }
-}
-
-// --- steps from parse trees ----------------------------------------------------------------------
-
-DdlStep Step(DdlStepKind kind, std::string detail, std::string column = {}, std::string new_name = {}) {
-  DdlStep s;
-  s.kind = kind;
-  s.detail = std::move(detail);
-  s.column = std::move(column);
-  s.new_name = std::move(new_name);
-  return s;
-}
-
-DdlStep Unsupported(std::string detail) { return Step(DdlStepKind::Unsupported, std::move(detail)); }
-DdlStep NoShapeChange(std::string detail) { return Step(DdlStepKind::NoShapeChange, std::move(detail)); }
-
-std::string Str(const char* s) { return s != nullptr ? s : ""; }
-
-std::string ReplicaIdentityText(const ReplicaIdentityStmt* stmt) {
-  switch (stmt->identity_type) {
-    case REPLICA_IDENTITY_FULL: return "REPLICA IDENTITY FULL";
-    case REPLICA_IDENTITY_NOTHING: return "REPLICA IDENTITY NOTHING";
-    case REPLICA_IDENTITY_INDEX: return "REPLICA IDENTITY USING INDEX " + Str(stmt->name);
-    default: return "REPLICA IDENTITY DEFAULT";
-  }
-}
-
-// Whether an ALTER TABLE subcommand's definition (Constraint or IndexStmt) is a primary key.
-bool IsPrimaryKeyDef(const Node* def) {
-  if (def == nullptr) return false;
-  if (IsA(def, Constraint)) return castNode(Constraint, def)->contype == CONSTR_PRIMARY;
-  if (IsA(def, IndexStmt)) return castNode(IndexStmt, def)->primary;
-  return false;
-}
-
-// One ALTER TABLE subcommand. `table_has_pk` / `adds_pk` decide DROP CONSTRAINT (see below).
-DdlStep AlterTableStep(const AlterTableCmd* cmd, bool table_has_pk, bool adds_pk, Oid relid) {
-  const std::string name = Str(cmd->name);
-  switch (cmd->subtype) {
-    case AT_AddColumn:
-    case AT_AddColumnRecurse: {
-      if (cmd->def == nullptr || !IsA(cmd->def, ColumnDef)) return Unsupported("ADD COLUMN of an unknown form");
-      const ColumnDef* col = castNode(ColumnDef, cmd->def);
-      return Step(DdlStepKind::AddColumn, "ADD COLUMN " + Str(col->colname) + " " + TypeNameText(col->typeName),
-                  Str(col->colname));
-    }
-    case AT_DropColumn:
-    case AT_DropColumnRecurse:
-      return Step(DdlStepKind::DropColumn, "DROP COLUMN " + name, name);
-    case AT_AlterColumnType: {
-      if (cmd->def == nullptr || !IsA(cmd->def, ColumnDef)) return Unsupported("ALTER COLUMN " + name + " TYPE of an unknown form");
-      const ColumnDef* col = castNode(ColumnDef, cmd->def);
-      DdlStep s = Step(DdlStepKind::AlterColumnType, "ALTER COLUMN " + name + " TYPE " + TypeNameText(col->typeName),
-                       name);
-      if (col->raw_default != nullptr || col->cooked_default != nullptr) {
-        s.using_expression = true;
-        s.detail += " USING ...";
-      }
-      return s;
-    }
-    case AT_SetNotNull: return Step(DdlStepKind::SetNotNull, "ALTER COLUMN " + name + " SET NOT NULL", name);
-    case AT_DropNotNull: return Step(DdlStepKind::DropNotNull, "ALTER COLUMN " + name + " DROP NOT NULL", name);
-    case AT_ColumnDefault:
-      if (cmd->def == nullptr) return Step(DdlStepKind::DropDefault, "ALTER COLUMN " + name + " DROP DEFAULT", name);
-      return Step(DdlStepKind::SetDefault, "ALTER COLUMN " + name + " SET DEFAULT", name);
-    case AT_CookedColumnDefault: {
-      std::string column = name;
-      if (column.empty()) {
-        const char* att = PGCALL(get_attname(relid, cmd->num, true));
-        column = Str(att);
-      }
-      return Step(DdlStepKind::SetDefault, "ALTER COLUMN " + column + " SET DEFAULT", column);
-    }
-    case AT_AddConstraint:
-    case AT_AddConstraintRecurse:
-    case AT_AddIndex:
-    case AT_AddIndexConstraint:
-      if (IsPrimaryKeyDef(cmd->def)) return Step(DdlStepKind::AddPrimaryKey, "ADD PRIMARY KEY");
-      if (cmd->def != nullptr && IsA(cmd->def, Constraint))
-        return NoShapeChange("ADD CONSTRAINT " + Str(castNode(Constraint, cmd->def)->conname));
-      if (cmd->def != nullptr && IsA(cmd->def, IndexStmt)) {
-        const IndexStmt* index = castNode(IndexStmt, cmd->def);
-        return NoShapeChange((index->isconstraint ? "ADD CONSTRAINT " : "ADD INDEX ") + Str(index->idxname));
-      }
-      return Unsupported("ALTER TABLE ADD constraint or index of an unknown form");
-    case AT_DropConstraint:
-    case AT_DropConstraintRecurse:
-      // The constraint is gone, so whether it was the primary key cannot be read any more. It may
-      // have been when the table has no primary key now, or when the same statement adds one;
-      // otherwise the table's primary key is another constraint and this one was not it. The
-      // applier treats a name that is not the target's primary key as a no-op.
-      if (!table_has_pk || adds_pk) return Step(DdlStepKind::DropPrimaryKey, "DROP CONSTRAINT " + name, name);
-      return NoShapeChange("DROP CONSTRAINT " + name);
-    case AT_ReplicaIdentity:
-      if (cmd->def == nullptr || !IsA(cmd->def, ReplicaIdentityStmt)) return Step(DdlStepKind::ReplicaIdentity, "REPLICA IDENTITY");
-      return Step(DdlStepKind::ReplicaIdentity, ReplicaIdentityText(castNode(ReplicaIdentityStmt, cmd->def)));
-    case AT_SetStatistics: return NoShapeChange("ALTER COLUMN " + name + " SET STATISTICS");
-    case AT_SetOptions: return NoShapeChange("ALTER COLUMN " + name + " SET (...)");
-    case AT_ResetOptions: return NoShapeChange("ALTER COLUMN " + name + " RESET (...)");
-    case AT_SetStorage: return NoShapeChange("ALTER COLUMN " + name + " SET STORAGE");
-    case AT_SetCompression: return NoShapeChange("ALTER COLUMN " + name + " SET COMPRESSION");
-    case AT_CheckNotNull: return NoShapeChange("check NOT NULL of " + name + " (internal)");
-    case AT_ReAddIndex: return NoShapeChange("re-add index (internal)");
-    case AT_ReAddConstraint: return NoShapeChange("re-add constraint (internal)");
-    case AT_ReAddDomainConstraint: return NoShapeChange("re-add domain constraint (internal)");
-    case AT_ReAddComment: return NoShapeChange("re-add comment (internal)");
-    case AT_ReAddStatistics: return NoShapeChange("re-add statistics (internal)");
-    case AT_AlterConstraint: return NoShapeChange("ALTER CONSTRAINT");
-    case AT_ValidateConstraint:
-    case AT_ValidateConstraintRecurse: return NoShapeChange("VALIDATE CONSTRAINT " + name);
-    case AT_AlterColumnGenericOptions: return NoShapeChange("ALTER COLUMN " + name + " OPTIONS (...)");
-    case AT_GenericOptions: return NoShapeChange("OPTIONS (...)");
-    case AT_ChangeOwner: return NoShapeChange("OWNER TO");
-    case AT_ClusterOn: return NoShapeChange("CLUSTER ON " + name);
-    case AT_DropCluster: return NoShapeChange("SET WITHOUT CLUSTER");
-    case AT_DropOids: return NoShapeChange("SET WITHOUT OIDS");
-    case AT_SetAccessMethod: return NoShapeChange("SET ACCESS METHOD");
-    case AT_SetTableSpace: return NoShapeChange("SET TABLESPACE");
-    case AT_SetRelOptions: return NoShapeChange("SET (...)");
-    case AT_ResetRelOptions: return NoShapeChange("RESET (...)");
-    case AT_ReplaceRelOptions: return NoShapeChange("replace options (internal)");
-    case AT_EnableTrig:
-    case AT_EnableAlwaysTrig:
-    case AT_EnableReplicaTrig:
-    case AT_EnableTrigAll:
-    case AT_EnableTrigUser: return NoShapeChange("ENABLE TRIGGER " + (name.empty() ? std::string("ALL/USER") : name));
-    case AT_DisableTrig:
-    case AT_DisableTrigAll:
-    case AT_DisableTrigUser: return NoShapeChange("DISABLE TRIGGER " + (name.empty() ? std::string("ALL/USER") : name));
-    case AT_EnableRule:
-    case AT_EnableAlwaysRule:
-    case AT_EnableReplicaRule: return NoShapeChange("ENABLE RULE " + name);
-    case AT_DisableRule: return NoShapeChange("DISABLE RULE " + name);
-    case AT_EnableRowSecurity: return NoShapeChange("ENABLE ROW LEVEL SECURITY");
-    case AT_DisableRowSecurity: return NoShapeChange("DISABLE ROW LEVEL SECURITY");
-    case AT_ForceRowSecurity: return NoShapeChange("FORCE ROW LEVEL SECURITY");
-    case AT_NoForceRowSecurity: return NoShapeChange("NO FORCE ROW LEVEL SECURITY");
-    case AT_AddIdentity: return Unsupported("ALTER COLUMN " + name + " ADD GENERATED ... AS IDENTITY");
-    case AT_SetIdentity: return Unsupported("ALTER COLUMN " + name + " SET identity options");
-    case AT_DropIdentity: return Unsupported("ALTER COLUMN " + name + " DROP IDENTITY");
-    case AT_DropExpression: return Unsupported("ALTER COLUMN " + name + " DROP EXPRESSION");
-    case AT_SetLogged: return Unsupported("SET LOGGED");
-    case AT_SetUnLogged: return Unsupported("SET UNLOGGED");
-    case AT_AddInherit: return Unsupported("INHERIT");
-    case AT_DropInherit: return Unsupported("NO INHERIT");
-    case AT_AddOf: return Unsupported("OF type");
-    case AT_DropOf: return Unsupported("NOT OF");
-    // ATTACH / DETACH reach the partition's record (the capture loop below); FINALIZE completes a
-    // DETACH CONCURRENTLY whose DETACH was already captured.
-    case AT_AttachPartition: return Step(DdlStepKind::AttachPartition, "ATTACH PARTITION");
-    case AT_DetachPartition: return Step(DdlStepKind::DetachPartition, "DETACH PARTITION");
-    case AT_DetachPartitionFinalize: return NoShapeChange("DETACH PARTITION ... FINALIZE");
-    case AT_AddColumnToView: return Unsupported("add column to view (internal)");
-  }
-  return Unsupported("ALTER TABLE subcommand " + std::to_string(static_cast<int>(cmd->subtype)) +
-                     " unknown to trellara");
-}
-
-// A simple (non-ALTER TABLE) command's steps. `object_type` is the row's (table, index, ...).
-std::vector<DdlStep> SimpleSteps(const Node* tree, const std::string& tag, const std::string& identity) {
-  switch (nodeTag(tree)) {
-    case T_CreateStmt: {
-      const CreateStmt* stmt = castNode(CreateStmt, tree);
-      // PARTITION OF names its parent in inhRelations too: created with the source's bound.
-      if (stmt->inhRelations != NIL && stmt->partbound == nullptr)
-        return {Unsupported("CREATE TABLE " + identity + " INHERITS")};
-      if (stmt->ofTypename != nullptr) return {Unsupported("CREATE TABLE " + identity + " OF type")};
-      return {Step(DdlStepKind::CreateTable, "CREATE TABLE " + identity)};
-    }
-    case T_CreateTableAsStmt:
-      // CREATE TABLE AS / SELECT INTO: its rows are in the WAL before this record, so the applier
-      // meets them before the table; it runs this CREATE first (core CreatesRelation,
-      // docs/schema-changes.md "CREATE TABLE AS").
-      return {Step(DdlStepKind::CreateTable, tag + " " + identity)};
-    case T_RenameStmt: {
-      const RenameStmt* stmt = castNode(RenameStmt, tree);
-      switch (stmt->renameType) {
-        case OBJECT_TABLE:
-          return {Step(DdlStepKind::RenameTable, "RENAME TO " + Str(stmt->newname),
-                       stmt->relation != nullptr ? Str(stmt->relation->relname) : "", Str(stmt->newname))};
-        case OBJECT_COLUMN:
-          return {Step(DdlStepKind::RenameColumn, "RENAME COLUMN " + Str(stmt->subname) + " TO " + Str(stmt->newname),
-                       Str(stmt->subname), Str(stmt->newname))};
-        case OBJECT_TABCONSTRAINT:
-          return {NoShapeChange("RENAME CONSTRAINT " + Str(stmt->subname) + " TO " + Str(stmt->newname))};
-        case OBJECT_INDEX: return {NoShapeChange("ALTER INDEX " + identity + " RENAME")};
-        case OBJECT_TRIGGER: return {NoShapeChange("ALTER TRIGGER " + Str(stmt->subname) + " RENAME")};
-        case OBJECT_RULE: return {NoShapeChange("ALTER RULE " + Str(stmt->subname) + " RENAME")};
-        case OBJECT_POLICY: return {NoShapeChange("ALTER POLICY " + Str(stmt->subname) + " RENAME")};
-        default: return {Unsupported(tag + " " + identity)};
-      }
-    }
-    case T_IndexStmt: {
-      const IndexStmt* stmt = castNode(IndexStmt, tree);
-      if (stmt->primary) return {Step(DdlStepKind::AddPrimaryKey, "ADD PRIMARY KEY")};
-      return {NoShapeChange(tag + " " + identity)};
-    }
-    case T_AlterObjectSchemaStmt: return {Unsupported("ALTER TABLE ... SET SCHEMA")};
-    case T_CommentStmt:
-    case T_CreateTrigStmt:
-    case T_RuleStmt:
-    case T_CreatePolicyStmt:
-    case T_AlterPolicyStmt:
-    case T_CreateStatsStmt:
-    case T_AlterStatsStmt:
-    case T_SecLabelStmt:
-    case T_AlterTableMoveAllStmt:
-    case T_AlterExtensionContentsStmt:
-    case T_AlterObjectDependsStmt:
-    case T_AlterOwnerStmt:
-      return {NoShapeChange(tag + " " + identity)};
-    default: return {Unsupported(tag + " " + identity + " (command unknown to trellara)")};
-  }
-}
-
 // What one statement did to one table, built up over the statement's commands.
 struct TableDdl {
   Ddl ddl;
@@ -547,122 +126,6 @@ struct CommandRow {
   Oid table = InvalidOid;
   Oid type = InvalidOid;  // a command on a type or domain
 };
-
-// Runs `query` (read only) and returns SPI_tuptable; SPI must be connected.
-SPITupleTable* RunQuery(const char* query, int nargs = 0, Oid* argtypes = nullptr, Datum* values = nullptr) {
-  int rc = pg::CallPostgres([&] {
-    // Not read-only: SPI then takes a snapshot of its own (some utility commands run without one).
-    return nargs == 0 ? SPI_execute(query, false, 0)
-                      : SPI_execute_with_args(query, nargs, argtypes, values, nullptr, false, 0);
-  });
-  if (rc != SPI_OK_SELECT)
-    throw pg::SqlError(ERRCODE_INTERNAL_ERROR, "trellara DDL capture could not read the catalog: SPI returned " +
-                                                   std::to_string(rc) + " for " + std::string(query, 60) + "...");
-  return SPI_tuptable;
-}
-
-std::string TextColumn(SPITupleTable* table, uint64 row, int col) {
-  HeapTuple tuple = table->vals[row];
-  TupleDesc desc = table->tupdesc;
-  const char* value = PGCALL(SPI_getvalue(tuple, desc, col));
-  return Str(value);
-}
-
-// A text[] column (NULL elements are not expected and refused).
-std::vector<std::string> TextArrayColumn(SPITupleTable* table, uint64 row, int col) {
-  Datum* elems = nullptr;
-  bool* nulls = nullptr;
-  int n = 0;
-  pg::CallPostgres([&] {
-    bool isnull = true;
-    Datum d = SPI_getbinval(table->vals[row], table->tupdesc, col, &isnull);
-    if (isnull) return;
-    deconstruct_array(DatumGetArrayTypeP(d), TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
-  });
-  std::vector<std::string> out;
-  for (int i = 0; i < n; i++) {
-    if (nulls[i]) continue;
-    const char* value = PGCALL(TextDatumGetCString(elems[i]));
-    out.emplace_back(value);
-  }
-  return out;
-}
-
-std::vector<std::string> PublicationsOf(Oid relid) {
-  Oid argtypes[1] = {REGCLASSOID};
-  Datum values[1] = {ObjectIdGetDatum(relid)};
-  SPITupleTable* table = RunQuery(kPublicationsQuery, 1, argtypes, values);
-  std::vector<std::string> out;
-  for (uint64 i = 0; i < SPI_processed; i++) out.push_back(TextColumn(table, i, 1));
-  return out;
-}
-
-Oid TypeNamespace(Oid type) {
-  return pg::CallPostgres([&] {
-    HeapTuple tup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(type));
-    if (!HeapTupleIsValid(tup)) return InvalidOid;
-    Oid nsp = ((Form_pg_type)GETSTRUCT(tup))->typnamespace;
-    ReleaseSysCache(tup);
-    return nsp;
-  });
-}
-
-// Tables and partitioned tables with a column of type $1 or of its array type.
-constexpr char kTablesUsingTypeQuery[] =
-    "SELECT DISTINCT a.attrelid FROM pg_catalog.pg_attribute a "
-    "JOIN pg_catalog.pg_class c ON c.oid = a.attrelid AND c.relkind IN ('r', 'p') "
-    "WHERE a.attnum > 0 AND NOT a.attisdropped "
-    "  AND a.atttypid IN ($1, (SELECT t.typarray FROM pg_catalog.pg_type t WHERE t.oid = $1)) "
-    "ORDER BY 1";
-
-std::vector<Oid> TablesUsingType(Oid type) {
-  Oid argtypes[1] = {OIDOID};
-  Datum values[1] = {ObjectIdGetDatum(type)};
-  SPITupleTable* table = RunQuery(kTablesUsingTypeQuery, 1, argtypes, values);
-  std::vector<Oid> out;
-  for (uint64 i = 0; i < SPI_processed; i++) {
-    bool isnull = true;
-    Datum d = PGCALL(SPI_getbinval(table->vals[i], table->tupdesc, 1, &isnull));
-    if (!isnull) out.push_back(DatumGetObjectId(d));
-  }
-  return out;
-}
-
-// An enum's labels in their order.
-constexpr char kEnumLabelsQuery[] =
-    "SELECT e.enumlabel::pg_catalog.text FROM pg_catalog.pg_enum e WHERE e.enumtypid = $1 ORDER BY e.enumsortorder";
-
-std::vector<std::string> EnumLabels(Oid type) {
-  Oid argtypes[1] = {OIDOID};
-  Datum values[1] = {ObjectIdGetDatum(type)};
-  SPITupleTable* table = RunQuery(kEnumLabelsQuery, 1, argtypes, values);
-  std::vector<std::string> out;
-  for (uint64 i = 0; i < SPI_processed; i++) out.push_back(TextColumn(table, i, 1));
-  return out;
-}
-
-// A partitioned table's key, a partition's parent and bound, as the source prints them.
-constexpr char kPartitioningQuery[] =
-    "SELECT CASE WHEN c.relkind = 'p' THEN pg_catalog.pg_get_partkeydef(c.oid) END, pn.nspname::pg_catalog.text, "
-    "       p.relname::pg_catalog.text, "
-    "       CASE WHEN c.relispartition THEN pg_catalog.pg_get_expr(c.relpartbound, c.oid) END "
-    "FROM pg_catalog.pg_class c "
-    "LEFT JOIN pg_catalog.pg_inherits i ON c.relispartition AND i.inhrelid = c.oid "
-    "LEFT JOIN pg_catalog.pg_class p ON p.oid = i.inhparent "
-    "LEFT JOIN pg_catalog.pg_namespace pn ON pn.oid = p.relnamespace "
-    "WHERE c.oid = $1";
-
-void DescribePartitioning(RelationDefinition& def) {
-  if (def.relkind != "p" && !def.is_partition) return;
-  Oid argtypes[1] = {OIDOID};
-  Datum values[1] = {ObjectIdGetDatum(def.oid)};
-  SPITupleTable* table = RunQuery(kPartitioningQuery, 1, argtypes, values);
-  if (SPI_processed != 1) return;
-  def.partition_key = TextColumn(table, 0, 1);
-  def.partition_parent_schema = TextColumn(table, 0, 2);
-  def.partition_parent_name = TextColumn(table, 0, 3);
-  def.partition_bound = TextColumn(table, 0, 4);
-}
 
 void WriteDdl(Ddl ddl) {
   // The (sub)transaction running the command (DDL always has an xid): a streamed transaction that
@@ -935,18 +398,18 @@ void CaptureDroppedTables(FunctionCallInfo fcinfo) {
 }
 
 }  // namespace
-}  // namespace trellara::extension
+}  // namespace trellara::extension::ddl
 
 Datum trellara_ddl_command_end(PG_FUNCTION_ARGS) {
   return trellara::pg::GuardEntry("trellara.ddl_command_end()", [fcinfo] {
-    trellara::extension::CaptureDdlCommands(fcinfo);
+    trellara::extension::ddl::CaptureDdlCommands(fcinfo);
     return (Datum)0;
   });
 }
 
 Datum trellara_sql_drop(PG_FUNCTION_ARGS) {
   return trellara::pg::GuardEntry("trellara.sql_drop()", [fcinfo] {
-    trellara::extension::CaptureDroppedTables(fcinfo);
+    trellara::extension::ddl::CaptureDroppedTables(fcinfo);
     return (Datum)0;
   });
 }

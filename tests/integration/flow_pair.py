@@ -25,8 +25,8 @@ import subprocess
 import sys
 import tempfile
 
-from capture_support import (TRELLARA_BIN, CaptureFailure, assert_no_backend_crashes, log_records, setup_flow,
-                             wait_for, write_flow_config)
+from capture_support import (TRELLARA_BIN, CaptureFailure, assert_no_backend_crashes, log_records, lsn_to_int,
+                             setup_flow, wait_for, write_flow_config)
 from harness import Cluster
 
 
@@ -133,6 +133,15 @@ class FlowPair:
                                      self.log_dir], capture_output=True, text=True, timeout=60)
         if registered.returncode != 0:
             raise CaptureFailure(f"register-consumer whole-log-check failed: {registered.stderr}")
+
+    def wait_log_covers_source(self, timeout_s=120):
+        """Waits until the flow's log durably covers the source's current WAL position."""
+        target_lsn = lsn_to_int(self.source.query("SELECT pg_current_wal_lsn()"))
+
+        def covered():
+            text = self.source.query(f"SELECT log_durable_lsn FROM trellara.status() WHERE flow = '{self.flow}'")
+            return text and lsn_to_int(text) >= target_lsn
+        wait_for(f"the log of flow {self.flow} to cover source WAL position {target_lsn:X}", covered, timeout_s)
 
     def check_no_crashes(self):
         assert_no_backend_crashes(self.source, self.target)

@@ -528,3 +528,38 @@ TEST_CASE("handoff_protocol_property_catches_both_paired_defects", "[snapshot][p
     CHECK(caught > 0);
   }
 }
+
+TEST_CASE("a_table_is_registered_resumed_skipped_or_copied_again_only_when_allowed", "[snapshot]") {
+  const RegistrationRequest run{"r2", false, false, "app", "/etc/app.toml"};
+  const auto decide = [](const std::optional<RegisteredTable>& row, const RegistrationRequest& request) {
+    return DecideRegistration("public.t", row, request);
+  };
+  CHECK(*decide(std::nullopt, run) == SnapshotRegistration::New);
+  // The same run: resume what is unfinished; a finished table is skipped unless --force.
+  CHECK(*decide(RegisteredTable{"r2", SnapshotState::Copying}, run) == SnapshotRegistration::Resume);
+  CHECK(*decide(RegisteredTable{"r2", SnapshotState::FailedRecoverable}, run) == SnapshotRegistration::Resume);
+  CHECK(*decide(RegisteredTable{"r2", SnapshotState::HandoffReady}, run) == SnapshotRegistration::Skip);
+  RegistrationRequest forced = run;
+  forced.force = true;
+  CHECK(*decide(RegisteredTable{"r2", SnapshotState::HandoffReady}, forced) == SnapshotRegistration::Reregister);
+  // Finished by an earlier run: skipped by a new run, refused under a named run without --force.
+  CHECK(*decide(RegisteredTable{"r1", SnapshotState::HandoffReady}, run) == SnapshotRegistration::Skip);
+  RegistrationRequest named = run;
+  named.run_id_named = true;
+  auto refused = decide(RegisteredTable{"r1", SnapshotState::HandoffReady}, named);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.find("rerun with --force") != std::string::npos);
+  CHECK(*decide(RegisteredTable{"r1", SnapshotState::HandoffReady}, forced) == SnapshotRegistration::Reregister);
+  // Another run's unfinished copy: resume that run, or --force.
+  auto other = decide(RegisteredTable{"r1", SnapshotState::Copying}, run);
+  REQUIRE_FALSE(other.ok());
+  CHECK(other.error().message.find("trellara snapshot --config /etc/app.toml --run-id r1") != std::string::npos);
+  CHECK(*decide(RegisteredTable{"r1", SnapshotState::Copying}, forced) == SnapshotRegistration::Reregister);
+  // Withheld by a DDL: only a forced copy under the new schema.
+  auto withheld = decide(RegisteredTable{"ddl@0/16B3748", SnapshotState::FailedRecoverable}, run);
+  REQUIRE_FALSE(withheld.ok());
+  CHECK(withheld.error().message.find("withheld from its handoff by the DDL at commit 0/16B3748") != std::string::npos);
+  CHECK(withheld.error().message.find("--table public.t --force") != std::string::npos);
+  CHECK(*decide(RegisteredTable{"ddl@0/16B3748", SnapshotState::FailedRecoverable}, forced) ==
+        SnapshotRegistration::Reregister);
+}

@@ -169,6 +169,46 @@ Status CheckSnapshotTransition(SnapshotState from, SnapshotState to, bool force,
                    "--force to start its copy over");
 }
 
+Result<SnapshotRegistration> DecideRegistration(const std::string& table, const std::optional<RegisteredTable>& row,
+                                                const RegistrationRequest& request) {
+  if (!row) return SnapshotRegistration::New;
+  const std::string what = "table " + table + " of flow " + request.flow;
+  if (row->run_id == request.run_id) {
+    if (row->state != SnapshotState::HandoffReady) return SnapshotRegistration::Resume;
+    if (!request.force) return SnapshotRegistration::Skip;  // a rerun of the same run: nothing to copy
+    Status allowed = CheckSnapshotTransition(row->state, SnapshotState::Pending, true, what);
+    if (!allowed.ok()) return allowed.error();
+    return SnapshotRegistration::Reregister;
+  }
+  if (row->state == SnapshotState::HandoffReady) {
+    // Copied by an earlier, finished run. Copying it again under an explicitly named run is a
+    // backward move (handoff_ready -> pending) that only --force may make.
+    if (request.force || request.run_id_named) {
+      Status allowed = CheckSnapshotTransition(row->state, SnapshotState::Pending, request.force,
+                                               what + " (handoff_ready in run " + row->run_id + ")");
+      if (!allowed.ok())
+        return MakeError(allowed.error().message + "; to copy it again under run " + request.run_id +
+                         " rerun with --force; without --run-id a rerun reports it skipped");
+      return SnapshotRegistration::Reregister;
+    }
+    return SnapshotRegistration::Skip;
+  }
+  // A DDL applied while the table's copy was unfinished moved it to run "ddl@<commit LSN>" and
+  // marked it failed_recoverable: it is not a run to resume.
+  if (!request.force && row->run_id.starts_with("ddl@"))
+    return MakeError(what + " was withheld from its handoff by the DDL at commit " + row->run_id.substr(4) +
+                     " (its copy was made under the old schema); copy it again under the new schema with "
+                     "trellara snapshot --config " + request.config_path + " --table " + table + " --force");
+  if (!request.force)
+    return MakeError(what + " belongs to the unfinished snapshot run " + row->run_id + " (table state " +
+                     SnapshotStateName(row->state) + "); resume that run with trellara snapshot --config " +
+                     request.config_path + " --run-id " + row->run_id + ", or pass --force to copy it again under run " +
+                     request.run_id);
+  Status allowed = CheckSnapshotTransition(row->state, SnapshotState::Pending, true, what);
+  if (!allowed.ok()) return allowed.error();
+  return SnapshotRegistration::Reregister;
+}
+
 HalfDecision DecideHalf(const ChunkView& chunk, uint32_t xid, uint64_t commit_lsn) {
   switch (chunk.kind) {
     case ChunkView::Kind::Unknown: return HalfDecision::NeedState;

@@ -78,6 +78,28 @@ Result<SnapshotState> ParseSnapshotState(const std::string& name);
 // naming both states and `--force`.
 Status CheckSnapshotTransition(SnapshotState from, SnapshotState to, bool force, const std::string& what);
 
+// What `trellara snapshot` does with one table of the flow, given the target's row for it
+// (nullopt: never registered): register it New, Resume its unfinished copy in the same run, Skip
+// it (copied by this run already, or by an earlier finished run when no run was named), or
+// Reregister it under this run (back to pending, copied again). A move backwards needs --force
+// (CheckSnapshotTransition); a table of another unfinished run, or withheld by a DDL (run
+// "ddl@<commit LSN>", docs/schema-changes.md), is refused with the command that resumes or
+// re-copies it.
+enum class SnapshotRegistration : uint8_t { New, Resume, Skip, Reregister };
+struct RegisteredTable {  // the target's trellara.snapshot_tables row
+  std::string run_id;
+  SnapshotState state = SnapshotState::Pending;
+};
+struct RegistrationRequest {
+  std::string run_id;         // the run registering now
+  bool run_id_named = false;  // --run-id was given
+  bool force = false;         // --force
+  std::string flow;           // for messages
+  std::string config_path;    // for the command in a refusal
+};
+Result<SnapshotRegistration> DecideRegistration(const std::string& table, const std::optional<RegisteredTable>& row,
+                                                const RegistrationRequest& request);
+
 // ---- the applier's rule ----------------------------------------------------------------
 
 // What the applier knows of one chunk.

@@ -54,6 +54,12 @@ inline constexpr milliseconds kHoldLockPoll{50};
 inline constexpr milliseconds kApplyProgressLine{5000};
 inline constexpr milliseconds kTerminalRedraw{1000};
 
+// ---- forwarder (trellara forward, docs/broker.md) ----
+// A publish the broker did not acknowledge (no quorum, unreachable) is tried again after 100 ms,
+// doubling to 5 s while it keeps failing: a broker that returns is used within 5 s, one that is
+// down costs one attempt per 5 s.
+inline constexpr IdleBackoff kBrokerRetry{milliseconds(100), milliseconds(5000)};
+
 // ---- operator commands ----
 // verify / reseed --where: how often the hold is polled, and how long an applier that just started
 // may take to hold its lock before it is reported "not running".

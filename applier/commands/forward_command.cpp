@@ -1,0 +1,347 @@
+// forward_command.cpp — `trellara forward --config F [--until-caught-up] [--format text|json]`:
+// publishes a flow's local log to its NATS JetStream stream (docs/broker.md).
+//
+// A registered consumer of the log ("forwarder") that publishes every record unchanged — the
+// frame's payload with its checksum, the record type, offset and commit LSN as headers — with a
+// deduplication id naming the flow, the log's identity and the offset (core broker.h), waits for
+// the stream's acknowledgement, and only then counts the record as published and moves its
+// consumer offset. Each publish expects the subject's last record to be the one it published
+// before, so the stream never receives a record out of order from it. On start, and whenever the
+// stream answers differently than expected, it resumes after the stream's own last record —
+// never from its consumer offset, which can be ahead of a stream that lost acknowledged records.
+//
+// When the broker has no quorum (or cannot be reached) it retries with a capped, doubling backoff,
+// counting the retries, and says `state=broker_quorum_unavailable` until a publish is acknowledged
+// again. It never skips a record and never signals a process it did not start.
+// Exit 0 stopped (SIGTERM/SIGINT) or caught up (--until-caught-up), 2 configuration or setup,
+// 1 the stream and the log disagree or the stream refused a record (the message says how).
+#include <unistd.h>
+
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "broker/nats_stream.h"
+#include "commands/commands.h"
+#include "engine/applier.h"
+#include "trellara/base/cadence.h"
+#include "trellara/broker/broker.h"
+#include "trellara/log/consumer_lock.h"
+#include "trellara/log/consumer_offsets.h"
+#include "trellara/log/reader.h"
+#include "trellara/log/uring_device.h"
+#include "trellara/record/envelope.h"
+
+namespace trellara::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using apply::InstallStopHandlers;
+using apply::StopRequested;
+constexpr const char* kForwarderConsumer = "forwarder";
+constexpr uint64_t kOffsetWriteEvery = 512;  // records; and at least every kApplierOffsetWrite
+
+struct Options {
+  std::string config_path;
+  bool until_caught_up = false;
+  OutputFormat format = OutputFormat::Text;
+};
+
+struct Counters {
+  uint64_t published = 0;        // acknowledged as new records
+  uint64_t already_held = 0;     // acknowledged as duplicates (the broker had them)
+  uint64_t publish_retries = 0;  // publishes not acknowledged and tried again
+  uint64_t resyncs = 0;          // resumed after the stream's last record again
+  uint64_t ack_latency_us_sum = 0;
+  uint64_t ack_latency_us_max = 0;
+};
+
+// The identity of the flow's local log, from the source: system identifier and log start LSN.
+std::string ReadLogIdentity(const FlowConfig& config) {
+  if (config.source_conninfo.empty())
+    throw CommandFailed("configuration " + config.path + ": trellara forward needs [source] conninfo (it names "
+                        "each record by the source's system identifier and the LSN the flow's log started at)",
+                        kExitConfig);
+  auto source = ConnectPinned(config, config.source_conninfo, "source", "trellara forward");
+  auto row = MustSucceed(*source,
+                         source->ExecParams("SELECT (SELECT system_identifier FROM pg_control_system())::text, "
+                                            "log_started_lsn::text FROM trellara.flows WHERE name = $1",
+                                            {config.flow_name}),
+                         "reading the log identity of flow " + config.flow_name);
+  if (row.rows() == 0)
+    throw CommandFailed("flow " + config.flow_name + " does not exist on the source (trellara.flows); create it "
+                        "with trellara.create_flow", kExitCouldNotRun);
+  const auto sysid = row.Value(0, 0);
+  const auto started = row.Value(0, 1);
+  if (!started)
+    throw CommandFailed("the relay of flow " + config.flow_name + " has not recorded where its log started yet "
+                        "(trellara.flows.log_started_lsn is NULL); start the flow and run trellara forward again",
+                        kExitCouldNotRun);
+  auto lsn = ParseLsn(*started);
+  if (!sysid || !lsn) throw CommandFailed("the source returned an unreadable log identity for flow " + config.flow_name);
+  return trellara::broker::LogIdentity(std::stoull(*sysid), *lsn);
+}
+
+class Forwarder {
+ public:
+  Forwarder(FlowConfig config, Options options, std::string identity)
+      : config_(std::move(config)), options_(std::move(options)), identity_(std::move(identity)) {}
+
+  void Run() {
+    auto device = log::OpenUringDevice();
+    if (!device) throw CommandFailed("cannot open the log device: " + device.error().message, kExitCouldNotRun);
+    device_ = std::move(device.value());
+    bool held_by_another = false;
+    auto lock = log::ConsumerLock::Acquire(config_.log_directory, kForwarderConsumer, &held_by_another);
+    if (!lock)
+      throw CommandFailed(std::string(held_by_another ? "another trellara forward of flow " + config_.flow_name +
+                                                            " is running: "
+                                                      : "cannot take the forwarder's lock: ") +
+                              lock.error().message,
+                          kExitCouldNotRun);
+    lock_ = std::move(lock.value());
+    const LogProgress progress = ReadLogProgress(config_);
+    stop_offset_ = progress.end_offset;
+    ConnectStream();
+    if (!Resync()) {
+      Finish("stopped");
+      return;
+    }
+    auto last_offset_write = Clock::now();
+    auto wait = cadence::kApplierTail.min;
+    auto last_line = Clock::now();
+    uint64_t unwritten = 0;
+    while (!StopRequested()) {
+      if (options_.until_caught_up && reader_->next_offset() >= stop_offset_) break;
+      auto next = reader_->Next();
+      if (!next)
+        throw CommandFailed("reading the log of flow " + config_.flow_name + " at offset " +
+                            std::to_string(reader_->next_offset()) + ": " + next.error().message);
+      if (!next.value()) {
+        WriteOffset();
+        unwritten = 0;
+        std::this_thread::sleep_for(wait);
+        wait = cadence::kApplierTail.After(wait, false);
+        continue;
+      }
+      wait = cadence::kApplierTail.min;
+      const log::LogRecord& record = *next.value();
+      if (!PublishRecord(record)) {  // stopped, or resynced: read on from the reader's new position
+        if (StopRequested()) break;
+        continue;
+      }
+      if (++unwritten >= kOffsetWriteEvery || Clock::now() - last_offset_write >= cadence::kApplierOffsetWrite) {
+        WriteOffset();
+        unwritten = 0;
+        last_offset_write = Clock::now();
+      }
+      if (Clock::now() - last_line >= cadence::kApplyProgressLine) {
+        PrintLine("progress");
+        last_line = Clock::now();
+      }
+    }
+    WriteOffset();
+    Finish(StopRequested() ? "stopped" : "caught_up");
+  }
+
+ private:
+  // Connects (retrying while the broker cannot be reached) and makes sure the stream exists.
+  void ConnectStream() {
+    broker::StreamSettings settings;
+    settings.servers = config_.transport.servers;
+    settings.stream = config_.transport.stream;
+    settings.subject = trellara::broker::FlowSubject(config_.flow_name);
+    settings.credentials = config_.transport.credentials;
+    auto wait = cadence::kBrokerRetry.min;
+    while (!StopRequested()) {
+      auto stream = broker::NatsStream::Open(settings);
+      if (stream) {
+        stream_ = std::move(stream.value());
+        return;
+      }
+      Event("retry", "state=broker_quorum_unavailable error=\"" + stream.error().message + "\"");
+      counters_.publish_retries++;
+      std::this_thread::sleep_for(wait);
+      wait = cadence::kBrokerRetry.After(wait, false);
+    }
+  }
+
+  // Positions the reader after the stream's last record (core DecideForwardStart). False when
+  // stopped while the broker could not answer.
+  bool Resync() {
+    auto wait = cadence::kBrokerRetry.min;
+    while (!StopRequested() && stream_) {
+      auto last = stream_->LastRecord();
+      if (!last) {
+        Event("retry", "state=broker_quorum_unavailable error=\"" + last.error().message + "\"");
+        counters_.publish_retries++;
+        std::this_thread::sleep_for(wait);
+        wait = cadence::kBrokerRetry.After(wait, false);
+        continue;
+      }
+      std::optional<trellara::broker::RecordName> last_name;
+      last_sequence_ = 0;
+      if (last.value()) {
+        auto parsed = trellara::broker::ParseMessageId(last.value()->message_id);
+        if (!parsed)
+          throw CommandFailed("stream " + config_.transport.stream + ": " + parsed.error().message);
+        last_name = *parsed;
+        last_sequence_ = last.value()->sequence;
+      }
+      auto reader = log::LogReader::Open(*device_, config_.log_directory);
+      if (!reader)
+        throw CommandFailed("cannot open the log of flow " + config_.flow_name + " at " + config_.log_directory + ": " +
+                            reader.error().message, kExitCouldNotRun);
+      const uint64_t first = reader.value()->next_offset();
+      const uint64_t end = std::max(ReadLogProgress(config_).end_offset, first);
+      auto start = trellara::broker::DecideForwardStart(last_name, config_.flow_name, identity_, first, end,
+                                                        config_.transport.stream);
+      if (!start) throw CommandFailed("trellara forward of flow " + config_.flow_name + ": " + start.error().message);
+      Status seek = reader.value()->Seek(*start);
+      if (!seek.ok())
+        throw CommandFailed("cannot position the log of flow " + config_.flow_name + " at offset " +
+                            std::to_string(*start) + ": " + seek.error().message);
+      reader_ = std::move(reader.value());
+      counters_.resyncs++;
+      Event("resumed", "next_offset=" + std::to_string(*start) + " stream_sequence=" + std::to_string(last_sequence_));
+      return true;
+    }
+    return false;
+  }
+
+  // Publishes one record until the stream acknowledges it. False when stopped, or when the stream
+  // answered that its last record is not ours (the reader was repositioned by Resync).
+  bool PublishRecord(const log::LogRecord& record) {
+    const std::string id = trellara::broker::MessageId({config_.flow_name, identity_, record.offset});
+    const std::vector<std::pair<std::string, std::string>> headers{
+        {"Trellara-Offset", std::to_string(record.offset)},
+        {"Trellara-Type", std::to_string(record.type)},
+        {"Trellara-Commit-Lsn", FormatLsn(record.commit_lsn)}};
+    auto wait = cadence::kBrokerRetry.min;
+    while (!StopRequested()) {
+      const auto sent = Clock::now();
+      auto published = stream_->Publish(id, last_sequence_, headers, record.payload);
+      if (published.ack) {
+        const auto us = static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - sent).count());
+        counters_.ack_latency_us_sum += us;
+        counters_.ack_latency_us_max = std::max(counters_.ack_latency_us_max, us);
+        if (published.ack->duplicate)
+          counters_.already_held++;
+        else
+          counters_.published++;
+        last_sequence_ = published.ack->sequence;
+        if (unavailable_) {
+          Event("resumed", "state=running offset=" + std::to_string(record.offset));
+          unavailable_ = false;
+        }
+        return true;
+      }
+      const broker::PublishError& error = *published.error;
+      if (error.kind == broker::PublishFailure::WrongLast) {
+        Event("resync", "offset=" + std::to_string(record.offset) + " error=\"" + error.message + "\"");
+        if (!Resync()) return false;
+        return false;  // read on from where the stream ends
+      }
+      if (error.kind == broker::PublishFailure::Refused)
+        throw CommandFailed("stream " + config_.transport.stream + " refused offset " + std::to_string(record.offset) +
+                            " of flow " + config_.flow_name + ": " + error.message);
+      counters_.publish_retries++;
+      unavailable_ = true;
+      Event("retry", "state=broker_quorum_unavailable offset=" + std::to_string(record.offset) + " attempt_wait_ms=" +
+                         std::to_string(wait.count()) + " error=\"" + error.message + "\"");
+      std::this_thread::sleep_for(wait);
+      wait = cadence::kBrokerRetry.After(wait, false);
+    }
+    return false;
+  }
+
+  // The forwarder's consumer offset: the next offset it publishes (what it holds of the log).
+  void WriteOffset() {
+    if (!reader_) return;
+    const uint64_t next = reader_->next_offset();
+    if (written_offset_ && *written_offset_ == next) return;
+    Status written = log::WriteConsumerOffset(*device_, config_.log_directory, kForwarderConsumer, next);
+    if (!written.ok())
+      throw CommandFailed("cannot record the forwarder's offset " + std::to_string(next) + " in " +
+                          config_.log_directory + "/consumers/" + kForwarderConsumer + ": " + written.error().message);
+    written_offset_ = next;
+  }
+
+  void Event(const std::string& event, const std::string& fields) {
+    std::cerr << "forward flow=" << config_.flow_name << " event=" << event << " " << fields << std::endl;
+  }
+
+  void PrintLine(const std::string& state) {
+    std::cerr << "forward flow=" << config_.flow_name << " state=" << state << " next_offset="
+              << (reader_ ? reader_->next_offset() : 0) << " published=" << counters_.published
+              << " already_held=" << counters_.already_held << " publish_retries=" << counters_.publish_retries
+              << std::endl;
+  }
+
+  void Finish(const std::string& state) {
+    const uint64_t acked = counters_.published + counters_.already_held;
+    const double mean_ms = acked ? static_cast<double>(counters_.ack_latency_us_sum) / acked / 1000.0 : 0.0;
+    if (options_.format == OutputFormat::Json) {
+      nlohmann::json j{{"flow", config_.flow_name},
+                       {"state", state},
+                       {"stream", config_.transport.stream},
+                       {"log_identity", identity_},
+                       {"next_offset", reader_ ? reader_->next_offset() : 0},
+                       {"published", counters_.published},
+                       {"already_held", counters_.already_held},
+                       {"publish_retries", counters_.publish_retries},
+                       {"resyncs", counters_.resyncs},
+                       {"ack_latency_ms_mean", mean_ms},
+                       {"ack_latency_ms_max", counters_.ack_latency_us_max / 1000.0}};
+      std::cout << j.dump() << "\n";
+    } else {
+      std::cout << "forward: flow " << config_.flow_name << " " << state << " at offset "
+                << (reader_ ? reader_->next_offset() : 0) << " of stream " << config_.transport.stream << ": "
+                << counters_.published << " published, " << counters_.already_held << " already held, "
+                << counters_.publish_retries << " publish retries, ack latency mean " << mean_ms << " ms\n";
+    }
+  }
+
+  FlowConfig config_;
+  Options options_;
+  std::string identity_;
+  std::unique_ptr<log::LogDevice> device_;
+  std::unique_ptr<log::ConsumerLock> lock_;
+  std::unique_ptr<log::LogReader> reader_;
+  std::unique_ptr<broker::NatsStream> stream_;
+  uint64_t last_sequence_ = 0;  // the stream sequence of the subject's last record we know of
+  uint64_t stop_offset_ = 0;
+  std::optional<uint64_t> written_offset_;
+  bool unavailable_ = false;
+  Counters counters_;
+};
+
+void Run(const Options& options) {
+  FlowConfig config = LoadConfigOrFail(options.config_path);
+  if (config.transport.kind != TransportKind::Nats)
+    throw CommandFailed("configuration " + config.path + ": trellara forward publishes to a broker, and "
+                        "[transport] kind is \"local\"; set kind = \"nats\", servers and stream (docs/broker.md)",
+                        kExitConfig);
+  std::string identity = ReadLogIdentity(config);
+  InstallStopHandlers();
+  Forwarder forwarder(std::move(config), options, std::move(identity));
+  forwarder.Run();
+}
+
+}  // namespace
+
+void RegisterForward(CLI::App& app) {
+  auto options = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand("forward", "publish the flow's local log to its NATS JetStream stream "
+                                            "([transport] kind = \"nats\"), each record once, in order");
+  AddConfigOption(cmd, options->config_path);
+  cmd->add_flag("--until-caught-up", options->until_caught_up,
+                "stop once the log's end as it was at start is published (default: follow the log until SIGTERM)");
+  AddFormatOption(cmd, options->format);
+  cmd->callback([options] { Run(*options); });
+}
+
+}  // namespace trellara::cli
