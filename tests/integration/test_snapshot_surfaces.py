@@ -33,8 +33,11 @@ def snapshot_progress_shows_in_status_and_snapshot_status():
         env = dict(os.environ, TRELLARA_FAULTS="snapshot.during_table_copy:3:stall", TRELLARA_FAULT_STALL_MS="300000")
         proc = subprocess.Popen([TRELLARA_BIN, "snapshot", "--config", p.config, "--jobs", "1", "--chunk-rows", "500",
                                  "--run-id", "s1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-        wait_for("a chunk's COPY in flight", lambda: p.target.query(
-            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'COPY %FROM STDIN'") == "1", 60)
+        # The third chunk's COPY, stalled: two chunks committed and a COPY in flight (waiting for a
+        # COPY alone could be met by the first chunk's on a slow machine, and kill too early).
+        wait_for("two chunks copied and the third chunk's COPY in flight", lambda: p.target.query(
+            "SELECT (SELECT count(*) FROM trellara.snapshot_chunks WHERE state = 'copied') = 2 AND "
+            "(SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'COPY %FROM STDIN') = 1") == "t", 120)
         os.kill(proc.pid, signal.SIGKILL)  # our own child
         proc.communicate()
         rows = p.target.query("SELECT table_name, state, chunks, chunks_copied, rows_copied FROM "
