@@ -16,12 +16,15 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness.cluster import _free_port  # noqa: E402  one free-port rule for every test server
 
 NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
 READY_CEILING_S = 60
@@ -29,12 +32,6 @@ READY_CEILING_S = 60
 
 class NatsClusterError(Exception):
     """The cluster could not be started or stopped; the message says which node and why."""
-
-
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _alive(pid):
