@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -21,7 +22,8 @@ namespace trellara::cli::broker {
 struct StreamSettings {
   std::vector<std::string> servers;  // nats://host:port, one per cluster node
   std::string stream;                // the stream's name
-  std::string subject;               // the flow's subject (core FlowSubject)
+  std::string subject;               // the flow's records subject (core FlowSubject)
+  std::string stream_subjects;       // what the stream holds (core StreamSubjects): records and refills
   std::string credentials;           // a .creds file, or empty
   int replicas = 3;                  // R3: a record is acknowledged once a quorum stored it
   int64_t publish_wait_ms = 5000;    // how long a publish waits for its acknowledgement
@@ -68,8 +70,45 @@ class NatsStream {
     std::optional<PublishAck> ack;
     std::optional<PublishError> error;
   };
-  Published Publish(const std::string& message_id, uint64_t expected_last_sequence,
-                    const std::vector<std::pair<std::string, std::string>>& headers, std::span<const uint8_t> payload);
+  // `subject` empty: the records subject. `expected_last_sequence` nullopt: no expectation (a refill).
+  Published Publish(const std::string& message_id, std::optional<uint64_t> expected_last_sequence,
+                    const std::vector<std::pair<std::string, std::string>>& headers, std::span<const uint8_t> payload,
+                    const std::string& subject = "");
+
+  // ---- reading (a remote applier) ------------------------------------------------------
+  // One message of the stream as delivered: its stream sequence, subject, headers, payload.
+  struct Delivered {
+    uint64_t sequence = 0;
+    std::string subject;
+    std::string message_id;
+    std::optional<uint64_t> offset;  // Trellara-Offset
+    std::optional<uint8_t> type;     // Trellara-Type
+    std::string commit_lsn;          // Trellara-Commit-Lsn as written (%X/%X)
+    std::vector<uint8_t> payload;
+  };
+  // Starts (or restarts) reading the stream's subjects from stream sequence `from_sequence`, in
+  // stream order, through an ordered consumer (no acknowledgements: the reader decides what it
+  // holds). Replaces any earlier reading.
+  Status StartReading(uint64_t from_sequence);
+  // The stream's last sequence (any subject): asks the stream's leader, so it fails while the
+  // stream has no quorum.
+  Result<uint64_t> LastSequence();
+  // The next message, or nullopt when none arrived within `timeout_ms`. An error: reading must be
+  // started again (the consumer was lost with the broker).
+  Result<std::optional<Delivered>> Read(int64_t timeout_ms);
+
+  // ---- plain NATS messages (not stored): refill requests and positions --------------------
+  Status Send(const std::string& subject, const std::string& text);
+  // A request and its answer within `timeout_ms` (an error when nobody answered).
+  Result<std::string> Ask(const std::string& subject, const std::string& text, int64_t timeout_ms);
+  // Listens on `subject` (once; later calls are no-ops) ...
+  Status Listen(const std::string& subject);
+  // ... and hands over what arrived on it, waiting at most `timeout_ms` (0: only what is there).
+  struct Heard {
+    std::string text;
+    std::string reply;  // where to answer; empty when no answer is asked
+  };
+  Result<std::optional<Heard>> Hear(const std::string& subject, int64_t timeout_ms);
 
   // Whether the connection is up right now (a quorum is a different question: see Publish).
   bool Connected() const;

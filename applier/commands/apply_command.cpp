@@ -18,12 +18,8 @@ void RegisterApply(CLI::App& app) {
                 "apply every durable record present at start, then exit 0 (non-zero if blocked by a quarantine)");
   cmd->callback([config_path, until_caught_up] {
     FlowConfig config = LoadConfigOrFail(*config_path);
-    // The applier reads the local log; reading the broker's stream is not built yet (docs/broker.md).
-    if (config.transport.kind != TransportKind::Local)
-      throw CommandFailed("configuration " + config.path + ": trellara apply reads the flow's log directory on this "
-                          "host; applying from the broker's stream ([transport] kind = \"nats\") is not built yet. "
-                          "Run the applier on the source host with a configuration whose [transport] kind is "
-                          "\"local\" (trellara forward keeps publishing with the other)", kExitConfig);
+    // With [transport] kind = "nats" the applier keeps flow.log_directory as its replica of the
+    // log, fed from the stream (broker/stream_receiver.h, docs/broker.md "Remote apply").
     apply::InstallStopHandlers();
     apply::Applier applier(std::move(config), *until_caught_up);
     applier.Run();

@@ -17,7 +17,9 @@
 // 1 the stream and the log disagree or the stream refused a record (the message says how).
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <iostream>
 #include <thread>
 
@@ -31,6 +33,8 @@
 #include "trellara/log/consumer_lock.h"
 #include "trellara/log/consumer_offsets.h"
 #include "trellara/log/reader.h"
+#include "trellara/log/retention.h"
+#include "trellara/base/fault.h"
 #include "trellara/log/uring_device.h"
 #include "trellara/record/envelope.h"
 
@@ -42,6 +46,8 @@ using apply::InstallStopHandlers;
 using apply::StopRequested;
 constexpr const char* kForwarderConsumer = "forwarder";
 constexpr uint64_t kOffsetWriteEvery = 512;  // records; and at least every kApplierOffsetWrite
+// While publishing, refill requests and remote appliers' positions are read at least this often.
+constexpr auto kAnswerInterval = std::chrono::milliseconds(20);
 
 struct Options {
   std::string config_path;
@@ -56,6 +62,9 @@ struct Counters {
   uint64_t resyncs = 0;          // resumed after the stream's last record again
   uint64_t ack_latency_us_sum = 0;
   uint64_t ack_latency_us_max = 0;
+  uint64_t refills = 0;            // refill requests answered by publishing again
+  uint64_t refilled_records = 0;   // records published again on the refill subject
+  uint64_t positions = 0;          // remote appliers' positions recorded
 };
 
 // The identity of the flow's local log, from the source: system identifier and log start LSN.
@@ -102,6 +111,7 @@ class Forwarder {
                               lock.error().message,
                           kExitCouldNotRun);
     lock_ = std::move(lock.value());
+    RegisterRemoteAppliers();
     const LogProgress progress = ReadLogProgress(config_);
     stop_offset_ = progress.end_offset;
     ConnectStream();
@@ -122,7 +132,7 @@ class Forwarder {
       if (!next.value()) {
         WriteOffset();
         unwritten = 0;
-        std::this_thread::sleep_for(wait);
+        if (!Answer(wait)) std::this_thread::sleep_for(wait);
         wait = cadence::kApplierTail.After(wait, false);
         continue;
       }
@@ -141,27 +151,148 @@ class Forwarder {
         PrintLine("progress");
         last_line = Clock::now();
       }
+      if (Clock::now() - last_answer_ >= kAnswerInterval) Answer(std::chrono::milliseconds(0));
     }
     WriteOffset();
     Finish(StopRequested() ? "stopped" : "caught_up");
   }
 
  private:
+  // Each remote applier named in [transport] remote_appliers holds the log as consumer
+  // "remote.<name>" from the start: the log is kept until that applier reports past it, so whatever
+  // the broker loses can be published again.
+  void RegisterRemoteAppliers() {
+    // Negative control (tests only, TRELLARA_FAULTS=defect.forward_retention_by_forwarder:1:defect):
+    // only the forwarder's own progress holds the log, which the lost-message scenario must catch.
+    defect_retention_ = fault::Hit("defect.forward_retention_by_forwarder") == fault::Action::Defect;
+    if (defect_retention_) return;
+    for (const auto& name : config_.transport.remote_appliers) {
+      Status registered =
+          log::RegisterConsumer(*device_, config_.log_directory, trellara::broker::RemoteConsumerName(name));
+      if (!registered.ok())
+        throw CommandFailed("remote applier " + name + " of flow " + config_.flow_name + ": " +
+                                registered.error().message, kExitCouldNotRun);
+    }
+  }
+
+  // Reads what arrived on the plain subjects within `wait`: refill requests (answered, and the
+  // records published again) and remote appliers' positions (recorded). True when something came.
+  bool Answer(std::chrono::milliseconds wait) {
+    last_answer_ = Clock::now();
+    if (!stream_) return false;
+    bool heard_any = false;
+    for (int round = 0; round < 64; round++) {
+      auto request = stream_->Hear(trellara::broker::RefillRequestSubject(config_.flow_name), round == 0 ? wait.count() : 0);
+      auto position = stream_->Hear(trellara::broker::PositionSubject(config_.flow_name), 0);
+      if (!request || !position) return heard_any;  // the connection is down; asked again later
+      if (!*request && !*position) return heard_any;
+      heard_any = true;
+      if (*position) RecordPosition((*position)->text);
+      if (*request) Refill(**request);
+    }
+    return heard_any;
+  }
+
+  void RecordPosition(const std::string& text) {
+    auto position = trellara::broker::ParsePosition(text);
+    if (!position) {
+      Event("warning", "reason=\"" + position.error().message + "\"");
+      return;
+    }
+    const auto& names = config_.transport.remote_appliers;
+    if (defect_retention_ || position->log_identity != identity_ ||
+        std::find(names.begin(), names.end(), position->applier) == names.end()) {
+      if (!defect_retention_)
+        Event("warning", "reason=\"remote applier " + position->applier + " reported offset " +
+                             std::to_string(position->next_offset) + " of log " + position->log_identity +
+                             "; the log is kept only for the remote appliers of log " + identity_ +
+                             " named in [transport] remote_appliers\"");
+      return;
+    }
+    const std::string consumer = trellara::broker::RemoteConsumerName(position->applier);
+    auto it = remote_written_.find(consumer);
+    if (it != remote_written_.end() && it->second == position->next_offset) return;
+    Status written = log::WriteConsumerOffset(*device_, config_.log_directory, consumer, position->next_offset);
+    if (!written.ok())
+      throw CommandFailed("cannot record remote applier " + position->applier + "'s position " +
+                          std::to_string(position->next_offset) + " in " + config_.log_directory + "/consumers/" +
+                          consumer + ": " + written.error().message);
+    remote_written_[consumer] = position->next_offset;
+    counters_.positions++;
+  }
+
+  // A remote applier found a hole at `from`: everything from there up to what this forwarder has
+  // published goes out again on the refill subject (the applier passes over what follows the hole
+  // until it comes), each record under a name the broker's duplicate window has not seen.
+  void Refill(const broker::NatsStream::Heard& heard) {
+    auto request = trellara::broker::ParseRefillRequest(heard.text);
+    if (!request) {
+      Event("warning", "reason=\"" + request.error().message + "\"");
+      return;
+    }
+    const uint64_t end = reader_ ? reader_->next_offset() : 0;
+    trellara::broker::RefillAnswer answer;
+    auto reader = log::LogReader::Open(*device_, config_.log_directory);
+    if (!reader)
+      throw CommandFailed("cannot open the log of flow " + config_.flow_name + " to refill: " + reader.error().message);
+    const uint64_t first = reader.value()->next_offset();
+    if (request->log_identity != identity_) {
+      answer.kind = trellara::broker::RefillAnswer::Kind::OtherLog;
+      answer.detail = identity_;
+    } else if (request->from < first) {
+      answer.kind = trellara::broker::RefillAnswer::Kind::Gone;
+      answer.first = first;
+    } else {
+      answer.first = std::min(request->from, end);
+      answer.end = end;
+    }
+    if (!heard.reply.empty()) {
+      Status sent = stream_->Send(heard.reply, trellara::broker::EncodeRefillAnswer(answer));
+      if (!sent.ok()) return;  // the applier asks again
+    }
+    Event("refill", "from=" + std::to_string(request->from) + " seen=" + std::to_string(request->to) + " answer=\"" +
+                        trellara::broker::EncodeRefillAnswer(answer) + "\"");
+    if (answer.kind != trellara::broker::RefillAnswer::Kind::Ok || answer.first >= answer.end) return;
+    counters_.refills++;
+    const uint64_t refill = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count());
+    Status seek = reader.value()->Seek(answer.first);
+    if (!seek.ok())
+      throw CommandFailed("cannot refill flow " + config_.flow_name + " from offset " + std::to_string(answer.first) +
+                          ": " + seek.error().message);
+    for (uint64_t o = answer.first; o < answer.end && !StopRequested(); o++) {
+      auto next = reader.value()->Next();
+      if (!next || !*next)
+        throw CommandFailed("cannot read offset " + std::to_string(o) + " of flow " + config_.flow_name +
+                            " to refill it" + (next ? "" : ": " + next.error().message));
+      const log::LogRecord& record = **next;
+      const std::string id = trellara::broker::RefillMessageId({config_.flow_name, identity_, record.offset}, refill);
+      if (!PublishUntilAcknowledged(record, id, std::nullopt, trellara::broker::RefillSubject(config_.flow_name)))
+        return;
+      counters_.refilled_records++;
+    }
+  }
+
   // Connects (retrying while the broker cannot be reached) and makes sure the stream exists.
   void ConnectStream() {
     broker::StreamSettings settings;
     settings.servers = config_.transport.servers;
     settings.stream = config_.transport.stream;
     settings.subject = trellara::broker::FlowSubject(config_.flow_name);
+    settings.stream_subjects = trellara::broker::StreamSubjects(config_.flow_name);
     settings.credentials = config_.transport.credentials;
     auto wait = cadence::kBrokerRetry.min;
     while (!StopRequested()) {
       auto stream = broker::NatsStream::Open(settings);
-      if (stream) {
+      Status ready = stream ? stream.value()->Listen(trellara::broker::RefillRequestSubject(config_.flow_name))
+                            : Status(stream.error());
+      if (ready.ok()) ready = stream.value()->Listen(trellara::broker::PositionSubject(config_.flow_name));
+      if (ready.ok()) {
         stream_ = std::move(stream.value());
         return;
       }
-      Event("retry", "state=broker_quorum_unavailable error=\"" + stream.error().message + "\"");
+      Event("retry", "state=broker_quorum_unavailable error=\"" + ready.error().message + "\"");
       counters_.publish_retries++;
       std::this_thread::sleep_for(wait);
       wait = cadence::kBrokerRetry.After(wait, false);
@@ -211,10 +342,23 @@ class Forwarder {
     return false;
   }
 
-  // Publishes one record until the stream acknowledges it. False when stopped, or when the stream
+  // Publishes one record in order on the records subject. False when stopped, or when the stream
   // answered that its last record is not ours (the reader was repositioned by Resync).
   bool PublishRecord(const log::LogRecord& record) {
+    // Negative control (tests only, TRELLARA_FAULTS=defect.forward_progress_before_ack:1:defect): the
+    // forwarder records a record as published before the broker acknowledged it.
+    if (fault::Hit("defect.forward_progress_before_ack") == fault::Action::Defect)
+      WriteOffsetAt(record.offset + 1);
     const std::string id = trellara::broker::MessageId({config_.flow_name, identity_, record.offset});
+    return PublishUntilAcknowledged(record, id, last_sequence_, "");
+  }
+
+  // Publishes `record` as message `id` on `subject` ("" the records subject, expecting the
+  // subject's last record at `expected_last`) until the stream acknowledges it. False when
+  // stopped, or (records subject) when the stream's last record is not the one expected: the
+  // reader was repositioned by Resync and reading goes on from there.
+  bool PublishUntilAcknowledged(const log::LogRecord& record, const std::string& id,
+                                std::optional<uint64_t> expected_last, const std::string& subject) {
     const std::vector<std::pair<std::string, std::string>> headers{
         {"Trellara-Offset", std::to_string(record.offset)},
         {"Trellara-Type", std::to_string(record.type)},
@@ -222,17 +366,23 @@ class Forwarder {
     auto wait = cadence::kBrokerRetry.min;
     while (!StopRequested()) {
       const auto sent = Clock::now();
-      auto published = stream_->Publish(id, last_sequence_, headers, record.payload);
+      auto published = stream_->Publish(id, subject.empty() ? std::optional<uint64_t>(last_sequence_) : expected_last,
+                                        headers, record.payload, subject);
       if (published.ack) {
         const auto us = static_cast<uint64_t>(
             std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - sent).count());
         counters_.ack_latency_us_sum += us;
         counters_.ack_latency_us_max = std::max(counters_.ack_latency_us_max, us);
-        if (published.ack->duplicate)
-          counters_.already_held++;
-        else
-          counters_.published++;
-        last_sequence_ = published.ack->sequence;
+        if (subject.empty()) {
+          if (published.ack->duplicate)
+            counters_.already_held++;
+          else
+            counters_.published++;
+          last_sequence_ = published.ack->sequence;
+          // Fault point (tests): the broker acknowledged the record, the forwarder's progress is not
+          // written yet (`crash` dies here).
+          fault::Hit("forward.after_ack_before_progress");
+        }
         if (unavailable_) {
           Event("resumed", "state=running offset=" + std::to_string(record.offset));
           unavailable_ = false;
@@ -242,8 +392,8 @@ class Forwarder {
       const broker::PublishError& error = *published.error;
       if (error.kind == broker::PublishFailure::WrongLast) {
         Event("resync", "offset=" + std::to_string(record.offset) + " error=\"" + error.message + "\"");
-        if (!Resync()) return false;
-        return false;  // read on from where the stream ends
+        Resync();
+        return false;  // stopped, or read on from where the stream ends
       }
       if (error.kind == broker::PublishFailure::Refused)
         throw CommandFailed("stream " + config_.transport.stream + " refused offset " + std::to_string(record.offset) +
@@ -260,8 +410,9 @@ class Forwarder {
 
   // The forwarder's consumer offset: the next offset it publishes (what it holds of the log).
   void WriteOffset() {
-    if (!reader_) return;
-    const uint64_t next = reader_->next_offset();
+    if (reader_) WriteOffsetAt(reader_->next_offset());
+  }
+  void WriteOffsetAt(uint64_t next) {
     if (written_offset_ && *written_offset_ == next) return;
     Status written = log::WriteConsumerOffset(*device_, config_.log_directory, kForwarderConsumer, next);
     if (!written.ok())
@@ -294,6 +445,9 @@ class Forwarder {
                        {"already_held", counters_.already_held},
                        {"publish_retries", counters_.publish_retries},
                        {"resyncs", counters_.resyncs},
+                       {"refills", counters_.refills},
+                       {"refilled_records", counters_.refilled_records},
+                       {"positions", counters_.positions},
                        {"ack_latency_ms_mean", mean_ms},
                        {"ack_latency_ms_max", counters_.ack_latency_us_max / 1000.0}};
       std::cout << j.dump() << "\n";
@@ -316,6 +470,9 @@ class Forwarder {
   uint64_t stop_offset_ = 0;
   std::optional<uint64_t> written_offset_;
   bool unavailable_ = false;
+  bool defect_retention_ = false;
+  std::map<std::string, uint64_t> remote_written_;  // remote.<applier> -> the offset recorded
+  Clock::time_point last_answer_{};
   Counters counters_;
 };
 

@@ -119,6 +119,14 @@ void Applier::Run() {
   auto device = log::OpenUringDevice();
   if (!device) Fail("cannot open the log device for " + config_.log_directory + ": " + device.error().message);
   device_ = std::move(device.value());
+  if (config_.transport.kind == TransportKind::Nats) {
+    // A remote applier: flow.log_directory is its replica of the log, created here.
+    receiver_ = std::make_unique<broker::StreamReceiver>(config_, *device_);
+    if (!receiver_->Open()) {
+      progress_.Print("stopped", counters_, Figures(false));
+      return;
+    }
+  }
   // One applier per flow: first the lock in the log directory (it also stops two appliers of
   // one log that point at different targets), then the target's advisory lock.
   if (!WaitForLogDirectory()) {  // stopped while waiting
@@ -304,6 +312,16 @@ void Applier::OpenLog() {
     Fail(registered.error().message);
   ResumeLog();
   start_offset_ = written_offset_;
+  if (until_caught_up_ && receiver_) {
+    // A remote applier's "now" is what the stream holds: read until it delivers nothing more
+    // (and no hole waits for its refill), then apply up to there.
+    std::optional<broker::ConflictingDelivery> conflict;
+    while (!StopRequested()) {
+      receiver_->Pump(std::chrono::milliseconds(500), conflict);
+      if (conflict) StopOnConflict(*conflict);
+      if (receiver_->idle()) break;
+    }
+  }
   if (until_caught_up_) {
     // --until-caught-up applies what is durable now, not what the source writes meanwhile: a
     // source faster than the applier must not keep the command from ending.
@@ -483,8 +501,43 @@ void Applier::WriteOffset(bool force) {
          config_.log_directory + "/consumers/" + kConsumerName + ": " + written.error().message +
          "; everything up to it is committed on the target, rerun trellara apply once the directory is writable");
   written_offset_ = safe;
+  if (receiver_) receiver_->ReportPosition(safe);  // after the write: the forwarder may let go below it
   offset_written_unix_seconds_ =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+bool Applier::IdleWait(std::chrono::milliseconds wait) {
+  if (!receiver_) {
+    std::this_thread::sleep_for(wait);
+    return false;
+  }
+  std::optional<broker::ConflictingDelivery> conflict;
+  const size_t appended = receiver_->Pump(wait, conflict);
+  if (conflict) StopOnConflict(*conflict);
+  return appended > 0;
+}
+
+void Applier::StopOnConflict(const broker::ConflictingDelivery& conflict) {
+  std::string message = "the broker delivered offset " + std::to_string(conflict.offset) + " of flow " +
+                        config_.flow_name + " again with other content: " + conflict.detail;
+  auto decoded = DecodeRecord(std::span<const uint8_t>(conflict.payload.data(), conflict.payload.size()));
+  if (decoded) {
+    ReadyTransaction ready;
+    ready.tx = TxOf(*decoded);
+    QuarantineCause cause;
+    cause.reason = QuarantineReason::ChecksumConflict;
+    cause.detail = message;
+    Pump(true);
+    const Evidence evidence = session_.ReadEvidence(ready.tx);
+    Quarantine(ready, cause, evidence.previous_attempts);
+    message = BuildQuarantine(ready.tx, ready.checksum, cause, evidence.previous_attempts).message;
+  }
+  message += "; nothing after the replica's offset " + std::to_string(receiver_->expected()) +
+             " is applied until the stream is repaired (docs/broker.md \"Conflicting duplicates\")";
+  WriteOffset(true);
+  WriteStatus("blocked", message);
+  WriteStateFile("blocked", message, "");
+  Fail(message, kExitFlowBlocked);
 }
 
 void Applier::BarrierFailed(const BarrierFailure& failure) {
@@ -526,8 +579,7 @@ void Applier::Loop() {
     if (!*next) {
       if (early_.attempt.active() && !until_caught_up_ && Clock::now() - early_.last_frame < config_.early_apply_idle) {
         // The relay is writing the early transaction: nothing else touches the target meanwhile.
-        std::this_thread::sleep_for(tail_sleep);
-        tail_sleep = cadence::kApplierTail.After(tail_sleep, false);
+        tail_sleep = IdleWait(tail_sleep) ? kTailPollMin : cadence::kApplierTail.After(tail_sleep, false);
         continue;
       }
       AbandonEarly(until_caught_up_ ? "the run ends at the log's end present at its start"
@@ -557,8 +609,12 @@ void Applier::Loop() {
       }
       PublishMetrics(metrics::ApplyState::kCaughtUp, false);
       if (progress_.tty()) progress_.Show(counters_, [&] { return Figures(true); });
-      std::this_thread::sleep_for(tail_sleep);
-      tail_sleep = cadence::kApplierTail.After(tail_sleep, false);
+      if (IdleWait(tail_sleep)) {
+        at_tail_reported = false;
+        tail_sleep = kTailPollMin;
+      } else {
+        tail_sleep = cadence::kApplierTail.After(tail_sleep, false);
+      }
       continue;
     }
     at_tail_reported = false;

@@ -36,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "broker/stream_receiver.h"
 #include "engine/apply_progress.h"
 #include "engine/apply_session.h"
 #include "engine/apply_snapshot.h"
@@ -114,6 +115,11 @@ class Applier {
   void Loop();
   void WriteStatus(const std::string& state, const std::string& last_error);
   ProgressFigures Figures(bool with_log_end) const;
+  // At the log's end: waits up to `wait` for more. A remote applier reads the stream meanwhile
+  // (its receiver appends to the replica); true when records were appended.
+  bool IdleWait(std::chrono::milliseconds wait);
+  // The stream delivered a record that contradicts the replica: quarantined, the flow stops.
+  [[noreturn]] void StopOnConflict(const broker::ConflictingDelivery& conflict);
 
   // ---- apply_transaction.cpp: one transaction -------------------------------------------
   PgResult Must(PgResult result, const std::string& what) { return session_.Must(std::move(result), what); }
@@ -228,6 +234,7 @@ class Applier {
   ApplySession session_;
   PgConnection* conn_ = nullptr;  // session_'s connection, once connected
   std::unique_ptr<log::LogReader> reader_;
+  std::unique_ptr<broker::StreamReceiver> receiver_;  // [transport] kind = "nats": feeds the replica
   std::unique_ptr<log::LogReader> chunk_reader_;
   TransactionBarrier barrier_;
   Counters counters_;

@@ -62,7 +62,13 @@ const std::map<std::string, std::map<std::string, KeySpec>>& Schema() {
                         "log travels through a NATS JetStream stream: trellara forward publishes it)"}},
         {"servers", {false, "the broker's nodes, comma-separated URLs \"nats://HOST:PORT,...\" (kind = \"nats\")"}},
         {"stream", {false, "the JetStream stream of the flow: 1..64 characters of [A-Za-z0-9_-] (kind = \"nats\")"}},
-        {"credentials", {false, "the path of a NATS .creds file (optional; kind = \"nats\")"}}}},
+        {"credentials", {false, "the path of a NATS .creds file (optional; kind = \"nats\")"}},
+        {"applier",
+         {false, "this remote applier's name, reported to the forwarder with its durable position: 1..50 "
+                 "characters of [A-Za-z0-9_-] (optional, default \"remote\"; kind = \"nats\")"}},
+        {"remote_appliers",
+         {false, "the remote appliers the forwarder keeps the source's log for until each has reported past it, "
+                 "comma-separated names (optional, default \"remote\"; kind = \"nats\")"}}}},
       {"metrics",
        {{"listen",
          {false, "\"HOST:PORT\" where trellara apply serves GET /metrics (Prometheus text format): HOST an IPv4 "
@@ -99,7 +105,7 @@ Status LoadTransport(const Get& get, const std::string& path, TransportConfig& t
   TRELLARA_TRY(Choose(get("transport", "kind"), path, "transport.kind",
                       {{"local", TransportKind::Local}, {"nats", TransportKind::Nats}}, transport.kind));
   if (transport.kind == TransportKind::Local) {
-    for (const char* key : {"servers", "stream", "credentials"})
+    for (const char* key : {"servers", "stream", "credentials", "applier", "remote_appliers"})
       if (get("transport", key))
         return SettingError(path, std::string("transport.") + key, "is set but transport.kind is \"local\"");
     return Status::Ok();
@@ -129,6 +135,28 @@ Status LoadTransport(const Get& get, const std::string& path, TransportConfig& t
     if (!file)
       return SettingError(path, "transport.credentials", "names " + *credentials + ", which cannot be read");
     transport.credentials = *credentials;
+  }
+  auto name_ok = [](const std::string& name) {
+    return !name.empty() && name.size() <= 50 &&
+           name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") == std::string::npos;
+  };
+  if (auto applier = get("transport", "applier")) {
+    if (!name_ok(*applier)) return SettingError(path, "transport.applier", "is \"" + *applier + "\"");
+    transport.applier = *applier;
+  }
+  if (auto remote = get("transport", "remote_appliers")) {
+    transport.remote_appliers.clear();
+    size_t at = 0;
+    while (at <= remote->size()) {
+      size_t comma = remote->find(',', at);
+      if (comma == std::string::npos) comma = remote->size();
+      std::string name = remote->substr(at, comma - at);
+      while (!name.empty() && name.front() == ' ') name.erase(name.begin());
+      while (!name.empty() && name.back() == ' ') name.pop_back();
+      if (!name_ok(name)) return SettingError(path, "transport.remote_appliers", "names \"" + name + "\"");
+      transport.remote_appliers.push_back(name);
+      at = comma + 1;
+    }
   }
   return Status::Ok();
 }

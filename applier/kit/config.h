@@ -86,6 +86,8 @@ struct TransportConfig {
   std::vector<std::string> servers;  // [transport] servers, "nats://host:port,..." (kind = "nats")
   std::string stream;                // [transport] stream
   std::string credentials;           // [transport] credentials: a .creds file, or empty
+  std::string applier = "remote";    // [transport] applier: this remote applier's name
+  std::vector<std::string> remote_appliers{"remote"};  // [transport] remote_appliers (the forwarder)
 };
 
 struct FlowConfig {

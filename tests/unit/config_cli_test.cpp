@@ -70,6 +70,22 @@ TEST_CASE("configuration_errors_name_the_setting_and_the_accepted_values", "[cli
       {"listen_host_name", kFlow + kTarget + "[metrics]\nlisten = \"metrics.example:9187\"\n",
        {"setting metrics.listen", "is not an IPv4 address literal"}},
       {"listen_not_string", kFlow + kTarget + "[metrics]\nlisten = 9187\n", {"metrics.listen must be a string"}},
+      {"transport_bad_kind", kFlow + kTarget + "[transport]\nkind = \"kafka\"\n", {"setting transport.kind is \"kafka\""}},
+      {"transport_local_with_servers", kFlow + kTarget + "[transport]\nservers = \"nats://127.0.0.1:4222\"\n",
+       {"transport.servers is set but transport.kind is \"local\""}},
+      {"transport_local_with_applier", kFlow + kTarget + "[transport]\napplier = \"eu\"\n",
+       {"transport.applier is set but transport.kind is \"local\""}},
+      {"transport_no_servers", kFlow + kTarget + "[transport]\nkind = \"nats\"\nstream = \"S\"\n",
+       {"setting transport.servers is missing"}},
+      {"transport_bad_url", kFlow + kTarget + "[transport]\nkind = \"nats\"\nservers = \"http://x:1\"\nstream = \"S\"\n",
+       {"transport.servers names \"http://x:1\""}},
+      {"transport_bad_applier",
+       kFlow + kTarget + "[transport]\nkind = \"nats\"\nservers = \"nats://127.0.0.1:1\"\nstream = \"S\"\napplier = \"e u\"\n",
+       {"setting transport.applier is \"e u\""}},
+      {"transport_bad_remote_appliers",
+       kFlow + kTarget +
+           "[transport]\nkind = \"nats\"\nservers = \"nats://127.0.0.1:1\"\nstream = \"S\"\nremote_appliers = \"eu,,us\"\n",
+       {"transport.remote_appliers names \"\""}},
   };
   for (const auto& c : cases) {
     const std::string path = WriteConfig(c.name, c.text);

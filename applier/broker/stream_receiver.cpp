@@ -1,0 +1,370 @@
+// stream_receiver.cpp — the remote applier's replica of the flow's log, fed from the stream
+// (stream_receiver.h, docs/broker.md "Remote apply").
+#include "broker/stream_receiver.h"
+
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "kit/errors.h"
+#include "trellara/base/cadence.h"
+#include "trellara/base/fault.h"
+#include "trellara/broker/broker.h"
+#include "trellara/log/atomic_file.h"
+#include "trellara/record/envelope.h"
+
+namespace trellara::cli {
+namespace apply {
+bool StopRequested();  // engine/applier.cpp
+}
+namespace broker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace core = trellara::broker;
+
+// The replica's own facts, beside the consumer files (a leading '.' keeps them out of the
+// consumer names): which log it holds, and where reading the stream resumes (a hint only).
+constexpr const char* kIdentityFile = "consumers/.stream.identity";
+constexpr const char* kPositionHintFile = "consumers/.stream.position";
+// One Pump reads at most this much before it makes what it appended durable.
+constexpr size_t kPumpRecordsMax = 4096;
+constexpr size_t kPumpBytesMax = 8u << 20;
+constexpr auto kPumpTimeMax = std::chrono::milliseconds(100);
+// A refill asked and not seen arriving is asked again after this, doubling up to the max.
+constexpr auto kRefillWaitMin = std::chrono::milliseconds(1000);
+constexpr auto kRefillWaitMax = std::chrono::milliseconds(10000);
+constexpr int64_t kAskTimeoutMs = 2000;
+// Nothing delivered for this long: the stream's leader is asked (Probe).
+constexpr auto kProbeAfterIdle = std::chrono::seconds(2);
+// The durable position is sent again this often, so a forwarder that restarted learns it.
+constexpr auto kPositionResend = std::chrono::seconds(5);
+
+std::optional<std::string> ReadSmallFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::string text;
+  std::getline(in, text);
+  return text;
+}
+
+}  // namespace
+
+StreamReceiver::StreamReceiver(const FlowConfig& config, log::LogDevice& device) : config_(config), device_(device) {}
+StreamReceiver::~StreamReceiver() = default;
+
+uint64_t StreamReceiver::expected() const { return writer_ ? writer_->next_offset() : 0; }
+
+void StreamReceiver::Event(const std::string& event, const std::string& fields) {
+  std::cerr << "apply flow=" << config_.flow_name << " event=" << event << " stream=" << config_.transport.stream << " "
+            << fields << std::endl;
+}
+
+void StreamReceiver::Unavailable(const std::string& error) {
+  std::string quoted = error;
+  for (auto& c : quoted)
+    if (c == '"' || c == '\n') c = '\'';
+  if (!unavailable_ || Clock::now() - unavailable_since_ >= std::chrono::seconds(10)) {
+    Event("retry", "state=broker_quorum_unavailable expected_offset=" + std::to_string(expected()) + " error=\"" +
+                       quoted + "\"");
+    unavailable_since_ = Clock::now();
+  }
+  unavailable_ = true;
+  retry_wait_ = cadence::kBrokerRetry.After(retry_wait_.count() ? retry_wait_ : cadence::kBrokerRetry.min, false);
+}
+
+bool StreamReceiver::Open() {
+  const std::string& dir = config_.log_directory;
+  log::RecoveryReport report;
+  auto writer = log::LogWriter::Open(device_, dir, log::WriterOptions{}, &report);
+  if (!writer)
+    throw CommandFailed("cannot open the replica of flow " + config_.flow_name + "'s log at " + dir +
+                            " (flow.log_directory; with [transport] kind = \"nats\" it is this host's copy of the log, "
+                            "written by trellara apply): " + writer.error().message,
+                        kExitCouldNotRun);
+  writer_ = std::move(writer.value());
+  if (auto identity = ReadSmallFile(dir + "/" + kIdentityFile)) identity_ = *identity;
+  if (identity_.empty() && writer_->next_offset() > 0)
+    throw CommandFailed("the replica at " + dir + " holds records up to offset " + std::to_string(writer_->next_offset()) +
+                            " but not which log they are (" + kIdentityFile + " is missing): it was not written by "
+                            "trellara apply; move it away and start again (the stream is read from its start)",
+                        kExitCouldNotRun);
+  if (auto hint = ReadSmallFile(dir + "/" + kPositionHintFile)) {
+    try {
+      next_sequence_ = std::max<uint64_t>(1, std::stoull(*hint));
+    } catch (const std::exception&) {
+      next_sequence_ = 1;  // only a hint: reading from the start finds everything again
+    }
+  }
+  return Connect();
+}
+
+bool StreamReceiver::Connect() {
+  StreamSettings settings;
+  settings.servers = config_.transport.servers;
+  settings.stream = config_.transport.stream;
+  settings.subject = core::FlowSubject(config_.flow_name);
+  settings.stream_subjects = core::StreamSubjects(config_.flow_name);
+  settings.credentials = config_.transport.credentials;
+  while (!apply::StopRequested()) {
+    auto stream = NatsStream::Open(settings);
+    if (stream) {
+      stream_ = std::move(stream.value());
+      reading_ = false;
+      return true;
+    }
+    Unavailable(stream.error().message);
+    for (const auto until = Clock::now() + retry_wait_; Clock::now() < until && !apply::StopRequested();)
+      std::this_thread::sleep_for(cadence::kApplierStopCheck);
+  }
+  return false;
+}
+
+bool StreamReceiver::StartReading() {
+  Status started = stream_->StartReading(next_sequence_);
+  if (!started.ok()) {
+    Unavailable(started.error().message);
+    return false;
+  }
+  reading_ = true;
+  return true;
+}
+
+void StreamReceiver::WriteHint() {
+  if (hole_) return;  // a restart must see again what was passed over waiting for the refill
+  const std::string path = config_.log_directory + "/" + kPositionHintFile;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << next_sequence_ << "\n";
+    if (!out) return;  // a hint: reading from an older sequence only meets duplicates
+  }
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+std::optional<bool> StreamReceiver::HeldSame(uint64_t offset, const NatsStream::Delivered& delivered) {
+  if (!compare_) {
+    auto reader = log::LogReader::Open(device_, config_.log_directory);
+    if (!reader) return std::nullopt;
+    compare_ = std::move(reader.value());
+  }
+  if (!compare_->Seek(offset).ok()) return std::nullopt;  // reclaimed
+  auto record = compare_->Next();
+  if (!record || !*record || (*record)->offset != offset) return std::nullopt;
+  const log::LogRecord& held = **record;
+  return held.type == delivered.type && FormatLsn(held.commit_lsn) == delivered.commit_lsn &&
+         held.payload == delivered.payload;
+}
+
+void StreamReceiver::AskRefill(uint64_t from, uint64_t to) {
+  const std::string identity = identity_.empty() ? pending_identity_ : identity_;
+  counters_.refills_asked++;
+  refill_asked_at_ = Clock::now();
+  refill_wait_ = refill_wait_.count() ? std::min(refill_wait_ * 2, std::chrono::milliseconds(kRefillWaitMax))
+                                      : std::chrono::milliseconds(kRefillWaitMin);
+  auto answer = stream_->Ask(core::RefillRequestSubject(config_.flow_name),
+                             core::EncodeRefillRequest({identity, from, to}), kAskTimeoutMs);
+  if (!answer) {
+    Event("hole", "state=awaiting_refill missing_from=" + std::to_string(from) + " seen=" + std::to_string(to) +
+                      " error=\"no forwarder answered the refill request (" + answer.error().message +
+                      "); is trellara forward running for this flow?\"");
+    return;
+  }
+  auto parsed = core::ParseRefillAnswer(*answer);
+  if (!parsed)
+    throw CommandFailed("the forwarder of flow " + config_.flow_name + " answered a refill request with: " +
+                        parsed.error().message);
+  switch (parsed->kind) {
+    case core::RefillAnswer::Kind::Ok:
+      Event("refill_asked", "missing_from=" + std::to_string(from) + " seen=" + std::to_string(to) +
+                                " republishing=" + std::to_string(parsed->first) + ".." + std::to_string(parsed->end));
+      return;
+    case core::RefillAnswer::Kind::Gone:
+      throw CommandFailed("offsets " + std::to_string(from) + ".." + std::to_string(parsed->first - 1) + " of flow " +
+                              config_.flow_name + " are lost: stream " + config_.transport.stream +
+                              " does not hold them and the source's log has reclaimed them (it keeps its log only "
+                              "for the remote appliers named in [transport] remote_appliers of the forwarder's "
+                              "configuration). Nothing after offset " + std::to_string(from) +
+                              " was applied; the target cannot be completed exactly from this stream: re-seed it "
+                              "(trellara snapshot) into a new replica",
+                          kExitFlowBlocked);
+    case core::RefillAnswer::Kind::OtherLog:
+      throw CommandFailed("the forwarder of flow " + config_.flow_name + " publishes log " + parsed->detail +
+                              ", and this replica (" + config_.log_directory + ") holds log " + identity +
+                              ": the flow's log was created again; re-seed the target into a new replica "
+                              "(flow.log_directory) from the new log",
+                          kExitFlowBlocked);
+  }
+}
+
+void StreamReceiver::Probe() {
+  last_probe_ = Clock::now();
+  auto last = stream_->LastSequence();
+  if (!last) {
+    Unavailable(last.error().message);
+    reading_ = false;  // the consumer may be gone with the nodes: read again once the stream answers
+    return;
+  }
+  if (unavailable_) {
+    Event("resumed", "state=running expected_offset=" + std::to_string(expected()));
+    unavailable_ = false;
+    retry_wait_ = std::chrono::milliseconds(0);
+    reading_ = false;
+    return;
+  }
+  if (*last >= next_sequence_ && reading_) {
+    Event("read_restart", "reason=\"the stream holds sequence " + std::to_string(*last) +
+                              " and nothing past " + std::to_string(next_sequence_ - 1) + " was delivered\"");
+    counters_.read_restarts++;
+    reading_ = false;
+  }
+}
+
+size_t StreamReceiver::Pump(std::chrono::milliseconds wait, std::optional<ConflictingDelivery>& conflict) {
+  idle_ = false;
+  if (!stream_ && !Connect()) return 0;
+  if (!reading_ && !StartReading()) {
+    std::this_thread::sleep_for(std::min(wait + retry_wait_, std::chrono::milliseconds(1000)));
+    if (Clock::now() - last_probe_ >= kProbeAfterIdle) Probe();
+    return 0;
+  }
+  size_t appended = 0, bytes = 0, delivered_count = 0;
+  const auto started = Clock::now();
+  bool first = true;
+  auto flush = [&] {
+    if (appended == 0) return;
+    auto durable = writer_->Flush();
+    if (!durable)
+      throw CommandFailed("cannot make the replica of flow " + config_.flow_name + " at " + config_.log_directory +
+                          " durable: " + durable.error().message + "; nothing past offset " +
+                          std::to_string(writer_->durable_end()) + " is applied; free the disk and rerun trellara apply");
+  };
+  while (appended < kPumpRecordsMax && bytes < kPumpBytesMax && Clock::now() - started < kPumpTimeMax) {
+    auto read = stream_->Read(first ? std::max<int64_t>(wait.count(), 1) : 1);
+    first = false;
+    if (!read) {
+      reading_ = false;
+      counters_.read_restarts++;
+      Unavailable(read.error().message);
+      break;
+    }
+    if (!*read) break;
+    if (unavailable_) {
+      Event("resumed", "state=running expected_offset=" + std::to_string(expected()));
+      unavailable_ = false;
+      retry_wait_ = std::chrono::milliseconds(0);
+    }
+    NatsStream::Delivered& d = **read;
+    delivered_count++;
+    last_delivery_ = Clock::now();
+    next_sequence_ = d.sequence + 1;
+    auto name = core::ParseDeliveredId(d.message_id);
+    const auto lsn = ParseLsn(d.commit_lsn);
+    if (!name || !d.offset || *d.offset != name->offset || !d.type || !lsn)
+      throw CommandFailed("stream " + config_.transport.stream + " message " + std::to_string(d.sequence) + " on " +
+                          d.subject + " is not a record of a trellara log (id \"" + d.message_id +
+                          "\"): something other than trellara forward publishes on the flow's subjects");
+    const uint64_t want = writer_->next_offset();
+    if (identity_.empty() && name->flow == config_.flow_name && name->offset == want) {
+      // A new replica takes the identity of the log whose offset it needs first (0: a new replica
+      // starts at the log's start; a stream that lost it asks the forwarder like any hole).
+      identity_ = name->log_identity;
+      Status kept = log::WriteFileAtomically(device_, config_.log_directory, kIdentityFile,
+                                             std::string(kIdentityFile) + ".tmp", identity_ + "\n");
+      if (!kept.ok())
+        throw CommandFailed("cannot record which log the replica at " + config_.log_directory + " holds: " +
+                            kept.error().message);
+    }
+    if (identity_.empty()) pending_identity_ = name->log_identity;
+    std::optional<bool> held_same;
+    if (name->offset < want) {
+      flush();  // compared with what is durable
+      held_same = HeldSame(name->offset, d);
+    }
+    const std::string& identity = identity_.empty() ? pending_identity_ : identity_;
+    core::Arrival arrival = core::DecideArrival(*name, config_.flow_name, identity, want, held_same);
+    // Negative control (tests only, TRELLARA_FAULTS=defect.apply_hole_check_skipped:1:defect): a
+    // record past a hole is taken as the next one, which the deleted-message scenario must catch.
+    if (arrival == core::Arrival::Hole && fault::Hit("defect.apply_hole_check_skipped") == fault::Action::Defect)
+      arrival = core::Arrival::Next;
+    switch (arrival) {
+      case core::Arrival::Next: {
+        auto offset = writer_->Append(*d.type, *lsn, std::span<const uint8_t>(d.payload.data(), d.payload.size()));
+        if (!offset)
+          throw CommandFailed("cannot append offset " + std::to_string(name->offset) + " to the replica of flow " +
+                              config_.flow_name + " at " + config_.log_directory + ": " + offset.error().message);
+        appended++;
+        bytes += d.payload.size();
+        counters_.appended++;
+        if (hole_ && *offset >= *hole_) {
+          Event("refilled", "offset=" + std::to_string(*hole_) + " stream_sequence=" + std::to_string(d.sequence));
+          hole_.reset();
+          refill_wait_ = std::chrono::milliseconds(0);
+        }
+        break;
+      }
+      case core::Arrival::Duplicate:
+        counters_.duplicates++;
+        break;
+      case core::Arrival::UncheckedDuplicate:
+        counters_.unchecked_duplicates++;
+        break;
+      case core::Arrival::ConflictingDuplicate:
+        flush();
+        conflict = ConflictingDelivery{name->offset, d.sequence, std::move(d.payload),
+                                       "stream message " + std::to_string(d.sequence) + " on " + d.subject +
+                                           " holds offset " + std::to_string(name->offset) +
+                                           " with other content than the replica holds (and applied)"};
+        WriteHint();
+        return appended;
+      case core::Arrival::Hole:
+        if (!hole_ || *hole_ != want) {
+          hole_ = want;
+          counters_.holes++;
+          refill_wait_ = std::chrono::milliseconds(0);
+          Event("hole", "missing_from=" + std::to_string(want) + " seen=" + std::to_string(name->offset) +
+                            " stream_sequence=" + std::to_string(d.sequence));
+          AskRefill(want, name->offset);
+        } else {
+          counters_.passed_over++;
+        }
+        break;
+      case core::Arrival::OtherLog:
+        throw CommandFailed("stream " + config_.transport.stream + " message " + std::to_string(d.sequence) +
+                                " holds offset " + std::to_string(name->offset) + " of flow " + name->flow + ", log " +
+                                name->log_identity + "; the replica at " + config_.log_directory + " holds flow " +
+                                config_.flow_name + ", log " + identity +
+                                ": the flow's log was created again or another flow publishes on this stream; "
+                                "give each log its own stream and re-seed the target into a new replica",
+                            kExitFlowBlocked);
+    }
+  }
+  flush();
+  if (appended > 0 || delivered_count > 0) WriteHint();
+  // A hole whose refill has not come: asked again (a forwarder that restarted, an answer lost).
+  if (hole_ && Clock::now() - refill_asked_at_ >= refill_wait_) AskRefill(*hole_, *hole_);
+  if (position_ && Clock::now() - position_sent_at_ >= kPositionResend) ReportPosition(*position_);
+  if (delivered_count == 0 && Clock::now() - last_delivery_ >= kProbeAfterIdle &&
+      Clock::now() - last_probe_ >= kProbeAfterIdle)
+    Probe();
+  idle_ = delivered_count == 0 && !hole_ && reading_;
+  return appended;
+}
+
+void StreamReceiver::ReportPosition(uint64_t next_offset) {
+  position_ = next_offset;
+  position_sent_at_ = Clock::now();
+  if (stream_ && !identity_.empty()) {
+    Status sent = stream_->Send(core::PositionSubject(config_.flow_name),
+                                core::EncodePosition({config_.transport.applier, identity_, next_offset}));
+    if (!sent.ok()) Unavailable(sent.error().message);  // sent again later; the source keeps its log meanwhile
+  }
+  auto reclaimed = writer_->ReclaimSegments();
+  if (!reclaimed)
+    std::cerr << "apply flow=" << config_.flow_name << " event=warning reason=\"cannot delete the replica's segments "
+              << "below offset " << next_offset << ": " << reclaimed.error().message << "\"" << std::endl;
+}
+
+}  // namespace broker
+}  // namespace trellara::cli

@@ -1,0 +1,107 @@
+// stream_receiver.h — the remote applier's half of the broker hop (docs/broker.md "Remote apply"):
+// reads the flow's JetStream stream and keeps a replica of the flow's log on the applier's host,
+// at the same offsets as the source's log, which `trellara apply` then applies exactly as it
+// applies a local log (and which every operator command reads as it reads a local one).
+//
+// The replica holds offsets [first, expected) durably, in order, with nothing missing; `expected`
+// is its only claim and the stream's sequence numbers are only a hint for where to read from.
+// What a delivered record is, core decides (broker.h DecideArrival): the next offset is appended
+// (and made durable before anything reads it); a record below it is a duplicate, compared byte
+// for byte with what the replica holds (a different one stops the flow: ConflictingDelivery);
+// a record above it is a hole: never skipped — the forwarder is asked to publish again everything
+// from `expected` on (the refill subject), and records are passed over until `expected` arrives.
+// The applier's durable position (its consumer offset, written after the target's flush) is sent
+// back to the forwarder, which keeps the source's log until every remote applier is past it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "broker/nats_stream.h"
+#include "kit/config.h"
+#include "trellara/log/device.h"
+#include "trellara/log/reader.h"
+#include "trellara/log/writer.h"
+
+namespace trellara::cli::broker {
+
+// The stream delivered offset `offset` with other content than the replica holds (and applied).
+struct ConflictingDelivery {
+  uint64_t offset = 0;
+  uint64_t stream_sequence = 0;
+  std::vector<uint8_t> payload;  // what the stream delivered
+  std::string detail;            // what differs
+};
+
+struct ReceiverCounters {
+  uint64_t appended = 0;             // records appended to the replica
+  uint64_t duplicates = 0;           // delivered again, same content (skipped)
+  uint64_t unchecked_duplicates = 0; // delivered again below what the replica still holds (skipped)
+  uint64_t holes = 0;                // holes found (a refill asked for each)
+  uint64_t passed_over = 0;          // records above a hole, passed over until it is refilled
+  uint64_t refills_asked = 0;        // refill requests sent (a hole is asked again until answered)
+  uint64_t read_restarts = 0;        // reading the stream started again (broker lost the consumer)
+};
+
+class StreamReceiver {
+ public:
+  StreamReceiver(const FlowConfig& config, log::LogDevice& device);
+  ~StreamReceiver();
+
+  // Opens (creating) the replica in flow.log_directory and connects to the broker, retrying while
+  // it cannot be reached. False when a stop was requested meanwhile.
+  bool Open();
+  // Reads what the stream delivers within `wait` (more while messages keep coming, bounded) and
+  // appends the next records durably. Returns how many were appended; the conflict, if any.
+  size_t Pump(std::chrono::milliseconds wait, std::optional<ConflictingDelivery>& conflict);
+  // True when the last Pump found nothing to read and no hole is waiting for a refill.
+  bool idle() const { return idle_; }
+  // The applier's durable position in the replica (its consumer offset): sent to the forwarder,
+  // and the replica's segments wholly below it are deleted.
+  void ReportPosition(uint64_t next_offset);
+
+  uint64_t expected() const;
+  const ReceiverCounters& counters() const { return counters_; }
+  const std::string& log_identity() const { return identity_; }
+
+ private:
+  bool Connect();
+  bool StartReading();
+  void AskRefill(uint64_t from, uint64_t to);
+  std::optional<bool> HeldSame(uint64_t offset, const NatsStream::Delivered& delivered);
+  void WriteHint();
+  // Idle for a while: asks the stream's leader for its last sequence. No answer: the broker has
+  // no quorum (said, and reading starts again once it answers). Records past what was read and
+  // none delivered: the consumer was lost with the broker, reading starts again.
+  void Probe();
+  void Event(const std::string& event, const std::string& fields);
+  void Unavailable(const std::string& error);
+
+  const FlowConfig& config_;
+  log::LogDevice& device_;
+  std::unique_ptr<log::LogWriter> writer_;
+  std::unique_ptr<log::LogReader> compare_;
+  std::unique_ptr<NatsStream> stream_;
+  std::string identity_;               // the log this replica holds ("" until its first record)
+  std::string pending_identity_;       // a new replica: the log of the records seen before its first
+  uint64_t next_sequence_ = 1;         // where reading resumes in the stream (a hint)
+  bool reading_ = false;
+  bool idle_ = false;
+  std::optional<uint64_t> hole_;       // the missing offset a refill was asked for
+  std::chrono::steady_clock::time_point refill_asked_at_{};
+  std::chrono::milliseconds refill_wait_{0};
+  std::chrono::steady_clock::time_point unavailable_since_{};
+  bool unavailable_ = false;
+  std::chrono::milliseconds retry_wait_{0};
+  std::chrono::steady_clock::time_point last_delivery_{};
+  std::chrono::steady_clock::time_point last_probe_{};
+  std::optional<uint64_t> position_;   // the last position reported
+  std::chrono::steady_clock::time_point position_sent_at_{};
+  ReceiverCounters counters_;
+};
+
+}  // namespace trellara::cli::broker

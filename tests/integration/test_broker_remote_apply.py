@@ -1,0 +1,337 @@
+#!/usr/bin/env python3
+"""The broker hop's second half (docs/broker.md "Remote apply"): `trellara apply` with [transport]
+kind = "nats" reads the flow's stream on a real 3-node JetStream cluster (Debian's nats-server, R3
+file storage) into its replica of the log and applies it to its target exactly once, while
+`trellara forward` publishes the source's log. The broker is treated as a transport that can lose
+what it acknowledged: the scenarios make it do so.
+
+What every scenario checks: the target's tables equal the source's, row for row, and each source
+transaction committed once on the target (its dedup rows). Scenarios:
+  - remote_applier_applies_through_the_stream_exactly_once: a workload with the remote applier
+    killed -9 at random moments while the forwarder publishes and the source writes; then
+    `trellara status` and `trellara verify` on the remote configuration;
+  - lost_message_is_a_hole_refilled_by_the_forwarder: acknowledged messages deleted from the
+    stream (the broker lost them): the applier finds the hole, never skips it, asks the forwarder,
+    which publishes again from the local log; paired with defect.apply_hole_check_skipped;
+  - the_source_log_is_kept_until_the_remote_applier_reports: the forwarder registers the remote
+    applier as a consumer of the source's log; its segments stay until the applier reports its
+    durable position back, so a message the broker loses later can still be refilled; paired with
+    defect.forward_retention_by_forwarder (the lost records are gone: the applier stops, exit 3);
+  - quorum_loss_under_remote_apply_resumes_exactly: two of three nodes killed while the source
+    writes and both processes run; both wait (state broker_quorum_unavailable) and finish exactly
+    once the nodes return.
+"""
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from capture_support import (TRELLARA_BIN, CaptureFailure, checks_fail_under_defect,  # noqa: E402
+                             run_scenarios, scenario, verify_with_applier, wait_for,
+                             write_flow_config)
+from harness.nats_client import NatsClient  # noqa: E402
+from harness.nats_cluster import NatsCluster  # noqa: E402
+from flow_pair import FlowPair  # noqa: E402
+from test_broker_forward import SCHEMA, STREAM, BrokerPair, log_frames  # noqa: E402
+
+KILL_SEED = int(os.environ.get("TRELLARA_KILL_SEED", "4242"))
+
+
+def consumer_offset(log_dir, name):
+    """The next offset recorded in consumers/<name> ("trellara-consumer-offset v1 next_offset=N ...")."""
+    with open(os.path.join(log_dir, "consumers", name)) as f:
+        for word in f.read().split():
+            if word.startswith("next_offset="):
+                return int(word.split("=", 1)[1])
+    raise CaptureFailure(f"consumers/{name} in {log_dir} holds no next_offset")
+
+
+class RemotePair(BrokerPair):
+    """A flow published by `trellara forward` (flow.toml, on the source's log) and applied by a
+    remote `trellara apply` (remote.toml: its own replica directory, reading the stream)."""
+
+    def __init__(self, name, cluster, source_settings=None):
+        self.cluster = cluster
+        # No whole-log consumer: the forwarder's and the remote applier's consumers are the only
+        # ones holding the source's log (the retention scenarios depend on it).
+        FlowPair.__init__(self, name, SCHEMA, tables=("items",), source_settings=source_settings)
+
+    def ready(self):
+        self.replica_dir = os.path.join(self.work.name, "replica")
+        transport = (f'[transport]\nkind = "nats"\nservers = "{self.cluster.servers}"\nstream = "{STREAM}"\n'
+                     f'applier = "eu"\nremote_appliers = "eu"\n')
+        self.config = write_flow_config(os.path.join(self.work.name, "flow.toml"), self.flow, self.log_dir,
+                                        self.target.conninfo(), self.source.conninfo(), None, transport)
+        self.remote = write_flow_config(os.path.join(self.work.name, "remote.toml"), self.flow, self.replica_dir,
+                                        self.target.conninfo(), self.source.conninfo(), None, transport)
+
+    def start_process(self, command, name, env=None):
+        path = os.path.join(self.work.name, f"{name}.stderr")
+        err = open(path, "a")
+        try:
+            process = subprocess.Popen(trellara(command, "--config", self.remote if command == "apply" else self.config,
+                                                *(["--format", "json"] if command == "forward" else []), env=env),
+                                       stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+        finally:
+            err.close()
+        process.stderr_path = path
+        return process
+
+    @staticmethod
+    def stderr_of(process):
+        with open(process.stderr_path) as f:
+            return f.read()
+
+    def apply_until_caught_up(self, env=None, outputs=None):
+        """The remote applier until it has applied what the stream holds; its stderr (also appended
+        to `outputs` when given, for a negative control)."""
+        result = subprocess.run(trellara("apply", "--config", self.remote, "--until-caught-up", env=env),
+                                capture_output=True, text=True, timeout=600, env=env)
+        if outputs is not None:
+            outputs.append(result.stderr)
+        if result.returncode != 0:
+            raise CaptureFailure(f"remote trellara apply --until-caught-up exited {result.returncode}: "
+                                 f"{result.stderr[-3000:]}")
+        return result.stderr
+
+    def rows(self, cluster):
+        return cluster.query("SELECT coalesce(string_agg(id || ':' || note || ':' || amount, ',' ORDER BY id), '') "
+                             "FROM items")
+
+    def assert_target_exact(self, label):
+        source, target = self.rows(self.source), self.rows(self.target)
+        if source != target:
+            s, t = set(source.split(",")), set(target.split(","))
+            raise CaptureFailure(f"{label}: the target differs from the source: {len(s - t)} rows missing "
+                                 f"(e.g. {sorted(s - t)[:3]}), {len(t - s)} extra (e.g. {sorted(t - s)[:3]})")
+        dedup = int(self.target.query("SELECT count(*) FROM trellara.applied_transactions"))
+        again = int(self.target.query("SELECT count(*) - count(DISTINCT (commit_lsn, xid)) "
+                                      "FROM trellara.applied_transactions"))
+        if again != 0:
+            raise CaptureFailure(f"{label}: {again} source transactions committed more than once on the target")
+        print(f"{label}: the target equals the source ({len(source.split(','))} rows, {dedup} transactions applied)")
+
+    def wait_stream_holds_log(self, timeout_s=180):
+        def held():
+            with NatsClient(self.cluster.client_port(0)) as client:
+                return client.stream_info(STREAM)["state"]["messages"] >= len(log_frames(self.log_dir)) - 2
+        wait_for("the forwarder to publish the log", held, timeout_s)
+
+
+def trellara(*args, env=None):
+    """The trellara argv; a defect named in `env` needs the explicit test switch."""
+    switch = ["--enable-test-defects"] if env and "defect." in env.get("TRELLARA_FAULTS", "") else []
+    return [TRELLARA_BIN, *switch, *args]
+
+
+def stop(process, allowed=(0,)):
+    if process.poll() is None:
+        process.terminate()                       # our own child, by its Popen handle
+    out, _ = process.communicate(timeout=120)
+    if process.returncode not in allowed:
+        raise CaptureFailure(f"{process.args[1]} exited {process.returncode}: {RemotePair.stderr_of(process)[-3000:]}")
+    return out
+
+
+def stream_transactions(cluster):
+    """{offset: stream sequence} of the whole transactions (record type 1, Envelope) in the stream,
+    read with the independent client."""
+    with NatsClient(cluster.client_port(0)) as client:
+        return {int(headers["Trellara-Offset"]): seq for seq, headers, _data in client.stream_messages(STREAM)
+                if headers.get("Trellara-Type") == "1"}
+
+
+def lose(cluster, offsets):
+    """Deletes the messages holding `offsets` from the stream: the broker lost what it acknowledged."""
+    sequences = stream_transactions(cluster)
+    with NatsClient(cluster.client_port(0)) as client:
+        for offset in offsets:
+            client.delete_message(STREAM, sequences[offset])
+
+
+@scenario(seed_rows=(), suite="broker",
+          invariants=("the remote applier applies every source transaction once through the stream",
+                      "kill -9 of the remote applier at any moment loses and repeats nothing",
+                      "status and verify work on the remote configuration"))
+def remote_applier_applies_through_the_stream_exactly_once():
+    rng = random.Random(KILL_SEED)
+    with NatsCluster() as cluster, RemotePair("remote-apply", cluster) as pair:
+        forwarder = pair.start_process("forward", "forward")
+        written = kills = 0
+        for _round in range(5):
+            applier = pair.start_process("apply", "apply")
+            writer = pair.write_in_background(200, start=written)
+            written += 200
+            time.sleep(rng.uniform(0.2, 1.5))     # a moment to kill at, not a wait for a condition
+            if applier.poll() is not None:
+                raise CaptureFailure(f"the remote applier ended on its own: {pair.stderr_of(applier)[-2000:]}")
+            applier.kill()                        # our own child: kill -9 by its Popen handle
+            applier.communicate(timeout=60)
+            kills += 1
+            if writer.wait(timeout=300) != 0:
+                raise CaptureFailure(f"the source workload failed: {writer.stderr.read()[-2000:]}")
+        pair.wait_log_covers_source()
+        pair.wait_stream_holds_log()
+        pair.apply_until_caught_up()
+        pair.assert_target_exact(f"after {kills} kill -9 of the remote applier")
+        status = subprocess.run([TRELLARA_BIN, "status", "--config", pair.remote, "--format", "json"],
+                                capture_output=True, text=True, timeout=60)
+        if status.returncode != 0:
+            raise CaptureFailure(f"trellara status on the remote configuration exited {status.returncode}: "
+                                 f"{status.stderr[-2000:]}")
+        verified = verify_with_applier(pair.remote)
+        if verified.returncode != 0:
+            raise CaptureFailure(f"trellara verify on the remote configuration exited {verified.returncode}: "
+                                 f"{verified.stdout[-1500:]} {verified.stderr[-1500:]}")
+        stop(forwarder)
+        pair.check_no_crashes()
+    print("ok: remote_applier_applies_through_the_stream_exactly_once")
+
+
+def lost_messages_run(pair, env=None, outputs=None):
+    """The forwarder publishes 150 transactions; three acknowledged messages holding transactions
+    are deleted from the stream before the remote applier reads them; the applier must come out
+    exact, through refills."""
+    forwarder = pair.start_process("forward", "forward")
+    try:
+        pair.write(150)
+        pair.wait_log_covers_source()
+        pair.wait_stream_holds_log()
+        lost = sorted(stream_transactions(pair.cluster))[5:80:30]
+        lose(pair.cluster, lost)
+        err = pair.apply_until_caught_up(env=env, outputs=outputs)
+        pair.assert_target_exact(f"after the broker lost offsets {lost}")
+        if "event=hole" not in err or "event=refilled" not in err:
+            raise CaptureFailure(f"the applier did not report the hole and its refill: {err[-2000:]}")
+        return lost
+    finally:
+        stop(forwarder)
+
+
+@scenario(seed_rows=(), suite="broker",
+          invariants=("a record the broker lost is a hole: never skipped, refilled from the source's log",
+                      "the target equals the source after the refill"))
+def lost_message_is_a_hole_refilled_by_the_forwarder():
+    with NatsCluster() as cluster, RemotePair("remote-hole", cluster) as pair:
+        lost = lost_messages_run(pair)
+        print(f"lost messages: offsets {lost} deleted from the stream were refilled; the target is exact")
+        pair.check_no_crashes()
+    print("ok: lost_message_is_a_hole_refilled_by_the_forwarder")
+
+
+@scenario(seed_rows=(), suite="broker", defect="defect.apply_hole_check_skipped",
+          pairs_with="lost_message_is_a_hole_refilled_by_the_forwarder",
+          invariants=("an applier that takes the record after a hole as the next one is caught"))
+def lost_message_defect_hole_check_skipped_is_caught():
+    with NatsCluster() as cluster, RemotePair("remote-hole-defect", cluster) as pair:
+        caught = checks_fail_under_defect("defect.apply_hole_check_skipped", "lost-message",
+                                          lambda env, outputs: lost_messages_run(pair, env, outputs))
+        print(f"caught: {str(caught)[:300]}")
+    print("ok: lost_message_defect_hole_check_skipped_is_caught")
+
+
+BIG_NOTE = "x" * 900
+
+
+def retention_run(pair, env=None, outputs=None):
+    """The source's log rolls 1 MB segments; the forwarder publishes everything while the remote
+    applier has not started. Then the message of the log's first transaction is deleted from the
+    stream (the broker lost it), and the remote applier catches up: only a source that kept its
+    log for the remote applier can refill it."""
+    forwarder = pair.start_process("forward", "forward", env=env)
+    try:
+        for batch in range(4):
+            pair.source.psql("".join(f"INSERT INTO items VALUES ({batch * 1000 + i}, '{BIG_NOTE}', {i});\n"
+                                     for i in range(600)))
+        pair.wait_log_covers_source()
+        pair.wait_stream_holds_log()
+        first_segment = os.path.join(pair.log_dir, "segment-00000000000000000000.log")
+        if env is None:
+            # The remote applier holds the log from its start (the rule retention follows).
+            if consumer_offset(pair.log_dir, "remote.eu") != 0:
+                raise CaptureFailure(f"consumer remote.eu does not hold the log's start: {consumer_offset(pair.log_dir, 'remote.eu')}")
+        else:
+            try:   # the defect lets the relay's retention (once a second) reclaim what was published
+                wait_for("the relay to reclaim the first segment", lambda: not os.path.exists(first_segment), 120)
+            except CaptureFailure as failure:
+                raise RuntimeError(f"harness failure, not a caught defect: {failure}") from failure
+        lost = min(stream_transactions(pair.cluster))
+        lose(pair.cluster, [lost])
+        pair.apply_until_caught_up(env=env, outputs=outputs)
+        pair.assert_target_exact(f"after the broker lost offset {lost}")
+        wait_for("the remote applier's position to reach the source's consumer file",
+                 lambda: consumer_offset(pair.log_dir, "remote.eu") > lost, 60)
+        return len([name for name in os.listdir(pair.log_dir) if name.startswith("segment-")])
+    finally:
+        stop(forwarder)
+        if outputs is not None:
+            outputs.append(pair.stderr_of(forwarder))
+
+
+@scenario(seed_rows=(), suite="broker",
+          invariants=("the source's log is kept until the remote applier reports past it",
+                      "a record the broker loses later is refilled from it"))
+def the_source_log_is_kept_until_the_remote_applier_reports():
+    with NatsCluster() as cluster, RemotePair("remote-retention", cluster,
+                                              source_settings={"trellara.log_segment_size": "1MB"}) as pair:
+        segments = retention_run(pair)
+        print(f"retention: the source kept {segments} segments for the remote applier; the lost record was "
+              f"refilled from the first")
+        pair.check_no_crashes()
+    print("ok: the_source_log_is_kept_until_the_remote_applier_reports")
+
+
+@scenario(seed_rows=(), suite="broker", defect="defect.forward_retention_by_forwarder",
+          pairs_with="the_source_log_is_kept_until_the_remote_applier_reports",
+          invariants=("retention driven by the forwarder instead of the remote applier is caught"))
+def retention_defect_by_forwarder_is_caught():
+    with NatsCluster() as cluster, RemotePair("remote-retention-defect", cluster,
+                                              source_settings={"trellara.log_segment_size": "1MB"}) as pair:
+        caught = checks_fail_under_defect("defect.forward_retention_by_forwarder", "retention",
+                                          lambda env, outputs: retention_run(pair, env, outputs))
+        print(f"caught: {str(caught)[:300]}")
+    print("ok: retention_defect_by_forwarder_is_caught")
+
+
+@scenario(seed_rows=(), suite="broker",
+          invariants=("remote apply waits while the broker has no quorum (state reported)",
+                      "the target is exact once quorum returns"))
+def quorum_loss_under_remote_apply_resumes_exactly():
+    with NatsCluster() as cluster, RemotePair("remote-quorum", cluster) as pair:
+        forwarder = pair.start_process("forward", "forward")
+        applier = pair.start_process("apply", "apply")
+        pair.write(50)
+        wait_for("the remote applier to apply the first transactions",
+                 lambda: int(pair.target.query("SELECT count(*) FROM items")) >= 150, 120)
+        cluster.kill(1)
+        cluster.kill(2)
+        pair.write(50, start=50)
+        pair.wait_log_covers_source()
+        wait_for("both processes to report that the broker has no quorum",
+                 lambda: "state=broker_quorum_unavailable" in pair.stderr_of(forwarder)
+                 and "state=broker_quorum_unavailable" in pair.stderr_of(applier), 180)
+        cluster.start_node(1)
+        cluster.start_node(2)
+        cluster.wait_ready()
+        pair.wait_log_covers_source()
+        wait_for("the remote applier to apply everything after quorum returned",
+                 lambda: pair.rows(pair.source) == pair.rows(pair.target), 240)
+        stop(applier)
+        summary = json.loads(stop(forwarder).strip().splitlines()[-1])
+        pair.assert_target_exact("after two of three nodes were down")
+        print(f"quorum loss: forwarder {summary['publish_retries']} publish retries; the applier waited and resumed")
+        pair.check_no_crashes()
+    print("ok: quorum_loss_under_remote_apply_resumes_exactly")
+
+
+if __name__ == "__main__":
+    run_scenarios([remote_applier_applies_through_the_stream_exactly_once,
+                   lost_message_is_a_hole_refilled_by_the_forwarder,
+                   lost_message_defect_hole_check_skipped_is_caught,
+                   the_source_log_is_kept_until_the_remote_applier_reports,
+                   retention_defect_by_forwarder_is_caught,
+                   quorum_loss_under_remote_apply_resumes_exactly])
