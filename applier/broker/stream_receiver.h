@@ -65,6 +65,7 @@ class StreamReceiver {
   void ReportPosition(uint64_t next_offset);
 
   uint64_t expected() const;
+  bool broker_available() const { return !unavailable_; }
   const ReceiverCounters& counters() const { return counters_; }
   const std::string& log_identity() const { return identity_; }
 

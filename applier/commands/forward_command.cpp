@@ -28,6 +28,8 @@
 #include "broker/nats_stream.h"
 #include "commands/commands.h"
 #include "engine/applier.h"
+#include "engine/metrics_server.h"
+#include "trellara/report/metrics.h"
 #include "trellara/base/cadence.h"
 #include "trellara/broker/broker.h"
 #include "trellara/log/consumer_lock.h"
@@ -99,6 +101,17 @@ class Forwarder {
       : config_(std::move(config)), options_(std::move(options)), identity_(std::move(identity)) {}
 
   void Run() {
+    if (config_.metrics_listen) {
+      metrics::ForwardSnapshot initial;
+      initial.flow = config_.flow_name;
+      initial.stream = config_.transport.stream;
+      initial.quorum_available = false;  // not ready until the stream answered
+      snapshot_.Set(initial);
+      metrics_ = std::make_unique<apply::MetricsServer>(
+          *config_.metrics_listen, config_.path,
+          [this] { return metrics::RenderExposition(metrics::ForwardFamilies(snapshot_.Get())); },
+          [this] { return metrics::ForwardReadiness(snapshot_.Get()); });
+    }
     auto device = log::OpenUringDevice();
     if (!device) throw CommandFailed("cannot open the log device: " + device.error().message, kExitCouldNotRun);
     device_ = std::move(device.value());
@@ -133,6 +146,7 @@ class Forwarder {
         WriteOffset();
         unwritten = 0;
         if (!Answer(wait)) std::this_thread::sleep_for(wait);
+        PublishMetrics(false);
         wait = cadence::kApplierTail.After(wait, false);
         continue;
       }
@@ -152,6 +166,7 @@ class Forwarder {
         last_line = Clock::now();
       }
       if (Clock::now() - last_answer_ >= kAnswerInterval) Answer(std::chrono::milliseconds(0));
+      PublishMetrics(false);
     }
     WriteOffset();
     Finish(StopRequested() ? "stopped" : "caught_up");
@@ -385,7 +400,6 @@ class Forwarder {
         }
         if (unavailable_) {
           Event("resumed", "state=running offset=" + std::to_string(record.offset));
-          unavailable_ = false;
         }
         return true;
       }
@@ -421,7 +435,33 @@ class Forwarder {
     written_offset_ = next;
   }
 
+  // Hands the metrics server the current figures: at most every 500 ms unless `force`.
+  void PublishMetrics(bool force) {
+    if (!metrics_ || (!force && Clock::now() - last_metrics_ < std::chrono::milliseconds(500))) return;
+    last_metrics_ = Clock::now();
+    metrics::ForwardSnapshot s;
+    s.flow = config_.flow_name;
+    s.stream = config_.transport.stream;
+    s.quorum_available = stream_ && !unavailable_;
+    s.stopped = stopped_;
+    s.published = counters_.published;
+    s.already_held = counters_.already_held;
+    s.publish_retries = counters_.publish_retries;
+    s.resyncs = counters_.resyncs;
+    s.refills = counters_.refills;
+    s.refilled_records = counters_.refilled_records;
+    s.positions = counters_.positions;
+    s.next_offset = reader_ ? reader_->next_offset() : 0;
+    s.acks = counters_.published + counters_.already_held + counters_.refilled_records;
+    s.ack_latency_seconds_sum = static_cast<double>(counters_.ack_latency_us_sum) / 1e6;
+    s.ack_latency_seconds_max = static_cast<double>(counters_.ack_latency_us_max) / 1e6;
+    snapshot_.Set(s);
+  }
+
   void Event(const std::string& event, const std::string& fields) {
+    if (event == "retry") unavailable_ = true;
+    if (event == "resumed") unavailable_ = false;  // the stream answered
+    if (event == "retry" || event == "resumed") PublishMetrics(true);
     std::cerr << "forward flow=" << config_.flow_name << " event=" << event << " " << fields << std::endl;
   }
 
@@ -433,6 +473,8 @@ class Forwarder {
   }
 
   void Finish(const std::string& state) {
+    stopped_ = true;
+    PublishMetrics(true);
     const uint64_t acked = counters_.published + counters_.already_held;
     const double mean_ms = acked ? static_cast<double>(counters_.ack_latency_us_sum) / acked / 1000.0 : 0.0;
     if (options_.format == OutputFormat::Json) {
@@ -471,6 +513,10 @@ class Forwarder {
   std::optional<uint64_t> written_offset_;
   bool unavailable_ = false;
   bool defect_retention_ = false;
+  bool stopped_ = false;
+  apply::Published<metrics::ForwardSnapshot> snapshot_;  // what metrics_ serves (before it: outlives it)
+  std::unique_ptr<apply::MetricsServer> metrics_;
+  Clock::time_point last_metrics_{};
   std::map<std::string, uint64_t> remote_written_;  // remote.<applier> -> the offset recorded
   Clock::time_point last_answer_{};
   Counters counters_;

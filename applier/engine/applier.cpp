@@ -114,7 +114,14 @@ void Applier::Run() {
     metrics::ApplySnapshot initial;
     initial.flow = config_.flow_name;
     initial.state = metrics::ApplyState::kRunning;
-    metrics_ = std::make_unique<MetricsServer>(*config_.metrics_listen, config_.path, std::move(initial));
+    metrics_snapshot_.Set(initial);
+    metrics_ = std::make_unique<MetricsServer>(
+        *config_.metrics_listen, config_.path,
+        [this] { return metrics::RenderExposition(metrics::ApplyFamilies(metrics_snapshot_.Get())); },
+        [this] {
+          const metrics::ApplySnapshot s = metrics_snapshot_.Get();
+          return metrics::ApplyReadiness(s, s.broker_quorum_available);
+        });
   }
   auto device = log::OpenUringDevice();
   if (!device) Fail("cannot open the log device for " + config_.log_directory + ": " + device.error().message);
@@ -706,7 +713,7 @@ void Applier::PublishMetrics(metrics::ApplyState state, bool force) {
     if (end)
       s.lag_records = *end > reader_->next_offset() ? *end - reader_->next_offset() : 0;
     else
-      s.lag_records = metrics_->Snapshot().lag_records;
+      s.lag_records = metrics_snapshot_.Get().lag_records;
   }
   const bool caught_up = state == metrics::ApplyState::kCaughtUp || (s.lag_records == 0 && pipeline_.size() == 0);
   const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
@@ -714,7 +721,8 @@ void Applier::PublishMetrics(metrics::ApplyState state, bool force) {
                              .count();
   s.lag_seconds = metrics::ApplyLagSeconds(caught_up, last_commit_time_us_, now_us);
   s.last_checkpoint_unix_seconds = offset_written_unix_seconds_;
-  metrics_->Publish(s);
+  s.broker_quorum_available = !receiver_ || receiver_->broker_available();
+  metrics_snapshot_.Set(s);
 }
 
 void Applier::ReadQuarantineOpen() {

@@ -330,6 +330,7 @@ class Applier {
   uint64_t applied_lsn_ = 0;  // the highest commit LSN the target holds (origin progress, then retired)
   uint64_t covered_lsn_ = 0;  // the LSN of the last transaction end or progress marker read
   // Metrics (docs/apply.md "Metrics"): the server, and the figures Counters does not hold.
+  Published<metrics::ApplySnapshot> metrics_snapshot_;  // what metrics_ serves (before it: outlives it)
   std::unique_ptr<MetricsServer> metrics_;
   Clock::time_point last_metrics_publish_{};
   int64_t last_commit_time_us_ = 0;  // source commit time of the transaction at applied_lsn_

@@ -33,12 +33,18 @@ MHD_Result Answer(void* cls, MHD_Connection* connection, const char* url, const 
     if (*upload_data_size != 0) {  // a body is not read: refuse at once
       *upload_data_size = 0;
     }
-    return Reply(connection, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET /metrics is served\n", "text/plain; charset=utf-8");
+    return Reply(connection, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET /metrics and GET /readyz are served\n",
+                 "text/plain; charset=utf-8");
+  }
+  if (std::strcmp(url, "/readyz") == 0) {
+    const metrics::Readiness ready = server->Readiness();
+    return Reply(connection, ready.ready ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, ready.reason + "\n",
+                 "text/plain; charset=utf-8");
   }
   if (std::strcmp(url, "/metrics") != 0)
-    return Reply(connection, MHD_HTTP_NOT_FOUND, "not found: this endpoint serves GET /metrics\n",
+    return Reply(connection, MHD_HTTP_NOT_FOUND, "not found: this endpoint serves GET /metrics and GET /readyz\n",
                  "text/plain; charset=utf-8");
-  auto body = server->Render();
+  auto body = server->RenderMetrics();
   if (!body)
     return Reply(connection, MHD_HTTP_INTERNAL_SERVER_ERROR, "cannot render the metrics: " + body.error().message + "\n",
                  "text/plain; charset=utf-8");
@@ -47,9 +53,9 @@ MHD_Result Answer(void* cls, MHD_Connection* connection, const char* url, const 
 
 }  // namespace
 
-MetricsServer::MetricsServer(const metrics::ListenAddress& address, const std::string& config_path,
-                             metrics::ApplySnapshot initial)
-    : snapshot_(std::move(initial)) {
+MetricsServer::MetricsServer(const metrics::ListenAddress& address, const std::string& config_path, Render metrics,
+                             Ready ready)
+    : render_(std::move(metrics)), ready_(std::move(ready)) {
   sockaddr_storage storage{};
   unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
   if (address.kind == metrics::ListenAddress::Kind::kIpv6) {
@@ -75,7 +81,7 @@ MetricsServer::MetricsServer(const metrics::ListenAddress& address, const std::s
                                   : address.host + ":" + std::to_string(address.port);
     throw CommandFailed("cannot serve metrics on " + where + " (metrics.listen in " + config_path + ")" +
                             (error != 0 ? std::string(": ") + std::strerror(error) : std::string()) +
-                            "; nothing was applied. Choose a free local address and port for metrics.listen, or "
+                            "; nothing was done. Choose a free local address and port for metrics.listen, or "
                             "remove the [metrics] table",
                         1);
   }
@@ -84,17 +90,5 @@ MetricsServer::MetricsServer(const metrics::ListenAddress& address, const std::s
 MetricsServer::~MetricsServer() {
   if (daemon_ != nullptr) MHD_stop_daemon(daemon_);
 }
-
-void MetricsServer::Publish(const metrics::ApplySnapshot& snapshot) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  snapshot_ = snapshot;
-}
-
-metrics::ApplySnapshot MetricsServer::Snapshot() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return snapshot_;
-}
-
-Result<std::string> MetricsServer::Render() { return metrics::RenderExposition(metrics::ApplyFamilies(Snapshot())); }
 
 }  // namespace trellara::cli::apply

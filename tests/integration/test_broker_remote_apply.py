@@ -18,8 +18,8 @@ transaction committed once on the target (its dedup rows). Scenarios:
     durable position back, so a message the broker loses later can still be refilled; paired with
     defect.forward_retention_by_forwarder (the lost records are gone: the applier stops, exit 3);
   - quorum_loss_under_remote_apply_resumes_exactly: two of three nodes killed while the source
-    writes and both processes run; both wait (state broker_quorum_unavailable) and finish exactly
-    once the nodes return.
+    writes and both processes run; both wait (state broker_quorum_unavailable, GET /readyz 503 with
+    that reason, the forwarder's quorum gauge 0) and finish exactly once the nodes return (200 ready).
 """
 import json
 import os
@@ -27,12 +27,15 @@ import random
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (TRELLARA_BIN, CaptureFailure, checks_fail_under_defect,  # noqa: E402
                              run_scenarios, scenario, verify_with_applier, wait_for,
                              write_flow_config)
+from harness.cluster import _free_port  # noqa: E402
 from harness.nats_client import NatsClient  # noqa: E402
 from harness.nats_cluster import NatsCluster  # noqa: E402
 from flow_pair import FlowPair  # noqa: E402
@@ -64,10 +67,14 @@ class RemotePair(BrokerPair):
         self.replica_dir = os.path.join(self.work.name, "replica")
         transport = (f'[transport]\nkind = "nats"\nservers = "{self.cluster.servers}"\nstream = "{STREAM}"\n'
                      f'applier = "eu"\nremote_appliers = "eu"\n')
+        # Each process serves GET /metrics and /readyz on its own port.
+        self.forward_port, self.apply_port = _free_port(), _free_port()
         self.config = write_flow_config(os.path.join(self.work.name, "flow.toml"), self.flow, self.log_dir,
-                                        self.target.conninfo(), self.source.conninfo(), None, transport)
+                                        self.target.conninfo(), self.source.conninfo(), None,
+                                        transport + f'\n[metrics]\nlisten = "127.0.0.1:{self.forward_port}"\n')
         self.remote = write_flow_config(os.path.join(self.work.name, "remote.toml"), self.flow, self.replica_dir,
-                                        self.target.conninfo(), self.source.conninfo(), None, transport)
+                                        self.target.conninfo(), self.source.conninfo(), None,
+                                        transport + f'\n[metrics]\nlisten = "127.0.0.1:{self.apply_port}"\n')
 
     def start_process(self, command, name, env=None):
         path = os.path.join(self.work.name, f"{name}.stderr")
@@ -120,6 +127,17 @@ class RemotePair(BrokerPair):
             with NatsClient(self.cluster.client_port(0)) as client:
                 return client.stream_info(STREAM)["state"]["messages"] >= len(log_frames(self.log_dir)) - 2
         wait_for("the forwarder to publish the log", held, timeout_s)
+
+
+def http_get(port, path):
+    """(status, body) of GET http://127.0.0.1:<port><path>; (None, error) when nothing answers."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    except OSError as error:
+        return None, str(error)
 
 
 def trellara(*args, env=None):
@@ -298,7 +316,7 @@ def retention_defect_by_forwarder_is_caught():
 
 
 @scenario(seed_rows=(), suite="broker",
-          invariants=("remote apply waits while the broker has no quorum (state reported)",
+          invariants=("remote apply waits while the broker has no quorum (state, /readyz, metrics)",
                       "the target is exact once quorum returns"))
 def quorum_loss_under_remote_apply_resumes_exactly():
     with NatsCluster() as cluster, RemotePair("remote-quorum", cluster) as pair:
@@ -314,12 +332,23 @@ def quorum_loss_under_remote_apply_resumes_exactly():
         wait_for("both processes to report that the broker has no quorum",
                  lambda: "state=broker_quorum_unavailable" in pair.stderr_of(forwarder)
                  and "state=broker_quorum_unavailable" in pair.stderr_of(applier), 180)
+        wait_for("GET /readyz of both to answer 503 broker_quorum_unavailable",
+                 lambda: all(http_get(port, "/readyz") == (503, "broker_quorum_unavailable\n")
+                             for port in (pair.forward_port, pair.apply_port)), 60)
+        status, body = http_get(pair.forward_port, "/metrics")
+        if status != 200 or "trellara_forward_broker_quorum_available{" not in body or \
+                not any(line.startswith("trellara_forward_broker_quorum_available{") and line.endswith(" 0")
+                        for line in body.splitlines()):
+            raise CaptureFailure(f"the forwarder's metrics do not show the quorum loss: {status} {body[:1500]}")
         cluster.start_node(1)
         cluster.start_node(2)
         cluster.wait_ready()
         pair.wait_log_covers_source()
         wait_for("the remote applier to apply everything after quorum returned",
                  lambda: pair.rows(pair.source) == pair.rows(pair.target), 240)
+        wait_for("GET /readyz of both to answer 200 ready",
+                 lambda: all(http_get(port, "/readyz") == (200, "ready\n")
+                             for port in (pair.forward_port, pair.apply_port)), 120)
         stop(applier)
         summary = json.loads(stop(forwarder).strip().splitlines()[-1])
         pair.assert_target_exact("after two of three nodes were down")

@@ -129,3 +129,35 @@ TEST_CASE("listen_setting_accepts_host_port_and_refuses_the_rest", "[metrics]") 
     CHECK_FALSE(ParseListenAddress(bad));
   }
 }
+
+TEST_CASE("forward_families_render_and_readiness_follows_the_broker_quorum", "[metrics]") {
+  ForwardSnapshot s;
+  s.flow = "app";
+  s.stream = "TRELLARA_APP";
+  s.published = 12;
+  s.publish_retries = 3;
+  s.acks = 12;
+  s.ack_latency_seconds_sum = 0.024;
+  s.ack_latency_seconds_max = 0.005;
+  auto body = RenderExposition(ForwardFamilies(s));
+  REQUIRE(body.ok());
+  CHECK(body->find("trellara_forward_published_total{flow=\"app\",stream=\"TRELLARA_APP\"} 12\n") != std::string::npos);
+  CHECK(body->find("trellara_forward_publish_retries_total{flow=\"app\",stream=\"TRELLARA_APP\"} 3\n") != std::string::npos);
+  CHECK(body->find("trellara_forward_broker_quorum_available{flow=\"app\",stream=\"TRELLARA_APP\"} 1\n") != std::string::npos);
+  CHECK(ForwardReadiness(s).ready);
+  s.quorum_available = false;
+  CHECK_FALSE(ForwardReadiness(s).ready);
+  CHECK(ForwardReadiness(s).reason == "broker_quorum_unavailable");
+  s.quorum_available = true;
+  s.stopped = true;
+  CHECK(ForwardReadiness(s).reason == "stopped");
+
+  ApplySnapshot a;
+  a.flow = "app";
+  CHECK(ApplyReadiness(a, true).ready);
+  CHECK(ApplyReadiness(a, false).reason == "broker_quorum_unavailable");
+  a.state = ApplyState::kBlocked;
+  CHECK(ApplyReadiness(a, true).reason == "blocked");
+  a.state = ApplyState::kCaughtUp;
+  CHECK(ApplyReadiness(a, true).ready);
+}

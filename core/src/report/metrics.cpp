@@ -183,6 +183,61 @@ std::vector<Family> ApplyFamilies(const ApplySnapshot& s) {
   return families;
 }
 
+std::vector<Family> ForwardFamilies(const ForwardSnapshot& s) {
+  const std::vector<std::pair<std::string, std::string>> labels{{"flow", s.flow}, {"stream", s.stream}};
+  auto one = [&](std::string name, MetricType type, std::string help, std::variant<uint64_t, double> value) {
+    return Family{std::move(name), std::move(help), type, {Sample{labels, value}}};
+  };
+  std::vector<Family> f;
+  f.push_back(one("trellara_forward_up", MetricType::kGauge, "1 while the trellara forward process of the flow serves "
+                  "metrics", uint64_t{1}));
+  f.push_back(one("trellara_forward_broker_quorum_available", MetricType::kGauge,
+                  "1 while the broker acknowledges publishes, 0 while it has no quorum or cannot be reached",
+                  uint64_t{s.quorum_available ? 1u : 0u}));
+  f.push_back(one("trellara_forward_published_total", MetricType::kCounter,
+                  "Log records the stream acknowledged as new", s.published));
+  f.push_back(one("trellara_forward_already_held_total", MetricType::kCounter,
+                  "Log records the stream acknowledged as duplicates (it held them)", s.already_held));
+  f.push_back(one("trellara_forward_publish_retries_total", MetricType::kCounter,
+                  "Publishes not acknowledged (no quorum, timeout, connection down) and tried again",
+                  s.publish_retries));
+  f.push_back(one("trellara_forward_resyncs_total", MetricType::kCounter,
+                  "Times the forwarder resumed after the stream's last record", s.resyncs));
+  f.push_back(one("trellara_forward_refills_total", MetricType::kCounter,
+                  "Remote appliers' refill requests answered by publishing again", s.refills));
+  f.push_back(one("trellara_forward_refilled_records_total", MetricType::kCounter,
+                  "Log records published again for refills", s.refilled_records));
+  f.push_back(one("trellara_forward_positions_total", MetricType::kCounter,
+                  "Remote appliers' durable positions recorded as consumers of the log", s.positions));
+  f.push_back(one("trellara_forward_next_offset", MetricType::kGauge, "The next log offset the forwarder publishes",
+                  s.next_offset));
+  f.push_back(one("trellara_forward_ack_latency_seconds_sum", MetricType::kCounter,
+                  "Sum of the broker's acknowledgement latencies", s.ack_latency_seconds_sum));
+  f.push_back(one("trellara_forward_ack_latency_seconds_count", MetricType::kCounter,
+                  "Acknowledgements timed", s.acks));
+  f.push_back(one("trellara_forward_ack_latency_seconds_max", MetricType::kGauge,
+                  "The longest acknowledgement latency seen by this process", s.ack_latency_seconds_max));
+  return f;
+}
+
+Readiness ForwardReadiness(const ForwardSnapshot& s) {
+  if (s.stopped) return {false, "stopped"};
+  if (!s.quorum_available) return {false, "broker_quorum_unavailable"};
+  return {true, "ready"};
+}
+
+Readiness ApplyReadiness(const ApplySnapshot& s, bool broker_quorum_available) {
+  switch (s.state) {
+    case ApplyState::kBlocked: return {false, "blocked"};
+    case ApplyState::kRetrying: return {false, "retrying"};
+    case ApplyState::kStopped: return {false, "stopped"};
+    case ApplyState::kRunning:
+    case ApplyState::kCaughtUp: break;
+  }
+  if (!broker_quorum_available) return {false, "broker_quorum_unavailable"};
+  return {true, "ready"};
+}
+
 Result<ListenAddress> ParseListenAddress(std::string_view value) {
   ListenAddress address;
   std::string_view host;

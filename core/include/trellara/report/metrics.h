@@ -71,6 +71,7 @@ struct ApplySnapshot {
   uint64_t lag_records = 0;        // log records between the consumer's read position and the published end
   double lag_seconds = 0;          // see ApplyLagSeconds
   double last_checkpoint_unix_seconds = 0;  // when the consumer offset was last written; 0 never
+  bool broker_quorum_available = true;      // a remote applier: the stream answers (for /readyz)
 };
 
 // The lag in seconds: 0 when the applier has read and applied everything the log publishes (or
@@ -80,6 +81,37 @@ double ApplyLagSeconds(bool caught_up, int64_t last_commit_time_unix_us, int64_t
 
 // The families of `trellara_apply_*`, in a fixed order, every sample labelled flow="<flow>".
 std::vector<Family> ApplyFamilies(const ApplySnapshot& snapshot);
+
+// ---- the forwarder's metrics (docs/broker.md "Metrics and readiness") ---------------------
+struct ForwardSnapshot {
+  std::string flow;
+  std::string stream;
+  bool quorum_available = true;  // the last publish (or connect) was acknowledged
+  bool stopped = false;
+  uint64_t published = 0;        // records the stream acknowledged as new
+  uint64_t already_held = 0;     // records the stream acknowledged as duplicates
+  uint64_t publish_retries = 0;  // publishes not acknowledged and tried again
+  uint64_t resyncs = 0;
+  uint64_t refills = 0;           // refill requests answered by publishing again
+  uint64_t refilled_records = 0;
+  uint64_t positions = 0;         // remote appliers' positions recorded
+  uint64_t next_offset = 0;       // the next log offset to publish
+  uint64_t acks = 0;              // acknowledgements timed
+  double ack_latency_seconds_sum = 0;
+  double ack_latency_seconds_max = 0;
+};
+// The families of `trellara_forward_*`, in a fixed order, labelled flow="<flow>" (and stream).
+std::vector<Family> ForwardFamilies(const ForwardSnapshot& snapshot);
+
+// GET /readyz: whether the process does its job right now, and a one-line reason. A forwarder is
+// not ready while the broker has no quorum (`broker_quorum_unavailable`) or once it stopped; an
+// applier while it is blocked by a quarantine, retrying or stopped.
+struct Readiness {
+  bool ready = true;
+  std::string reason;  // "ready", or the state that keeps it from being ready
+};
+Readiness ForwardReadiness(const ForwardSnapshot& snapshot);
+Readiness ApplyReadiness(const ApplySnapshot& snapshot, bool broker_quorum_available);
 
 // ---- the listen setting -------------------------------------------------------------------
 
