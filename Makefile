@@ -49,7 +49,7 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-.PHONY: deps core install-cli install-ext test check demo soak unit regress integration correctness-report \
+.PHONY: deps core install-cli install-ext test check demo demo-cluster soak unit regress integration correctness-report \
         verify-correctness-report
 
 deps:
@@ -91,6 +91,13 @@ demo: deps
 	$(MAKE) -j$$(nproc) all CMAKE_TARGETS="trellara"
 	$(MAKE) install CMAKE_TARGETS="trellara"
 	@scripts/demo
+
+# The same kind of flow through a 3-node NATS JetStream cluster on this machine (docs/broker.md):
+# trellara forward, a remote trellara apply reading the stream, quorum loss and a lost message.
+demo-cluster: deps
+	$(MAKE) -j$$(nproc) all CMAKE_TARGETS="trellara"
+	$(MAKE) install CMAKE_TARGETS="trellara"
+	@scripts/demo-cluster
 
 # A long qualification run outside CI (docs/soak.md, docs/correctness.md "Evidence of long runs"):
 # `trellara soak` on throwaway clusters for SOAK_DURATION, its result appended to evidence/, which

@@ -63,7 +63,11 @@ CREATE TABLE trellara.flows (
   created_at    timestamptz NOT NULL DEFAULT now(),
   -- Set by the relay when it starts the flow's log (its first frame covers the source from this
   -- LSN). A flow with it set whose log holds nothing lost its log directory (continuity).
-  log_started_lsn pg_lsn
+  log_started_lsn pg_lsn,
+  -- How far the relay confirms the slot (docs/broker.md "Source acknowledgement"): 'local', what
+  -- the local log holds durably; 'broker_quorum', only what trellara forward has also seen the
+  -- broker's quorum acknowledge. Read when the relay starts.
+  source_ack    text NOT NULL DEFAULT 'local' CHECK (source_ack IN ('local', 'broker_quorum'))
 );
 COMMENT ON TABLE trellara.flows IS 'Trellara flows: publication, slot and log directory of each capture flow';
 SELECT pg_catalog.pg_extension_config_dump('trellara.flows', '');
@@ -277,6 +281,29 @@ BEGIN
   PERFORM trellara._wake_launcher();
 END
 $$;
+
+-- Sets how far the relay of a flow confirms its slot ('local' or 'broker_quorum'); it takes effect
+-- when the relay starts next (stop_flow, then start_flow, each in its own transaction).
+CREATE FUNCTION trellara.set_source_ack(name text, mode text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM trellara._flow(set_source_ack.name);
+  IF mode IS NULL OR mode NOT IN ('local', 'broker_quorum') THEN
+    RAISE EXCEPTION 'invalid source_ack "%" for flow "%"', mode, set_source_ack.name
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = '''local'' (the slot follows the local log) or ''broker_quorum'' (the slot follows what '
+                   'the broker''s quorum acknowledged to trellara forward).';
+  END IF;
+  UPDATE trellara.flows SET source_ack = mode WHERE flows.name = set_source_ack.name;
+  RAISE NOTICE 'flow "%": source_ack = % takes effect when its relay starts next', set_source_ack.name, mode
+    USING HINT = format('SELECT trellara.stop_flow(%L); then SELECT trellara.start_flow(%L);',
+                        set_source_ack.name, set_source_ack.name);
+END
+$$;
+REVOKE ALL ON FUNCTION trellara.set_source_ack(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION trellara.set_source_ack(text, text) TO trellara_admin;
 
 CREATE FUNCTION trellara.stop_flow(name text, timeout_ms int DEFAULT 30000)
 RETURNS void

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <thread>
 
+#include "broker/broker_state.h"
 #include "kit/errors.h"
 #include "trellara/base/cadence.h"
 #include "trellara/base/fault.h"
@@ -65,6 +66,8 @@ void StreamReceiver::Unavailable(const std::string& error) {
   std::string quoted = error;
   for (auto& c : quoted)
     if (c == '"' || c == '\n') c = '\'';
+  if (!unavailable_)
+    WriteBrokerState(config_.log_directory, kReceiverStateFile, "trellara apply", "broker_quorum_unavailable", quoted);
   if (!unavailable_ || Clock::now() - unavailable_since_ >= std::chrono::seconds(10)) {
     Event("retry", "state=broker_quorum_unavailable expected_offset=" + std::to_string(expected()) + " error=\"" +
                        quoted + "\"");
@@ -72,6 +75,13 @@ void StreamReceiver::Unavailable(const std::string& error) {
   }
   unavailable_ = true;
   retry_wait_ = cadence::kBrokerRetry.After(retry_wait_.count() ? retry_wait_ : cadence::kBrokerRetry.min, false);
+}
+
+void StreamReceiver::Resumed() {
+  Event("resumed", "state=running expected_offset=" + std::to_string(expected()));
+  WriteBrokerState(config_.log_directory, kReceiverStateFile, "trellara apply", "running", "");
+  unavailable_ = false;
+  retry_wait_ = std::chrono::milliseconds(0);
 }
 
 bool StreamReceiver::Open() {
@@ -112,6 +122,11 @@ bool StreamReceiver::Connect() {
     if (stream) {
       stream_ = std::move(stream.value());
       reading_ = false;
+      if (unavailable_ || !said_running_) {
+        WriteBrokerState(config_.log_directory, kReceiverStateFile, "trellara apply", "running", "");
+        said_running_ = true;
+      }
+      unavailable_ = false;
       return true;
     }
     Unavailable(stream.error().message);
@@ -207,9 +222,7 @@ void StreamReceiver::Probe() {
     return;
   }
   if (unavailable_) {
-    Event("resumed", "state=running expected_offset=" + std::to_string(expected()));
-    unavailable_ = false;
-    retry_wait_ = std::chrono::milliseconds(0);
+    Resumed();
     reading_ = false;
     return;
   }
@@ -250,11 +263,7 @@ size_t StreamReceiver::Pump(std::chrono::milliseconds wait, std::optional<Confli
       break;
     }
     if (!*read) break;
-    if (unavailable_) {
-      Event("resumed", "state=running expected_offset=" + std::to_string(expected()));
-      unavailable_ = false;
-      retry_wait_ = std::chrono::milliseconds(0);
-    }
+    if (unavailable_) Resumed();
     NatsStream::Delivered& d = **read;
     delivered_count++;
     last_delivery_ = Clock::now();

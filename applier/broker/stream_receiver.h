@@ -81,6 +81,7 @@ class StreamReceiver {
   void Probe();
   void Event(const std::string& event, const std::string& fields);
   void Unavailable(const std::string& error);
+  void Resumed();
 
   const FlowConfig& config_;
   log::LogDevice& device_;
@@ -97,6 +98,7 @@ class StreamReceiver {
   std::chrono::milliseconds refill_wait_{0};
   std::chrono::steady_clock::time_point unavailable_since_{};
   bool unavailable_ = false;
+  bool said_running_ = false;
   std::chrono::milliseconds retry_wait_{0};
   std::chrono::steady_clock::time_point last_delivery_{};
   std::chrono::steady_clock::time_point last_probe_{};

@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "broker/broker_state.h"
 #include "broker/nats_stream.h"
 #include "commands/commands.h"
 #include "engine/applier.h"
@@ -360,6 +361,8 @@ class Forwarder {
   // Publishes one record in order on the records subject. False when stopped, or when the stream
   // answered that its last record is not ours (the reader was repositioned by Resync).
   bool PublishRecord(const log::LogRecord& record) {
+    // Fault point (tests): the record is read from the log, nothing is published yet (`crash` dies here).
+    fault::Hit("forward.before_publish");
     // Negative control (tests only, TRELLARA_FAULTS=defect.forward_progress_before_ack:1:defect): the
     // forwarder records a record as published before the broker acknowledged it.
     if (fault::Hit("defect.forward_progress_before_ack") == fault::Action::Defect)
@@ -461,6 +464,7 @@ class Forwarder {
   void Event(const std::string& event, const std::string& fields) {
     if (event == "retry") unavailable_ = true;
     if (event == "resumed") unavailable_ = false;  // the stream answered
+    if (event == "retry" || event == "resumed") SayState(unavailable_ ? "broker_quorum_unavailable" : "running", fields);
     if (event == "retry" || event == "resumed") PublishMetrics(true);
     std::cerr << "forward flow=" << config_.flow_name << " event=" << event << " " << fields << std::endl;
   }
@@ -472,8 +476,17 @@ class Forwarder {
               << std::endl;
   }
 
+  // consumers/.forwarder.state for trellara status (broker_state.h), on each change of state.
+  void SayState(const std::string& state, const std::string& detail) {
+    if (state == said_state_) return;
+    said_state_ = state;
+    broker::WriteBrokerState(config_.log_directory, broker::kForwarderStateFile, "trellara forward", state,
+                             state == "broker_quorum_unavailable" ? detail : "");
+  }
+
   void Finish(const std::string& state) {
     stopped_ = true;
+    SayState("stopped", "");
     PublishMetrics(true);
     const uint64_t acked = counters_.published + counters_.already_held;
     const double mean_ms = acked ? static_cast<double>(counters_.ack_latency_us_sum) / acked / 1000.0 : 0.0;
@@ -514,6 +527,7 @@ class Forwarder {
   bool unavailable_ = false;
   bool defect_retention_ = false;
   bool stopped_ = false;
+  std::string said_state_;
   apply::Published<metrics::ForwardSnapshot> snapshot_;  // what metrics_ serves (before it: outlives it)
   std::unique_ptr<apply::MetricsServer> metrics_;
   Clock::time_point last_metrics_{};

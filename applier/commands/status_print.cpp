@@ -10,6 +10,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "broker/broker_state.h"
 #include "commands/status_print.h"
 #include "kit/errors.h"
 #include "trellara/report/apply_status.h"
@@ -144,6 +145,15 @@ std::vector<Alert> Alerts(const FlowConfig& config, const std::string& config_pa
   f.relay_state = RelayState(e.source);
   if (e.source.status_row && (*e.source.status_row)["last_error"].is_string())
     f.relay_last_error = (*e.source.status_row)["last_error"].get<std::string>();
+  f.broker = config.transport.kind == TransportKind::Nats;
+  if (f.broker) {
+    if (auto b = broker::ReadBrokerState(config.log_directory)) {
+      f.broker_process = b->process + " (pid " + std::to_string(b->pid) + ")";
+      f.broker_state = b->state;
+      f.broker_since = b->since;
+      f.broker_error = b->last_error;
+    }
+  }
   return DecideAlerts(f, thresholds);
 }
 

@@ -92,6 +92,7 @@ PGDLLEXPORT void trellara_relay_main(Datum main_arg);
 #include "trellara/record/envelope.h"
 #include "trellara/base/fault.h"
 #include "trellara/log/reader.h"
+#include "trellara/log/consumer_offsets.h"
 #include "trellara/log/retention.h"
 #include "trellara/log/uring_device.h"
 #include "trellara/log/writer.h"
@@ -122,6 +123,7 @@ void HandleSigterm(SIGNAL_ARGS) {
 
 // Plain data read from trellara.flows.
 bool has_log_started_lsn = false;
+bool source_ack_broker = false;  // trellara.flows.source_ack = 'broker_quorum'
 XLogRecPtr log_started_lsn = InvalidXLogRecPtr;
 bool decoding_started = false;
 ReadLocalXLogPageNoWaitPrivate wal_reader_private;
@@ -246,7 +248,8 @@ bool ReadFlow() {
   Oid argtypes[1] = {TEXTOID};
   Datum args[1] = {CStringGetTextDatum(flow_name)};
   int rc = SPI_execute_with_args(
-      "SELECT publication, slot_name, log_directory, enabled, log_started_lsn FROM trellara.flows WHERE name = $1",
+      "SELECT publication, slot_name, log_directory, enabled, log_started_lsn, source_ack FROM trellara.flows "
+      "WHERE name = $1",
       1, argtypes,
       args, nullptr, true, 1);
   if (rc == SPI_OK_SELECT && SPI_processed == 1) {
@@ -259,6 +262,8 @@ bool ReadFlow() {
       Datum started = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5, &isnull);
       has_log_started_lsn = !isnull;
       log_started_lsn = isnull ? InvalidXLogRecPtr : DatumGetLSN(started);
+      const char* ack_mode = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 6);
+      source_ack_broker = ack_mode != nullptr && strcmp(ack_mode, "broker_quorum") == 0;
       found = true;
     }
   }
@@ -392,6 +397,28 @@ void WaitDurable(uint64_t target_end, bool interruptible) {
   }
 }
 
+void TrackAppended(uint64_t offset, uint8_t type, uint64_t commit_lsn) {
+  g_relay->ack->Appended(offset, type, commit_lsn);
+  if (g_relay->broker_ack) g_relay->broker_ack->Appended(offset, type, commit_lsn);
+}
+
+// source_ack = 'broker_quorum': what may be confirmed given the forwarder's consumer offset (the
+// next offset it has not yet seen acknowledged by the broker's quorum), read at most every
+// kForwardedReadIntervalUs. No forwarder registered yet: nothing past what was confirmed before.
+constexpr uint64_t kForwardedReadIntervalUs = 100'000;
+uint64_t BrokerConfirmable() {
+  const uint64_t now = NowUs();
+  if (now - g_relay->forwarded_read_us >= kForwardedReadIntervalUs) {
+    g_relay->forwarded_read_us = now;
+    auto offsets = log::ReadConsumerOffsets(*g_relay->device, log_directory);
+    if (offsets.ok()) {
+      auto it = offsets->find("forwarder");
+      if (it != offsets->end()) g_relay->forwarded_end = it->second;
+    }
+  }
+  return g_relay->broker_ack->Durable(std::min(g_relay->forwarded_end, g_relay->writer->durable_end()));
+}
+
 void Confirm(uint64_t lsn) {
   if (lsn <= g_relay->confirmed_lsn) return;
   if (fault::Hit("relay.after_fsync_before_confirm") == fault::Action::Error)
@@ -454,7 +481,7 @@ uint64_t AppendProgressMarker(uint64_t lsn) {
   for (int i = 0; i < 8; i++) payload[i] = static_cast<uint8_t>(lsn >> (8 * i));
   auto offset = g_relay->writer->Append(kProgressRecordType, lsn, std::span<const uint8_t>(payload, 8));
   if (!offset.ok()) Fail("cannot append a progress marker", offset.error());
-  g_relay->ack->Appended(*offset, kProgressRecordType, lsn);
+  TrackAppended(*offset, kProgressRecordType, lsn);
   g_relay->records_written++;
   g_relay->payload_bytes_appended += sizeof payload;
   WaitDurable(*offset + 1);
@@ -476,11 +503,14 @@ uint64_t ApplyRestartRule(uint64_t slot_confirmed, std::string* refusal, bool* l
       // The first frame of a new log: a start marker at the slot's position, so the log covers
       // what the slot has confirmed from its very first moment.
       g_relay->ack = std::make_unique<AckTracker>(0);
+      if (source_ack_broker) g_relay->broker_ack = std::make_unique<AckTracker>(0);
       (void)AppendProgressMarker(slot_confirmed);
       *log_started_now = true;
       return slot_confirmed;
     case RestartDecision::Kind::kResume:
       g_relay->ack = std::make_unique<AckTracker>(d.covered_lsn);
+      // What the log holds beyond the slot may not be with the broker yet: from the slot on.
+      if (source_ack_broker) g_relay->broker_ack = std::make_unique<AckTracker>(slot_confirmed);
       if (d.torn_commit_lsn.has_value())
         pg::CallPostgres([&] {
           ereport(LOG, (errmsg("trellara relay of flow \"%s\": the log ends with %llu frame(s) of the transaction "
@@ -508,6 +538,8 @@ void FinishPass(uint64_t decoded_end) {
     confirmable = AppendProgressMarker(decoded_end);
     g_relay->last_progress_us = now;
   }
+  // source_ack = 'broker_quorum': never past what the broker's quorum acknowledged.
+  if (g_relay->broker_ack) confirmable = std::min(confirmable, BrokerConfirmable());
   // status() must never show the slot confirmed past log_durable_lsn: publish the durable LSN
   // before the slot can move to it.
   if (confirmable > g_relay->confirmed_lsn) Publish(FlowState::kRunning);

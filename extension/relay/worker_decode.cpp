@@ -55,7 +55,7 @@ Status AppendRecord(uint8_t type, uint32_t xid, uint64_t commit_lsn, std::span<c
   if (g_relay->writer->WouldRollSegment(bytes.size())) WaitDurable(g_relay->writer->next_offset(), true);
   auto offset = g_relay->writer->Append(type, commit_lsn, bytes);
   if (!offset.ok()) Fail("cannot append the record of xid " + std::to_string(xid) + " to its log", offset.error());
-  g_relay->ack->Appended(*offset, type, commit_lsn);
+  TrackAppended(*offset, type, commit_lsn);
   g_relay->records_written++;
   g_relay->payload_bytes_appended += bytes.size();
   // Bound memory while decoding a large transaction: drain to disk before appending more.

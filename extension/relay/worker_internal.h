@@ -34,6 +34,11 @@ struct Relay {
   std::unique_ptr<log::LogDevice> device;
   std::unique_ptr<log::LogWriter> writer;
   std::unique_ptr<AckTracker> ack;
+  // source_ack = 'broker_quorum' (docs/broker.md "Source acknowledgement"): the same frames,
+  // confirmable only below the forwarder's consumer offset (what the broker's quorum acknowledged).
+  std::unique_ptr<AckTracker> broker_ack;
+  uint64_t forwarded_end = 0;      // consumers/forwarder as last read
+  uint64_t forwarded_read_us = 0;  // when it was last read
   std::unique_ptr<StreamSpill> spill;  // streamed in-progress transactions, until their commit
   ProgressPolicy progress;
   uint64_t confirmed_lsn = 0;
@@ -56,6 +61,8 @@ void StopIfRequested();
 void WaitDurable(uint64_t target_end, bool interruptible = false);
 // Confirms `lsn` to the slot (worker.cpp NOTES: only what the log holds durably).
 void Confirm(uint64_t lsn);
+// A frame was appended at `offset`: told to the acknowledgement tracker(s).
+void TrackAppended(uint64_t offset, uint8_t type, uint64_t commit_lsn);
 
 // --- decoding context callbacks (worker_decode.cpp) -------------------------------------------------
 extern "C" void PrepareWrite(LogicalDecodingContext* ctx, XLogRecPtr, TransactionId, bool);

@@ -40,6 +40,8 @@ def paired_by_sim(entry, sim, defect):
 
 
 FAIL_CLOSED = "test_apply_fail_closed.py"
+BROKER_ACK = "test_broker_source_ack.py"
+BROKER_REMOTE = "test_broker_remote_apply.py"
 ROBUSTNESS = "test_apply_robustness.py"
 COMMIT_FAILURE = "test_apply_commit_failure.py"
 SNAPSHOT = "test_snapshot.py"
@@ -76,16 +78,23 @@ MAPPING = {
     # ---- curated failure matrix ----
     "relay_before_broker_publish": dict(
         proof=[it("relay_failing_after_decoding_does_not_advance_the_slot",
-                  "test_capture_standard_tools_and_failures.py")],
+                  "test_capture_standard_tools_and_failures.py"),
+               it("forwarder_crash_around_publish_keeps_the_slot_behind_the_broker", BROKER_ACK)],
         defect={"name": "relay_confirm_decoded",
                 "scenario": it("negative_control_a_relay_confirming_what_it_decoded_is_caught",
                                "test_capture_standard_tools_and_failures.py")},
-        note="local-log analogue of the broker publish: fault relay.before_log_append; paired defect "
-             "defect.relay_confirm_decoded (the relay confirms the transaction it failed to append)"),
+        note="both hops: the relay failing before its log append (fault relay.before_log_append; paired defect "
+             "defect.relay_confirm_decoded, the relay confirms the transaction it failed to append), and with "
+             "source_ack = broker_quorum trellara forward crashing before it publishes (fault "
+             "forward.before_publish on a real 3-node JetStream cluster): the slot never passes what the broker "
+             "holds"),
     "relay_after_broker_publish_before_source_feedback": dict(
-        proof=[ct("restart_resumes_after_last_completing_frame"), ct("torn_chunked_tail_is_redecoded_not_skipped")],
-        note="relay restart rule (re-decode from the durable tail) at unit level; the real-process fault "
-             "relay.after_fsync_before_confirm and the skip_relay_tail_dedup defect are not run yet"),
+        proof=[ct("restart_resumes_after_last_completing_frame"), ct("torn_chunked_tail_is_redecoded_not_skipped"),
+               it("forwarder_crash_around_publish_keeps_the_slot_behind_the_broker", BROKER_ACK)],
+        note="relay restart rule (re-decode from the durable tail) at unit level; with source_ack = "
+             "broker_quorum, trellara forward killed after the broker's acknowledgement and before its progress "
+             "write (fault forward.after_ack_before_progress): it resumes after the stream's last record, the "
+             "slot stays behind the broker, nothing is missed or published twice"),
     "source_failover_after_publish_before_ack": dict(not_built=NO_FAILOVER),
     "source_failover_slot_unsynced": dict(not_built=NO_FAILOVER),
     "source_failover_slot_disabled": dict(not_built=NO_FAILOVER),
@@ -102,11 +111,13 @@ MAPPING = {
              "reaches it)"),
     "broker_publish_failure": dict(
         proof=[ct("log_fsync_failure_recovery_never_trusts_page_cache_bytes"),
-               ct("log_fsync_failure_in_a_writer_process_recovers_to_its_last_acknowledged_record")],
+               ct("log_fsync_failure_in_a_writer_process_recovers_to_its_last_acknowledged_record"),
+               it("source_feedback_is_withheld_during_quorum_loss", BROKER_ACK)],
         defect={"name": "log_trust_rescan_after_fsync_failure",
                 "scenario": ct("log_fsync_failure_recovery_trusting_rescan_loses_records_negative_control")},
-        note="analogue without a broker: the local log's fsync failure (fault log.fsync_fails) acknowledges "
-             "nothing it could not make durable"),
+        note="both hops: the local log's fsync failure (fault log.fsync_fails) acknowledges nothing it could not "
+             "make durable; with source_ack = broker_quorum, publishes the broker does not acknowledge (two of "
+             "three JetStream nodes down) do not advance the source's slot"),
     "local_stream_index_rebuild": dict(
         proof=[ct("missing_index_is_rebuilt_for_offset_replay"),
                ct("stale_index_discovers_durable_tail_without_truncating"),
@@ -295,7 +306,16 @@ MAPPING = {
     "fleet_fanin_duplicate_store_replay": dict(not_built=NO_FLEET),
     "fleet_fanin_conflicting_duplicate_quarantine": dict(not_built=NO_FLEET),
     "qualification_source_promotion_while_relay_disconnected": dict(not_built=NO_FAILOVER),
-    "qualification_broker_outage_quorum_loss": dict(not_built=NO_BROKER),
+    "qualification_broker_outage_quorum_loss": dict(
+        proof=[it("source_feedback_is_withheld_during_quorum_loss", BROKER_ACK),
+               it("quorum_loss_under_remote_apply_resumes_exactly", BROKER_REMOTE)],
+        defect={"name": "forward_progress_before_ack",
+                "scenario": it("source_feedback_defect_progress_before_ack_is_caught", BROKER_ACK)},
+        note="real 3-node JetStream cluster, two nodes killed under writes: with source_ack = broker_quorum the "
+             "slot stays behind what the broker acknowledged, publish retries count, `trellara status --view "
+             "alerts` fires broker_quorum_unavailable and /readyz answers 503 (forwarder and remote applier); "
+             "after quorum returns the slot advances and the remote target is exact. Paired defect: the "
+             "forwarder recording progress before the broker's acknowledgement"),
     "qualification_target_restart_during_apply": dict(
         proof=[it("target_immediate_restart_while_applying_converges", ROBUSTNESS)],
         defect={"name": "apply_offset_ignores_flush",
@@ -429,7 +449,8 @@ SIM_BOUND = {
 SIM_NOT_BUILT_ROWS = {
     "source_failover_after_publish_before_ack": NO_FAILOVER,
     "qualification_source_promotion_while_relay_disconnected": NO_FAILOVER,
-    "qualification_broker_outage_quorum_loss": NO_BROKER,
+    "qualification_broker_outage_quorum_loss": ("the simulator has no broker world yet; the curated row of the same "
+                                                "name is proven with real processes on a 3-node JetStream cluster"),
     "qualification_object_store_success_catalog_timeout": NO_FLEET,
 }
 SIM_UNTESTED_ROWS = {}
@@ -450,6 +471,29 @@ UPDATE_BATCHES = "test_apply_update_batches.py"
 EARLY = "test_apply_early.py"
 TYPE_MODIFIERS = "test_apply_type_modifiers.py"
 DESIGN_ROWS = [
+    dict(name="broker_lost_record_is_refilled",
+         boundary="broker → remote applier (docs/broker.md \"Remote apply\"; issue 38)",
+         invariant="the remote applier's replica holds every offset below its expected one, in order; a record "
+                   "above it is a hole, never skipped: the forwarder publishes again from the source's log",
+         safety_property="a message the broker acknowledged and then lost never leaves a transaction out of the "
+                         "remote target: the target ends equal to the source",
+         recovery="automatic: the applier asks the forwarder for a refill until it arrives",
+         proof=[it("lost_message_is_a_hole_refilled_by_the_forwarder", BROKER_REMOTE),
+                it("remote_applier_applies_through_the_stream_exactly_once", BROKER_REMOTE),
+                ct("a_remote_applier_appends_only_the_next_offset_and_never_skips_a_hole")],
+         defect={"name": "apply_hole_check_skipped",
+                 "scenario": it("lost_message_defect_hole_check_skipped_is_caught", BROKER_REMOTE)}),
+    dict(name="broker_retention_by_remote_appliers",
+         boundary="source log → broker → remote applier: what the source's log keeps (docs/broker.md "
+                  "\"Positions and retention\"; issue 38)",
+         invariant="the source's log keeps every segment until each remote applier named in [transport] "
+                   "remote_appliers has reported its durable position past it",
+         safety_property="whatever the broker loses can be published again from the source's log: a lost "
+                         "record is refilled, the remote target ends exact",
+         recovery="automatic; if the records are gone on both sides the applier stops (exit 3) and says to re-seed",
+         proof=[it("the_source_log_is_kept_until_the_remote_applier_reports", BROKER_REMOTE)],
+         defect={"name": "forward_retention_by_forwarder",
+                 "scenario": it("retention_defect_by_forwarder_is_caught", BROKER_REMOTE)}),
     dict(name="statement_types_from_one_place",
          boundary="log → target, every statement the applier builds (core value_types.h; issue 35)",
          invariant="a value of every capturable type, with its modifier, reaches the target column unchanged on "

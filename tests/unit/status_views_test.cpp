@@ -192,3 +192,26 @@ TEST_CASE("log_retention_pressure_and_a_lost_consumer", "[status_views]") {
                  Catch::Contains("trellara.unregister_consumer('app', 'applier')"));
   CHECK(AlertsExitCode(alerts) == kAlertsExitCritical);
 }
+
+TEST_CASE("a_broker_flow_reports_broker_quorum_unavailable_from_the_process_that_talks_to_it", "[status_views]") {
+  AlertFacts f = Healthy();
+  // A local flow does not report it at all.
+  for (const Alert& a : DecideAlerts(f, AlertThresholds{})) CHECK(a.name != "broker_quorum_unavailable");
+  f.broker = true;
+  const Alert& unknown = Find(DecideAlerts(f, AlertThresholds{}), "broker_quorum_unavailable");
+  CHECK_FALSE(unknown.firing);
+  CHECK(unknown.value == "unknown");
+  f.broker_process = "trellara forward (pid 42)";
+  f.broker_state = "running";
+  CHECK(Firing(DecideAlerts(f, AlertThresholds{})).empty());
+  f.broker_state = "broker_quorum_unavailable";
+  f.broker_since = "2026-12-06T14:00:00Z";
+  f.broker_error = "No responders available for request";
+  auto alerts = DecideAlerts(f, AlertThresholds{});
+  CHECK(Firing(alerts) == std::vector<std::string>{"broker_quorum_unavailable"});
+  CHECK(AlertsExitCode(alerts) == kAlertsExitCritical);
+  const Alert& firing = Find(alerts, "broker_quorum_unavailable");
+  CHECK(firing.severity == "critical");
+  CHECK(firing.why.find("since 2026-12-06T14:00:00Z") != std::string::npos);
+  CHECK(firing.next_action.find("docs/broker.md") != std::string::npos);
+}

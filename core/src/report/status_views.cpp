@@ -156,6 +156,28 @@ std::vector<Alert> DecideAlerts(const AlertFacts& f, const AlertThresholds& t) {
     a.next_action = "see " + diagnose;
     out.push_back(std::move(a));
   }
+  if (f.broker) {
+    Alert a = Make("broker_quorum_unavailable", "critical");
+    if (f.broker_process.empty()) {
+      a.value = "unknown";
+      a.why = "neither trellara forward nor a remote trellara apply of this flow runs on this host with this "
+              "log directory, so nothing says whether the broker acknowledges";
+      a.next_action = "run trellara status on the host of the forwarder or of the remote applier";
+    } else {
+      a.firing = f.broker_state == "broker_quorum_unavailable";
+      a.value = f.broker_state;
+      a.why = f.broker_process + (a.firing ? " has had no acknowledgement from the broker since " + f.broker_since +
+                                                 (f.broker_error.empty() ? "" : ": " + f.broker_error) +
+                                                 "; nothing is published or received meanwhile, and with source_ack = "
+                                                 "broker_quorum the source's slot does not advance (its WAL is kept)"
+                                           : " reaches the broker (state " + f.broker_state + ")");
+      a.next_action = a.firing ? "bring the NATS cluster's quorum back (docs/broker.md \"Failure playbook\"): "
+                                 "start the stopped nodes, check each node's /healthz; both processes resume "
+                                 "by themselves"
+                               : "none";
+    }
+    out.push_back(std::move(a));
+  }
   return out;
 }
 

@@ -22,6 +22,11 @@
 //                                       log is retained for the slowest consumer: pressure on the
 //                                       source's disk)
 // A threshold of 0 for a warning alert disables it (it is reported, never firing).
+// A flow whose configuration names a broker ([transport] kind = "nats") also reports:
+//   broker_quorum_unavailable critical  the forwarder (source host) or the remote applier (its
+//                                       host) says the broker does not acknowledge: nothing is
+//                                       published or received; with source_ack = broker_quorum the
+//                                       source's slot does not advance (its WAL is kept)
 #pragma once
 
 #include <cstdint>
@@ -63,6 +68,12 @@ struct AlertFacts {
   std::string source_unchecked_reason;  // why not, when !source_checked
   std::string relay_state;              // trellara.status().state; "" when the flow has no row
   std::string relay_last_error;
+  // The broker ([transport] kind = "nats"): what the running forwarder or remote applier says.
+  bool broker = false;
+  std::string broker_process;  // "" when neither runs (the state is unknown)
+  std::string broker_state;    // running | broker_quorum_unavailable | stopped
+  std::string broker_since;
+  std::string broker_error;
 };
 
 struct Alert {
