@@ -53,7 +53,15 @@ std::optional<std::string> ReadSmallFile(const std::string& path) {
 }  // namespace
 
 StreamReceiver::StreamReceiver(const FlowConfig& config, log::LogDevice& device) : config_(config), device_(device) {}
-StreamReceiver::~StreamReceiver() = default;
+// What this process received, once, at its end (success, stop or failure alike).
+StreamReceiver::~StreamReceiver() {
+  const ReceiverCounters& c = counters_;
+  std::cerr << "apply flow=" << config_.flow_name << " event=stream_summary stream=" << config_.transport.stream
+            << " expected_offset=" << expected() << " appended=" << c.appended << " duplicates=" << c.duplicates
+            << " unchecked_duplicates=" << c.unchecked_duplicates << " holes=" << c.holes
+            << " passed_over=" << c.passed_over << " refills_asked=" << c.refills_asked
+            << " read_restarts=" << c.read_restarts << std::endl;
+}
 
 uint64_t StreamReceiver::expected() const { return writer_ ? writer_->next_offset() : 0; }
 

@@ -2,7 +2,8 @@
 
 An independent reader of what `trellara forward` published (it shares no code with the C client
 the command uses): stream state, one message by sequence (headers and data), deleting a message
-to play a broker that lost an acknowledged record. Request/reply only; no subscriptions kept.
+to play a broker that lost an acknowledged record, publishing a copy to play one that duplicates
+or reorders. Request/reply only; no subscriptions kept.
 """
 import base64
 import json
@@ -63,11 +64,17 @@ class NatsClient:
             if line.startswith(b"-ERR"):
                 raise NatsError(line.decode(errors="replace"))
 
-    def request(self, subject, payload=b""):
-        """One request; returns (headers text or None, data bytes) of the reply."""
+    def request(self, subject, payload=b"", headers=None):
+        """One request (with `headers`, a dict, as an HPUB); returns (headers text or None, data
+        bytes) of the reply."""
         self.next_request += 1
         inbox = f"_INBOX.t.{self.next_request}"
-        self.sock.sendall(f"PUB {subject} {inbox} {len(payload)}\r\n".encode() + payload + b"\r\n")
+        if headers:
+            block = ("NATS/1.0\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode()
+            self.sock.sendall(f"HPUB {subject} {inbox} {len(block)} {len(block) + len(payload)}\r\n".encode() + block +
+                              payload + b"\r\n")
+        else:
+            self.sock.sendall(f"PUB {subject} {inbox} {len(payload)}\r\n".encode() + payload + b"\r\n")
         deadline = time.monotonic() + self.timeout_s
         while time.monotonic() < deadline:
             line = self._line()
@@ -98,6 +105,15 @@ class NatsClient:
         if "error" in reply:
             raise NatsError(f"{subject}: {reply['error']}")
         return reply
+
+    def publish(self, subject, headers, payload):
+        """Publishes into a stream (JetStream acknowledges): the stream's sequence of the message.
+        Plays a broker that delivers a copy, or delivers out of order."""
+        _, data = self.request(subject, payload, headers)
+        reply = json.loads(data)
+        if "error" in reply:
+            raise NatsError(f"{subject}: {reply['error']}")
+        return reply["seq"]
 
     def stream_info(self, stream):
         return self.api(f"$JS.API.STREAM.INFO.{stream}")

@@ -17,6 +17,11 @@ transaction committed once on the target (its dedup rows). Scenarios:
     applier as a consumer of the source's log; its segments stay until the applier reports its
     durable position back, so a message the broker loses later can still be refilled; paired with
     defect.forward_retention_by_forwarder (the lost records are gone: the applier stops, exit 3);
+  - duplicate_and_reordered_delivery_is_applied_once: ten records delivered again newest first,
+    then twenty records delivered in reverse order before the forwarder publishes them: duplicates
+    counted and skipped, the hole refilled, the target exact;
+  - conflicting_duplicate_is_quarantined: an applied offset delivered again with another record's
+    content: quarantined as checksum_conflict, the applier stops with exit 3;
   - quorum_loss_under_remote_apply_resumes_exactly: two of three nodes killed while the source
     writes and both processes run; both wait (state broker_quorum_unavailable, GET /readyz 503 with
     that reason, the forwarder's quorum gauge 0) and finish exactly once the nodes return (200 ready).
@@ -368,10 +373,101 @@ def quorum_loss_under_remote_apply_resumes_exactly():
     print("ok: quorum_loss_under_remote_apply_resumes_exactly")
 
 
+def stream_summary(stderr):
+    """The remote applier's counters from its last `event=stream_summary` line."""
+    lines = [line for line in stderr.splitlines() if "event=stream_summary" in line]
+    if not lines:
+        raise CaptureFailure(f"the remote applier printed no stream summary: {stderr[-1500:]}")
+    return {key: int(value) for key, value in (field.split("=", 1) for field in lines[-1].split()[1:] if "=" in field)
+            if value.isdigit()}
+
+
+def republish(client, flow, message, refill, payload=None):
+    """Publishes a copy of stream `message` (seq, headers, data) on the flow's refill subject under
+    a new id: a broker delivering a record again (with `payload`, other content than the original)."""
+    _seq, headers, data = message
+    copy = {key: headers[key] for key in ("Trellara-Offset", "Trellara-Type", "Trellara-Commit-Lsn")}
+    copy["Nats-Msg-Id"] = f"{headers['Nats-Msg-Id']}/refill-{refill}"
+    return client.publish(f"trellara.{flow}.log.refill", copy, data if payload is None else payload)
+
+
+@scenario(seed_rows=(), suite="broker",
+          invariants=("records delivered again (in reverse order) are skipped and counted as duplicates",
+                      "records delivered out of order are applied in offset order, holes refilled",
+                      "the target equals the source, each transaction committed once"))
+def duplicate_and_reordered_delivery_is_applied_once():
+    with NatsCluster() as cluster, RemotePair("remote-reorder", cluster) as pair:
+        forwarder = pair.start_process("forward", "forward")
+        pair.write(60)
+        pair.wait_log_covers_source()
+        pair.wait_stream_holds_log()
+        stop(forwarder)
+        with NatsClient(cluster.client_port(0)) as client:
+            published = client.stream_messages(STREAM)
+            for message in reversed(published[5:15]):     # ten records again, newest first
+                republish(client, pair.flow, message, 1)
+        # The next records reach the stream in reverse order (we play the broker), then the
+        # forwarder publishes them in order as well.
+        pair.write(20, start=60)
+        pair.wait_log_covers_source()
+        last = max(int(h["Trellara-Offset"]) for _s, h, _d in published)
+        frames = sorted((offset, frame) for offset, frame in log_frames(pair.log_dir).items() if offset > last)
+        identity = published[0][1]["Nats-Msg-Id"].split("/", 1)[1].rsplit("/", 1)[0]
+        with NatsClient(cluster.client_port(0)) as client:
+            for offset, (kind, commit_lsn, payload) in reversed(frames):
+                client.publish(f"trellara.{pair.flow}.log.refill",
+                               {"Nats-Msg-Id": f"{pair.flow}/{identity}/{offset}/refill-2",
+                                "Trellara-Offset": str(offset), "Trellara-Type": str(kind),
+                                "Trellara-Commit-Lsn": f"{commit_lsn >> 32:X}/{commit_lsn & 0xFFFFFFFF:X}"}, payload)
+        forwarder = pair.start_process("forward", "forward")
+        pair.wait_stream_holds_log()
+        err = pair.apply_until_caught_up()
+        pair.assert_target_exact("after duplicated and reordered delivery")
+        counts = stream_summary(err)
+        if counts.get("duplicates", 0) < 10 or counts.get("holes", 0) < 1:
+            raise CaptureFailure(f"the applier did not count the duplicates and the hole: {counts}")
+        print(f"duplicated and reordered: {counts}")
+        stop(forwarder)
+        pair.check_no_crashes()
+    print("ok: duplicate_and_reordered_delivery_is_applied_once")
+
+
+@scenario(seed_rows=(), suite="broker",
+          invariants=("an offset delivered again with other content is quarantined (checksum_conflict), never "
+                      "applied", "the flow stops there (exit 3); the target keeps what it applied"))
+def conflicting_duplicate_is_quarantined():
+    with NatsCluster() as cluster, RemotePair("remote-conflict", cluster) as pair:
+        forwarder = pair.start_process("forward", "forward")
+        pair.write(30)
+        pair.wait_log_covers_source()
+        pair.wait_stream_holds_log()
+        pair.apply_until_caught_up()
+        pair.assert_target_exact("before the conflicting copy")
+        with NatsClient(cluster.client_port(0)) as client:
+            envelopes = [m for m in client.stream_messages(STREAM) if m[1].get("Trellara-Type") == "1"]
+            a, b = envelopes[3], envelopes[7]
+            republish(client, pair.flow, a, 9, payload=b[2])     # offset of a, content of b
+        result = subprocess.run(trellara("apply", "--config", pair.remote, "--until-caught-up"),
+                                capture_output=True, text=True, timeout=600)
+        if result.returncode != 3 or "again with other content" not in result.stderr:
+            raise CaptureFailure(f"the conflicting copy of offset {a[1]['Trellara-Offset']} was not refused: exit "
+                                 f"{result.returncode}: {result.stderr[-2000:]}")
+        reasons = pair.target.query("SELECT string_agg(reason, ',') FROM trellara.quarantine")
+        if "checksum_conflict" not in (reasons or ""):
+            raise CaptureFailure(f"no checksum_conflict quarantine row on the target: {reasons!r}")
+        pair.assert_target_exact("after the conflicting copy")
+        print(f"conflicting duplicate of offset {a[1]['Trellara-Offset']}: quarantined ({reasons}), exit 3")
+        stop(forwarder)
+        pair.check_no_crashes()
+    print("ok: conflicting_duplicate_is_quarantined")
+
+
 if __name__ == "__main__":
     run_scenarios([remote_applier_applies_through_the_stream_exactly_once,
                    lost_message_is_a_hole_refilled_by_the_forwarder,
                    lost_message_defect_hole_check_skipped_is_caught,
                    the_source_log_is_kept_until_the_remote_applier_reports,
                    retention_defect_by_forwarder_is_caught,
-                   quorum_loss_under_remote_apply_resumes_exactly])
+                   quorum_loss_under_remote_apply_resumes_exactly,
+                   duplicate_and_reordered_delivery_is_applied_once,
+                   conflicting_duplicate_is_quarantined])
