@@ -6,6 +6,7 @@
 #include <iostream>
 #include <map>
 
+#include "broker/nats_stream.h"
 #include "commands/commands.h"
 #include "trellara/base/fault.h"
 
@@ -83,6 +84,10 @@ int main(int argc, char** argv) {
     });
   }
 
+  // Last out (declared first): the broker client's threads stop after every command object is gone.
+  struct CloseBrokerClient {
+    ~CloseBrokerClient() { trellara::cli::broker::CloseClientLibrary(); }
+  } close_broker_client;
   const FiredFaultsAtExit report_fired_faults;
   try {
     app.parse(argc, argv);

@@ -4,7 +4,11 @@
 #include <nats/nats.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <deque>
+
+#include <nlohmann/json.hpp>
 
 namespace trellara::cli::broker {
 namespace {
@@ -13,6 +17,10 @@ namespace {
 constexpr int64_t kDuplicateWindowNs = 120ll * 1000 * 1000 * 1000;
 constexpr int64_t kConnectTimeoutMs = 2000;
 constexpr int64_t kReconnectWaitMs = 250;
+// A reader's pull consumer: how many messages one fetch asks for, and how long the server keeps
+// the consumer once nobody fetches (an applier that died leaves no consumer behind for long).
+constexpr int kFetchBatch = 512;
+constexpr int64_t kConsumerInactiveNs = 60ll * 1000 * 1000 * 1000;
 
 std::string StatusText(natsStatus status, jsErrCode code = static_cast<jsErrCode>(0)) {
   std::string text = natsStatus_GetText(status);
@@ -25,25 +33,51 @@ std::string StatusText(natsStatus status, jsErrCode code = static_cast<jsErrCode
 }  // namespace
 
 struct NatsStream::Handles {
+  natsInbox* inbox = nullptr;               // PublishBatch's replies: <inbox>.<batch>.<index>
+  natsSubscription* replies = nullptr;
+  uint64_t batch = 0;
   natsOptions* options = nullptr;
   natsConnection* connection = nullptr;
   jsCtx* js = nullptr;
-  natsSubscription* reading = nullptr;
+  natsSubscription* reading = nullptr;      // a pull consumer (no acknowledgements) over the stream's subjects
+  std::deque<natsMsg*> fetched;              // fetched, not yet handed over by Read
   std::map<std::string, natsSubscription*> listening;
   ~Handles() {
-    if (reading != nullptr) natsSubscription_Destroy(reading);
+    // Subscriptions first (the pull consumer is unsubscribed, so the library deletes it now
+    // rather than leaving it to expire), then the connection is closed —
+    // its threads stopped — before anything is freed.
+    for (natsMsg* m : fetched) natsMsg_Destroy(m);
+    if (reading != nullptr) {
+      natsSubscription_Unsubscribe(reading);
+      natsSubscription_Destroy(reading);
+    }
+    if (replies != nullptr) natsSubscription_Destroy(replies);
+    if (inbox != nullptr) natsInbox_Destroy(inbox);
     for (auto& [subject, sub] : listening) natsSubscription_Destroy(sub);
+    if (connection != nullptr) natsConnection_Close(connection);
     if (js != nullptr) jsCtx_Destroy(js);
     if (connection != nullptr) natsConnection_Destroy(connection);
     if (options != nullptr) natsOptions_Destroy(options);
   }
 };
 
-Result<std::unique_ptr<NatsStream>> NatsStream::Open(const StreamSettings& settings) {
+namespace {
+bool g_client_used = false;  // a connection was made: the library's threads may run
+}  // namespace
+
+void CloseClientLibrary() {
+  if (g_client_used) nats_CloseAndWait(2000);
+}
+
+Result<std::unique_ptr<NatsStream>> NatsStream::Open(const StreamSettings& settings, bool* misconfigured) {
+  g_client_used = true;
+  bool ignored = false;
+  if (misconfigured == nullptr) misconfigured = &ignored;
+  *misconfigured = false;
   if (settings.servers.empty()) return MakeError("no broker servers to connect to ([transport] servers)");
   std::unique_ptr<NatsStream> stream(new NatsStream(settings));
   TRELLARA_TRY(stream->Connect());
-  TRELLARA_TRY(stream->EnsureStream());
+  TRELLARA_TRY(stream->EnsureStream(misconfigured));
   return stream;
 }
 
@@ -78,7 +112,7 @@ Status NatsStream::Connect() {
   return Status::Ok();
 }
 
-Status NatsStream::EnsureStream() {
+Status NatsStream::EnsureStream(bool* misconfigured) {
   jsStreamInfo* info = nullptr;
   jsErrCode code = static_cast<jsErrCode>(0);
   natsStatus s = js_GetStreamInfo(&info, handles_->js, settings_.stream.c_str(), nullptr, &code);
@@ -88,6 +122,7 @@ Status NatsStream::EnsureStream() {
       holds_subject |= settings_.stream_subjects == info->Config->Subjects[i];
     const int64_t replicas = info->Config->Replicas;
     jsStreamInfo_Destroy(info);
+    *misconfigured = !holds_subject || replicas != settings_.replicas;
     if (!holds_subject)
       return MakeError("stream " + settings_.stream + " exists on the broker but does not hold subjects " +
                        settings_.stream_subjects + "; name another stream ([transport] stream) or add the subjects to it");
@@ -109,6 +144,8 @@ Status NatsStream::EnsureStream() {
   config.Duplicates = kDuplicateWindowNs;
   config.DenyDelete = false;  // the tests delete a message to play a broker that lost it
   s = js_AddStream(&info, handles_->js, &config, nullptr, &code);
+  *misconfigured = s != NATS_OK && (code == JSStreamSubjectOverlapErr || code == JSStreamInvalidConfig ||
+                                    code == JSStreamReplicasNotSupportedErr);
   if (s != NATS_OK)
     return MakeError("cannot create stream " + settings_.stream + " (subjects " + settings_.stream_subjects + ", " +
                      std::to_string(settings_.replicas) + " replicas, file storage) on the broker: " +
@@ -183,28 +220,124 @@ NatsStream::Published NatsStream::Publish(const std::string& message_id, std::op
   return out;
 }
 
+std::vector<NatsStream::Published> NatsStream::PublishBatch(const std::vector<OutRecord>& records,
+                                                            std::optional<uint64_t> expected_last_sequence,
+                                                            const std::string& subject) {
+  std::vector<Published> out(records.size());
+  auto fail_all = [&](PublishFailure kind, const std::string& message) {
+    for (auto& p : out)
+      if (!p.ack && !p.error) p.error = PublishError{kind, message};
+    return out;
+  };
+  natsStatus s = NATS_OK;
+  if (handles_->replies == nullptr) {
+    s = natsInbox_Create(&handles_->inbox);
+    if (s == NATS_OK)
+      s = natsConnection_SubscribeSync(&handles_->replies, handles_->connection,
+                                       (std::string(handles_->inbox) + ".>").c_str());
+    if (s != NATS_OK) return fail_all(PublishFailure::Unavailable, "cannot listen for acknowledgements: " + StatusText(s));
+  }
+  const std::string prefix = std::string(handles_->inbox) + "." + std::to_string(++handles_->batch) + ".";
+  for (size_t i = 0; i < records.size(); i++) {
+    const OutRecord& r = records[i];
+    natsMsg* message = nullptr;
+    s = natsMsg_Create(&message, subject.empty() ? settings_.subject.c_str() : subject.c_str(),
+                       (prefix + std::to_string(i)).c_str(),
+                       reinterpret_cast<const char*>(r.payload.data()), static_cast<int>(r.payload.size()));
+    if (s == NATS_OK) s = natsMsgHeader_Set(message, "Nats-Msg-Id", r.message_id.c_str());
+    if (s == NATS_OK && i == 0 && expected_last_sequence)
+      s = natsMsgHeader_Set(message, "Nats-Expected-Last-Subject-Sequence",
+                            std::to_string(*expected_last_sequence).c_str());
+    for (const auto& [key, value] : r.headers)
+      if (s == NATS_OK) s = natsMsgHeader_Set(message, key.c_str(), value.c_str());
+    if (s == NATS_OK) s = natsConnection_PublishMsg(handles_->connection, message);
+    if (message != nullptr) natsMsg_Destroy(message);
+    if (s != NATS_OK) return fail_all(PublishFailure::Unavailable, "cannot publish: " + StatusText(s));
+  }
+  s = natsConnection_FlushTimeout(handles_->connection, settings_.publish_wait_ms);
+  if (s != NATS_OK) return fail_all(PublishFailure::Unavailable, "cannot publish: " + StatusText(s));
+  size_t answered = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(settings_.publish_wait_ms);
+  while (answered < records.size()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    natsMsg* reply = nullptr;
+    s = natsSubscription_NextMsg(&reply, handles_->replies, left.count());
+    if (s == NATS_TIMEOUT) break;
+    if (s != NATS_OK) {
+      // The replies' subscription is not trusted after an error (a reconnect, a slow consumer):
+      // the next batch listens on a new one.
+      const std::string why = "waiting for acknowledgements (status " + std::to_string(static_cast<int>(s)) +
+                              "): " + StatusText(s);
+      natsSubscription_Destroy(handles_->replies);
+      handles_->replies = nullptr;
+      natsInbox_Destroy(handles_->inbox);
+      handles_->inbox = nullptr;
+      return fail_all(PublishFailure::Unavailable, why);
+    }
+    const std::string reply_to = natsMsg_GetSubject(reply);
+    std::string data(natsMsg_GetData(reply) ? natsMsg_GetData(reply) : "", natsMsg_GetDataLength(reply));
+    const char* status = nullptr;
+    const bool no_responders = natsMsgHeader_Get(reply, "Status", &status) == NATS_OK && status != nullptr &&
+                               std::string(status) == "503";
+    natsMsg_Destroy(reply);
+    if (reply_to.rfind(prefix, 0) != 0) continue;  // an earlier batch's late answer
+    size_t index = 0;
+    try {
+      index = std::stoul(reply_to.substr(prefix.size()));
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (index >= out.size() || out[index].ack || out[index].error) continue;
+    answered++;
+    if (no_responders) {
+      out[index].error = PublishError{PublishFailure::Unavailable, "no responders: the stream has no leader"};
+      continue;
+    }
+    auto j = nlohmann::json::parse(data, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      out[index].error = PublishError{PublishFailure::Unavailable, "unreadable acknowledgement: " + data};
+    } else if (j.contains("error")) {
+      const int code = j["error"].value("err_code", 0);
+      PublishError e{PublishFailure::Unavailable, j["error"].value("description", data) + " (JetStream error " +
+                                                      std::to_string(code) + ")"};
+      if (code == JSStreamWrongLastSequenceErr) e.kind = PublishFailure::WrongLast;
+      else if (code == JSStreamNotFoundErr || code == JSStreamNotMatchErr) e.kind = PublishFailure::Refused;
+      out[index].error = e;
+    } else {
+      out[index].ack = PublishAck{j.value("seq", uint64_t{0}), j.value("duplicate", false)};
+    }
+  }
+  return fail_all(PublishFailure::Unavailable, "no acknowledgement within " + std::to_string(settings_.publish_wait_ms) +
+                                                   " ms (no quorum, or the broker cannot be reached)");
+}
+
 Status NatsStream::StartReading(uint64_t from_sequence) {
+  for (natsMsg* m : handles_->fetched) natsMsg_Destroy(m);
+  handles_->fetched.clear();
   if (handles_->reading != nullptr) {
+    natsSubscription_Unsubscribe(handles_->reading);  // deletes the consumer; best effort (inactive ones expire)
     natsSubscription_Destroy(handles_->reading);
     handles_->reading = nullptr;
   }
+  // An ephemeral pull consumer with no acknowledgements: the reader fetches in batches, in stream
+  // order, and decides itself what it holds. The client library runs no thread of its own for it
+  // (no heartbeats, no resets): a lost consumer is an error of Read, and reading starts again here.
   jsSubOptions options;
   jsSubOptions_Init(&options);
   options.Stream = settings_.stream.c_str();
-  options.Ordered = true;
+  options.Config.AckPolicy = js_AckNone;
   options.Config.DeliverPolicy = js_DeliverByStartSequence;
   options.Config.OptStartSeq = std::max<uint64_t>(from_sequence, 1);
+  options.Config.InactiveThreshold = kConsumerInactiveNs;
   jsErrCode code = static_cast<jsErrCode>(0);
-  natsStatus s = js_SubscribeSync(&handles_->reading, handles_->js, settings_.stream_subjects.c_str(), nullptr,
+  natsStatus s = js_PullSubscribe(&handles_->reading, handles_->js, settings_.stream_subjects.c_str(), nullptr, nullptr,
                                   &options, &code);
   if (s != NATS_OK) {
     handles_->reading = nullptr;
     return MakeError("cannot read stream " + settings_.stream + " from sequence " + std::to_string(from_sequence) +
                      ": " + StatusText(s, code));
   }
-  // The ordered consumer is flow controlled by the server; the client's pending limits are the
-  // second bound on what waits in memory.
-  natsSubscription_SetPendingLimits(handles_->reading, 65536, 256 * 1024 * 1024);
   return Status::Ok();
 }
 
@@ -214,16 +347,43 @@ Result<uint64_t> NatsStream::LastSequence() {
   natsStatus s = js_GetStreamInfo(&info, handles_->js, settings_.stream.c_str(), nullptr, &code);
   if (s != NATS_OK) return MakeError("cannot read stream " + settings_.stream + ": " + StatusText(s, code));
   const uint64_t last = info->State.LastSeq;
+  // A leader that answers is not a quorum: it may not have noticed yet that its peers are gone.
+  // A majority of the replicas must be current (the leader counts as one).
+  int current = 0;
+  std::string leader;
+  if (info->Cluster != nullptr) {
+    if (info->Cluster->Leader != nullptr) leader = info->Cluster->Leader;
+    current = leader.empty() ? 0 : 1;
+    for (int i = 0; i < info->Cluster->ReplicasLen; i++) {
+      const jsPeerInfo* peer = info->Cluster->Replicas[i];
+      if (peer != nullptr && peer->Current && !peer->Offline) current++;
+    }
+  }
   jsStreamInfo_Destroy(info);
+  if (current < settings_.replicas / 2 + 1)
+    return MakeError("stream " + settings_.stream + " has no quorum: " + std::to_string(current) + " of " +
+                     std::to_string(settings_.replicas) + " replicas current" +
+                     (leader.empty() ? ", no leader" : " (leader " + leader + ")"));
   return last;
 }
 
 Result<std::optional<NatsStream::Delivered>> NatsStream::Read(int64_t timeout_ms) {
   if (handles_->reading == nullptr) return MakeError("stream " + settings_.stream + " is not being read");
-  natsMsg* message = nullptr;
-  natsStatus s = natsSubscription_NextMsg(&message, handles_->reading, std::max<int64_t>(timeout_ms, 1));
-  if (s == NATS_TIMEOUT) return std::optional<Delivered>();
-  if (s != NATS_OK) return MakeError("reading stream " + settings_.stream + ": " + StatusText(s));
+  if (handles_->fetched.empty()) {
+    natsMsgList list{};
+    jsErrCode code = static_cast<jsErrCode>(0);
+    natsStatus s = natsSubscription_Fetch(&list, handles_->reading, kFetchBatch, std::max<int64_t>(timeout_ms, 1), &code);
+    if (s == NATS_TIMEOUT) return std::optional<Delivered>();
+    if (s != NATS_OK) return MakeError("reading stream " + settings_.stream + ": " + StatusText(s, code));
+    for (int i = 0; i < list.Count; i++) {
+      handles_->fetched.push_back(list.Msgs[i]);
+      list.Msgs[i] = nullptr;  // ours now
+    }
+    natsMsgList_Destroy(&list);
+    if (handles_->fetched.empty()) return std::optional<Delivered>();
+  }
+  natsMsg* message = handles_->fetched.front();
+  handles_->fetched.pop_front();
   Delivered d;
   jsMsgMetaData* meta = nullptr;
   if (natsMsg_GetMetaData(&meta, message) == NATS_OK && meta != nullptr) {

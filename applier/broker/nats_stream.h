@@ -50,7 +50,11 @@ class NatsStream {
   // Connects to the cluster (reconnecting on its own for as long as the object lives) and makes
   // sure the stream exists: created with file storage, `replicas` replicas, the subject and a
   // two-minute duplicate window; an existing stream must hold the subject and that many replicas.
-  static Result<std::unique_ptr<NatsStream>> Open(const StreamSettings& settings);
+  // `misconfigured` (when given) is set when the failure will not pass by retrying: the stream
+  // exists with other subjects or replicas, its subjects overlap another stream's, or the broker
+  // refuses its configuration (not clustered for 3 replicas...). Other failures are the broker's
+  // availability and are retried by the callers.
+  static Result<std::unique_ptr<NatsStream>> Open(const StreamSettings& settings, bool* misconfigured = nullptr);
   ~NatsStream();
   NatsStream(const NatsStream&) = delete;
   NatsStream& operator=(const NatsStream&) = delete;
@@ -75,6 +79,19 @@ class NatsStream {
                     const std::vector<std::pair<std::string, std::string>>& headers, std::span<const uint8_t> payload,
                     const std::string& subject = "");
 
+  // Publishes `records` in order, the first expecting the subject's last record at
+  // `expected_last_sequence` (0: none), the others with no expectation, without waiting
+  // between them (one connection keeps their order); then waits up to the publish wait for every
+  // acknowledgement. One answer per record, in order: an ack, or why there is none.
+  struct OutRecord {
+    std::string message_id;
+    std::vector<std::pair<std::string, std::string>> headers;
+    std::span<const uint8_t> payload;
+  };
+  // `subject` empty: the records subject; `expected_last_sequence` nullopt: no expectation at all.
+  std::vector<Published> PublishBatch(const std::vector<OutRecord>& records,
+                                      std::optional<uint64_t> expected_last_sequence, const std::string& subject = "");
+
   // ---- reading (a remote applier) ------------------------------------------------------
   // One message of the stream as delivered: its stream sequence, subject, headers, payload.
   struct Delivered {
@@ -87,11 +104,12 @@ class NatsStream {
     std::vector<uint8_t> payload;
   };
   // Starts (or restarts) reading the stream's subjects from stream sequence `from_sequence`, in
-  // stream order, through an ordered consumer (no acknowledgements: the reader decides what it
-  // holds). Replaces any earlier reading.
+  // stream order, through a pull consumer fetched in batches (no acknowledgements: the reader
+  // decides what it holds). Replaces any earlier reading.
   Status StartReading(uint64_t from_sequence);
-  // The stream's last sequence (any subject): asks the stream's leader, so it fails while the
-  // stream has no quorum.
+  // The stream's last sequence (any subject): asks the stream's leader, and fails unless a
+  // majority of the stream's replicas is current (a leader that has not noticed yet that its peers
+  // are gone still answers).
   Result<uint64_t> LastSequence();
   // The next message, or nullopt when none arrived within `timeout_ms`. An error: reading must be
   // started again (the consumer was lost with the broker).
@@ -117,11 +135,16 @@ class NatsStream {
  private:
   explicit NatsStream(StreamSettings settings);
   Status Connect();
-  Status EnsureStream();
+  Status EnsureStream(bool* misconfigured);
 
   StreamSettings settings_;
   struct Handles;
   std::unique_ptr<Handles> handles_;
 };
+
+// At the end of the process, after every NatsStream is gone: stops the NATS client library's own
+// threads (and waits up to 2 s for them), so none runs while the process tears down. A no-op when
+// no connection was made.
+void CloseClientLibrary();
 
 }  // namespace trellara::cli::broker

@@ -38,7 +38,7 @@ constexpr auto kRefillWaitMin = std::chrono::milliseconds(1000);
 constexpr auto kRefillWaitMax = std::chrono::milliseconds(10000);
 constexpr int64_t kAskTimeoutMs = 2000;
 // Nothing delivered for this long: the stream's leader is asked (Probe).
-constexpr auto kProbeAfterIdle = std::chrono::seconds(2);
+constexpr auto kProbeAfterIdle = std::chrono::milliseconds(500);
 // The durable position is sent again this often, so a forwarder that restarted learns it.
 constexpr auto kPositionResend = std::chrono::seconds(5);
 
@@ -126,7 +126,12 @@ bool StreamReceiver::Connect() {
   settings.stream_subjects = core::StreamSubjects(config_.flow_name);
   settings.credentials = config_.transport.credentials;
   while (!apply::StopRequested()) {
-    auto stream = NatsStream::Open(settings);
+    bool misconfigured = false;
+    auto stream = NatsStream::Open(settings, &misconfigured);
+    if (misconfigured)
+      throw CommandFailed("the remote applier of flow " + config_.flow_name + ": " + stream.error().message +
+                              " ([transport] in " + config_.path + ")",
+                          kExitConfig);
     if (stream) {
       stream_ = std::move(stream.value());
       reading_ = false;
@@ -274,6 +279,7 @@ size_t StreamReceiver::Pump(std::chrono::milliseconds wait, std::optional<Confli
     if (unavailable_) Resumed();
     NatsStream::Delivered& d = **read;
     delivered_count++;
+    if (d.offset) max_offset_seen_ = std::max(max_offset_seen_, *d.offset + 1);
     last_delivery_ = Clock::now();
     next_sequence_ = d.sequence + 1;
     auto name = core::ParseDeliveredId(d.message_id);
@@ -303,8 +309,11 @@ size_t StreamReceiver::Pump(std::chrono::milliseconds wait, std::optional<Confli
     core::Arrival arrival = core::DecideArrival(*name, config_.flow_name, identity, want, held_same);
     // Negative control (tests only, TRELLARA_FAULTS=defect.apply_hole_check_skipped:1:defect): a
     // record past a hole is taken as the next one, which the deleted-message scenario must catch.
-    if (arrival == core::Arrival::Hole && fault::Hit("defect.apply_hole_check_skipped") == fault::Action::Defect)
+    bool skipping = false;
+    if (arrival == core::Arrival::Hole && fault::Hit("defect.apply_hole_check_skipped") == fault::Action::Defect) {
       arrival = core::Arrival::Next;
+      skipping = true;
+    }
     switch (arrival) {
       case core::Arrival::Next: {
         auto offset = writer_->Append(*d.type, *lsn, std::span<const uint8_t>(d.payload.data(), d.payload.size()));
@@ -314,6 +323,7 @@ size_t StreamReceiver::Pump(std::chrono::milliseconds wait, std::optional<Confli
         appended++;
         bytes += d.payload.size();
         counters_.appended++;
+        if (skipping) skipped_ahead_ = name->offset + 1 - writer_->next_offset();  // the defect believes it is there
         if (hole_ && *offset >= *hole_) {
           Event("refilled", "offset=" + std::to_string(*hole_) + " stream_sequence=" + std::to_string(d.sequence));
           hole_.reset();
@@ -365,7 +375,13 @@ size_t StreamReceiver::Pump(std::chrono::milliseconds wait, std::optional<Confli
   if (delivered_count == 0 && Clock::now() - last_delivery_ >= kProbeAfterIdle &&
       Clock::now() - last_probe_ >= kProbeAfterIdle)
     Probe();
-  idle_ = delivered_count == 0 && !hole_ && reading_;
+  // Idle: nothing came, no hole waits, the replica holds every offset seen, and the stream holds
+  // nothing past what was read (asked of its leader: a refill still being published is not idle).
+  idle_ = false;
+  if (delivered_count == 0 && !hole_ && reading_ && expected() + skipped_ahead_ >= max_offset_seen_) {
+    auto last = stream_->LastSequence();
+    idle_ = last && *last < next_sequence_;
+  }
   return appended;
 }
 

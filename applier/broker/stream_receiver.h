@@ -58,7 +58,8 @@ class StreamReceiver {
   // Reads what the stream delivers within `wait` (more while messages keep coming, bounded) and
   // appends the next records durably. Returns how many were appended; the conflict, if any.
   size_t Pump(std::chrono::milliseconds wait, std::optional<ConflictingDelivery>& conflict);
-  // True when the last Pump found nothing to read and no hole is waiting for a refill.
+  // True when the last Pump found nothing to read, no hole is waiting for a refill, the replica
+  // holds every offset the stream showed, and the stream's leader says it holds nothing unread.
   bool idle() const { return idle_; }
   // The applier's durable position in the replica (its consumer offset): sent to the forwarder,
   // and the replica's segments wholly below it are deleted.
@@ -91,6 +92,8 @@ class StreamReceiver {
   std::string identity_;               // the log this replica holds ("" until its first record)
   std::string pending_identity_;       // a new replica: the log of the records seen before its first
   uint64_t next_sequence_ = 1;         // where reading resumes in the stream (a hint)
+  uint64_t max_offset_seen_ = 0;       // one past the highest offset any delivered message held
+  uint64_t skipped_ahead_ = 0;         // defect.apply_hole_check_skipped only: the offsets it skipped
   bool reading_ = false;
   bool idle_ = false;
   std::optional<uint64_t> hole_;       // the missing offset a refill was asked for

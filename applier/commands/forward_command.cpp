@@ -51,6 +51,10 @@ constexpr const char* kForwarderConsumer = "forwarder";
 constexpr uint64_t kOffsetWriteEvery = 512;  // records; and at least every kApplierOffsetWrite
 // While publishing, refill requests and remote appliers' positions are read at least this often.
 constexpr auto kAnswerInterval = std::chrono::milliseconds(20);
+// Records published before their acknowledgements are awaited (one connection keeps their order):
+// the broker's round trip is paid once per batch, not per record.
+constexpr size_t kBatchRecords = 1024;
+constexpr size_t kBatchBytes = 4u << 20;
 
 struct Options {
   std::string config_path;
@@ -137,13 +141,23 @@ class Forwarder {
     auto wait = cadence::kApplierTail.min;
     auto last_line = Clock::now();
     uint64_t unwritten = 0;
+    std::vector<log::LogRecord> batch;
     while (!StopRequested()) {
-      if (options_.until_caught_up && reader_->next_offset() >= stop_offset_) break;
-      auto next = reader_->Next();
-      if (!next)
-        throw CommandFailed("reading the log of flow " + config_.flow_name + " at offset " +
-                            std::to_string(reader_->next_offset()) + ": " + next.error().message);
-      if (!next.value()) {
+      // What the log holds now, up to one batch (--until-caught-up: up to its end at start).
+      batch.clear();
+      size_t bytes = 0;
+      while (batch.size() < kBatchRecords && bytes < kBatchBytes &&
+             !(options_.until_caught_up && reader_->next_offset() >= stop_offset_)) {
+        auto next = reader_->Next();
+        if (!next)
+          throw CommandFailed("reading the log of flow " + config_.flow_name + " at offset " +
+                              std::to_string(reader_->next_offset()) + ": " + next.error().message);
+        if (!next.value()) break;
+        bytes += next.value()->payload.size();
+        batch.push_back(std::move(*next.value()));
+      }
+      if (batch.empty()) {
+        if (options_.until_caught_up && reader_->next_offset() >= stop_offset_) break;
         WriteOffset();
         unwritten = 0;
         if (!Answer(wait)) std::this_thread::sleep_for(wait);
@@ -152,12 +166,12 @@ class Forwarder {
         continue;
       }
       wait = cadence::kApplierTail.min;
-      const log::LogRecord& record = *next.value();
-      if (!PublishRecord(record)) {  // stopped, or resynced: read on from the reader's new position
+      if (!PublishRecords(batch)) {  // stopped, or resynced: read on from the reader's new position
         if (StopRequested()) break;
         continue;
       }
-      if (++unwritten >= kOffsetWriteEvery || Clock::now() - last_offset_write >= cadence::kApplierOffsetWrite) {
+      unwritten += batch.size();
+      if (unwritten >= kOffsetWriteEvery || Clock::now() - last_offset_write >= cadence::kApplierOffsetWrite) {
         WriteOffset();
         unwritten = 0;
         last_offset_write = Clock::now();
@@ -246,7 +260,7 @@ class Forwarder {
       Event("warning", "reason=\"" + request.error().message + "\"");
       return;
     }
-    const uint64_t end = reader_ ? reader_->next_offset() : 0;
+    const uint64_t end = acked_end_;
     trellara::broker::RefillAnswer answer;
     auto reader = log::LogReader::Open(*device_, config_.log_directory);
     if (!reader)
@@ -277,16 +291,18 @@ class Forwarder {
     if (!seek.ok())
       throw CommandFailed("cannot refill flow " + config_.flow_name + " from offset " + std::to_string(answer.first) +
                           ": " + seek.error().message);
-    for (uint64_t o = answer.first; o < answer.end && !StopRequested(); o++) {
-      auto next = reader.value()->Next();
-      if (!next || !*next)
-        throw CommandFailed("cannot read offset " + std::to_string(o) + " of flow " + config_.flow_name +
-                            " to refill it" + (next ? "" : ": " + next.error().message));
-      const log::LogRecord& record = **next;
-      const std::string id = trellara::broker::RefillMessageId({config_.flow_name, identity_, record.offset}, refill);
-      if (!PublishUntilAcknowledged(record, id, std::nullopt, trellara::broker::RefillSubject(config_.flow_name)))
-        return;
-      counters_.refilled_records++;
+    std::vector<log::LogRecord> batch;
+    for (uint64_t o = answer.first; o < answer.end && !StopRequested();) {
+      batch.clear();
+      for (; o < answer.end && batch.size() < kBatchRecords; o++) {
+        auto next = reader.value()->Next();
+        if (!next || !*next)
+          throw CommandFailed("cannot read offset " + std::to_string(o) + " of flow " + config_.flow_name +
+                              " to refill it" + (next ? "" : ": " + next.error().message));
+        batch.push_back(std::move(**next));
+      }
+      if (!SendUntilAcknowledged(batch, refill)) return;
+      counters_.refilled_records += batch.size();
     }
   }
 
@@ -300,7 +316,12 @@ class Forwarder {
     settings.credentials = config_.transport.credentials;
     auto wait = cadence::kBrokerRetry.min;
     while (!StopRequested()) {
-      auto stream = broker::NatsStream::Open(settings);
+      bool misconfigured = false;
+      auto stream = broker::NatsStream::Open(settings, &misconfigured);
+      if (misconfigured)
+        throw CommandFailed("trellara forward of flow " + config_.flow_name + ": " + stream.error().message +
+                                " ([transport] in " + config_.path + ")",
+                            kExitConfig);
       Status ready = stream ? stream.value()->Listen(trellara::broker::RefillRequestSubject(config_.flow_name))
                             : Status(stream.error());
       if (ready.ok()) ready = stream.value()->Listen(trellara::broker::PositionSubject(config_.flow_name));
@@ -351,6 +372,7 @@ class Forwarder {
         throw CommandFailed("cannot position the log of flow " + config_.flow_name + " at offset " +
                             std::to_string(*start) + ": " + seek.error().message);
       reader_ = std::move(reader.value());
+      acked_end_ = *start;
       counters_.resyncs++;
       Event("resumed", "next_offset=" + std::to_string(*start) + " stream_sequence=" + std::to_string(last_sequence_));
       return true;
@@ -358,66 +380,83 @@ class Forwarder {
     return false;
   }
 
-  // Publishes one record in order on the records subject. False when stopped, or when the stream
-  // answered that its last record is not ours (the reader was repositioned by Resync).
-  bool PublishRecord(const log::LogRecord& record) {
-    // Fault point (tests): the record is read from the log, nothing is published yet (`crash` dies here).
-    fault::Hit("forward.before_publish");
-    // Negative control (tests only, TRELLARA_FAULTS=defect.forward_progress_before_ack:1:defect): the
-    // forwarder records a record as published before the broker acknowledged it.
-    if (fault::Hit("defect.forward_progress_before_ack") == fault::Action::Defect)
-      WriteOffsetAt(record.offset + 1);
-    const std::string id = trellara::broker::MessageId({config_.flow_name, identity_, record.offset});
-    return PublishUntilAcknowledged(record, id, last_sequence_, "");
+  // Publishes `records` in order on the records subject (the first expecting the subject's last
+  // record to be the one published before) until the stream acknowledged every one. False when
+  // stopped, or when the stream's last record is not the expected one (the reader was repositioned
+  // by Resync: reading goes on from there).
+  bool PublishRecords(const std::vector<log::LogRecord>& records) {
+    for (size_t i = 0; i < records.size(); i++) {
+      // Fault point (tests): the record is read from the log, not published yet (`crash` dies here).
+      fault::Hit("forward.before_publish");
+      // Negative control (tests only, TRELLARA_FAULTS=defect.forward_progress_before_ack:1:defect):
+      // the forwarder records a record as published before the broker acknowledged it.
+      if (fault::Hit("defect.forward_progress_before_ack") == fault::Action::Defect)
+        WriteOffsetAt(records[i].offset + 1);
+    }
+    return SendUntilAcknowledged(records, std::nullopt);
   }
 
-  // Publishes `record` as message `id` on `subject` ("" the records subject, expecting the
-  // subject's last record at `expected_last`) until the stream acknowledges it. False when
-  // stopped, or (records subject) when the stream's last record is not the one expected: the
-  // reader was repositioned by Resync and reading goes on from there.
-  bool PublishUntilAcknowledged(const log::LogRecord& record, const std::string& id,
-                                std::optional<uint64_t> expected_last, const std::string& subject) {
-    const std::vector<std::pair<std::string, std::string>> headers{
-        {"Trellara-Offset", std::to_string(record.offset)},
-        {"Trellara-Type", std::to_string(record.type)},
-        {"Trellara-Commit-Lsn", FormatLsn(record.commit_lsn)}};
+  // Sends `records` — on the records subject, or (`refill`) on the refill subject under refill ids
+  // — retrying what is not acknowledged with a capped, doubling backoff. On the records subject
+  // each acknowledged record (in order, with nothing unacknowledged before it) moves acked_end_.
+  bool SendUntilAcknowledged(const std::vector<log::LogRecord>& records, std::optional<uint64_t> refill) {
+    const std::string subject = refill ? trellara::broker::RefillSubject(config_.flow_name) : "";
+    std::vector<broker::NatsStream::OutRecord> out;
+    for (const auto& record : records) {
+      const trellara::broker::RecordName name{config_.flow_name, identity_, record.offset};
+      out.push_back({refill ? trellara::broker::RefillMessageId(name, *refill) : trellara::broker::MessageId(name),
+                     {{"Trellara-Offset", std::to_string(record.offset)},
+                      {"Trellara-Type", std::to_string(record.type)},
+                      {"Trellara-Commit-Lsn", FormatLsn(record.commit_lsn)}},
+                     std::span<const uint8_t>(record.payload.data(), record.payload.size())});
+    }
+    size_t done = 0;
     auto wait = cadence::kBrokerRetry.min;
-    while (!StopRequested()) {
+    for (bool first_attempt = true; !StopRequested(); first_attempt = false) {
+      std::vector<broker::NatsStream::OutRecord> rest(out.begin() + static_cast<std::ptrdiff_t>(done), out.end());
       const auto sent = Clock::now();
-      auto published = stream_->Publish(id, subject.empty() ? std::optional<uint64_t>(last_sequence_) : expected_last,
-                                        headers, record.payload, subject);
-      if (published.ack) {
-        const auto us = static_cast<uint64_t>(
-            std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - sent).count());
+      // The first attempt expects the subject's last record to be the one published before: nothing
+      // else writes on it. A retry does not: what an unanswered attempt stored is not known, and the
+      // broker drops it again by its id (a remote applier skips what is left of it).
+      auto answers = stream_->PublishBatch(
+          rest, refill || !first_attempt ? std::nullopt : std::optional<uint64_t>(last_sequence_), subject);
+      const auto us = static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - sent).count());
+      size_t k = 0;
+      for (; k < answers.size() && answers[k].ack; k++) {
+        const broker::PublishAck& ack = *answers[k].ack;
         counters_.ack_latency_us_sum += us;
         counters_.ack_latency_us_max = std::max(counters_.ack_latency_us_max, us);
-        if (subject.empty()) {
-          if (published.ack->duplicate)
-            counters_.already_held++;
-          else
-            counters_.published++;
-          last_sequence_ = published.ack->sequence;
-          // Fault point (tests): the broker acknowledged the record, the forwarder's progress is not
-          // written yet (`crash` dies here).
-          fault::Hit("forward.after_ack_before_progress");
-        }
-        if (unavailable_) {
-          Event("resumed", "state=running offset=" + std::to_string(record.offset));
-        }
+        if (refill) continue;
+        if (ack.duplicate)
+          counters_.already_held++;
+        else
+          counters_.published++;
+        last_sequence_ = std::max(last_sequence_, ack.sequence);
+        acked_end_ = records[done + k].offset + 1;
+        // Fault point (tests): the broker acknowledged the record, the forwarder's progress is not
+        // written yet (`crash` dies here).
+        fault::Hit("forward.after_ack_before_progress");
+      }
+      done += k;
+      if (done == out.size()) {
+        if (unavailable_) Event("resumed", "state=running offset=" + std::to_string(records.back().offset));
         return true;
       }
-      const broker::PublishError& error = *published.error;
-      if (error.kind == broker::PublishFailure::WrongLast) {
-        Event("resync", "offset=" + std::to_string(record.offset) + " error=\"" + error.message + "\"");
+      const broker::PublishError& error = *answers[k].error;
+      const uint64_t offset = records[done].offset;
+      if (error.kind == broker::PublishFailure::WrongLast && !refill) {
+        Event("resync", "offset=" + std::to_string(offset) + " error=\"" + error.message + "\"");
         Resync();
         return false;  // stopped, or read on from where the stream ends
       }
       if (error.kind == broker::PublishFailure::Refused)
-        throw CommandFailed("stream " + config_.transport.stream + " refused offset " + std::to_string(record.offset) +
+        throw CommandFailed("stream " + config_.transport.stream + " refused offset " + std::to_string(offset) +
                             " of flow " + config_.flow_name + ": " + error.message);
+      // Not acknowledged: the rest again, from the first unacknowledged record (the broker drops
+      // what it already holds by its id inside its duplicate window; a remote applier skips the rest).
       counters_.publish_retries++;
-      unavailable_ = true;
-      Event("retry", "state=broker_quorum_unavailable offset=" + std::to_string(record.offset) + " attempt_wait_ms=" +
+      Event("retry", "state=broker_quorum_unavailable offset=" + std::to_string(offset) + " attempt_wait_ms=" +
                          std::to_string(wait.count()) + " error=\"" + error.message + "\"");
       std::this_thread::sleep_for(wait);
       wait = cadence::kBrokerRetry.After(wait, false);
@@ -427,7 +466,7 @@ class Forwarder {
 
   // The forwarder's consumer offset: the next offset it publishes (what it holds of the log).
   void WriteOffset() {
-    if (reader_) WriteOffsetAt(reader_->next_offset());
+    if (reader_) WriteOffsetAt(acked_end_);
   }
   void WriteOffsetAt(uint64_t next) {
     if (written_offset_ && *written_offset_ == next) return;
@@ -454,7 +493,7 @@ class Forwarder {
     s.refills = counters_.refills;
     s.refilled_records = counters_.refilled_records;
     s.positions = counters_.positions;
-    s.next_offset = reader_ ? reader_->next_offset() : 0;
+    s.next_offset = acked_end_;
     s.acks = counters_.published + counters_.already_held + counters_.refilled_records;
     s.ack_latency_seconds_sum = static_cast<double>(counters_.ack_latency_us_sum) / 1e6;
     s.ack_latency_seconds_max = static_cast<double>(counters_.ack_latency_us_max) / 1e6;
@@ -471,7 +510,7 @@ class Forwarder {
 
   void PrintLine(const std::string& state) {
     std::cerr << "forward flow=" << config_.flow_name << " state=" << state << " next_offset="
-              << (reader_ ? reader_->next_offset() : 0) << " published=" << counters_.published
+              << acked_end_ << " published=" << counters_.published
               << " already_held=" << counters_.already_held << " publish_retries=" << counters_.publish_retries
               << std::endl;
   }
@@ -495,7 +534,7 @@ class Forwarder {
                        {"state", state},
                        {"stream", config_.transport.stream},
                        {"log_identity", identity_},
-                       {"next_offset", reader_ ? reader_->next_offset() : 0},
+                       {"next_offset", acked_end_},
                        {"published", counters_.published},
                        {"already_held", counters_.already_held},
                        {"publish_retries", counters_.publish_retries},
@@ -508,7 +547,7 @@ class Forwarder {
       std::cout << j.dump() << "\n";
     } else {
       std::cout << "forward: flow " << config_.flow_name << " " << state << " at offset "
-                << (reader_ ? reader_->next_offset() : 0) << " of stream " << config_.transport.stream << ": "
+                << acked_end_ << " of stream " << config_.transport.stream << ": "
                 << counters_.published << " published, " << counters_.already_held << " already held, "
                 << counters_.publish_retries << " publish retries, ack latency mean " << mean_ms << " ms\n";
     }
@@ -522,6 +561,7 @@ class Forwarder {
   std::unique_ptr<log::LogReader> reader_;
   std::unique_ptr<broker::NatsStream> stream_;
   uint64_t last_sequence_ = 0;  // the stream sequence of the subject's last record we know of
+  uint64_t acked_end_ = 0;      // every offset below it is acknowledged by the stream (what WriteOffset records)
   uint64_t stop_offset_ = 0;
   std::optional<uint64_t> written_offset_;
   bool unavailable_ = false;

@@ -324,7 +324,7 @@ void Applier::OpenLog() {
     // (and no hole waits for its refill), then apply up to there.
     std::optional<broker::ConflictingDelivery> conflict;
     while (!StopRequested()) {
-      receiver_->Pump(std::chrono::milliseconds(500), conflict);
+      receiver_->Pump(std::chrono::milliseconds(200), conflict);
       if (conflict) StopOnConflict(*conflict);
       if (receiver_->idle()) break;
     }

@@ -12,11 +12,14 @@ targets hold the same rows as the source. A benchmark, never a pass/fail test.
 Shapes (issue 14): --scale S --clients C (pgbench), --workload inserts (transactions of 1 000-10 000
 inserted rows), --mode daemon (`trellara apply` as a service runs it, timed until the target's replication
 origin reaches the log's last commit, instead of --until-caught-up), --mode both (the two on the
-same log, each into its own target, in alternating order: daemon/catch-up), --long-read (a REPEATABLE READ
+same log, each into its own target, in alternating order: daemon/catch-up), --mode broker (the local
+daemon and the broker path — trellara forward to a 3-node JetStream cluster, a remote trellara apply
+reading it — on the same log, each timed from start until its target's origin reaches the last
+commit: broker/local), --long-read (a REPEATABLE READ
 transaction holds a snapshot open on each target throughout, as a report or pg_dump does).
 
 Usage: bench/apply/run_bench.py [--transactions N] [--runs R] [--scale S] [--clients C]
-           [--workload pgbench|inserts] [--mode catch-up|daemon|both] [--long-read] [--group-transactions on|off]
+           [--workload pgbench|inserts] [--mode catch-up|daemon|both|broker] [--long-read] [--group-transactions on|off]
            [--superseded-updates leave_out|send] [--merge-statements on|off] [--compare-bin PATH]
            [--compare-merge-statements on|off]
 """
@@ -34,6 +37,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests"))
 from harness import PG_BIN, Cluster  # noqa: E402
 from harness.cluster import PG_USER  # noqa: E402
+from harness.nats_client import NatsClient  # noqa: E402
+from harness.nats_cluster import NatsCluster  # noqa: E402
 
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 TRELLARA = os.environ.get("TRELLARA_BIN", os.path.join(REPO, "build", "bin", "trellara"))
@@ -174,6 +179,58 @@ def timed_apply(mode, target, log_dir, transactions, last_commit, args):
     return seconds, usage.ru_utime + usage.ru_stime
 
 
+def timed_broker(source, target, log_dir, transactions, last_commit, args, run):
+    """The broker path (docs/broker.md): `trellara forward` publishes the log to a stream on a
+    3-node JetStream cluster (R3, file storage) and a remote `trellara apply` (daemon, its own
+    replica directory) applies the stream into `target`; both start together and are timed until
+    the target's replication origin reaches the log's last commit, like --mode daemon. Returns
+    (seconds, CPU of the applier and the forwarder)."""
+    with tempfile.TemporaryDirectory() as work, NatsCluster(base_dir=os.path.join(work, "nats"),
+                                                            name=f"bench{run}") as nats:
+        transport = (f'[transport]\nkind = "nats"\nservers = "{nats.servers}"\nstream = "BENCH_{run}"\n')
+        common = (f'[source]\nconninfo = "{source.conninfo()}"\n\n[target]\nconninfo = "{target.conninfo()}"\n\n'
+                  f'[apply]\ngroup_transactions = "{args.group_transactions}"\n'
+                  f'superseded_updates = "{args.superseded_updates}"\nmerge_statements = "{args.merge_statements}"\n\n')
+        forward_toml, remote_toml = os.path.join(work, "flow.toml"), os.path.join(work, "remote.toml")
+        with open(forward_toml, "w") as f:
+            f.write(f'[flow]\nname = "bench"\nlog_directory = "{log_dir}"\n\n{common}{transport}')
+        with open(remote_toml, "w") as f:
+            f.write(f'[flow]\nname = "bench"\nlog_directory = "{os.path.join(work, "replica")}"\n\n{common}{transport}')
+        # The stream exists (with its leader) before the clock starts, as in production: the broker
+        # path is timed from the same state as the local one, not from the stream's creation.
+        with NatsClient(nats.client_port(0)) as client:
+            client.api(f"$JS.API.STREAM.CREATE.BENCH_{run}", {
+                "name": f"BENCH_{run}", "subjects": ["trellara.bench.log.*"], "num_replicas": 3, "storage": "file",
+                "duplicate_window": 120 * 10**9})
+            wait_until("the stream's leader", lambda: client.stream_info(f"BENCH_{run}").get("cluster", {}).get(
+                "leader") is not None, 60, 0.1)
+        out = open(os.path.join(work, "processes.out"), "w+")
+        t0 = time.monotonic()
+        forwarder = subprocess.Popen([TRELLARA, "forward", "--config", forward_toml], stdout=out, stderr=subprocess.STDOUT)
+        applier = subprocess.Popen([TRELLARA, "apply", "--config", remote_toml], stdout=out, stderr=subprocess.STDOUT)
+        poller = Poller(target)
+        try:
+            wait_until("the remote applier's catch-up", lambda: poller.query(
+                "SELECT coalesce(max(remote_lsn) >= '" + last_commit + "', false) "
+                "FROM pg_replication_origin_status") == "t", 900)
+            seconds = time.monotonic() - t0
+            applied = int(poller.query("SELECT count(*) FROM trellara.applied_transactions"))
+        finally:
+            poller.close()
+            cpu = 0.0
+            for process in (applier, forwarder):
+                process.send_signal(signal.SIGTERM)   # our own children
+                _, _status, usage = os.wait4(process.pid, 0)
+                cpu += usage.ru_utime + usage.ru_stime
+            out.seek(0)
+            output = out.read()
+            out.close()
+        if applied < transactions:
+            raise RuntimeError(f"the remote applier reached the last commit with {applied} dedup rows, not "
+                               f"{transactions}: {output[-2000:]}")
+    return seconds, cpu
+
+
 def forget_applier(log_dir):
     """Unregisters consumer "applier" so that the next `trellara apply` (into another target)
     registers again at the log's first offset and applies the whole log."""
@@ -183,7 +240,8 @@ def forget_applier(log_dir):
 
 def one_run(run, args):
     tables = INSERT_TABLES if args.workload == "inserts" else PGBENCH_TABLES
-    modes = ["catch-up", "daemon"] if args.mode == "both" else [args.mode]
+    modes = (["catch-up", "daemon"] if args.mode == "both" else ["daemon", "broker"] if args.mode == "broker"
+             else [args.mode])
     if args.compare_bin or args.compare_merge_statements:
         modes.append("compare")
     if run % 2 == 1:
@@ -232,14 +290,18 @@ def one_run(run, args):
         end = source.query("SELECT pg_current_wal_lsn()")
         wait_until("the flow's capture of the workload",
                    lambda: source.query(f"SELECT log_durable_lsn >= '{end}' FROM trellara.status()") == "t", 600, 0.05)
-        last_commit = last_commit_lsn(log_dir) if "daemon" in modes else None
+        last_commit = last_commit_lsn(log_dir) if "daemon" in modes or "broker" in modes else None
         reports = [hold_snapshot(t) for t in all_targets] if args.long_read else []
         timed = {}
         try:
             for i, mode in enumerate(modes):
-                if i > 0:
+                if i > 0 and mode != "broker":
                     forget_applier(log_dir)
-                timed[mode] = timed_apply(mode, trellara_targets[mode], log_dir, transactions, last_commit, args)
+                if mode == "broker":
+                    timed[mode] = timed_broker(source, trellara_targets[mode], log_dir, transactions, last_commit,
+                                               args, run)
+                else:
+                    timed[mode] = timed_apply(mode, trellara_targets[mode], log_dir, transactions, last_commit, args)
             poller = Poller(source)
             try:
                 t0 = time.monotonic()
@@ -259,7 +321,8 @@ def one_run(run, args):
         native_target.psql("ALTER SUBSCRIPTION bench_sub SET (slot_name = NONE)")
         native_target.psql("DROP SUBSCRIPTION bench_sub")
         source.psql("SELECT pg_drop_replication_slot('bench_sub')")
-        first = timed[args.mode] if args.mode != "both" else timed["catch-up"]
+        first = (timed["catch-up"] if args.mode == "both" else timed["daemon"] if args.mode == "broker"
+                 else timed[args.mode])
         result = {"trellara_tps": transactions / first[0], "native_tps": transactions / native_s,
                   "ratio": native_s / first[0], "trellara_s": first[0], "native_s": native_s, "same": same,
                   "applier_cpu_s": first[1], "rows": rows, "transactions": transactions}
@@ -267,6 +330,11 @@ def one_run(run, args):
             compare_s, compare_cpu = timed["compare"]
             result.update({"compare_s": compare_s, "compare_cpu_s": compare_cpu, "compare_tps": transactions / compare_s,
                            "first_vs_compare": compare_s / first[0], "order": " then ".join(modes)})
+        if args.mode == "broker":
+            broker_s, broker_cpu = timed["broker"]
+            result.update({"broker_s": broker_s, "broker_tps": transactions / broker_s, "broker_cpu_s": broker_cpu,
+                           "broker_vs_local": first[0] / broker_s, "broker_ratio": native_s / broker_s,
+                           "order": " then ".join(modes)})
         if args.mode == "both":
             daemon_s, daemon_cpu = timed["daemon"]
             result.update({"daemon_s": daemon_s, "daemon_tps": transactions / daemon_s, "daemon_cpu_s": daemon_cpu,
@@ -282,9 +350,11 @@ def main():
     parser.add_argument("--scale", type=int, default=1)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--workload", choices=["pgbench", "inserts"], default="pgbench")
-    parser.add_argument("--mode", choices=["catch-up", "daemon", "both"], default="catch-up",
+    parser.add_argument("--mode", choices=["catch-up", "daemon", "both", "broker"], default="catch-up",
                         help="both: catch-up and daemon on the same log, each into its own target, in "
-                             "alternating order; prints daemon/catch-up")
+                             "alternating order; prints daemon/catch-up. broker: the local daemon and the broker "
+                             "path (forward + remote apply through a 3-node JetStream cluster) on the same log, "
+                             "alternating; prints broker/local")
     parser.add_argument("--long-read", action="store_true")
     parser.add_argument("--compare-bin", help="another trellara binary that applies the same log in catch-up mode "
                         "into its own target in each run (alternating order): prints trellara/compare")
@@ -314,6 +384,10 @@ def main():
             print(f"run {run}: compare {r['compare_s']:.2f} s ({r['compare_tps']:.0f} tx/s, applier CPU "
                   f"{r['compare_cpu_s']:.2f} s) | trellara/compare {r['first_vs_compare']:.2f} ({r['order']})",
                   flush=True)
+        if args.mode == "broker":
+            print(f"run {run}: broker {r['broker_s']:.2f} s ({r['broker_tps']:.0f} tx/s, applier + forwarder CPU "
+                  f"{r['broker_cpu_s']:.2f} s) | broker/local {r['broker_vs_local']:.2f} | broker/native "
+                  f"{r['broker_ratio']:.2f} ({r['order']})", flush=True)
         if args.mode == "both":
             print(f"run {run}: daemon {r['daemon_s']:.2f} s ({r['daemon_tps']:.0f} tx/s, applier CPU "
                   f"{r['daemon_cpu_s']:.2f} s) | ratio to native {r['daemon_ratio']:.2f} | daemon/catch-up "
@@ -326,6 +400,10 @@ def main():
         c = {k: statistics.median(r[k] for r in results) for k in ("compare_tps", "first_vs_compare")}
         print(f"median over {args.runs} runs: compare {c['compare_tps']:.0f} tx/s, trellara/compare on the same "
               f"log {c['first_vs_compare']:.2f}")
+    if args.mode == "broker":
+        b = {k: statistics.median(r[k] for r in results) for k in ("broker_tps", "broker_vs_local", "broker_ratio")}
+        print(f"median over {args.runs} runs: broker path {b['broker_tps']:.0f} tx/s, broker/local daemon on the same "
+              f"log {b['broker_vs_local']:.2f} (issue 38 goal >= 0.8), broker/native {b['broker_ratio']:.2f}")
     if args.mode == "both":
         d = {k: statistics.median(r[k] for r in results) for k in ("daemon_tps", "daemon_ratio", "daemon_vs_catch_up")}
         print(f"median over {args.runs} runs: daemon {d['daemon_tps']:.0f} tx/s, ratio daemon/native "

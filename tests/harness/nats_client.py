@@ -142,6 +142,8 @@ class NatsClient:
         """Every message of the stream in sequence order, as (seq, headers, data)."""
         state = self.stream_info(stream)["state"]
         out = []
+        if state["last_seq"] == 0:   # nothing was ever stored (first_seq is 0 too: not a sequence)
+            return out
         for seq in range(state["first_seq"], state["last_seq"] + 1):
             got = self.stream_message(stream, seq)
             if got is not None:

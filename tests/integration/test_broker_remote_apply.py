@@ -345,9 +345,13 @@ def quorum_loss_under_remote_apply_resumes_exactly():
         cluster.kill(2)
         pair.write(50, start=50)
         pair.wait_log_covers_source()
-        wait_for("both processes to report that the broker has no quorum",
-                 lambda: "state=broker_quorum_unavailable" in pair.stderr_of(forwarder)
-                 and "state=broker_quorum_unavailable" in pair.stderr_of(applier), 180)
+        try:
+            wait_for("both processes to report that the broker has no quorum",
+                     lambda: "state=broker_quorum_unavailable" in pair.stderr_of(forwarder)
+                     and "state=broker_quorum_unavailable" in pair.stderr_of(applier), 180)
+        except CaptureFailure as failure:
+            raise CaptureFailure(f"{failure}; applier (exit {applier.poll()}): {pair.stderr_of(applier)[-1500:]}; "
+                                 f"forwarder: {pair.stderr_of(forwarder)[-800:]}") from None
         wait_for("GET /readyz of both to answer 503 broker_quorum_unavailable",
                  lambda: all(http_get(port, "/readyz") == (503, "broker_quorum_unavailable\n")
                              for port in (pair.forward_port, pair.apply_port)), 60)

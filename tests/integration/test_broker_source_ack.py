@@ -29,7 +29,7 @@ from capture_support import (TRELLARA_BIN, CaptureFailure, checks_fail_under_def
 from harness.nats_client import NatsClient  # noqa: E402
 from harness.nats_cluster import NatsCluster  # noqa: E402
 from test_broker_forward import STREAM, assert_stream_is_the_log, log_frames  # noqa: E402
-from test_broker_remote_apply import RemotePair, http_get, stop  # noqa: E402
+from test_broker_remote_apply import RemotePair, consumer_offset, http_get, stop  # noqa: E402
 
 COMPLETING = {"1", "4", "5"}   # Envelope, CommitMarker, progress marker (relay_progress.h)
 HOLD_S = 5.0                   # how long the invariant is sampled while nothing may move
@@ -107,8 +107,13 @@ def quorum_loss_run(pair, env=None, outputs=None):
         cluster.start_node(2)
         cluster.wait_ready()
         last = pair.last_logged_lsn()
-        wait_for("the slot to advance past everything once quorum returned",
-                 lambda: pair.slot_confirmed() >= last, 180)
+        try:
+            wait_for("the slot to advance past everything once quorum returned",
+                     lambda: pair.slot_confirmed() >= last, 180)
+        except CaptureFailure as failure:
+            raise CaptureFailure(f"{failure}: the slot is at {pair.slot_confirmed():X}, the log's last transaction "
+                                 f"at {last:X}, the stream holds through {pair.stream_acknowledged_lsn():X}; "
+                                 f"forwarder: {pair.stderr_of(forwarder)[-1500:]}") from None
         summary = json.loads(stop(forwarder).strip().splitlines()[-1])
         if summary["publish_retries"] == 0:
             raise CaptureFailure(f"the forwarder counted no publish retry during the quorum loss: {summary}")
@@ -169,8 +174,15 @@ def forwarder_crash_around_publish_keeps_the_slot_behind_the_broker():
             if crashing.returncode == 0 or not record_faults_from_output(err).get(point):
                 raise CaptureFailure(f"the forwarder did not crash at {point}: exit {crashing.returncode}: {err[-1500:]}")
             acknowledged = pair.stream_acknowledged_lsn()
-            if acknowledged >= pair.last_logged_lsn():
+            if point == "forward.before_publish" and acknowledged >= pair.last_logged_lsn():
                 raise RuntimeError(f"harness failure: the crash at {point} left nothing unpublished")
+            if point == "forward.after_ack_before_progress":
+                with NatsClient(cluster.client_port(0)) as client:
+                    in_stream = max(int(h["Trellara-Offset"]) for _s, h, _d in client.stream_messages(STREAM)) + 1
+                recorded = consumer_offset(pair.log_dir, "forwarder")
+                if recorded >= in_stream:
+                    raise RuntimeError(f"harness failure: the crash at {point} left the forwarder's progress "
+                                       f"({recorded}) at what the stream holds ({in_stream})")
             held = pair.assert_slot_behind(acknowledged, f"after a crash at {point}")
             summary, _ = pair.forward("--until-caught-up")
             assert_stream_is_the_log(pair, f"after a crash at {point} and a restart", summary["next_offset"])
