@@ -4,13 +4,9 @@
 // The loop reads log frames in order and feeds core's TransactionBarrier, which decides when a
 // transaction is whole and verified. Whole transactions wait in pipeline_ (core ApplyPipeline) for the next
 // batch (apply_pipeline.cpp); a chunked transaction drains the pipeline and is applied alone
-// (apply_transaction.cpp), streaming its chunks back from the log.
-//
-// Durability of the consumer offset: the offset only passes transactions that the target reports
-// as flushed (pg_replication_origin_progress(origin, true), core ApplyOffsetTracker), so the
-// session may commit with synchronous_commit = off (the default, as native logical replication's
-// apply worker does) and a target crash still loses nothing the log no longer holds. It never
-// passes the first frame of an open chunked transaction (TransactionBarrier::RetainFromOffset).
+// (apply_transaction.cpp), streaming its chunks back from the log. Where the loop reads from and
+// how far it acknowledges (the consumer offset, continuity) is apply_log.cpp; the metrics it
+// publishes, apply_metrics.cpp.
 //
 // Transient failures (core IsTransientFailure: deadlock, serialization failure, timeouts, cancel,
 // shutdown, a lost connection, a read-only target...) are thrown as TransientFailure from wherever
@@ -43,7 +39,6 @@
 #include "trellara/record/codec.h"
 #include "trellara/base/fault.h"
 #include "trellara/log/consumer_offsets.h"
-#include "trellara/log/retention.h"
 #include "trellara/log/scan.h"
 #include "trellara/log/uring_device.h"
 #include "trellara/capture/relay_progress.h"
@@ -52,18 +47,10 @@ namespace trellara::cli {
 namespace apply {
 namespace {
 
-// The consumer offset is written (fdatasync + rename) at most this often while applying, and
-// always when the applier reaches the end of the log, halts or stops. Re-reading transactions
-// committed after the last write is safe: their dedup rows make them SkipDuplicate.
-constexpr uint64_t kOffsetWriteEveryTransactions = 512;
-constexpr auto kOffsetWriteInterval = cadence::kApplierOffsetWrite;
 // At the end of the log: cadence::kApplierTail (base/cadence.h). The caught-up bookkeeping runs at
 // most once per kTailPollInterval, not on every poll.
 constexpr auto kTailPollMin = cadence::kApplierTail.min;
 constexpr auto kTailPollInterval = cadence::kApplierTail.max;
-// The metrics snapshot is handed to the server at most this often while applying (and at every
-// state change): a copy under a mutex and, then only, one read of the log's index for its end.
-constexpr auto kMetricsPublishInterval = cadence::kApplierMetricsPublish;
 
 // --until-caught-up retries a transient failure on a live target at most this many times, then
 // ends with exit 1 and the last error; a lost connection ends it at once (a one-shot run is
@@ -301,7 +288,8 @@ ProgressFigures Applier::Figures(bool with_log_end) const {
   f.batches = batches_;
   f.start_offset = start_offset_;
   f.consumer_offset = written_offset_;
-  f.next_log_offset = reader_->next_offset();
+  // Stopped before the log was opened (waiting for its directory, or for the broker): nothing read.
+  f.next_log_offset = reader_ ? reader_->next_offset() : start_offset_;
   f.waiting = pipeline_.size();
   f.log_end = f.next_log_offset;
   if (with_log_end) {
@@ -309,208 +297,6 @@ ProgressFigures Applier::Figures(bool with_log_end) const {
     if (end) f.log_end = std::max(*end, f.next_log_offset);
   }
   return f;
-}
-
-// ---- the log -------------------------------------------------------------------------
-
-void Applier::OpenLog() {
-  // Registers consumer "applier" (so the relay retains from here on); refuses one marked lost.
-  if (Status registered = log::RegisterConsumer(*device_, config_.log_directory, kConsumerName); !registered.ok())
-    Fail(registered.error().message);
-  ResumeLog();
-  start_offset_ = written_offset_;
-  if (until_caught_up_ && receiver_) {
-    // A remote applier's "now" is what the stream holds: read until it delivers nothing more
-    // (and no hole waits for its refill), then apply up to there.
-    std::optional<broker::ConflictingDelivery> conflict;
-    while (!StopRequested()) {
-      receiver_->Pump(std::chrono::milliseconds(200), conflict);
-      if (conflict) StopOnConflict(*conflict);
-      if (receiver_->idle()) break;
-    }
-  }
-  if (until_caught_up_) {
-    // --until-caught-up applies what is durable now, not what the source writes meanwhile: a
-    // source faster than the applier must not keep the command from ending.
-    auto end = log::PublishedEndOffset(*device_, config_.log_directory);
-    if (!end)
-      Fail("cannot read the end of the log of flow " + config_.flow_name + " at " + config_.log_directory + ": " +
-           end.error().message);
-    stop_offset_ = *end;
-  }
-  // Fault point (tests): `stall` here lets the source write past the end the run will stop at.
-  fault::Hit("apply.after_log_opened");
-}
-
-// (Re)opens the log at the consumer offset — or where continuity says (CheckContinuity) — with
-// nothing of a previous session kept: whatever was read and not recorded in the consumer offset
-// is read again, and its dedup rows make it SkipDuplicate where it committed.
-void Applier::ResumeLog() {
-  chunk_reader_.reset();
-  barrier_ = TransactionBarrier();
-  // The chunks the barrier verifies are kept, within kChunkCacheBytes, for the pass that applies
-  // their transaction (ForEachVerifiedChunk): decoded and hashed once, not twice.
-  chunk_cache_.Clear();
-  // Each accepted chunk goes on to the early path (apply_early.cpp), or to the cache.
-  accepted_chunks_.clear();
-  barrier_.SetChunkSink(
-      [this](uint64_t offset, Chunk&& chunk) { accepted_chunks_.emplace_back(offset, std::move(chunk)); });
-  // A reconnect dropped the early transaction's session with it; everything is read again.
-  early_.attempt.End();
-  expects_.clear();
-  unwritten_transactions_ = 0;
-  covered_lsn_ = 0;
-  auto reader = log::LogReader::Open(*device_, config_.log_directory);
-  if (!reader)
-    Fail("cannot open the log of flow " + config_.flow_name + " at " + config_.log_directory + " (flow.log_directory): " +
-         reader.error().message);
-  reader_ = std::move(reader.value());
-  auto offsets = log::ReadConsumerOffsets(*device_, config_.log_directory);
-  if (!offsets) Fail("cannot read the consumer offsets of " + config_.log_directory + ": " + offsets.error().message);
-  const auto it = offsets->find(kConsumerName);
-  if (it == offsets->end()) {
-    CheckContinuity(std::nullopt);  // a first run: only whose log this is
-  } else {
-    const uint64_t resume = CheckContinuity(it->second);
-    Status seek = reader_->Seek(resume);
-    if (!seek.ok())
-      Fail("cannot resume flow " + config_.flow_name + " at its consumer offset " + std::to_string(resume) +
-           " (" + config_.log_directory + "/consumers/" + kConsumerName + "): " + seek.error().message);
-    if (resume != it->second) {
-      // Recorded at once, so that nothing (a crash, retention) relies on the old claim.
-      Status written = log::WriteConsumerOffset(*device_, config_.log_directory, kConsumerName, resume);
-      if (!written.ok())
-        Fail("cannot rewind the consumer offset of flow " + config_.flow_name + " to " + std::to_string(resume) +
-             " in " + config_.log_directory + "/consumers/" + kConsumerName + ": " + written.error().message);
-    }
-  }
-  written_offset_ = reader_->next_offset();
-  // Whatever was read or in flight before is read again from here (dedup decides what is done).
-  pipeline_ = ApplyPipeline(written_offset_, PipelineLimits{kBatchMaxTransactions, kBatchMaxStatements, config_.group_transactions});
-}
-
-// Continuity (DESIGN §2): the target's origin progress must not be behind what the consumer
-// offset claims. Reads the facts from the log and the target; core DecideContinuity decides.
-// Returns the offset to resume from (the consumer offset, or where it rewinds); refuses otherwise.
-// Without a recorded offset (a first run) it only checks that the log is this flow's.
-uint64_t Applier::CheckContinuity(std::optional<uint64_t> recorded_offset) {
-  const uint64_t consumer_offset = recorded_offset.value_or(0);
-  // Negative control (tests only): an applier that acknowledges on read also trusts that
-  // acknowledgement; the rewind would otherwise repair what the kill -9 scenario must catch.
-  if (fault::Hit("defect.apply_ack_before_commit") == fault::Action::Defect) return consumer_offset;
-  // Negative control (tests only, TRELLARA_FAULTS=defect.apply_continuity_unchecked:1:defect): the
-  // consumer offset is trusted whatever the target holds, which the restored-target scenario must catch.
-  if (fault::Hit("defect.apply_continuity_unchecked") == fault::Action::Defect) return consumer_offset;
-  auto scan = log::LogReader::Open(*device_, config_.log_directory);
-  if (!scan) Fail("cannot open the log of flow " + config_.flow_name + " at " + config_.log_directory + ": " + scan.error().message);
-  log::LogReader& r = **scan;
-  auto read_at = [&](uint64_t offset) -> std::optional<log::LogRecord> {
-    if (!r.Seek(offset).ok()) return std::nullopt;
-    auto next = r.Next();
-    if (!next || !*next) return std::nullopt;
-    return std::move(**next);
-  };
-  ContinuityFacts facts;
-  facts.flow = config_.flow_name;
-  facts.consumer_offset = consumer_offset;
-  facts.log_first_offset = r.next_offset();
-  // The first transaction record the log holds: its flow must be ours, and its LSN bounds the gap.
-  for (uint64_t o = facts.log_first_offset;; o++) {
-    auto record = read_at(o);
-    if (!record) break;
-    if (!IsTransactionRecord(record->type)) continue;
-    CheckLogFlow(*record);
-    facts.log_first_lsn = record->commit_lsn;
-    break;
-  }
-  if (!recorded_offset) return facts.log_first_offset;
-  for (uint64_t o = consumer_offset; o > facts.log_first_offset;) {
-    auto record = read_at(--o);
-    if (!record) break;
-    if (EndsTransaction(record->type)) {
-      facts.claimed_lsn = record->commit_lsn;
-      break;
-    }
-  }
-  if (!facts.claimed_lsn) return consumer_offset;
-  facts.origin_progress_lsn = session_.FlushedProgress();
-  facts.last_dedup_lsn = session_.LastDedupLsn();
-  const uint64_t proven = ProvenProgress(facts);
-  if (*facts.claimed_lsn <= proven) return consumer_offset;
-  if (r.Seek(facts.log_first_offset).ok()) {
-    while (r.next_offset() < consumer_offset) {
-      auto next = r.Next();
-      if (!next || !*next) break;
-      if (IsTransactionRecord((*next)->type) && (*next)->commit_lsn > proven) {
-        facts.first_offset_after_progress = (*next)->offset;
-        break;
-      }
-    }
-  }
-  const ContinuityDecision decision = DecideContinuity(facts);
-  switch (decision.action) {
-    case ContinuityAction::Continue:
-      return consumer_offset;
-    case ContinuityAction::Rewind:
-      std::cerr << decision.message << std::endl;
-      return decision.rewind_to_offset;
-    case ContinuityAction::Refuse:
-      break;
-  }
-  WriteStateFile("refused", decision.message, "");
-  Fail(decision.message);
-}
-
-// A configuration pointing at another flow's log: refused before anything is applied.
-void Applier::CheckLogFlow(const log::LogRecord& record) {
-  if (flow_checked_) return;
-  auto decoded = DecodeRecord(std::span<const uint8_t>(record.payload.data(), record.payload.size()));
-  if (!decoded) return;  // the barrier reports an undecodable record with its offset
-  CheckFlowOf(TxOf(*decoded));
-  flow_checked_ = true;
-}
-
-void Applier::CheckFlowOf(const TxIdentity& tx) {
-  if (tx.flow == config_.flow_name) return;
-  Fail("the log at " + config_.log_directory + " (flow.log_directory in " + config_.path + ") belongs to flow " +
-       tx.flow + ", not to flow " + config_.flow_name + " (flow.name): it holds " + DescribeTransaction(tx) +
-       "; nothing was applied. Point flow.log_directory at flow " + config_.flow_name +
-       "'s log (trellara.flows.log_directory on the source), or set flow.name = \"" + tx.flow + "\" if this is "
-       "that flow's configuration");
-}
-
-// Records the consumer offset: as far as the target has durably committed (core
-// ApplyOffsetTracker over the origin's flushed progress). Not forced, at most every
-// kOffsetWriteInterval or kOffsetWriteEveryTransactions.
-void Applier::WriteOffset(bool force) {
-  if (!force && unwritten_transactions_ < kOffsetWriteEveryTransactions &&
-      Clock::now() - last_offset_write_ < kOffsetWriteInterval)
-    return;
-  CollectBatch();  // the session must be out of pipeline mode to ask for the flushed progress
-  if (pipeline_.offsets_waiting() == 0 && pipeline_.safe_offset() == written_offset_) return;
-  // Negative control (tests only, TRELLARA_FAULTS=defect.apply_offset_ignores_flush:1:defect): the
-  // offset follows what committed instead of what the target flushed, which the target-crash
-  // scenario must catch.
-  const bool defect = fault::Hit("defect.apply_offset_ignores_flush") == fault::Action::Defect;
-  const uint64_t safe = pipeline_.offsets_waiting() == 0 ? pipeline_.safe_offset()
-                        : defect                          ? pipeline_.DurableOffset(UINT64_MAX)
-                                                          : pipeline_.DurableOffset(session_.FlushedProgress());
-  unwritten_transactions_ = 0;
-  last_offset_write_ = Clock::now();
-  if (safe == written_offset_) return;
-  // Fault point (tests): the target has committed, the consumer offset is not written yet.
-  // `crash` dies here; `error` fails the write as a full or read-only disk would.
-  Status written = fault::Hit("apply.after_commit_before_offset") == fault::Action::Error
-                       ? Status(MakeError("injected fault apply.after_commit_before_offset"))
-                       : log::WriteConsumerOffset(*device_, config_.log_directory, kConsumerName, safe);
-  if (!written.ok())
-    Fail("cannot record consumer offset " + std::to_string(safe) + " of flow " + config_.flow_name + " in " +
-         config_.log_directory + "/consumers/" + kConsumerName + ": " + written.error().message +
-         "; everything up to it is committed on the target, rerun trellara apply once the directory is writable");
-  written_offset_ = safe;
-  if (receiver_) receiver_->ReportPosition(safe);  // after the write: the forwarder may let go below it
-  offset_written_unix_seconds_ =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 bool Applier::IdleWait(std::chrono::milliseconds wait) {
@@ -687,57 +473,6 @@ void Applier::Loop() {
   WriteStateFile(stopped ? "stopped" : "caught_up", "", "");
   PublishMetrics(stopped ? metrics::ApplyState::kStopped : metrics::ApplyState::kCaughtUp, true);
   progress_.Print(stopped ? "stopped" : "caught_up", counters_, Figures(false));
-}
-
-// ---- metrics -------------------------------------------------------------------------
-
-void Applier::PublishMetrics(metrics::ApplyState state, bool force) {
-  if (!metrics_) return;
-  const auto now = Clock::now();
-  if (!force && now - last_metrics_publish_ < kMetricsPublishInterval) return;
-  last_metrics_publish_ = now;
-  metrics::ApplySnapshot s;
-  s.flow = config_.flow_name;
-  s.state = state;
-  s.transactions_applied = counters_.applied;
-  s.duplicates_skipped = counters_.skipped_duplicates;
-  s.quarantined = quarantined_;
-  s.quarantine_open = quarantine_open_;
-  s.retries = retries_;
-  s.statements = counters_.statements;
-  s.last_commit_lsn = applied_lsn_;
-  if (reader_ && device_) {
-    // The published end: one read of the last segment's index (log/scan.h). Unreadable for a
-    // moment (a segment being rolled) it keeps the last figure rather than inventing one.
-    auto end = log::PublishedEndOffset(*device_, config_.log_directory);
-    if (end)
-      s.lag_records = *end > reader_->next_offset() ? *end - reader_->next_offset() : 0;
-    else
-      s.lag_records = metrics_snapshot_.Get().lag_records;
-  }
-  const bool caught_up = state == metrics::ApplyState::kCaughtUp || (s.lag_records == 0 && pipeline_.size() == 0);
-  const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
-  s.lag_seconds = metrics::ApplyLagSeconds(caught_up, last_commit_time_us_, now_us);
-  s.last_checkpoint_unix_seconds = offset_written_unix_seconds_;
-  s.broker_quorum_available = !receiver_ || receiver_->broker_available();
-  metrics_snapshot_.Set(s);
-}
-
-void Applier::ReadQuarantineOpen() {
-  if (!metrics_ || conn_ == nullptr) return;
-  PgResult r = conn_->ExecParams(
-      "SELECT count(*) FROM trellara.quarantine WHERE flow = $1 AND state IN ('quarantined', 'replay_ready')",
-      {config_.flow_name});
-  if (!r.ok() || r.rows() != 1 || !r.Value(0, 0)) {
-    // The figure stays as last read; the apply loop's own statements report a lost target.
-    std::cerr << "trellara: warning: flow " << config_.flow_name
-              << ": cannot read the open quarantine rows for trellara_apply_quarantine_open (kept at "
-              << quarantine_open_ << "): " << r.Describe() << "\n";
-    return;
-  }
-  quarantine_open_ = std::stoull(*r.Value(0, 0));
 }
 
 }  // namespace apply

@@ -2,7 +2,8 @@
 // target, one target transaction per source transaction, exactly once (DESIGN §2, §6).
 //
 // Its parts live in one file per concern:
-//   applier.cpp            the main loop over the log, its retries, the consumer offset
+//   applier.cpp            the main loop over the log and its retries
+//   apply_log.cpp          the place in the log: opening, resuming, continuity, the consumer offset
 //   apply_transaction.cpp  the one-at-a-time path: one transaction, decided by core, applied or
 //                          quarantined; captured DDL (core PlanDdl) and schema drift (core
 //                          CheckKnownRelation) are decided there, in transaction order
@@ -14,6 +15,7 @@
 //                          (docs/snapshot.md): every target transaction of both paths starts with
 //                          trellara.control_check; TR010 reloads the registry and retries
 //   apply_progress.cpp     the progress lines
+//   apply_metrics.cpp      what the applier hands GET /metrics (PublishMetrics)
 //   metrics_server.cpp     GET /metrics ([metrics] listen): what PublishMetrics last handed over
 //
 // It never applies a transaction the barrier did not yield, never applies anything after a
@@ -101,16 +103,10 @@ class Applier {
   void Run();
 
  private:
-  // ---- applier.cpp: the log, the loop and its retries ------------------------------
-  void OpenLog();
-  void ResumeLog();
-  uint64_t CheckContinuity(std::optional<uint64_t> recorded_offset);
-  void CheckLogFlow(const log::LogRecord& record);
-  void CheckFlowOf(const TxIdentity& tx);
+  // ---- applier.cpp: the loop and its retries ---------------------------------------
   bool WaitForLogDirectory();
   bool RecoverFrom(TransientFailure failure);
   void WriteStateFile(const std::string& state, const std::string& last_error, const std::string& sqlstate);
-  void WriteOffset(bool force);
   [[noreturn]] void BarrierFailed(const BarrierFailure& failure);
   void Loop();
   void WriteStatus(const std::string& state, const std::string& last_error);
@@ -120,6 +116,14 @@ class Applier {
   bool IdleWait(std::chrono::milliseconds wait);
   // The stream delivered a record that contradicts the replica: quarantined, the flow stops.
   [[noreturn]] void StopOnConflict(const broker::ConflictingDelivery& conflict);
+
+  // ---- apply_log.cpp: the place in the log and the consumer offset ------------------
+  void OpenLog();
+  void ResumeLog();
+  uint64_t CheckContinuity(std::optional<uint64_t> recorded_offset);
+  void CheckLogFlow(const log::LogRecord& record);
+  void CheckFlowOf(const TxIdentity& tx);
+  void WriteOffset(bool force);
 
   // ---- apply_transaction.cpp: one transaction -------------------------------------------
   PgResult Must(PgResult result, const std::string& what) { return session_.Must(std::move(result), what); }
@@ -219,7 +223,7 @@ class Applier {
     applied_lsn_ = std::max(applied_lsn_, commit_lsn);
   }
 
-  // ---- applier.cpp: the metrics endpoint ([metrics] listen) -------------------------
+  // ---- apply_metrics.cpp: the metrics endpoint ([metrics] listen) -------------------
   // Hands the server a snapshot of the counters in `state`: at most every kMetricsPublishInterval
   // unless `force` (a state change). A no-op without [metrics] listen.
   void PublishMetrics(metrics::ApplyState state, bool force);

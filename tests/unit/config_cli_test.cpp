@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <csignal>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli_support.h"
@@ -110,5 +112,40 @@ TEST_CASE("valid_configuration_with_every_apply_setting_is_accepted", "[cli][con
   CHECK(run.exit_code == 1);
   CHECK(run.all.find("configuration") == std::string::npos);
   CHECK(run.all.find("/nonexistent/log") != std::string::npos);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("a_stop_signal_while_apply_waits_for_its_log_directory_ends_it_cleanly", "[cli][config]") {
+  // Nothing has been read yet when the stop comes: the stop's progress line must not touch the
+  // log reader that was never opened (it did, and the process died of SIGSEGV).
+  const std::string path = WriteConfig("waiting", kFlow + kTarget);
+  int err_pipe[2];
+  REQUIRE(pipe(err_pipe) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    dup2(err_pipe[1], STDERR_FILENO);
+    close(err_pipe[0]);
+    close(err_pipe[1]);
+    execl(TRELLARA_BIN, TRELLARA_BIN, "apply", "--config", path.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(err_pipe[1]);
+  // Waits for the applier to say it waits (a condition, not a time), then stops it.
+  std::string err;
+  char buf[4096];
+  ssize_t n;
+  while (err.find("event=waiting") == std::string::npos && (n = read(err_pipe[0], buf, sizeof buf)) > 0)
+    err.append(buf, static_cast<size_t>(n));
+  INFO(err);
+  REQUIRE(err.find("event=waiting") != std::string::npos);
+  REQUIRE(kill(child, SIGTERM) == 0);
+  while ((n = read(err_pipe[0], buf, sizeof buf)) > 0) err.append(buf, static_cast<size_t>(n));
+  close(err_pipe[0]);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  INFO(err);
+  CHECK_FALSE(WIFSIGNALED(status));
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
   std::remove(path.c_str());
 }

@@ -2,7 +2,7 @@
 // argument, the memory figures read from /proc/<pid>/status, the end-to-end lag percentiles, the
 // checks and the summary the command prints (text, or the JSON object tools read).
 //
-// The adapter (applier/commands/soak_command.cpp) drives the workload, reads /proc and both servers and
+// The adapter (applier/commands/soak_*.cpp) drives the workload, reads /proc and both servers and
 // hands the facts here. This file never reads files, the clock or a server, and never reports a
 // check as passed that it was not given evidence for.
 #pragma once
