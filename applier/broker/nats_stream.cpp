@@ -154,14 +154,14 @@ Status NatsStream::EnsureStream(bool* misconfigured) {
   return Status::Ok();
 }
 
-Result<std::optional<NatsStream::Last>> NatsStream::LastRecord() {
+Result<std::optional<NatsStream::Last>> NatsStream::LastRecord(const std::string& subject_or_default) {
+  const std::string& subject = subject_or_default.empty() ? settings_.subject : subject_or_default;
   natsMsg* message = nullptr;
   jsErrCode code = static_cast<jsErrCode>(0);
-  natsStatus s = js_GetLastMsg(&message, handles_->js, settings_.stream.c_str(), settings_.subject.c_str(), nullptr,
-                               &code);
+  natsStatus s = js_GetLastMsg(&message, handles_->js, settings_.stream.c_str(), subject.c_str(), nullptr, &code);
   if (s == NATS_NOT_FOUND || code == JSNoMessageFoundErr) return std::optional<Last>();
   if (s != NATS_OK)
-    return MakeError("cannot read the last record of " + settings_.subject + " in stream " + settings_.stream + ": " +
+    return MakeError("cannot read the last record of " + subject + " in stream " + settings_.stream + ": " +
                      StatusText(s, code));
   const char* id = nullptr;
   natsStatus header = natsMsgHeader_Get(message, "Nats-Msg-Id", &id);
@@ -170,7 +170,7 @@ Result<std::optional<NatsStream::Last>> NatsStream::LastRecord() {
   if (header == NATS_OK && id != nullptr) last.message_id = id;
   natsMsg_Destroy(message);
   if (last.message_id.empty())
-    return MakeError("the last record of " + settings_.subject + " in stream " + settings_.stream + " (sequence " +
+    return MakeError("the last record of " + subject + " in stream " + settings_.stream + " (sequence " +
                      std::to_string(last.sequence) + ") has no deduplication id: something other than trellara "
                      "forward publishes on the flow's subject");
   return std::optional<Last>(last);

@@ -59,13 +59,13 @@ class NatsStream {
   NatsStream(const NatsStream&) = delete;
   NatsStream& operator=(const NatsStream&) = delete;
 
-  // The deduplication id and stream sequence of the subject's last record; nullopt when the
-  // subject holds none.
+  // The deduplication id and stream sequence of the last record of `subject` (default: the
+  // records subject); nullopt when the subject holds none.
   struct Last {
     std::string message_id;
     uint64_t sequence = 0;
   };
-  Result<std::optional<Last>> LastRecord();
+  Result<std::optional<Last>> LastRecord(const std::string& subject = "");
 
   // Publishes `payload` with deduplication id `message_id` and the headers given, expecting the
   // subject's last record to be at `expected_last_sequence` (0: no record yet), and waits for the

@@ -12,6 +12,7 @@
 #include "trellara/base/cadence.h"
 #include "trellara/base/fault.h"
 #include "trellara/broker/broker.h"
+#include "trellara/broker/replica_intake.h"
 #include "trellara/log/atomic_file.h"
 #include "trellara/record/envelope.h"
 
@@ -33,9 +34,6 @@ constexpr const char* kPositionHintFile = "consumers/.stream.position";
 constexpr size_t kPumpRecordsMax = 4096;
 constexpr size_t kPumpBytesMax = 8u << 20;
 constexpr auto kPumpTimeMax = std::chrono::milliseconds(100);
-// A refill asked and not seen arriving is asked again after this, doubling up to the max.
-constexpr auto kRefillWaitMin = std::chrono::milliseconds(1000);
-constexpr auto kRefillWaitMax = std::chrono::milliseconds(10000);
 constexpr int64_t kAskTimeoutMs = 2000;
 // Nothing delivered for this long: the stream's leader is asked (Probe).
 constexpr auto kProbeAfterIdle = std::chrono::milliseconds(500);
@@ -160,7 +158,7 @@ bool StreamReceiver::StartReading() {
 }
 
 void StreamReceiver::WriteHint() {
-  if (hole_) return;  // a restart must see again what was passed over waiting for the refill
+  if (holes_.missing_from()) return;  // a restart must see again what was passed over waiting for the refill
   const std::string path = config_.log_directory + "/" + kPositionHintFile;
   const std::string tmp = path + ".tmp";
   {
@@ -185,14 +183,16 @@ std::optional<bool> StreamReceiver::HeldSame(uint64_t offset, const NatsStream::
          held.payload == delivered.payload;
 }
 
-void StreamReceiver::AskRefill(uint64_t from, uint64_t to) {
-  const std::string identity = identity_.empty() ? pending_identity_ : identity_;
+static int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
+}
+
+void StreamReceiver::AskRefill(const core::RefillRequest& request) {
+  const uint64_t from = request.from, to = request.to;
+  const std::string& identity = request.log_identity;
   counters_.refills_asked++;
-  refill_asked_at_ = Clock::now();
-  refill_wait_ = refill_wait_.count() ? std::min(refill_wait_ * 2, std::chrono::milliseconds(kRefillWaitMax))
-                                      : std::chrono::milliseconds(kRefillWaitMin);
-  auto answer = stream_->Ask(core::RefillRequestSubject(config_.flow_name),
-                             core::EncodeRefillRequest({identity, from, to}), kAskTimeoutMs);
+  auto answer = stream_->Ask(core::RefillRequestSubject(config_.flow_name), core::EncodeRefillRequest(request),
+                             kAskTimeoutMs);
   if (!answer) {
     Event("hole", "state=awaiting_refill missing_from=" + std::to_string(from) + " seen=" + std::to_string(to) +
                       " error=\"no forwarder answered the refill request (" + answer.error().message +
@@ -260,6 +260,7 @@ size_t StreamReceiver::Pump(std::chrono::milliseconds wait, std::optional<Confli
   bool first = true;
   auto flush = [&] {
     if (appended == 0) return;
+    fault::Hit("receive.after_append_before_flush");
     auto durable = writer_->Flush();
     if (!durable)
       throw CommandFailed("cannot make the replica of flow " + config_.flow_name + " at " + config_.log_directory +
@@ -324,11 +325,8 @@ size_t StreamReceiver::Pump(std::chrono::milliseconds wait, std::optional<Confli
         bytes += d.payload.size();
         counters_.appended++;
         if (skipping) skipped_ahead_ = name->offset + 1 - writer_->next_offset();  // the defect believes it is there
-        if (hole_ && *offset >= *hole_) {
-          Event("refilled", "offset=" + std::to_string(*hole_) + " stream_sequence=" + std::to_string(d.sequence));
-          hole_.reset();
-          refill_wait_ = std::chrono::milliseconds(0);
-        }
+        if (holes_.Appended(*offset))
+          Event("refilled", "offset=" + std::to_string(*offset) + " stream_sequence=" + std::to_string(d.sequence));
         break;
       }
       case core::Arrival::Duplicate:
@@ -346,13 +344,12 @@ size_t StreamReceiver::Pump(std::chrono::milliseconds wait, std::optional<Confli
         WriteHint();
         return appended;
       case core::Arrival::Hole:
-        if (!hole_ || *hole_ != want) {
-          hole_ = want;
+        if (auto request = holes_.Seen(identity, want, name->offset, NowMs())) {
           counters_.holes++;
-          refill_wait_ = std::chrono::milliseconds(0);
+          fault::Hit("receive.hole_before_refill_ask");
           Event("hole", "missing_from=" + std::to_string(want) + " seen=" + std::to_string(name->offset) +
                             " stream_sequence=" + std::to_string(d.sequence));
-          AskRefill(want, name->offset);
+          AskRefill(*request);
         } else {
           counters_.passed_over++;
         }
@@ -368,19 +365,24 @@ size_t StreamReceiver::Pump(std::chrono::milliseconds wait, std::optional<Confli
     }
   }
   flush();
+  if (appended > 0) fault::Hit("receive.after_flush_before_hint");
   if (appended > 0 || delivered_count > 0) WriteHint();
   // A hole whose refill has not come: asked again (a forwarder that restarted, an answer lost).
-  if (hole_ && Clock::now() - refill_asked_at_ >= refill_wait_) AskRefill(*hole_, *hole_);
+  if (auto again = holes_.Due(identity_.empty() ? pending_identity_ : identity_, NowMs())) AskRefill(*again);
   if (position_ && Clock::now() - position_sent_at_ >= kPositionResend) ReportPosition(*position_);
   if (delivered_count == 0 && Clock::now() - last_delivery_ >= kProbeAfterIdle &&
       Clock::now() - last_probe_ >= kProbeAfterIdle)
     Probe();
   // Idle: nothing came, no hole waits, the replica holds every offset seen, and the stream holds
   // nothing past what was read (asked of its leader: a refill still being published is not idle).
+  // skipped_ahead_ is non-zero only under defect.apply_hole_check_skipped, whose replica holds
+  // fewer offsets than it believes (so the defect's run ends, and the check of the target catches it).
+  const core::ReplicaReadFacts facts{delivered_count > 0, holes_.missing_from().has_value(), reading_,
+                                     expected() + skipped_ahead_, max_offset_seen_};
   idle_ = false;
-  if (delivered_count == 0 && !hole_ && reading_ && expected() + skipped_ahead_ >= max_offset_seen_) {
+  if (core::ReplicaMayBeCaughtUp(facts)) {
     auto last = stream_->LastSequence();
-    idle_ = last && *last < next_sequence_;
+    idle_ = core::ReplicaCaughtUp(facts, last ? std::optional<bool>(*last >= next_sequence_) : std::nullopt);
   }
   return appended;
 }
@@ -389,6 +391,7 @@ void StreamReceiver::ReportPosition(uint64_t next_offset) {
   position_ = next_offset;
   position_sent_at_ = Clock::now();
   if (stream_ && !identity_.empty()) {
+    fault::Hit("receive.before_position_sent");
     Status sent = stream_->Send(core::PositionSubject(config_.flow_name),
                                 core::EncodePosition({config_.transport.applier, identity_, next_offset}));
     if (!sent.ok()) Unavailable(sent.error().message);  // sent again later; the source keeps its log meanwhile

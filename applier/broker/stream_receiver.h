@@ -23,6 +23,7 @@
 
 #include "broker/nats_stream.h"
 #include "kit/config.h"
+#include "trellara/broker/replica_intake.h"
 #include "trellara/log/device.h"
 #include "trellara/log/reader.h"
 #include "trellara/log/writer.h"
@@ -73,7 +74,8 @@ class StreamReceiver {
  private:
   bool Connect();
   bool StartReading();
-  void AskRefill(uint64_t from, uint64_t to);
+  // Sends `request` to the forwarder and acts on its answer (a lost or reclaimed range stops the flow).
+  void AskRefill(const trellara::broker::RefillRequest& request);
   std::optional<bool> HeldSame(uint64_t offset, const NatsStream::Delivered& delivered);
   void WriteHint();
   // Idle for a while: asks the stream's leader for its last sequence. No answer: the broker has
@@ -96,9 +98,7 @@ class StreamReceiver {
   uint64_t skipped_ahead_ = 0;         // defect.apply_hole_check_skipped only: the offsets it skipped
   bool reading_ = false;
   bool idle_ = false;
-  std::optional<uint64_t> hole_;       // the missing offset a refill was asked for
-  std::chrono::steady_clock::time_point refill_asked_at_{};
-  std::chrono::milliseconds refill_wait_{0};
+  trellara::broker::HoleWatch holes_;  // the missing offset a refill was asked for, and when to ask again
   std::chrono::steady_clock::time_point unavailable_since_{};
   bool unavailable_ = false;
   bool said_running_ = false;

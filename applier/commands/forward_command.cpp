@@ -33,6 +33,7 @@
 #include "trellara/report/metrics.h"
 #include "trellara/base/cadence.h"
 #include "trellara/broker/broker.h"
+#include "trellara/broker/replica_intake.h"
 #include "trellara/log/consumer_lock.h"
 #include "trellara/log/consumer_offsets.h"
 #include "trellara/log/reader.h"
@@ -51,6 +52,8 @@ constexpr const char* kForwarderConsumer = "forwarder";
 constexpr uint64_t kOffsetWriteEvery = 512;  // records; and at least every kApplierOffsetWrite
 // While publishing, refill requests and remote appliers' positions are read at least this often.
 constexpr auto kAnswerInterval = std::chrono::milliseconds(20);
+// With nothing to publish, the stream's tail is checked this often (CheckTail).
+constexpr auto kTailCheckInterval = std::chrono::seconds(2);
 // Records published before their acknowledgements are awaited (one connection keeps their order):
 // the broker's round trip is paid once per batch, not per record.
 constexpr size_t kBatchRecords = 1024;
@@ -157,6 +160,9 @@ class Forwarder {
         batch.push_back(std::move(*next.value()));
       }
       if (batch.empty()) {
+        if (Clock::now() - last_tail_check_ >= kTailCheckInterval ||
+            (options_.until_caught_up && reader_->next_offset() >= stop_offset_))
+          CheckTail();
         if (options_.until_caught_up && reader_->next_offset() >= stop_offset_) break;
         WriteOffset();
         unwritten = 0;
@@ -260,22 +266,11 @@ class Forwarder {
       Event("warning", "reason=\"" + request.error().message + "\"");
       return;
     }
-    const uint64_t end = acked_end_;
-    trellara::broker::RefillAnswer answer;
     auto reader = log::LogReader::Open(*device_, config_.log_directory);
     if (!reader)
       throw CommandFailed("cannot open the log of flow " + config_.flow_name + " to refill: " + reader.error().message);
-    const uint64_t first = reader.value()->next_offset();
-    if (request->log_identity != identity_) {
-      answer.kind = trellara::broker::RefillAnswer::Kind::OtherLog;
-      answer.detail = identity_;
-    } else if (request->from < first) {
-      answer.kind = trellara::broker::RefillAnswer::Kind::Gone;
-      answer.first = first;
-    } else {
-      answer.first = std::min(request->from, end);
-      answer.end = end;
-    }
+    const trellara::broker::RefillAnswer answer =
+        trellara::broker::DecideRefill(*request, identity_, reader.value()->next_offset(), acked_end_);
     if (!heard.reply.empty()) {
       Status sent = stream_->Send(heard.reply, trellara::broker::EncodeRefillAnswer(answer));
       if (!sent.ok()) return;  // the applier asks again
@@ -283,19 +278,49 @@ class Forwarder {
     Event("refill", "from=" + std::to_string(request->from) + " seen=" + std::to_string(request->to) + " answer=\"" +
                         trellara::broker::EncodeRefillAnswer(answer) + "\"");
     if (answer.kind != trellara::broker::RefillAnswer::Kind::Ok || answer.first >= answer.end) return;
+    Republish(*reader.value(), answer.first, answer.end);
+  }
+
+  // With nothing to publish, the stream's tail is checked: a tail the broker lost shows no hole to
+  // any remote applier (no later record arrives), so the forwarder publishes it again itself
+  // (core DecideTailRepublish). The broker not answering is left to the publishing path to report.
+  void CheckTail() {
+    last_tail_check_ = Clock::now();
+    std::optional<uint64_t> highest;
+    for (const std::string& subject : {std::string(), trellara::broker::RefillSubject(config_.flow_name)}) {
+      auto last = stream_->LastRecord(subject);
+      if (!last) return;
+      if (!last.value()) continue;
+      auto name = trellara::broker::ParseDeliveredId(last.value()->message_id);
+      if (!name || name->flow != config_.flow_name || name->log_identity != identity_) continue;
+      highest = std::max(highest.value_or(0), name->offset);
+    }
+    auto reader = log::LogReader::Open(*device_, config_.log_directory);
+    if (!reader)
+      throw CommandFailed("cannot open the log of flow " + config_.flow_name + ": " + reader.error().message);
+    auto first = trellara::broker::DecideTailRepublish(highest, acked_end_, reader.value()->next_offset());
+    if (!first) return;
+    Event("tail_republish", "stream_holds_to=" + (highest ? std::to_string(*highest) : std::string("none")) +
+                                " published_end=" + std::to_string(acked_end_) + " from=" + std::to_string(*first) +
+                                " reason=\"the broker lost the stream's tail\"");
+    Republish(*reader.value(), *first, acked_end_);
+  }
+
+  // Publishes offsets [first, end) of the local log again on the refill subject, under refill ids.
+  void Republish(log::LogReader& reader, uint64_t first, uint64_t end) {
     counters_.refills++;
     const uint64_t refill = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
             .count());
-    Status seek = reader.value()->Seek(answer.first);
+    Status seek = reader.Seek(first);
     if (!seek.ok())
-      throw CommandFailed("cannot refill flow " + config_.flow_name + " from offset " + std::to_string(answer.first) +
+      throw CommandFailed("cannot refill flow " + config_.flow_name + " from offset " + std::to_string(first) +
                           ": " + seek.error().message);
     std::vector<log::LogRecord> batch;
-    for (uint64_t o = answer.first; o < answer.end && !StopRequested();) {
+    for (uint64_t o = first; o < end && !StopRequested();) {
       batch.clear();
-      for (; o < answer.end && batch.size() < kBatchRecords; o++) {
-        auto next = reader.value()->Next();
+      for (; o < end && batch.size() < kBatchRecords; o++) {
+        auto next = reader.Next();
         if (!next || !*next)
           throw CommandFailed("cannot read offset " + std::to_string(o) + " of flow " + config_.flow_name +
                               " to refill it" + (next ? "" : ": " + next.error().message));
@@ -573,6 +598,7 @@ class Forwarder {
   Clock::time_point last_metrics_{};
   std::map<std::string, uint64_t> remote_written_;  // remote.<applier> -> the offset recorded
   Clock::time_point last_answer_{};
+  Clock::time_point last_tail_check_{};
   Counters counters_;
 };
 

@@ -98,6 +98,23 @@ Status Choose(const std::optional<std::string>& value, const std::string& path, 
   return SettingError(path, setting, "is \"" + *value + "\"");
 }
 
+// The items of a comma-separated setting, spaces around each trimmed; an empty item stays (and is
+// refused by the caller's check), so "a,,b" is never read as "a,b".
+std::vector<std::string> CommaList(const std::string& text) {
+  std::vector<std::string> items;
+  size_t from = 0;
+  for (;;) {
+    size_t comma = text.find(',', from);
+    if (comma == std::string::npos) comma = text.size();
+    std::string item = text.substr(from, comma - from);
+    const size_t first = item.find_first_not_of(' ');
+    item = first == std::string::npos ? "" : item.substr(first, item.find_last_not_of(' ') - first + 1);
+    items.push_back(std::move(item));
+    if (comma == text.size()) return items;
+    from = comma + 1;
+  }
+}
+
 // [transport]: every key but kind belongs to kind = "nats" and is then required (credentials
 // optional, but a named file must be readable).
 template <typename Get>
@@ -112,17 +129,10 @@ Status LoadTransport(const Get& get, const std::string& path, TransportConfig& t
   }
   const auto servers = get("transport", "servers");
   if (!servers || servers->empty()) return SettingError(path, "transport.servers", "is missing");
-  size_t from = 0;
-  while (from <= servers->size()) {
-    size_t comma = servers->find(',', from);
-    if (comma == std::string::npos) comma = servers->size();
-    std::string url = servers->substr(from, comma - from);
-    while (!url.empty() && url.front() == ' ') url.erase(url.begin());
-    while (!url.empty() && url.back() == ' ') url.pop_back();
+  for (const std::string& url : CommaList(*servers)) {
     if (url.rfind("nats://", 0) != 0 || url.size() <= 7)
       return SettingError(path, "transport.servers", "names \"" + url + "\" (not a nats://HOST:PORT URL)");
     transport.servers.push_back(url);
-    from = comma + 1;
   }
   const auto stream = get("transport", "stream");
   if (!stream) return SettingError(path, "transport.stream", "is missing");
@@ -146,16 +156,9 @@ Status LoadTransport(const Get& get, const std::string& path, TransportConfig& t
   }
   if (auto remote = get("transport", "remote_appliers")) {
     transport.remote_appliers.clear();
-    size_t at = 0;
-    while (at <= remote->size()) {
-      size_t comma = remote->find(',', at);
-      if (comma == std::string::npos) comma = remote->size();
-      std::string name = remote->substr(at, comma - at);
-      while (!name.empty() && name.front() == ' ') name.erase(name.begin());
-      while (!name.empty() && name.back() == ' ') name.pop_back();
+    for (const std::string& name : CommaList(*remote)) {
       if (!name_ok(name)) return SettingError(path, "transport.remote_appliers", "names \"" + name + "\"");
       transport.remote_appliers.push_back(name);
-      at = comma + 1;
     }
   }
   return Status::Ok();

@@ -438,6 +438,8 @@ SIM_BOUND = {
     "strict_chunk_manifest_arrives_before_chunks": "apply_chunks_before_commit_marker",
     "strict_chunk_target_crash_after_staging_before_commit": "apply_rows_autocommit",
     "qualification_target_restart_during_apply": "apply_offset_ignores_flush",
+    # through the broker hop (tests/sim/broker_hop.cpp)
+    "qualification_broker_outage_quorum_loss": "forward_progress_before_ack",
     # the snapshot world (tests/sim/snapshot_world.cpp)
     "snapshot_source_crash_during_table_copy": "snapshot_recopy_completed_chunk",
     "snapshot_relay_crash_during_table_copy": "snapshot_handoff_before_complete",
@@ -449,8 +451,6 @@ SIM_BOUND = {
 SIM_NOT_BUILT_ROWS = {
     "source_failover_after_publish_before_ack": NO_FAILOVER,
     "qualification_source_promotion_while_relay_disconnected": NO_FAILOVER,
-    "qualification_broker_outage_quorum_loss": ("the simulator has no broker world yet; the curated row of the same "
-                                                "name is proven with real processes on a 3-node JetStream cluster"),
     "qualification_object_store_success_catalog_timeout": NO_FLEET,
 }
 SIM_UNTESTED_ROWS = {}
@@ -480,7 +480,13 @@ DESIGN_ROWS = [
          recovery="automatic: the applier asks the forwarder for a refill until it arrives",
          proof=[it("lost_message_is_a_hole_refilled_by_the_forwarder", BROKER_REMOTE),
                 it("remote_applier_applies_through_the_stream_exactly_once", BROKER_REMOTE),
-                ct("a_remote_applier_appends_only_the_next_offset_and_never_skips_a_hole")],
+                it("remote_applier_killed_at_each_receiver_boundary_converges", BROKER_REMOTE),
+                it("lost_tail_is_republished_by_the_forwarder", BROKER_REMOTE),
+                ct("the_forwarder_republishes_a_tail_the_broker_lost"),
+                ct("a_remote_applier_appends_only_the_next_offset_and_never_skips_a_hole"),
+                ct("a_hole_is_asked_once_passed_over_asked_again_later_and_closed_only_by_its_own_offset"),
+                sim_ref("broker_lost_record_is_refilled"),
+                sim_ref("broker_lost_record_is_refilled__defect_apply_hole_check_skipped")],
          defect={"name": "apply_hole_check_skipped",
                  "scenario": it("lost_message_defect_hole_check_skipped_is_caught", BROKER_REMOTE)}),
     dict(name="broker_retention_by_remote_appliers",
@@ -491,7 +497,10 @@ DESIGN_ROWS = [
          safety_property="whatever the broker loses can be published again from the source's log: a lost "
                          "record is refilled, the remote target ends exact",
          recovery="automatic; if the records are gone on both sides the applier stops (exit 3) and says to re-seed",
-         proof=[it("the_source_log_is_kept_until_the_remote_applier_reports", BROKER_REMOTE)],
+         proof=[it("the_source_log_is_kept_until_the_remote_applier_reports", BROKER_REMOTE),
+                ct("the_forwarder_refills_from_its_own_log_up_to_what_the_broker_acknowledged"),
+                sim_ref("broker_retention_by_remote_appliers"),
+                sim_ref("broker_retention_by_remote_appliers__defect_forward_retention_by_forwarder")],
          defect={"name": "forward_retention_by_forwarder",
                  "scenario": it("retention_defect_by_forwarder_is_caught", BROKER_REMOTE)}),
     dict(name="statement_types_from_one_place",

@@ -13,6 +13,9 @@ transaction committed once on the target (its dedup rows). Scenarios:
   - lost_message_is_a_hole_refilled_by_the_forwarder: acknowledged messages deleted from the
     stream (the broker lost them): the applier finds the hole, never skips it, asks the forwarder,
     which publishes again from the local log; paired with defect.apply_hole_check_skipped;
+  - lost_tail_is_republished_by_the_forwarder: the broker loses the stream's last records, which
+    no remote applier can see as a hole (nothing later arrives): the idle forwarder checks the
+    stream's tail and publishes them again (event=tail_republish);
   - the_source_log_is_kept_until_the_remote_applier_reports: the forwarder registers the remote
     applier as a consumer of the source's log; its segments stay until the applier reports its
     durable position back, so a message the broker loses later can still be refilled; paired with
@@ -22,6 +25,10 @@ transaction committed once on the target (its dedup rows). Scenarios:
     counted and skipped, the hole refilled, the target exact;
   - conflicting_duplicate_is_quarantined: an applied offset delivered again with another record's
     content: quarantined as checksum_conflict, the applier stops with exit 3;
+  - remote_applier_killed_at_each_receiver_boundary_converges: the remote applier killed (SIGKILL by
+    its own fault point) after appending to its replica before the fsync, after the fsync before its
+    read position is kept, on finding a hole before asking for the refill, and after its target
+    commit before its position reaches the forwarder; restarted each time, it ends exact;
   - quorum_loss_under_remote_apply_resumes_exactly: two of three nodes killed while the source
     writes and both processes run; both wait (state broker_quorum_unavailable, GET /readyz 503 with
     that reason, the forwarder's quorum gauge 0) and finish exactly once the nodes return (200 ready).
@@ -38,8 +45,8 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (TRELLARA_BIN, CaptureFailure, checks_fail_under_defect,  # noqa: E402
-                             run_scenarios, scenario, verify_with_applier, wait_for,
-                             write_flow_config)
+                             record_faults_from_output, run_scenarios, scenario, verify_with_applier,
+                             wait_for, write_flow_config)
 from harness.cluster import _free_port  # noqa: E402
 from harness.nats_client import NatsClient  # noqa: E402
 from harness.nats_cluster import NatsCluster  # noqa: E402
@@ -466,12 +473,94 @@ def conflicting_duplicate_is_quarantined():
     print("ok: conflicting_duplicate_is_quarantined")
 
 
+@scenario(seed_rows=(), suite="broker",
+          invariants=("a tail the broker lost, which shows no hole, is published again by the forwarder",
+                      "the target equals the source after it"))
+def lost_tail_is_republished_by_the_forwarder():
+    with NatsCluster() as cluster, RemotePair("remote-tail", cluster) as pair:
+        forwarder = pair.start_process("forward", "forward")
+        try:
+            pair.write(30)
+            pair.wait_log_covers_source()
+            last_offset = max(log_frames(pair.log_dir))
+            def published():
+                with NatsClient(cluster.client_port(0)) as client:
+                    return max(int(h["Trellara-Offset"]) for _s, h, _d in client.stream_messages(STREAM)) >= last_offset
+            wait_for("the forwarder to publish the whole log", published, 180)
+            with NatsClient(cluster.client_port(0)) as client:
+                tail = sorted(client.stream_messages(STREAM), key=lambda m: int(m[1]["Trellara-Offset"]))[-2:]
+                for sequence, _headers, _data in tail:
+                    client.delete_message(STREAM, sequence)
+            lost = [int(h["Trellara-Offset"]) for _s, h, _d in tail]
+            # The forwarder republishes the tail itself; a record the relay logs meanwhile (a
+            # progress marker) would instead show the loss as a hole, refilled on request.
+            wait_for("the forwarder to publish the lost tail again",
+                     lambda: "event=tail_republish" in pair.stderr_of(forwarder)
+                     or "event=refill " in pair.stderr_of(forwarder), 120)
+            err = pair.apply_until_caught_up()
+            pair.assert_target_exact(f"after the broker lost the stream's tail (offsets {lost})")
+            how = "tail_republish" if "event=tail_republish" in pair.stderr_of(forwarder) else "refill"
+            print(f"lost tail {lost}: published again by {how}; {stream_summary(err)}")
+        finally:
+            stop(forwarder)
+        pair.check_no_crashes()
+    print("ok: lost_tail_is_republished_by_the_forwarder")
+
+
+RECEIVER_POINTS = ("receive.after_append_before_flush", "receive.after_flush_before_hint",
+                   "receive.hole_before_refill_ask", "receive.before_position_sent")
+
+
+@scenario(seed_rows=(), suite="broker", fault_points=RECEIVER_POINTS,
+          invariants=("the remote applier killed at any boundary of its replica loses and repeats nothing",
+                      "a hole found before the crash is found again and refilled after the restart",
+                      "the target equals the source, each transaction committed once"))
+def remote_applier_killed_at_each_receiver_boundary_converges():
+    with NatsCluster() as cluster, RemotePair("remote-kill-points", cluster) as pair:
+        forwarder = pair.start_process("forward", "forward")
+        written = 0
+        try:
+            for point in RECEIVER_POINTS:
+                pair.write(40, start=written)
+                written += 40
+                pair.wait_log_covers_source()
+                pair.wait_stream_holds_log()
+                if point == "receive.hole_before_refill_ask":
+                    # The broker loses a message the applier has not read yet: the restarted applier
+                    # must find that hole again (its read position was not kept past it).
+                    lose(cluster, [sorted(stream_transactions(cluster))[-2]])
+                crashing = pair.start_process("apply", f"apply-{point}",
+                                              env=dict(os.environ, TRELLARA_FAULTS=f"{point}:1:crash"))
+                try:
+                    crashing.communicate(timeout=180)
+                except subprocess.TimeoutExpired:
+                    crashing.kill()                   # our own child, by its Popen handle
+                    crashing.communicate(timeout=60)
+                    raise CaptureFailure(f"the remote applier did not reach {point} within 180 s: "
+                                         f"{pair.stderr_of(crashing)[-2000:]}")
+                err = pair.stderr_of(crashing)
+                if crashing.returncode != -9 or not record_faults_from_output(err).get(point):
+                    raise CaptureFailure(f"the remote applier did not die at {point}: exit {crashing.returncode}: "
+                                         f"{err[-2000:]}")
+                print(f"{point}: the remote applier died there (SIGKILL)")
+            err = pair.apply_until_caught_up()
+            pair.assert_target_exact("after the remote applier was killed at each receiver boundary")
+            counts = stream_summary(err)
+            print(f"restarted applier: {counts}")
+        finally:
+            stop(forwarder)
+        pair.check_no_crashes()
+    print("ok: remote_applier_killed_at_each_receiver_boundary_converges")
+
+
 if __name__ == "__main__":
     run_scenarios([remote_applier_applies_through_the_stream_exactly_once,
                    lost_message_is_a_hole_refilled_by_the_forwarder,
                    lost_message_defect_hole_check_skipped_is_caught,
+                   lost_tail_is_republished_by_the_forwarder,
                    the_source_log_is_kept_until_the_remote_applier_reports,
                    retention_defect_by_forwarder_is_caught,
                    quorum_loss_under_remote_apply_resumes_exactly,
+                   remote_applier_killed_at_each_receiver_boundary_converges,
                    duplicate_and_reordered_delivery_is_applied_once,
                    conflicting_duplicate_is_quarantined])

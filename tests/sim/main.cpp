@@ -53,21 +53,70 @@ std::vector<Named> NamedSimulations() {
     configure(n.config);
     all.push_back(std::move(n));
   };
+  // ---- through the broker hop (broker_hop.cpp): forwarder, lossy stream, remote applier ----
   add("publish_ack_loss", {"publish_ack_loss"}, 20260812,
-      "the relay's confirm to the source is lost twice (the relay reconnects and resumes from its log), then "
-      "power losses hit records appended but not yet fsynced; nothing confirmed is lost, nothing applied twice",
+      "through the broker with source_ack = broker_quorum: the broker refuses publishes (no quorum) and stores "
+      "batches whose acknowledgement is lost, while the relay's confirm is lost and the log host loses power; the "
+      "forwarder resumes after the stream's last record, the slot waits for the broker's quorum, nothing is lost "
+      "or applied twice",
       "relay_confirm_before_fsync", {"source_confirmed_only_to_durable_log", "no_acknowledged_transaction_lost"},
       [](SimConfig& c) {
-        c.faults.fire_at["relay.confirm_lost"] = {2, 4};
-        c.faults.fire_at["relay.power_loss_after_append"] = {5, 7};
+        c.broker = c.broker_quorum = true;
+        c.transactions = 12;
+        c.faults.fire_at["broker.publish_fails"] = {2, 4, 5, 7};
+        c.faults.fire_at["broker.ack_lost"] = {1, 3};
+        c.faults.fire_at["relay.confirm_lost"] = {2};
+        c.faults.fire_at["relay.power_loss_after_append"] = {5};
       });
   add("crash_after_publish_before_source_ack", {"crash_after_publish_before_source_ack"}, 20260813,
-      "the relay dies with records durable but the slot not confirmed, and the log host loses power with records "
-      "appended but not fsynced (unsynced writes lost or torn): the restart rule re-decodes exactly what is missing",
-      "relay_confirm_before_fsync", {"no_acknowledged_transaction_lost"},
+      "through the broker: the relay dies with records durable but the slot not confirmed, the log host loses power "
+      "with records appended but not fsynced, and the forwarder dies between the broker's acknowledgement and its "
+      "own progress: the restart rule re-decodes exactly what is missing, the forwarder resumes after the stream's "
+      "last record",
+      "relay_confirm_before_fsync", {"no_acknowledged_transaction_lost", "source_confirmed_only_to_durable_log"},
       [](SimConfig& c) {
+        c.broker = true;
         c.faults.fire_at["relay.crash_after_fsync_before_confirm"] = {1, 3};
         c.faults.fire_at["relay.power_loss_after_append"] = {2, 4, 5, 6};
+        c.faults.fire_at["forwarder.crash_after_ack_before_progress"] = {1, 2};
+      });
+  add("qualification_broker_outage_quorum_loss", {"qualification_broker_outage_quorum_loss"}, 20261208,
+      "source_ack = broker_quorum and the broker loses its quorum for a stretch of publishes while the source keeps "
+      "committing: the relay keeps capturing into the local log, the slot is withheld at what the broker "
+      "acknowledged, the forwarder retries; when quorum returns everything flows and the target is exact",
+      "forward_progress_before_ack", {"source_confirmed_only_to_broker_quorum"},
+      [](SimConfig& c) {
+        c.broker = c.broker_quorum = true;
+        c.transactions = 14;
+        c.faults.fire_at["broker.publish_fails"] = {2, 3, 4, 5, 6, 7, 8, 9};
+      });
+  add("broker_lost_record_is_refilled", {}, 20261206,
+      "the remote applier lags (its host down for 40 steps) and the broker loses acknowledged messages it has not "
+      "read, delivers some twice and some out of order, and the forwarder dies while refilling: every hole is seen, never skipped, refilled from the source's "
+      "log; the replica equals the log offset for offset and the target is exact (design row, DESIGN §9)",
+      "apply_hole_check_skipped", {"replica_matches_log", "no_acknowledged_transaction_lost"},
+      [](SimConfig& c) {
+        c.broker = true;
+        c.transactions = 16;
+        c.remote_outage = std::make_pair(25, 40);  // the applier lags: messages wait unread
+        c.faults.fire_at["broker.lose_acknowledged"] = {1, 2, 4};
+        c.faults.fire_at["broker.duplicate_delivery"] = {1, 3};
+        c.faults.fire_at["broker.reorder_delivery"] = {1, 2};
+        c.faults.fire_at["forwarder.crash_during_refill"] = {1};
+      });
+  add("broker_retention_by_remote_appliers", {}, 20261207,
+      "the remote applier's host is down while the forwarder publishes and the broker loses messages it has not "
+      "read; the remote host also loses power with its replica unsynced: the source's log is held for the remote "
+      "applier (not the forwarder), so every hole is refilled (design row, DESIGN §9)",
+      "forward_retention_by_forwarder", {"no_acknowledged_transaction_lost"},
+      [](SimConfig& c) {
+        c.broker = true;
+        c.transactions = 24;
+        c.large_every = 4;
+        c.remote_outage = std::make_pair(30, 120);
+        c.faults.fire_at["broker.lose_acknowledged"] = {1, 2};
+        c.faults.fire_at["receiver.power_loss_after_append"] = {3};
+        c.faults.fire_at["receiver.crash_after_append"] = {2};
       });
   add("duplicate_delivery", {"duplicate_delivery"}, 20260815,
       "records reach the log twice and the applier loses a consumer-offset write: every second delivery is "
@@ -309,14 +358,30 @@ struct Results {
   }
 };
 
-nlohmann::json Invariants(bool snapshot = false) {
-  if (snapshot) {
+nlohmann::json Invariants(const SimConfig& c) {
+  if (c.broker) {
+    return {"no acknowledged transaction lost", "none applied twice", "checkpoint never ahead of data",
+            "no partial transaction visible", "a quarantine halts", "the source is confirmed only to durable log",
+            "the replica matches the source log offset for offset", "the source is confirmed only to what the broker "
+            "acknowledged (source_ack = broker_quorum)"};
+  }
+  if (c.snapshot) {
     return {"handoff only when every table is complete", "handoff under the current contract",
             "a chunk copied once per registration", "no insert of an existing row or delete of a missing one",
             "every run and table state change allowed", "target equals source at the end"};
   }
   return {"no acknowledged transaction lost", "none applied twice", "checkpoint never ahead of data",
           "no partial transaction visible", "a quarantine halts", "the source is confirmed only to durable log"};
+}
+
+// A random run covers every world: the invariants of each.
+nlohmann::json AllInvariants() {
+  SimConfig broker, snapshot;
+  broker.broker = true;
+  snapshot.snapshot = true;
+  nlohmann::json all = Invariants(broker);
+  for (const auto& i : Invariants(snapshot)) all.push_back(i);
+  return all;
 }
 
 bool RunNamed(const Named& n, uint64_t seed, const std::string& only_defect, bool run_clean, bool run_defect,
@@ -339,7 +404,7 @@ bool RunNamed(const Named& n, uint64_t seed, const std::string& only_defect, boo
                    {"seed_rows", n.seed_rows}, {"seed", seed}, {"status", r.passed ? "passed" : "failed"},
                    {"duration_s", r.seconds}, {"command", Exe() + " --run " + n.name + " --seed " + std::to_string(seed)},
                    {"fault_points", points}, {"faults_fired", faults}, {"defect", nullptr}, {"pairs_with", nullptr},
-                   {"defect_caught", nullptr}, {"invariants", Invariants(n.config.snapshot)}, {"steps", o.steps},
+                   {"defect_caught", nullptr}, {"invariants", Invariants(n.config)}, {"steps", o.steps},
                    {"transactions_applied", o.applied}, {"duplicates_skipped", o.duplicates_skipped},
                    {"error", r.passed ? nlohmann::json(nullptr) : nlohmann::json(why.substr(0, 2000))}});
     ok = ok && r.passed;
@@ -380,6 +445,8 @@ SimConfig RandomConfig(uint64_t seed) {
   c.synchronous_commit = shape() % 2 == 0;
   c.faults.random_per_mille = 20 + static_cast<int>(shape() % 60);
   c.snapshot = shape() % 4 == 0;  // a quarter of the seeds run the snapshot world
+  c.broker = !c.snapshot && shape() % 3 == 0;  // a third of the others go through the broker hop
+  c.broker_quorum = c.broker && shape() % 2 == 0;
   return c;
 }
 
@@ -445,7 +512,7 @@ int RunRandom(uint64_t count, uint64_t base, const std::string& defect, const Re
                  {"defect", defect.empty() ? nlohmann::json(nullptr) : nlohmann::json(defect)},
                  {"pairs_with", defect.empty() ? nlohmann::json(nullptr) : nlohmann::json("random_seeds")},
                  {"defect_caught", defect.empty() ? nlohmann::json(nullptr) : nlohmann::json(ok)},
-                 {"invariants", Invariants()},
+                 {"invariants", AllInvariants()},
                  {"error", ok ? nlohmann::json(nullptr)
                               : nlohmann::json(first_failure ? "first failing seed " + std::to_string(*first_failure)
                                                              : std::string("no seed failed with the defect on"))}});

@@ -1,6 +1,8 @@
 // world.cpp — the simulated world around the real core components (see world.h).
 #include "world.h"
 
+#include "broker_hop.h"
+
 #include <algorithm>
 #include <sstream>
 
@@ -97,6 +99,17 @@ class World {
       source_.push_back(tx);
     }
     if (config.blocked_event_tx) target_.blocked_lsn = source_.at(*config.blocked_event_tx).commit_lsn;
+    if (config.broker) {
+      HopHooks hooks;
+      hooks.fire = [this](const std::string& point) { return Fire(point); };
+      hooks.defect = [this](const std::string& name) { return Defect(name); };
+      hooks.trace = [this](const std::string& line) { Trace(line); };
+      hooks.violate = [this](const std::string& invariant, const std::string& message) { Violate(invariant, message); };
+      hooks.harness_error = [this](const std::string& message) { out_.harness_error = message; };
+      hooks.applier_dies = [this](const std::string& why) { ApplierCrash(why); };
+      hop_ = std::make_unique<BrokerHop>(device_, kLogDir, replica_device_, random_, std::move(hooks), kFlow,
+                                         broker::LogIdentity(kSysid, 0));
+    }
   }
 
   SimOutcome Run();
@@ -134,6 +147,7 @@ class World {
   void ApplierStep();
   void ApplierCrash(const std::string& why) {
     Trace("applier process crash (" + why + ")");
+    if (hop_) hop_->ReceiverCrash();
     applier_running_ = false;
     reader_.reset();
     barrier_.reset();
@@ -172,6 +186,7 @@ class World {
   SimConfig config_;
   std::mt19937_64 random_;
   log::SimulatedDevice device_;
+  log::SimulatedDevice replica_device_{log::SimulatedDeviceOptions{config_.seed ^ 0x5DEECE66Dull, false}};
   std::vector<SourceTx> source_;
   SimOutcome out_;
   int step_ = 0;
@@ -188,6 +203,7 @@ class World {
   uint64_t decode_after_ = 0;  // the relay decodes transactions with commit_lsn above this
   // frames the relay appended (offset -> (type, commit_lsn)) as the writer numbered them, this log life
   std::map<uint64_t, std::pair<uint8_t, uint64_t>> appended_;
+  std::set<uint64_t> logged_durably_;  // commit LSNs whose completing frame was ever durable in the log
 
   // applier
   bool applier_running_ = false;
@@ -203,9 +219,32 @@ class World {
   std::unique_ptr<VerifiedChunkCache> chunk_cache_;
   std::unique_ptr<ApplyPipeline> pipeline_;
   uint64_t consumer_offset_ = 0;  // as last written (durable: atomic file on the device)
+  // The applier's log: the source's log, or (broker mode) its replica on the remote host.
+  log::SimulatedDevice& ApplierDevice() { return hop_ ? replica_device_ : device_; }
+  const char* ApplierDir() const { return hop_ ? BrokerHop::kReplicaDir : kLogDir; }
+  int64_t NowMs() const { return static_cast<int64_t>(step_) * 100; }
+  // broker: the remote applier's host is down (SimConfig::remote_outage); it dies when that begins.
+  bool RemoteHostDown() {
+    if (!hop_ || !config_.remote_outage) return false;
+    const auto [from, steps] = *config_.remote_outage;
+    if (step_ < from || step_ >= from + steps) return false;
+    if (applier_running_) ApplierCrash("its host goes down for " + std::to_string(steps) + " steps");
+    return true;
+  }
   std::vector<ReadyTransaction> deferred_chunked_;
 
   Target target_;
+
+  // broker mode (SimConfig::broker): the hop to the remote applier (its device is declared with
+  // the source's, so it outlives every reader and writer on it)
+  std::unique_ptr<BrokerHop> hop_;
+  std::unique_ptr<AckTracker> broker_ack_;  // source_ack = broker_quorum: what the broker's quorum holds
+  // What the relay may confirm now: durable, and (broker_quorum) acknowledged by the broker.
+  uint64_t Confirmable(uint64_t durable_confirmable) {
+    if (!broker_ack_) return durable_confirmable;
+    return std::min(durable_confirmable,
+                    broker_ack_->Durable(std::min(hop_->forwarder_progress(), writer_->durable_end())));
+  }
 };
 
 bool World::Fire(const std::string& point) {
@@ -273,6 +312,9 @@ void World::RelayStart() {
     return;
   }
   ack_ = std::make_unique<AckTracker>(d.covered_lsn);
+  // source_ack = broker_quorum: what the log holds beyond the slot may not be with the broker yet.
+  if (config_.broker_quorum)
+    broker_ack_ = std::make_unique<AckTracker>(d.kind == RestartDecision::Kind::kFreshLog ? 0 : slot_confirmed_);
   if (d.kind == RestartDecision::Kind::kFreshLog) {
     std::string payload(8, '\0');
     for (int i = 0; i < 8; ++i) payload[i] = static_cast<char>((slot_confirmed_ >> (8 * i)) & 0xff);
@@ -304,6 +346,7 @@ void World::AppendFrame(uint8_t type, uint64_t commit_lsn, const std::string& by
   }
   appended_[*offset] = {type, commit_lsn};
   ack_->Appended(*offset, ack_type, commit_lsn);
+  if (broker_ack_) broker_ack_->Appended(*offset, ack_type, commit_lsn);
   if (CompletesTransaction(ack_type) && Defect("relay_confirm_before_fsync")) Confirm(commit_lsn);
 }
 
@@ -332,6 +375,10 @@ void World::PowerLoss(const std::string& why) {
   log_recovered_ = false;  // readers wait until the relay's recovery made the log consistent
   writer_.reset();
   relay_running_ = false;
+  if (hop_) {
+    hop_->ForwarderCrash("its host lost power");  // the remote applier runs on another host
+    return;
+  }
   applier_running_ = false;
   reader_.reset();
   barrier_.reset();
@@ -351,7 +398,10 @@ void World::RelayStep() {
       next = &s;
       break;
     }
-  if (next == nullptr) return;  // caught up with the source
+  if (next == nullptr) {  // caught up with the source
+    if (broker_ack_) Confirm(Confirmable(ack_->confirmable_lsn()));
+    return;
+  }
   // Decode: the real assembler turns the changes into records.
   TransactionAssembler::Options options;
   options.flow = kFlow;
@@ -426,7 +476,7 @@ void World::RelayStep() {
           out_.harness_error = "relay flush: " + durable.error().message;
           return;
         }
-        Confirm(ack_->Durable(*durable));
+        Confirm(Confirmable(ack_->Durable(*durable)));
       }
       if (last_chunk && Fire("relay.crash_after_chunks_before_manifest"))
         return RelayCrash("chunks durable, manifest not written");
@@ -452,7 +502,7 @@ void World::RelayStep() {
     return;
   }
   decode_after_ = next->commit_lsn;
-  uint64_t confirmable = ack_->Durable(*durable);
+  uint64_t confirmable = Confirmable(ack_->Durable(*durable));
   if (Fire("relay.crash_after_fsync_before_confirm")) return RelayCrash("durable, not confirmed");
   if (Fire("relay.confirm_lost")) {
     Trace("confirm of " + Lsn(confirmable) + " lost; the relay reconnects");
@@ -467,7 +517,8 @@ void World::RelayStep() {
 // applier
 
 void World::ApplierStart() {
-  auto offsets = log::ReadConsumerOffsets(device_, kLogDir);
+  if (hop_ && !hop_->ReceiverStart()) return;  // the replica first (recovered), then the applier reads it
+  auto offsets = log::ReadConsumerOffsets(ApplierDevice(), ApplierDir());
   if (!offsets.ok()) {
     // The consumer offset is written atomically (tmp, fdatasync, rename, directory fsync): a
     // damaged one means the durable acknowledgement of what was applied is gone.
@@ -477,10 +528,10 @@ void World::ApplierStart() {
   }
   auto it = offsets->find(kConsumer);
   consumer_offset_ = it == offsets->end() ? 0 : it->second;
-  auto exists = device_.Exists(kLogDir);
-  if (!exists.ok() || !*exists) return;  // no log yet
-  if (!log_recovered_) return;           // after a power loss the relay recovers the log first
-  auto reader = log::LogReader::Open(device_, kLogDir);
+  auto exists = ApplierDevice().Exists(ApplierDir());
+  if (!exists.ok() || !*exists) return;    // no log yet
+  if (!hop_ && !log_recovered_) return;    // after a power loss the relay recovers the log first
+  auto reader = log::LogReader::Open(ApplierDevice(), ApplierDir());
   if (!reader.ok()) {
     out_.harness_error = "applier: reader open: " + reader.error().message;
     return;
@@ -515,7 +566,7 @@ std::vector<std::pair<uint64_t, int>> World::RowsOf(const ReadyTransaction& read
     add(ready.envelope->changes);
   } else {
     auto read = [this](uint64_t offset) -> Result<std::vector<uint8_t>> {
-      auto r = log::LogReader::Open(device_, kLogDir);
+      auto r = log::LogReader::Open(ApplierDevice(), ApplierDir());
       if (!r.ok()) return r.error();
       Status s = (*r)->Seek(offset);
       if (!s.ok()) return s.error();
@@ -620,13 +671,14 @@ void World::WriteOffset() {
   uint64_t offset = pipeline_->DurableOffset(flushed);
   if (offset <= consumer_offset_) return;
   if (Fire("applier.offset_write_lost")) return;
-  Status s = log::WriteConsumerOffset(device_, kLogDir, kConsumer, offset);
+  Status s = log::WriteConsumerOffset(ApplierDevice(), ApplierDir(), kConsumer, offset);
   if (!s.ok()) {
     out_.harness_error = "consumer offset write: " + s.error().message;
     return;
   }
   consumer_offset_ = offset;
   Trace("consumer offset -> " + std::to_string(offset));
+  if (hop_) hop_->ReportPosition(offset, NowMs());
 }
 
 void World::ProcessPipeline() {
@@ -724,6 +776,10 @@ void World::ApplierStep() {
     return;
   }
   try {
+    if (hop_) {
+      hop_->ReceiverPump(NowMs());
+      if (!applier_running_) return;  // the remote host lost power, or the process died
+    }
     if (!halted_) {
       // Read up to a few frames.
       int reads = 1 + static_cast<int>(random_() % 4);
@@ -847,13 +903,14 @@ void World::ApplierStep() {
 void World::CheckInvariants() {
   // Source confirmed only to durable log, and no acknowledged transaction lost.
   if (writer_) {
+    // Accumulated: retention (broker mode) deletes segments the consumers are done with, and what
+    // was durable stays so (a power loss takes only unsynced writes).
     uint64_t durable_end = writer_->durable_end();
-    std::set<uint64_t> durable_whole;
     for (const auto& [off, meta] : appended_)
-      if (off < durable_end && CompletesTransaction(meta.first)) durable_whole.insert(meta.second);
+      if (off < durable_end && CompletesTransaction(meta.first)) logged_durably_.insert(meta.second);
     for (const auto& s : source_) {
       if (s.commit_lsn <= slot_confirmed_ && s.commit_lsn > log_start_.started_lsn.value_or(0) &&
-          !durable_whole.count(s.commit_lsn))
+          !logged_durably_.count(s.commit_lsn))
         Violate("source_confirmed_only_to_durable_log",
                 "the slot is confirmed to " + Lsn(slot_confirmed_) + " but xid " + std::to_string(s.xid) + " (commit " +
                     Lsn(s.commit_lsn) + ") has no durable completing frame in the log");
@@ -863,6 +920,26 @@ void World::CheckInvariants() {
     Violate("no_acknowledged_transaction_lost",
             "the relay refuses to start: the log does not cover the slot's confirmed position " + Lsn(slot_confirmed_) +
                 " (a confirmed transaction was lost)");
+  if (hop_) {
+    hop_->CheckReplica();
+    // source_ack = broker_quorum: the slot never passes a transaction the broker did not store.
+    // (A transaction logged twice needs one of its completing frames with the broker.)
+    if (config_.broker_quorum) {
+      std::map<uint64_t, std::pair<uint64_t, bool>> completing;  // commit LSN -> (an offset, one stored)
+      for (const auto& [off, meta] : appended_)
+        if (CompletesTransaction(meta.first) && meta.first != kProgressRecordType && meta.second <= slot_confirmed_ &&
+            meta.second > log_start_.started_lsn.value_or(0)) {
+          auto& c = completing[meta.second];
+          c.first = off;
+          c.second = c.second || hop_->Stored(off);
+        }
+      for (const auto& [lsn, c] : completing)
+        if (!c.second)
+          Violate("source_confirmed_only_to_broker_quorum",
+                  "the slot is confirmed to " + Lsn(slot_confirmed_) + " but the broker never acknowledged offset " +
+                      std::to_string(c.first) + " (commit " + Lsn(lsn) + ")");
+    }
+  }
   // Target-side invariants, on what a reader sees and on what survives a target crash.
   for (const TargetState* st : {&target_.committed, &target_.durable}) {
     const char* which = st == &target_.committed ? "committed" : "durable";
@@ -939,12 +1016,18 @@ SimOutcome World::Run() {
   auto done = [this]() {
     bool decoded_all = !source_.empty() && decode_after_ >= source_.back().commit_lsn && relay_running_;
     return decoded_all && applier_running_ && pipeline_ && pipeline_->empty() && !barrier_->RetainFromOffset() &&
-           reader_->next_offset() >= writer_->next_offset();
+           (!hop_ || hop_->Drained(writer_->next_offset())) && reader_->next_offset() >= writer_->next_offset();
   };
   for (step_ = 1; step_ <= config_.max_steps; ++step_) {
     uint64_t pick = random_() % 100;
-    if (pick < 45) RelayStep();
-    else if (pick < 90) ApplierStep();
+    if (hop_ && pick >= 30 && pick < 50) {
+      // broker mode: the forwarder and the broker take a share of the relay's steps
+      if (pick < 45) hop_->ForwarderStep(log_recovered_);
+      else hop_->BrokerStep();
+    } else if (pick < 45) RelayStep();
+    else if (pick < 90) {
+      if (!RemoteHostDown()) ApplierStep();
+    }
     else if (pick < 95) {
       target_.Flush();
       Trace("target flushes its WAL (flushed " + Lsn(target_.flushed_lsn()) + ")");
@@ -976,6 +1059,7 @@ SimOutcome World::Run() {
     }
     if (halted_ && step_ > 40) break;
     if (relay_refused_ || applier_refused_) break;  // the flow stopped for good; the violation is recorded
+    if (hop_ && hop_->blocked()) break;
     // Caught up: stop, unless a planned fault still waits for an opportunity (a target crash can
     // still come; a relay fault cannot once the source is drained — the run then reports it).
     bool planned_pending = false;
@@ -992,10 +1076,12 @@ SimOutcome World::Run() {
     target_.Flush();
     for (int i = 0; i < 400 && out_.harness_error.empty(); ++i) {
       ++step_;
-      if (relay_refused_) break;
+      if (relay_refused_ || (hop_ && hop_->blocked())) break;
       if (!halted_ && relay_running_ && applier_running_ && pipeline_ && done()) break;
-      if (i % 2 == 0) RelayStep();
-      else ApplierStep();
+      const int turns = hop_ ? 3 : 2;
+      if (i % turns == 0) RelayStep();
+      else if (i % turns == 1) ApplierStep();
+      else hop_->ForwarderStep(log_recovered_);
       target_.Flush();
       CheckInvariants();
       if (halted_) break;

@@ -39,6 +39,16 @@ inline const std::vector<std::string>& AllFaultPoints() {
       "target.commit_fails",                  // the target refuses one COMMIT (transient)
       "target.checkpoint_update_fails",       // the origin-progress statement fails inside the transaction
       "target.crash",                         // target crash: asynchronous commits not yet flushed are lost
+      // the broker hop (broker_hop.cpp; SimConfig::broker)
+      "broker.publish_fails",                 // no quorum: the broker refuses a publish (nothing stored)
+      "broker.ack_lost",                      // the broker stored a batch; its acknowledgement is lost
+      "broker.lose_acknowledged",             // the broker loses an acknowledged message not yet read
+      "broker.duplicate_delivery",            // a message is delivered twice
+      "broker.reorder_delivery",              // two messages are delivered in swapped order
+      "forwarder.crash_after_ack_before_progress",  // acknowledged, the forwarder's progress not written
+      "forwarder.crash_during_refill",        // the forwarder dies while republishing a hole
+      "receiver.crash_after_append",          // the remote applier dies with its replica just appended
+      "receiver.power_loss_after_append",     // the remote host loses power before the replica's fsync
       // the snapshot world (snapshot_world.cpp)
       "snapshot.source_crash_during_copy",    // the copy's source session fails: run and table failed_recoverable
       "snapshot.relay_crash_during_copy",     // relay SIGKILL: backends reset (the copy fails), records redelivered
@@ -69,6 +79,9 @@ inline const std::vector<std::string>& AllDefects() {
       "snapshot_no_skip_check",             // a chunk copy does not check its snapshot against the applier's skips
       "snapshot_handoff_ignores_contract",  // a table copied partly under an older definition counts as copied
       "snapshot_handoff_drops_chunk_rule",  // after the handoff the applier stops applying the chunk rule
+      "apply_hole_check_skipped",           // a record past a hole in the stream is taken as the next one
+      "forward_progress_before_ack",        // the forwarder records progress before the broker acknowledged
+      "forward_retention_by_forwarder",     // the source log is held only for the forwarder, not the remote applier
   };
   return defects;
 }
@@ -94,6 +107,9 @@ struct SimConfig {
   bool expect_halt = false;   // the run must end halted at a quarantine
   int max_steps = 400;
   bool snapshot = false;      // the snapshot world (initial copy beside the stream) instead of the log world
+  bool broker = false;        // the log travels through the broker to a remote applier (broker_hop.h)
+  bool broker_quorum = false; // source_ack = broker_quorum: the slot waits for the broker's acknowledgement
+  std::optional<std::pair<int, int>> remote_outage;  // broker: the remote applier's host is down for (from step, steps)
   std::string defect;         // "" = clean
   FaultPlan faults;
 };

@@ -57,7 +57,7 @@ ordered_json ValueJson(const Value& v) {
 
 std::string QualifiedName(const RelationInfo& r) { return Name(r.schema) + "." + Name(r.name); }
 
-const RelationInfo* Find(const std::vector<RelationInfo>& rels, uint32_t oid) {
+const RelationInfo* RelationByOid(const std::vector<RelationInfo>& rels, uint32_t oid) {
   for (const auto& r : rels)
     if (r.oid == oid) return &r;
   return nullptr;
@@ -103,7 +103,7 @@ ordered_json ChangesJson(const std::vector<Change>& changes, const std::vector<R
   ordered_json out = ordered_json::array();
   for (const auto& c : changes) {
     ordered_json j{{"op", OpName(c.op)}};
-    const RelationInfo* rel = Find(rels, c.relation_oid);
+    const RelationInfo* rel = RelationByOid(rels, c.relation_oid);
     switch (c.op) {
       case Op::Insert:
       case Op::Update:
@@ -119,7 +119,7 @@ ordered_json ChangesJson(const std::vector<Change>& changes, const std::vector<R
       case Op::Truncate: {
         ordered_json names = ordered_json::array();
         for (uint32_t oid : c.truncate.relation_oids) {
-          const RelationInfo* r = Find(rels, oid);
+          const RelationInfo* r = RelationByOid(rels, oid);
           names.push_back(r ? QualifiedName(*r) : std::to_string(oid));
         }
         j["relations"] = names;
@@ -194,7 +194,7 @@ ordered_json ChangesJson(const std::vector<Change>& changes, const std::vector<R
 ordered_json CountsJson(const std::vector<RelationCount>& counts, const std::vector<RelationInfo>& rels) {
   ordered_json out = ordered_json::array();
   for (const auto& c : counts) {
-    const RelationInfo* r = Find(rels, c.relation_oid);
+    const RelationInfo* r = RelationByOid(rels, c.relation_oid);
     out.push_back({{"relation", r ? QualifiedName(*r) : std::to_string(c.relation_oid)},
                    {"inserts", c.inserts},
                    {"updates", c.updates},
@@ -294,7 +294,7 @@ Result<std::string> RenderRecordText(const Record& record) {
       for (size_t i = 0; i < changes.size(); i++) {
         const Change& c = changes[i];
         out << "  " << (i + 1) << ". " << OpName(c.op);
-        const RelationInfo* rel = Find(rels, c.relation_oid);
+        const RelationInfo* rel = RelationByOid(rels, c.relation_oid);
         if (rel != nullptr && (c.op == Op::Insert || c.op == Op::Update || c.op == Op::Delete)) {
           out << " " << QualifiedName(*rel);
           if (c.old_image != OldImage::None)
@@ -302,7 +302,7 @@ Result<std::string> RenderRecordText(const Record& record) {
           if (c.op != Op::Delete) out << " new: " << TupleText(c.new_tuple, *rel, false);
         } else if (c.op == Op::Truncate) {
           for (uint32_t oid : c.truncate.relation_oids) {
-            const RelationInfo* r = Find(rels, oid);
+            const RelationInfo* r = RelationByOid(rels, oid);
             out << " " << (r ? QualifiedName(*r) : std::to_string(oid));
           }
           if (c.truncate.cascade) out << " CASCADE";

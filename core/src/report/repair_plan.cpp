@@ -15,7 +15,7 @@ std::string ShellQuote(const std::string& s) {
   return out + "'";
 }
 
-std::string Ident(const std::string& name) {
+std::string QuotedName(const std::string& name) {
   std::string out = "\"";
   for (char c : name) out += c == '"' ? std::string("\"\"") : std::string(1, c);
   return out + "\"";
@@ -25,8 +25,8 @@ std::string Ident(const std::string& name) {
 // not supported by this display form anyway).
 std::string QualifiedFromDisplay(const std::string& display) {
   const size_t dot = display.find('.');
-  if (dot == std::string::npos) return Ident(display);
-  return Ident(display.substr(0, dot)) + "." + Ident(display.substr(dot + 1));
+  if (dot == std::string::npos) return QuotedName(display);
+  return QuotedName(display.substr(0, dot)) + "." + QuotedName(display.substr(dot + 1));
 }
 
 void AddUnique(std::vector<std::string>& list, const std::string& item) {
