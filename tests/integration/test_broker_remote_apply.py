@@ -25,6 +25,10 @@ transaction committed once on the target (its dedup rows). Scenarios:
     counted and skipped, the hole refilled, the target exact;
   - conflicting_duplicate_is_quarantined: an applied offset delivered again with another record's
     content: quarantined as checksum_conflict, the applier stops with exit 3;
+  - table_shapes_through_the_broker_arrive_exact: FOR ALL TABLES with a list-partitioned table
+    (rows moved between partitions), an inheritance tree updated through its parent, and columns
+    with type modifiers (numeric(p,s), varchar(n), char(n), timestamp(3), bit varying, arrays of
+    numeric(p,s)) and jsonb, through the broker; every table compared row for row (md5);
   - remote_applier_killed_at_each_receiver_boundary_converges: the remote applier killed (SIGKILL by
     its own fault point) after appending to its replica before the fsync, after the fsync before its
     read position is kept, on finding a hole before asking for the refill, and after its target
@@ -69,11 +73,12 @@ class RemotePair(BrokerPair):
     """A flow published by `trellara forward` (flow.toml, on the source's log) and applied by a
     remote `trellara apply` (remote.toml: its own replica directory, reading the stream)."""
 
-    def __init__(self, name, cluster, source_settings=None):
+    def __init__(self, name, cluster, source_settings=None, schema=SCHEMA, tables=("items",)):
         self.cluster = cluster
         # No whole-log consumer: the forwarder's and the remote applier's consumers are the only
-        # ones holding the source's log (the retention scenarios depend on it).
-        FlowPair.__init__(self, name, SCHEMA, tables=("items",), source_settings=source_settings)
+        # ones holding the source's log (the retention scenarios depend on it). tables=None: the
+        # publication is FOR ALL TABLES.
+        FlowPair.__init__(self, name, schema, tables=tables, source_settings=source_settings)
         self.processes = []
 
     def ready(self):
@@ -507,6 +512,62 @@ def lost_tail_is_republished_by_the_forwarder():
     print("ok: lost_tail_is_republished_by_the_forwarder")
 
 
+SHAPES = """
+CREATE TABLE sales (id bigint, region text, amount numeric(12,2), at timestamp(3), PRIMARY KEY (id, region))
+  PARTITION BY LIST (region);
+CREATE TABLE sales_eu PARTITION OF sales FOR VALUES IN ('eu');
+CREATE TABLE sales_us PARTITION OF sales FOR VALUES IN ('us');
+CREATE TABLE animals (id bigint PRIMARY KEY, name varchar(20), born date);
+CREATE TABLE dogs (breed char(8)) INHERITS (animals);
+ALTER TABLE dogs ADD PRIMARY KEY (id);
+CREATE TABLE readings (id bigint PRIMARY KEY, v numeric(8,3)[], label bit varying(16), ts timestamptz(0), j jsonb);
+"""
+SHAPES_WORKLOAD = """
+INSERT INTO sales SELECT g, CASE WHEN g % 2 = 0 THEN 'eu' ELSE 'us' END, g * 1.255,
+  '2026-01-01'::timestamp + g * interval '1.23456 s' FROM generate_series(1, 300) g;
+INSERT INTO animals SELECT g, 'animal ' || g, '2020-01-01'::date + g FROM generate_series(1, 100) g;
+INSERT INTO dogs SELECT g, 'dog ' || g, '2021-01-01'::date + g, 'breed' || (g % 7) FROM generate_series(101, 200) g;
+INSERT INTO readings SELECT g, ARRAY[g * 0.0015, g * 1.00049], (g % 4096)::bit(12)::varbit,
+  '2026-02-01 00:00:00.6+00'::timestamptz + g * interval '1.7 s', jsonb_build_object('g', g, 'half', g / 2.0)
+  FROM generate_series(1, 200) g;
+UPDATE sales SET amount = amount + 0.015 WHERE id % 5 = 0;
+UPDATE sales SET region = 'eu' WHERE id % 11 = 1 AND region = 'us';
+DELETE FROM sales WHERE id % 7 = 0;
+UPDATE animals SET name = name || ' (seen)' WHERE id % 3 = 0;
+DELETE FROM animals WHERE id % 13 = 0;
+UPDATE readings SET v = v || ARRAY[id * 0.0001], label = label || B'1' WHERE id % 4 = 0;
+BEGIN;
+UPDATE dogs SET breed = 'mixed' WHERE id % 2 = 0;
+INSERT INTO sales VALUES (1000, 'us', 12.345, '2026-03-01 10:00:00.12345');
+COMMIT;
+"""
+SHAPE_TABLES = (("sales_eu", "id"), ("sales_us", "id"), ("ONLY animals", "id"), ("dogs", "id"), ("readings", "id"))
+
+
+@scenario(seed_rows=(), suite="broker",
+          invariants=("partitions, inheritance children and columns with type modifiers arrive exact through the "
+                      "broker (FOR ALL TABLES)", "each source transaction committed once"))
+def table_shapes_through_the_broker_arrive_exact():
+    with NatsCluster() as cluster, RemotePair("remote-shapes", cluster, schema=SHAPES, tables=None) as pair:
+        forwarder = pair.start_process("forward", "forward")
+        try:
+            pair.source.psql(SHAPES_WORKLOAD)
+            pair.wait_log_covers_source()
+            pair.wait_stream_holds_log()
+            pair.apply_until_caught_up()
+        finally:
+            stop(forwarder)
+        for table, key in SHAPE_TABLES:
+            digest = f"SELECT count(*) || ':' || md5(coalesce(string_agg(t::text, '|' ORDER BY {key}), '')) FROM {table} t"
+            source, target = pair.source.query(digest), pair.target.query(digest)
+            if source != target:
+                raise CaptureFailure(f"{table}: the target differs from the source through the broker: "
+                                     f"source {source}, target {target}")
+            print(f"{table}: {source}")
+        pair.check_no_crashes()
+    print("ok: table_shapes_through_the_broker_arrive_exact")
+
+
 RECEIVER_POINTS = ("receive.after_append_before_flush", "receive.after_flush_before_hint",
                    "receive.hole_before_refill_ask", "receive.before_position_sent")
 
@@ -562,5 +623,6 @@ if __name__ == "__main__":
                    retention_defect_by_forwarder_is_caught,
                    quorum_loss_under_remote_apply_resumes_exactly,
                    remote_applier_killed_at_each_receiver_boundary_converges,
+                   table_shapes_through_the_broker_arrive_exact,
                    duplicate_and_reordered_delivery_is_applied_once,
                    conflicting_duplicate_is_quarantined])
