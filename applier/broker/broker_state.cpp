@@ -13,17 +13,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kit/state_file.h"
+
 namespace trellara::cli::broker {
 namespace {
-
-std::string UtcNowText() {
-  char text[32];
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return text;
-}
 
 // The state each file last had in this process, and since when.
 std::map<std::string, std::pair<std::string, std::string>>& Last() {
@@ -44,16 +37,7 @@ void WriteBrokerState(const std::string& log_directory, const char* file, const 
   nlohmann::ordered_json j{{"process", process},   {"state", state}, {"last_error", last_error},
                            {"since", since},       {"pid", static_cast<long>(getpid())},
                            {"updated_at", UtcNowText()}};
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << j.dump() << "\n";
-    if (!out) {
-      std::cerr << "trellara: warning: cannot write " << tmp << "\n";
-      return;
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) std::cerr << "trellara: warning: cannot replace " << path << "\n";
+  ReplaceStateFile(path, j.dump() + "\n");
 }
 
 std::optional<BrokerState> ReadBrokerState(const std::string& log_directory) {

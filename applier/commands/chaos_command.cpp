@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands/commands.h"
+#include "kit/state_file.h"
 #include "trellara/report/chaos_report.h"
 
 namespace trellara::cli {
@@ -97,15 +98,6 @@ std::string SourceTree() {
     if (line.size() > 3 && line.substr(3) != kCommittedReport) return tree + " (with uncommitted changes)";
   }
   return tree;
-}
-
-std::string UtcNow() {
-  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm tm{};
-  ::gmtime_r(&now, &tm);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return text;
 }
 
 // Every *.jsonl file of the results directory, in name order (scenarios.jsonl from the
@@ -228,7 +220,7 @@ void RunReport(const ReportOptions& options) {
   if (!matrix.ok()) throw CommandFailed(options.matrix + ": " + matrix.error().message, 2);
   const auto results = WithEvidence(ReadResults(options.results_dir), options.evidence_dir, options.evidence_named);
   const chaos::Report report = chaos::Decide(matrix.value(), results);
-  const chaos::ReportIdentity identity{SourceRevision(), UtcNow(), options.results_dir, options.matrix, SourceTree(),
+  const chaos::ReportIdentity identity{SourceRevision(), UtcNowText(), options.results_dir, options.matrix, SourceTree(),
                                        chaos::MatrixDigest(ReadFileOrFail(options.matrix, "matrix (--matrix)"))};
   WriteAtomically(options.output, options.format == ReportFormat::Json ? chaos::RenderJson(report, identity)
                                                                        : chaos::RenderHtml(report, identity));

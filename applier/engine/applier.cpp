@@ -36,6 +36,7 @@
 #include "engine/applier.h"
 #include "kit/errors.h"
 #include "kit/config.h"
+#include "kit/state_file.h"
 #include "trellara/record/codec.h"
 #include "trellara/base/fault.h"
 #include "trellara/log/consumer_offsets.h"
@@ -56,15 +57,6 @@ constexpr auto kTailPollInterval = cadence::kApplierTail.max;
 // ends with exit 1 and the last error; a lost connection ends it at once (a one-shot run is
 // rerun by whoever scheduled it; following a restarting target is the daemon's job).
 constexpr uint32_t kUntilCaughtUpAttemptsMax = 5;
-
-std::string UtcNow() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buffer[32];
-  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buffer;
-}
 
 // The jitter of the backoff: TRELLARA_RETRY_SEED reproduces it, otherwise pid and time.
 uint64_t RetrySeed() {
@@ -200,7 +192,7 @@ bool Applier::RecoverFrom(TransientFailure failure) {
   const uint64_t done = counters_.applied + counters_.skipped_duplicates;
   if (done != done_at_last_failure_) {  // progress since the last failure: a new series
     backoff_.Reset();
-    retry_since_ = UtcNow();
+    retry_since_ = UtcNowText();
     done_at_last_failure_ = done;
   }
   for (;;) {
@@ -265,18 +257,8 @@ void Applier::WriteStateFile(const std::string& state, const std::string& last_e
   j["sqlstate"] = sqlstate;
   j["attempt"] = state == "retrying" || state == "reconnecting" || state == "failed" ? backoff_.attempt() : 0;
   j["since"] = retry_since_;
-  j["updated_at"] = UtcNow();
-  const std::string path = config_.log_directory + "/" + log::kApplierStateFile;
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << j.dump() << "\n";
-    if (!out) {
-      std::cerr << "trellara: warning: cannot write " << tmp << "\n";
-      return;
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) std::cerr << "trellara: warning: cannot replace " << path << "\n";
+  j["updated_at"] = UtcNowText();
+  ReplaceStateFile(config_.log_directory + "/" + log::kApplierStateFile, j.dump() + "\n");
 }
 
 void Applier::WriteStatus(const std::string& state, const std::string& last_error) {

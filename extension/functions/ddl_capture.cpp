@@ -6,7 +6,7 @@
 // per table as a transactional logical message with prefix "trellara.ddl": structured steps from
 // the parse trees, and the table's definition as it is now (after the command) from the relcache.
 // trellara.sql_drop() (event trigger trellara_sql_drop) does the same for each table dropped.
-// The output plugin decodes the message in order with the transaction's DML (plugin.cpp).
+// The output plugin decodes the message in order with the transaction's DML (plugin/messages.cpp).
 // Parse trees -> steps: ddl_steps.cpp; catalog reads and the table's definition: ddl_definition.cpp;
 // what they share: ddl_capture_internal.h.
 //

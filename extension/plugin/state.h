@@ -141,4 +141,51 @@ bool IsPublished(const CachedRelation& entry);
 // --- options (options.cpp) -------------------------------------------------------------------------
 Options ParseOptions(List* option_list);
 
+// --- the decoding session (plugin.cpp) ---------------------------------------------------------------
+// The source transaction being decoded (plugin.h CurrentTransaction): opened by begin (or a stream
+// start or commit), its relation set by each change, closed at commit.
+extern DecodingTransaction current_tx;
+inline State* StateOf(LogicalDecodingContext* ctx) { return static_cast<State*>(ctx->output_plugin_private); }
+// A Postgres timestamp as microseconds since the Unix epoch.
+int64_t UnixMicros(TimestampTz t);
+
+// --- settings pinned while a transaction is decoded (output_settings.cpp) -----------------------------
+void PinOutputSettings(State* s);
+void UnpinOutputSettings(State* s);
+
+// --- writing records (record_writer.cpp) -------------------------------------------------------------
+// Raises the assembler's failure as an ERROR (program_limit_exceeded when it cannot be captured).
+void CheckAssemblerStatus(const Status& s, const TransactionAssembler& assembler, const char* during);
+// Where the assembler's records go: ctx->out, one OutputPluginWrite per record.
+RecordSink SinkFor(LogicalDecodingContext* ctx);
+// Writes one stream record (never a log record): the relay routes it to its spill store.
+void WriteStreamRecord(LogicalDecodingContext* ctx, uint8_t type, uint32_t top_xid, uint32_t xid,
+                       const std::string& bytes, uint64_t commit_lsn = 0, uint64_t begin_lsn = 0,
+                       int64_t commit_time_us = 0);
+// Every captured change goes through here: to the assembler, or as a stream record when streamed.
+void EmitChange(State* s, LogicalDecodingContext* ctx, Change c, const RelationInfo* relation,
+                const std::vector<const RelationInfo*>& truncated, const char* during);
+
+// --- row changes and TRUNCATE (dml_changes.cpp) -------------------------------------------------------
+extern "C" void ChangeCallback(LogicalDecodingContext* ctx, ReorderBufferTXN*, Relation relation,
+                               ReorderBufferChange* change);
+extern "C" void TruncateCallback(LogicalDecodingContext* ctx, ReorderBufferTXN*, int nrelations, Relation relations[],
+                                 ReorderBufferChange* change);
+
+// --- logical messages and DDL records (messages.cpp) --------------------------------------------------
+extern "C" void MessageCallback(LogicalDecodingContext* ctx, ReorderBufferTXN*, XLogRecPtr lsn, bool transactional,
+                                const char* prefix, Size sz, const char* message);
+
+// --- streamed transactions (streaming.cpp) ------------------------------------------------------------
+extern "C" void StreamStartCallback(LogicalDecodingContext* ctx, ReorderBufferTXN* txn);
+extern "C" void StreamStopCallback(LogicalDecodingContext* ctx, ReorderBufferTXN*);
+extern "C" void StreamAbortCallback(LogicalDecodingContext* ctx, ReorderBufferTXN* txn, XLogRecPtr);
+extern "C" void StreamCommitCallback(LogicalDecodingContext* ctx, ReorderBufferTXN* txn, XLogRecPtr);
+extern "C" void StreamChangeCallback(LogicalDecodingContext* ctx, ReorderBufferTXN* txn, Relation relation,
+                                     ReorderBufferChange* change);
+extern "C" void StreamTruncateCallback(LogicalDecodingContext* ctx, ReorderBufferTXN* txn, int nrelations,
+                                       Relation relations[], ReorderBufferChange* change);
+extern "C" void StreamMessageCallback(LogicalDecodingContext* ctx, ReorderBufferTXN* txn, XLogRecPtr lsn,
+                                      bool transactional, const char* prefix, Size sz, const char* message);
+
 }  // namespace trellara::plugin

@@ -20,7 +20,7 @@ namespace trellara::relay {
 
 // How long a stop_flow/drop_flow request holds a flow stopped before its transaction must have
 // committed or rolled back: the launcher does not start the flow's worker meanwhile, and a worker
-// registered just before the request exits at its start (relay/worker.cpp ClaimBoardSlot).
+// registered just before the request exits at its start (relay/worker_board.cpp ClaimBoardSlot).
 constexpr int kStopHoldMs = 60'000;
 
 // kFailed: the worker ended on an error a restart may cure; the launcher restarts it with backoff.

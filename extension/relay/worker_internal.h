@@ -1,7 +1,7 @@
 // relay/worker_internal.h — what the files of the relay worker share (internal to
-// extension/relay/worker*.cpp): the worker's state, defined once in worker.cpp, the helpers of
-// worker.cpp that the decoding callbacks call, and those callbacks (worker_decode.cpp). Nothing
-// outside the relay worker includes it; it must never define state (only declare it extern).
+// extension/relay/worker*.cpp): the worker's state, each declared here and defined once in the file
+// named by its section, and the functions one file of the worker calls in another. Nothing outside
+// the relay worker includes it; it must never define state (only declare it extern).
 #pragma once
 
 extern "C" {
@@ -17,11 +17,15 @@ extern "C" {
 #include <memory>
 #include <string>
 
+#include "relay/shared_state.h"
 #include "trellara/base/result.h"
 #include "trellara/capture/relay_progress.h"
 #include "trellara/capture/stream_spill.h"
 #include "trellara/log/device.h"
 #include "trellara/log/writer.h"
+
+// An LSN as the two halves a "%X/%X" format takes.
+#define LSN_ARGS(lsn) static_cast<uint32>((lsn) >> 32), static_cast<uint32>(lsn)
 
 namespace trellara::relay::worker {
 
@@ -57,12 +61,60 @@ extern char flow_name[NAMEDATALEN];
 [[noreturn]] void Fail(const std::string& what, const Error& error, const char* hint = nullptr);
 // SIGTERM or postmaster death while the worker is busy: leave now.
 void StopIfRequested();
+
+// --- the flow's row of trellara.flows (worker_catalog.cpp) -----------------------------------------
+// Plain data read from trellara.flows at start.
+extern bool has_log_started_lsn;
+extern bool source_ack_broker;  // trellara.flows.source_ack = 'broker_quorum'
+extern XLogRecPtr log_started_lsn;
+extern char publication[NAMEDATALEN * 4];
+extern char slot_name[NAMEDATALEN];
+extern char log_directory[MAXPGPATH];
+// Reads this flow's row; false if it is gone or disabled.
+bool ReadFlow();
+// Records in trellara.flows.log_started_lsn that this flow's log covers the source from `lsn`.
+void RecordLogStart(XLogRecPtr lsn);
+
+// --- the flow's slot on the status board (worker_board.cpp) ---------------------------------------
+enum class Claim { kClaimed, kAlreadyRunning, kStopping };
+// Claims the board slot of the flow (worker_board.cpp says when it is not kClaimed).
+Claim ClaimBoardSlot();
+// on_shmem_exit callback: gives the slot up (kStopped unless it failed).
+void ReleaseBoardSlot(int, Datum);
+// Publishes `state` and the worker's counters on its slot.
+void Publish(FlowState state);
+// kFailed (the launcher restarts with backoff) or kError (it does not: see shared_state.h).
+void RecordFailure(const char* message, FlowState state = FlowState::kFailed);
+// Failures in a row on the same source transaction before this one (and remembers this one).
+int CountTransactionFailure(bool in_transaction, uint32_t xid, uint64_t commit_lsn);
+// The LSN trellara.request_progress() asked the log to cover (0: none).
+uint64_t ProgressRequestedLsn();
+
+// --- start on the log (worker_restart.cpp) ----------------------------------------------------------
+// Creates g_relay: the io_uring device, the log writer and the spill store of the flow.
+void OpenLog();
+// The restart rule (core DecideRestart) applied at start: the LSN to skip through, or 0 with
+// `refusal` set to the reason when the flow must not run.
+uint64_t ApplyRestartRule(uint64_t slot_confirmed, std::string* refusal, bool* log_started_now);
+
+// --- durability and acknowledgement (worker_confirm.cpp) -------------------------------------------
+// Microseconds on the Postgres clock (GetCurrentTimestamp).
+uint64_t NowUs();
 // Submits what is appended and waits until every offset below `target_end` is durable.
 void WaitDurable(uint64_t target_end, bool interruptible = false);
 // Confirms `lsn` to the slot (worker.cpp NOTES: only what the log holds durably).
 void Confirm(uint64_t lsn);
 // A frame was appended at `offset`: told to the acknowledgement tracker(s).
 void TrackAppended(uint64_t offset, uint8_t type, uint64_t commit_lsn);
+// Appends a progress marker covering the source through `lsn`, waits until it is durable and
+// returns the confirmable LSN.
+uint64_t AppendProgressMarker(uint64_t lsn);
+// After a pass: make everything durable, maybe mark progress, confirm what is safe.
+void FinishPass(uint64_t decoded_end);
+
+// --- log retention (worker_retention.cpp) -----------------------------------------------------------
+// At most once per interval, after a pass with everything durable: deletes what no consumer needs.
+void ApplyRetentionWhenDue();
 
 // --- decoding context callbacks (worker_decode.cpp) -------------------------------------------------
 extern "C" void PrepareWrite(LogicalDecodingContext* ctx, XLogRecPtr, TransactionId, bool);
