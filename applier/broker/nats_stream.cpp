@@ -42,19 +42,28 @@ struct NatsStream::Handles {
   natsSubscription* reading = nullptr;      // a pull consumer (no acknowledgements) over the stream's subjects
   std::deque<natsMsg*> fetched;              // fetched, not yet handed over by Read
   std::map<std::string, natsSubscription*> listening;
+  // Subscriptions given up while the connection reads: unsubscribed, freed only once the
+  // connection is closed. libnats 3.4.1 (Debian's) looks a subscription up in its read thread
+  // without holding a reference, so freeing one the server may still send to (the pull request
+  // of a consumer being replaced, acknowledgements still on their way) raced that thread and
+  // corrupted the heap (fixed upstream after 3.4.1, nats.c 0a7dd28b).
+  std::vector<natsSubscription*> retired;
+  void Retire(natsSubscription*& sub) {
+    if (sub == nullptr) return;
+    natsSubscription_Unsubscribe(sub);  // the pull consumer is deleted now rather than left to expire
+    retired.push_back(sub);
+    sub = nullptr;
+  }
   ~Handles() {
-    // Subscriptions first (the pull consumer is unsubscribed, so the library deletes it now
-    // rather than leaving it to expire), then the connection is closed —
-    // its threads stopped — before anything is freed.
+    // Subscriptions unsubscribed first, then the connection closed — its read thread joined —
+    // and only then anything freed.
     for (natsMsg* m : fetched) natsMsg_Destroy(m);
-    if (reading != nullptr) {
-      natsSubscription_Unsubscribe(reading);
-      natsSubscription_Destroy(reading);
-    }
-    if (replies != nullptr) natsSubscription_Destroy(replies);
-    if (inbox != nullptr) natsInbox_Destroy(inbox);
-    for (auto& [subject, sub] : listening) natsSubscription_Destroy(sub);
+    Retire(reading);
+    Retire(replies);
+    for (auto& [subject, sub] : listening) Retire(sub);
     if (connection != nullptr) natsConnection_Close(connection);
+    for (natsSubscription* sub : retired) natsSubscription_Destroy(sub);
+    if (inbox != nullptr) natsInbox_Destroy(inbox);
     if (js != nullptr) jsCtx_Destroy(js);
     if (connection != nullptr) natsConnection_Destroy(connection);
     if (options != nullptr) natsOptions_Destroy(options);
@@ -269,8 +278,7 @@ std::vector<NatsStream::Published> NatsStream::PublishBatch(const std::vector<Ou
       // the next batch listens on a new one.
       const std::string why = "waiting for acknowledgements (status " + std::to_string(static_cast<int>(s)) +
                               "): " + StatusText(s);
-      natsSubscription_Destroy(handles_->replies);
-      handles_->replies = nullptr;
+      handles_->Retire(handles_->replies);
       natsInbox_Destroy(handles_->inbox);
       handles_->inbox = nullptr;
       return fail_all(PublishFailure::Unavailable, why);
@@ -315,11 +323,7 @@ std::vector<NatsStream::Published> NatsStream::PublishBatch(const std::vector<Ou
 Status NatsStream::StartReading(uint64_t from_sequence) {
   for (natsMsg* m : handles_->fetched) natsMsg_Destroy(m);
   handles_->fetched.clear();
-  if (handles_->reading != nullptr) {
-    natsSubscription_Unsubscribe(handles_->reading);  // deletes the consumer; best effort (inactive ones expire)
-    natsSubscription_Destroy(handles_->reading);
-    handles_->reading = nullptr;
-  }
+  handles_->Retire(handles_->reading);  // deletes the consumer; best effort (inactive ones expire)
   // An ephemeral pull consumer with no acknowledgements: the reader fetches in batches, in stream
   // order, and decides itself what it holds. The client library runs no thread of its own for it
   // (no heartbeats, no resets): a lost consumer is an error of Read, and reading starts again here.
@@ -437,7 +441,7 @@ Status NatsStream::Listen(const std::string& subject) {
   natsStatus s = natsConnection_SubscribeSync(&sub, handles_->connection, subject.c_str());
   if (s == NATS_OK) s = natsConnection_FlushTimeout(handles_->connection, kConnectTimeoutMs);
   if (s != NATS_OK) {
-    if (sub != nullptr) natsSubscription_Destroy(sub);
+    handles_->Retire(sub);
     return MakeError("cannot listen on " + subject + ": " + StatusText(s));
   }
   handles_->listening[subject] = sub;

@@ -294,9 +294,11 @@ def one_run(run, args):
         reports = [hold_snapshot(t) for t in all_targets] if args.long_read else []
         timed = {}
         try:
-            for i, mode in enumerate(modes):
-                if i > 0 and mode != "broker":
+            local_ran = False  # consumer "applier" of the source log exists only after a local apply
+            for mode in modes:
+                if mode != "broker" and local_ran:
                     forget_applier(log_dir)
+                local_ran = local_ran or mode != "broker"
                 if mode == "broker":
                     timed[mode] = timed_broker(source, trellara_targets[mode], log_dir, transactions, last_commit,
                                                args, run)
