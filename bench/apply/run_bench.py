@@ -129,6 +129,25 @@ def wait_until(what, condition, timeout_s, interval_s=0.005):
         time.sleep(interval_s)
 
 
+def timed_catch_up(who, target, last_commit, transactions, t0):
+    """Seconds from t0 until the target's replication origin reaches the log's last commit, and the
+    dedup rows then. The origin's remote_lsn moves at the commit record, a moment before that
+    commit's rows are visible to other sessions, so the count is awaited briefly (untimed) before it
+    is taken as the applier's."""
+    poller = Poller(target)
+    try:
+        wait_until(f"{who}'s catch-up", lambda: poller.query(
+            "SELECT coalesce(max(remote_lsn) >= '" + last_commit + "', false) "
+            "FROM pg_replication_origin_status") == "t", 900)
+        seconds = time.monotonic() - t0
+        count = "SELECT count(*) FROM trellara.applied_transactions"
+        with contextlib.suppress(RuntimeError):
+            wait_until(f"{who}'s last commits to become visible", lambda: int(poller.query(count)) >= transactions, 30)
+        return seconds, int(poller.query(count))
+    finally:
+        poller.close()
+
+
 def timed_apply(mode, target, log_dir, transactions, last_commit, args):
     """Runs `trellara apply` into `target` in `mode` (catch-up: --until-caught-up, timed to its exit;
     daemon: timed until the target's replication origin, set in the transaction that applies each
@@ -154,15 +173,7 @@ def timed_apply(mode, target, log_dir, transactions, last_commit, args):
             proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
             applied = None
             if mode == "daemon":
-                poller = Poller(target)
-                try:
-                    wait_until("the daemon applier's catch-up", lambda: poller.query(
-                        "SELECT coalesce(max(remote_lsn) >= '" + last_commit + "', false) "
-                        "FROM pg_replication_origin_status") == "t", 900)
-                    seconds = time.monotonic() - t0
-                    applied = int(poller.query("SELECT count(*) FROM trellara.applied_transactions"))
-                finally:
-                    poller.close()
+                seconds, applied = timed_catch_up("the daemon applier", target, last_commit, transactions, t0)
                 proc.send_signal(signal.SIGTERM)
             _, status, usage = os.wait4(proc.pid, 0)
             if mode in ("catch-up", "compare"):
@@ -208,15 +219,9 @@ def timed_broker(source, target, log_dir, transactions, last_commit, args, run):
         t0 = time.monotonic()
         forwarder = subprocess.Popen([TRELLARA, "forward", "--config", forward_toml], stdout=out, stderr=subprocess.STDOUT)
         applier = subprocess.Popen([TRELLARA, "apply", "--config", remote_toml], stdout=out, stderr=subprocess.STDOUT)
-        poller = Poller(target)
         try:
-            wait_until("the remote applier's catch-up", lambda: poller.query(
-                "SELECT coalesce(max(remote_lsn) >= '" + last_commit + "', false) "
-                "FROM pg_replication_origin_status") == "t", 900)
-            seconds = time.monotonic() - t0
-            applied = int(poller.query("SELECT count(*) FROM trellara.applied_transactions"))
+            seconds, applied = timed_catch_up("the remote applier", target, last_commit, transactions, t0)
         finally:
-            poller.close()
             cpu = 0.0
             for process in (applier, forwarder):
                 process.send_signal(signal.SIGTERM)   # our own children
