@@ -17,10 +17,16 @@ namespace {
 constexpr int64_t kDuplicateWindowNs = 120ll * 1000 * 1000 * 1000;
 constexpr int64_t kConnectTimeoutMs = 2000;
 constexpr int64_t kReconnectWaitMs = 250;
-// A reader's pull consumer: how many messages one fetch asks for, and how long the server keeps
-// the consumer once nobody fetches (an applier that died leaves no consumer behind for long).
-constexpr int kFetchBatch = 512;
+// A reader's pull consumer: how many messages one pull request asks for, how long the server
+// keeps a request waiting for messages, how long after that a request whose end never arrived
+// is given up, and how long the server keeps the consumer once nobody pulls (an applier that
+// died leaves no consumer behind for long).
+constexpr int kPullBatch = 512;
+constexpr int64_t kPullMaxBytes = 32ll << 20;  // at least a message's largest size (nats-server max_payload ≤ 32 MB here)
+constexpr int64_t kPullExpiresMs = 1000;
+constexpr int64_t kPullLostAfterMs = kPullExpiresMs + 2000;
 constexpr int64_t kConsumerInactiveNs = 60ll * 1000 * 1000 * 1000;
+constexpr int64_t kDeleteConsumerWaitMs = 1000;
 
 std::string StatusText(natsStatus status, jsErrCode code = static_cast<jsErrCode>(0)) {
   std::string text = natsStatus_GetText(status);
@@ -39,8 +45,20 @@ struct NatsStream::Handles {
   natsOptions* options = nullptr;
   natsConnection* connection = nullptr;
   jsCtx* js = nullptr;
-  natsSubscription* reading = nullptr;      // a pull consumer (no acknowledgements) over the stream's subjects
-  std::deque<natsMsg*> fetched;              // fetched, not yet handed over by Read
+  // Reading (a remote applier): the stream's pull consumer, pulled by hand (not with
+  // natsSubscription_Fetch, see StartReading): requests go to `next_subject` with replies to
+  // <pull_inbox>.<request id>, all received by `reading`.
+  natsSubscription* reading = nullptr;
+  natsInbox* pull_inbox = nullptr;
+  std::string consumer;                      // the consumer's name ("" when none)
+  std::string next_subject;                  // $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>
+  struct PullRequest {
+    uint64_t id = 0;
+    int remaining = 0;                       // messages the server may still send for it
+    std::chrono::steady_clock::time_point lost_after;
+  };
+  std::deque<PullRequest> requests;          // outstanding, oldest first (the server serves them in order)
+  uint64_t request_id = 0;
   std::map<std::string, natsSubscription*> listening;
   // Subscriptions given up while the connection reads: unsubscribed, freed only once the
   // connection is closed. libnats 3.4.1 (Debian's) looks a subscription up in its read thread
@@ -57,13 +75,13 @@ struct NatsStream::Handles {
   ~Handles() {
     // Subscriptions unsubscribed first, then the connection closed — its read thread joined —
     // and only then anything freed.
-    for (natsMsg* m : fetched) natsMsg_Destroy(m);
     Retire(reading);
     Retire(replies);
     for (auto& [subject, sub] : listening) Retire(sub);
     if (connection != nullptr) natsConnection_Close(connection);
     for (natsSubscription* sub : retired) natsSubscription_Destroy(sub);
     if (inbox != nullptr) natsInbox_Destroy(inbox);
+    if (pull_inbox != nullptr) natsInbox_Destroy(pull_inbox);
     if (js != nullptr) jsCtx_Destroy(js);
     if (connection != nullptr) natsConnection_Destroy(connection);
     if (options != nullptr) natsOptions_Destroy(options);
@@ -321,26 +339,80 @@ std::vector<NatsStream::Published> NatsStream::PublishBatch(const std::vector<Ou
 }
 
 Status NatsStream::StartReading(uint64_t from_sequence) {
-  for (natsMsg* m : handles_->fetched) natsMsg_Destroy(m);
-  handles_->fetched.clear();
-  handles_->Retire(handles_->reading);  // deletes the consumer; best effort (inactive ones expire)
-  // An ephemeral pull consumer with no acknowledgements: the reader fetches in batches, in stream
-  // order, and decides itself what it holds. The client library runs no thread of its own for it
-  // (no heartbeats, no resets): a lost consumer is an error of Read, and reading starts again here.
-  jsSubOptions options;
-  jsSubOptions_Init(&options);
-  options.Stream = settings_.stream.c_str();
-  options.Config.AckPolicy = js_AckNone;
-  options.Config.DeliverPolicy = js_DeliverByStartSequence;
-  options.Config.OptStartSeq = std::max<uint64_t>(from_sequence, 1);
-  options.Config.InactiveThreshold = kConsumerInactiveNs;
+  // The consumer is pulled by hand rather than with natsSubscription_Fetch: libnats 3.4.1
+  // (Debian 12's) overruns the array Fetch returns when messages of an earlier pull request are
+  // still pending as a fetch starts (more than half its batch) — heap corruption seen in the
+  // remote applier under a refill (fixed upstream in nats.c 8099b5c9, 2024).
+  StopReading();
+  jsConsumerConfig config;
+  jsConsumerConfig_Init(&config);
+  config.AckPolicy = js_AckNone;  // the reader decides itself what it holds
+  config.DeliverPolicy = js_DeliverByStartSequence;
+  config.OptStartSeq = std::max<uint64_t>(from_sequence, 1);
+  config.FilterSubject = settings_.stream_subjects.c_str();
+  config.InactiveThreshold = kConsumerInactiveNs;
+  jsConsumerInfo* info = nullptr;
   jsErrCode code = static_cast<jsErrCode>(0);
-  natsStatus s = js_PullSubscribe(&handles_->reading, handles_->js, settings_.stream_subjects.c_str(), nullptr, nullptr,
-                                  &options, &code);
-  if (s != NATS_OK) {
-    handles_->reading = nullptr;
+  natsStatus s = js_AddConsumer(&info, handles_->js, settings_.stream.c_str(), &config, nullptr, &code);
+  if (s != NATS_OK || info == nullptr || info->Name == nullptr) {
+    if (info != nullptr) jsConsumerInfo_Destroy(info);
     return MakeError("cannot read stream " + settings_.stream + " from sequence " + std::to_string(from_sequence) +
                      ": " + StatusText(s, code));
+  }
+  handles_->consumer = info->Name;
+  jsConsumerInfo_Destroy(info);
+  handles_->next_subject = "$JS.API.CONSUMER.MSG.NEXT." + settings_.stream + "." + handles_->consumer;
+  s = natsInbox_Create(&handles_->pull_inbox);
+  if (s == NATS_OK)
+    s = natsConnection_SubscribeSync(&handles_->reading, handles_->connection,
+                                     (std::string(handles_->pull_inbox) + ".*").c_str());
+  // What is pending is bounded by the requests (two of kPullMaxBytes at most), not by the
+  // library's default limits, which would drop messages as a slow consumer.
+  if (s == NATS_OK) s = natsSubscription_SetPendingLimits(handles_->reading, -1, -1);
+  if (s != NATS_OK) {
+    const std::string why = StatusText(s);
+    StopReading();
+    return MakeError("cannot read stream " + settings_.stream + ": cannot listen for its messages: " + why);
+  }
+  return Status::Ok();
+}
+
+void NatsStream::StopReading() {
+  handles_->Retire(handles_->reading);
+  if (handles_->pull_inbox != nullptr) natsInbox_Destroy(handles_->pull_inbox);
+  handles_->pull_inbox = nullptr;
+  handles_->requests.clear();
+  if (!handles_->consumer.empty()) {
+    // Best effort: a consumer nobody pulls from expires on its own (kConsumerInactiveNs).
+    jsOptions options;
+    jsOptions_Init(&options);
+    options.Wait = kDeleteConsumerWaitMs;
+    jsErrCode code = static_cast<jsErrCode>(0);
+    js_DeleteConsumer(handles_->js, settings_.stream.c_str(), handles_->consumer.c_str(), &options, &code);
+    handles_->consumer.clear();
+  }
+}
+
+Status NatsStream::TopUpPullRequests() {
+  auto& requests = handles_->requests;
+  const auto now = std::chrono::steady_clock::now();
+  // A request whose end (its last message, or the server's 404/408) never came is given up.
+  while (!requests.empty() && requests.front().lost_after <= now) requests.pop_front();
+  int outstanding = 0;
+  for (const auto& r : requests) outstanding += r.remaining;
+  // Up to two requests in flight, the second asked once the first is half served: the server
+  // always has one to send into.
+  while (requests.size() < 2 && outstanding <= kPullBatch / 2) {
+    const uint64_t id = ++handles_->request_id;
+    const std::string reply = std::string(handles_->pull_inbox) + "." + std::to_string(id);
+    const std::string body = "{\"batch\":" + std::to_string(kPullBatch) + ",\"max_bytes\":" +
+                             std::to_string(kPullMaxBytes) +
+                             ",\"expires\":" + std::to_string(kPullExpiresMs * 1000 * 1000) + "}";
+    natsStatus s = natsConnection_PublishRequest(handles_->connection, handles_->next_subject.c_str(), reply.c_str(),
+                                                 body.data(), static_cast<int>(body.size()));
+    if (s != NATS_OK) return MakeError("cannot ask stream " + settings_.stream + " for messages: " + StatusText(s));
+    requests.push_back({id, kPullBatch, now + std::chrono::milliseconds(kPullLostAfterMs)});
+    outstanding += kPullBatch;
   }
   return Status::Ok();
 }
@@ -373,21 +445,50 @@ Result<uint64_t> NatsStream::LastSequence() {
 
 Result<std::optional<NatsStream::Delivered>> NatsStream::Read(int64_t timeout_ms) {
   if (handles_->reading == nullptr) return MakeError("stream " + settings_.stream + " is not being read");
-  if (handles_->fetched.empty()) {
-    natsMsgList list{};
-    jsErrCode code = static_cast<jsErrCode>(0);
-    natsStatus s = natsSubscription_Fetch(&list, handles_->reading, kFetchBatch, std::max<int64_t>(timeout_ms, 1), &code);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 1));
+  natsMsg* message = nullptr;
+  for (;;) {
+    TRELLARA_TRY(TopUpPullRequests());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    natsStatus s = natsSubscription_NextMsg(&message, handles_->reading, std::max<int64_t>(left, 1));
     if (s == NATS_TIMEOUT) return std::optional<Delivered>();
-    if (s != NATS_OK) return MakeError("reading stream " + settings_.stream + ": " + StatusText(s, code));
-    for (int i = 0; i < list.Count; i++) {
-      handles_->fetched.push_back(list.Msgs[i]);
-      list.Msgs[i] = nullptr;  // ours now
+    if (s == NATS_NO_RESPONDERS)
+      return MakeError("reading stream " + settings_.stream + ": consumer " + handles_->consumer +
+                       " does not answer (no responders: the stream has no leader, or the consumer is gone)");
+    if (s != NATS_OK) return MakeError("reading stream " + settings_.stream + ": " + StatusText(s));
+    const char* status = nullptr;
+    if (natsMsg_GetDataLength(message) == 0 && natsMsgHeader_Get(message, "Status", &status) == NATS_OK &&
+        status != nullptr) {
+      // A status of a pull request, on that request's own reply subject.
+      const std::string code = status;
+      const char* description = nullptr;
+      natsMsgHeader_Get(message, "Description", &description);
+      const std::string detail = description != nullptr ? description : "";
+      const std::string subject = natsMsg_GetSubject(message);
+      natsMsg_Destroy(message);
+      message = nullptr;
+      if (code == "100") continue;  // a heartbeat (not asked for)
+      uint64_t id = 0;
+      try {
+        id = std::stoull(subject.substr(subject.rfind('.') + 1));
+      } catch (const std::exception&) {
+        id = 0;
+      }
+      // That request is over, and the ones before it (served first) too.
+      auto& requests = handles_->requests;
+      while (!requests.empty() && requests.front().id <= id) requests.pop_front();
+      if (code == "404" || code == "408") continue;  // no messages now / the request expired
+      if (code == "409" && (detail.find("Waiting") != std::string::npos || detail.find("Leadership") != std::string::npos ||
+                            detail.find("Batch Completed") != std::string::npos))
+        continue;  // the request was refused or ended early (too many waiting, a new leader): asked again
+      return MakeError("reading stream " + settings_.stream + ": consumer " + handles_->consumer + " answered " + code +
+                       (detail.empty() ? "" : " " + detail));
     }
-    natsMsgList_Destroy(&list);
-    if (handles_->fetched.empty()) return std::optional<Delivered>();
+    auto& requests = handles_->requests;
+    if (!requests.empty() && --requests.front().remaining <= 0) requests.pop_front();
+    break;
   }
-  natsMsg* message = handles_->fetched.front();
-  handles_->fetched.pop_front();
   Delivered d;
   jsMsgMetaData* meta = nullptr;
   if (natsMsg_GetMetaData(&meta, message) == NATS_OK && meta != nullptr) {

@@ -104,8 +104,8 @@ class NatsStream {
     std::vector<uint8_t> payload;
   };
   // Starts (or restarts) reading the stream's subjects from stream sequence `from_sequence`, in
-  // stream order, through a pull consumer fetched in batches (no acknowledgements: the reader
-  // decides what it holds). Replaces any earlier reading.
+  // stream order, through a pull consumer pulled in batches (no acknowledgements: the reader
+  // decides what it holds). Replaces any earlier reading (its consumer is deleted).
   Status StartReading(uint64_t from_sequence);
   // The stream's last sequence (any subject): asks the stream's leader, and fails unless a
   // majority of the stream's replicas is current (a leader that has not noticed yet that its peers
@@ -136,6 +136,8 @@ class NatsStream {
   explicit NatsStream(StreamSettings settings);
   Status Connect();
   Status EnsureStream(bool* misconfigured);
+  void StopReading();
+  Status TopUpPullRequests();  // keeps pull requests outstanding while reading
 
   StreamSettings settings_;
   struct Handles;

@@ -42,6 +42,14 @@ def _alive(pid):
         return False
 
 
+def _fresh_ports(nodes):
+    """(client, route, http) ports for each node, all distinct."""
+    while True:
+        ports = [_free_port() for _ in range(3 * nodes)]
+        if len(set(ports)) == len(ports):
+            return [tuple(ports[3 * n:3 * n + 3]) for n in range(nodes)]
+
+
 class NatsCluster:
     def __init__(self, nodes=3, base_dir=None, name="trellara"):
         if not os.path.exists(NATS_SERVER):
@@ -50,7 +58,7 @@ class NatsCluster:
         self.base_dir = base_dir or tempfile.mkdtemp(prefix="trellara-nats-")
         os.makedirs(self.base_dir, exist_ok=True)
         self.name = name
-        self.ports = [(_free_port(), _free_port(), _free_port()) for _ in range(nodes)]  # client, route, http
+        self.ports = _fresh_ports(nodes)  # (client, route, http) per node
         self.processes = [None] * nodes
         self.pids = [None] * nodes
 
@@ -80,11 +88,36 @@ class NatsCluster:
         log.close()
         self.pids[node] = self.processes[node].pid
 
-    def start(self):
-        for node in range(len(self.ports)):
-            self.start_node(node)
-        self.wait_ready()
+    def start(self, attempts=3):
+        """Starts every node and waits for JetStream. A node that exits while the cluster starts
+        most often lost one of its ports (probed free, then taken by someone's outgoing
+        connection before the node bound it): the cluster starts again on fresh ports, at most
+        `attempts` times; the error then quotes the node's log."""
+        for attempt in range(1, attempts + 1):
+            for node in range(len(self.ports)):
+                self.start_node(node)
+            try:
+                self.wait_ready()
+                return self
+            except NatsClusterError as error:
+                exited = [node for node in range(len(self.ports)) if self.pids[node] and not _alive(self.pids[node])]
+                if not exited or attempt == attempts:
+                    raise NatsClusterError(f"{error}: {self._log_tail(exited[0] if exited else 0)}") from error
+                print(f"nats_cluster: node n{exited[0]} exited while starting ({self._log_tail(exited[0])}); "
+                      f"starting again on fresh ports (attempt {attempt + 1} of {attempts})", file=sys.stderr)
+                for node in range(len(self.ports)):
+                    self.stop_node(node)
+                    store = os.path.join(self.base_dir, f"n{node}")
+                    shutil.rmtree(store, ignore_errors=True)
+                self.ports = _fresh_ports(len(self.ports))
         return self
+
+    def _log_tail(self, node, lines=3):
+        try:
+            with open(os.path.join(self.base_dir, f"n{node}.log")) as log:
+                return " | ".join(line.strip() for line in log.readlines()[-lines:])
+        except OSError as error:
+            return f"(no log: {error})"
 
     def healthy(self, node):
         """JetStream on `node` answers and has a meta leader (/healthz)."""

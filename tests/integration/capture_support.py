@@ -35,6 +35,26 @@ class CaptureFailure(AssertionError):
     """A measured fact contradicts the capture contract; the message says which and by how much."""
 
 
+_MALLOC_DEBUG = "/usr/lib/x86_64-linux-gnu/libc_malloc_debug.so.0"
+_heap_check_usable = None
+
+
+def heap_checked_env(env=None):
+    """`env` (default: ours) plus glibc's checking allocator (libc_malloc_debug, MALLOC_CHECK_=3):
+    a write past the end of any block aborts the process when the block is freed, instead of
+    corrupting the heap silently. Not under AddressSanitizer (which must come first and checks
+    more), nor where the library is missing."""
+    global _heap_check_usable
+    merged = dict(os.environ if env is None else env)
+    if _heap_check_usable is None:
+        linked = subprocess.run(["ldd", TRELLARA_BIN], capture_output=True, text=True).stdout
+        _heap_check_usable = os.path.exists(_MALLOC_DEBUG) and "libasan" not in linked
+    if _heap_check_usable:
+        merged["LD_PRELOAD"] = " ".join(filter(None, [merged.get("LD_PRELOAD", ""), _MALLOC_DEBUG]))
+        merged["MALLOC_CHECK_"] = "3"
+    return merged
+
+
 def assert_no_backend_crashes(*clusters):
     """No server log of `clusters` reports a backend killed by a signal."""
     for cluster in clusters:

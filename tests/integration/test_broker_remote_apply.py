@@ -48,7 +48,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (TRELLARA_BIN, CaptureFailure, checks_fail_under_defect,  # noqa: E402
+from capture_support import (TRELLARA_BIN, CaptureFailure, checks_fail_under_defect, heap_checked_env,  # noqa: E402
                              record_faults_from_output, run_scenarios, scenario, verify_with_applier,
                              wait_for, write_flow_config)
 from harness.cluster import _free_port  # noqa: E402
@@ -100,7 +100,7 @@ class RemotePair(BrokerPair):
         try:
             process = subprocess.Popen(trellara(command, "--config", self.remote if command == "apply" else self.config,
                                                 *(["--format", "json"] if command == "forward" else []), env=env),
-                                       stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+                                       stdout=subprocess.PIPE, stderr=err, text=True, env=heap_checked_env(env))
         finally:
             err.close()
         process.stderr_path = path
@@ -125,7 +125,7 @@ class RemotePair(BrokerPair):
         """The remote applier until it has applied what the stream holds; its stderr (also appended
         to `outputs` when given, for a negative control)."""
         result = subprocess.run(trellara("apply", "--config", self.remote, "--until-caught-up", env=env),
-                                capture_output=True, text=True, timeout=600, env=env)
+                                capture_output=True, text=True, timeout=600, env=heap_checked_env(env))
         if outputs is not None:
             outputs.append(result.stderr)
         if result.returncode != 0:
