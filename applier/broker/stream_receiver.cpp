@@ -53,19 +53,77 @@ std::optional<std::string> ReadSmallFile(const std::string& path) {
 StreamReceiver::StreamReceiver(const FlowConfig& config, log::LogDevice& device) : config_(config), device_(device) {}
 // What this process received, once, at its end (success, stop or failure alike).
 StreamReceiver::~StreamReceiver() {
+  if (thread_.joinable()) {
+    stop_ = true;
+    thread_.join();
+  }
   const ReceiverCounters& c = counters_;
-  std::cerr << "apply flow=" << config_.flow_name << " event=stream_summary stream=" << config_.transport.stream
-            << " expected_offset=" << expected() << " appended=" << c.appended << " duplicates=" << c.duplicates
-            << " unchecked_duplicates=" << c.unchecked_duplicates << " holes=" << c.holes
-            << " passed_over=" << c.passed_over << " refills_asked=" << c.refills_asked
-            << " read_restarts=" << c.read_restarts << std::endl;
+  Event("stream_summary", "expected_offset=" + std::to_string(expected()) + " appended=" + std::to_string(c.appended) +
+                              " duplicates=" + std::to_string(c.duplicates) +
+                              " unchecked_duplicates=" + std::to_string(c.unchecked_duplicates) +
+                              " holes=" + std::to_string(c.holes) + " passed_over=" + std::to_string(c.passed_over) +
+                              " refills_asked=" + std::to_string(c.refills_asked) +
+                              " read_restarts=" + std::to_string(c.read_restarts));
 }
 
-uint64_t StreamReceiver::expected() const { return writer_ ? writer_->next_offset() : 0; }
-
 void StreamReceiver::Event(const std::string& event, const std::string& fields) {
-  std::cerr << "apply flow=" << config_.flow_name << " event=" << event << " stream=" << config_.transport.stream << " "
-            << fields << std::endl;
+  // One write per line: the applier's thread writes its own lines meanwhile.
+  std::cerr << ("apply flow=" + config_.flow_name + " event=" + event + " stream=" + config_.transport.stream + " " +
+                fields + "\n")
+            << std::flush;
+}
+
+bool StreamReceiver::Stopping() const { return stop_ || apply::StopRequested(); }
+
+void StreamReceiver::StartThread() {
+  if (thread_.joinable()) return;
+  thread_ = std::thread([this] { ThreadMain(); });
+}
+
+void StreamReceiver::ThreadMain() {
+  // Reads a little at a time, so a stop and the applier's positions are seen promptly.
+  constexpr auto kThreadPumpWait = std::chrono::milliseconds(50);
+  try {
+    for (;;) {
+      std::optional<uint64_t> position;
+      if (Stopping()) break;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        position.swap(position_to_send_);
+      }
+      if (position) SendPosition(*position);
+      std::optional<ConflictingDelivery> conflict;
+      const size_t appended = Pump(kThreadPumpWait, conflict);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        appended_since_wait_ += appended;
+        if (conflict) conflict_ = std::move(conflict);
+      }
+      if (appended > 0 || conflict_) changed_.notify_all();
+      if (conflict_) break;  // the applier quarantines it and stops
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    failure_ = std::current_exception();
+  }
+  changed_.notify_all();
+}
+
+bool StreamReceiver::WaitForRecords(std::chrono::milliseconds wait, std::optional<ConflictingDelivery>& conflict) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait_for(lock, wait, [&] { return appended_since_wait_ > 0 || conflict_ || failure_; });
+  if (failure_) {
+    std::exception_ptr failure = failure_;
+    failure_ = nullptr;
+    std::rethrow_exception(failure);
+  }
+  if (conflict_) {
+    conflict = std::move(conflict_);
+    conflict_.reset();
+  }
+  const bool appended = appended_since_wait_ > 0;
+  appended_since_wait_ = 0;
+  return appended;
 }
 
 void StreamReceiver::Unavailable(const std::string& error) {
@@ -100,6 +158,7 @@ bool StreamReceiver::Open() {
                             "written by trellara apply): " + writer.error().message,
                         kExitCouldNotRun);
   writer_ = std::move(writer.value());
+  expected_ = writer_->next_offset();
   if (auto identity = ReadSmallFile(dir + "/" + kIdentityFile)) identity_ = *identity;
   if (identity_.empty() && writer_->next_offset() > 0)
     throw CommandFailed("the replica at " + dir + " holds records up to offset " + std::to_string(writer_->next_offset()) +
@@ -123,7 +182,7 @@ bool StreamReceiver::Connect() {
   settings.subject = core::FlowSubject(config_.flow_name);
   settings.stream_subjects = core::StreamSubjects(config_.flow_name);
   settings.credentials = config_.transport.credentials;
-  while (!apply::StopRequested()) {
+  while (!Stopping()) {
     bool misconfigured = false;
     auto stream = NatsStream::Open(settings, &misconfigured);
     if (misconfigured)
@@ -141,7 +200,7 @@ bool StreamReceiver::Connect() {
       return true;
     }
     Unavailable(stream.error().message);
-    for (const auto until = Clock::now() + retry_wait_; Clock::now() < until && !apply::StopRequested();)
+    for (const auto until = Clock::now() + retry_wait_; Clock::now() < until && !Stopping();)
       std::this_thread::sleep_for(cadence::kApplierStopCheck);
   }
   return false;
@@ -324,6 +383,7 @@ size_t StreamReceiver::Pump(std::chrono::milliseconds wait, std::optional<Confli
         appended++;
         bytes += d.payload.size();
         counters_.appended++;
+        expected_ = writer_->next_offset();
         if (skipping) skipped_ahead_ = name->offset + 1 - writer_->next_offset();  // the defect believes it is there
         if (holes_.Appended(*offset))
           Event("refilled", "offset=" + std::to_string(*offset) + " stream_sequence=" + std::to_string(d.sequence));
@@ -369,7 +429,7 @@ size_t StreamReceiver::Pump(std::chrono::milliseconds wait, std::optional<Confli
   if (appended > 0 || delivered_count > 0) WriteHint();
   // A hole whose refill has not come: asked again (a forwarder that restarted, an answer lost).
   if (auto again = holes_.Due(identity_.empty() ? pending_identity_ : identity_, NowMs())) AskRefill(*again);
-  if (position_ && Clock::now() - position_sent_at_ >= kPositionResend) ReportPosition(*position_);
+  if (position_ && Clock::now() - position_sent_at_ >= kPositionResend) SendPosition(*position_);
   if (delivered_count == 0 && Clock::now() - last_delivery_ >= kProbeAfterIdle &&
       Clock::now() - last_probe_ >= kProbeAfterIdle)
     Probe();
@@ -388,6 +448,15 @@ size_t StreamReceiver::Pump(std::chrono::milliseconds wait, std::optional<Confli
 }
 
 void StreamReceiver::ReportPosition(uint64_t next_offset) {
+  if (thread_.joinable()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    position_to_send_ = next_offset;  // the thread sends it (the broker connection and the writer are its own)
+    return;
+  }
+  SendPosition(next_offset);
+}
+
+void StreamReceiver::SendPosition(uint64_t next_offset) {
   position_ = next_offset;
   position_sent_at_ = Clock::now();
   if (stream_ && !identity_.empty()) {
@@ -398,8 +467,8 @@ void StreamReceiver::ReportPosition(uint64_t next_offset) {
   }
   auto reclaimed = writer_->ReclaimSegments();
   if (!reclaimed)
-    std::cerr << "apply flow=" << config_.flow_name << " event=warning reason=\"cannot delete the replica's segments "
-              << "below offset " << next_offset << ": " << reclaimed.error().message << "\"" << std::endl;
+    Event("warning", "reason=\"cannot delete the replica's segments below offset " + std::to_string(next_offset) +
+                         ": " + reclaimed.error().message + "\"");
 }
 
 }  // namespace broker

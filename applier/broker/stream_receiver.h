@@ -14,11 +14,16 @@
 // back to the forwarder, which keeps the source's log until every remote applier is past it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "broker/nats_stream.h"
@@ -50,8 +55,9 @@ struct ReceiverCounters {
 
 class StreamReceiver {
  public:
+  // `device`: the receiver's own (its writer's io_uring ring is used by its thread only).
   StreamReceiver(const FlowConfig& config, log::LogDevice& device);
-  ~StreamReceiver();
+  ~StreamReceiver();  // stops and joins the thread, if any
 
   // Opens (creating) the replica in flow.log_directory and connects to the broker, retrying while
   // it cannot be reached. False when a stop was requested meanwhile.
@@ -63,15 +69,28 @@ class StreamReceiver {
   // holds every offset the stream showed, and the stream's leader says it holds nothing unread.
   bool idle() const { return idle_; }
   // The applier's durable position in the replica (its consumer offset): sent to the forwarder,
-  // and the replica's segments wholly below it are deleted.
+  // and the replica's segments wholly below it are deleted (by the thread, when there is one).
   void ReportPosition(uint64_t next_offset);
 
-  uint64_t expected() const;
+  // A daemon applier: from here on Pump runs in the receiver's own thread, so the stream is read
+  // and the replica made durable while the applier applies (before, and with --until-caught-up,
+  // the applier calls Pump itself when it has nothing to apply).
+  void StartThread();
+  bool threaded() const { return thread_.joinable(); }
+  // The threaded receiver: waits up to `wait` for records appended since the last call (true when
+  // some were); `conflict` is set when the thread stopped on one; what ended the thread (a
+  // CommandFailed) is thrown here.
+  bool WaitForRecords(std::chrono::milliseconds wait, std::optional<ConflictingDelivery>& conflict);
+
+  uint64_t expected() const { return expected_; }
   bool broker_available() const { return !unavailable_; }
-  const ReceiverCounters& counters() const { return counters_; }
+  const ReceiverCounters& counters() const { return counters_; }  // the receiver's thread, or once it ended
   const std::string& log_identity() const { return identity_; }
 
  private:
+  void ThreadMain();
+  bool Stopping() const;  // a stop was requested, or the applier is ending
+  void SendPosition(uint64_t next_offset);
   bool Connect();
   bool StartReading();
   // Sends `request` to the forwarder and acts on its answer (a lost or reclaimed range stops the flow).
@@ -97,10 +116,11 @@ class StreamReceiver {
   uint64_t max_offset_seen_ = 0;       // one past the highest offset any delivered message held
   uint64_t skipped_ahead_ = 0;         // defect.apply_hole_check_skipped only: the offsets it skipped
   bool reading_ = false;
-  bool idle_ = false;
+  std::atomic<bool> idle_{false};
+  std::atomic<uint64_t> expected_{0};  // the writer's next offset (read by the applier's thread)
   trellara::broker::HoleWatch holes_;  // the missing offset a refill was asked for, and when to ask again
   std::chrono::steady_clock::time_point unavailable_since_{};
-  bool unavailable_ = false;
+  std::atomic<bool> unavailable_{false};
   bool said_running_ = false;
   std::chrono::milliseconds retry_wait_{0};
   std::chrono::steady_clock::time_point last_delivery_{};
@@ -108,6 +128,16 @@ class StreamReceiver {
   std::optional<uint64_t> position_;   // the last position reported
   std::chrono::steady_clock::time_point position_sent_at_{};
   ReceiverCounters counters_;
+
+  // The thread (daemon mode) and what it hands to the applier's thread, under mutex_.
+  std::thread thread_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::atomic<bool> stop_{false};       // the applier is ending: the thread returns
+  uint64_t appended_since_wait_ = 0;
+  std::optional<ConflictingDelivery> conflict_;
+  std::exception_ptr failure_;
+  std::optional<uint64_t> position_to_send_;
 };
 
 }  // namespace trellara::cli::broker

@@ -47,8 +47,8 @@ inline constexpr auto kAnswerInterval = std::chrono::milliseconds(20);
 inline constexpr auto kTailCheckInterval = std::chrono::seconds(2);
 // Records published before their acknowledgements are awaited (one connection keeps their order):
 // the broker's round trip is paid once per batch, not per record.
-inline constexpr size_t kBatchRecords = 1024;
-inline constexpr size_t kBatchBytes = 4u << 20;
+inline constexpr size_t kBatchRecords = 4096;
+inline constexpr size_t kBatchBytes = 16u << 20;
 
 struct Options {
   std::string config_path;

@@ -107,7 +107,12 @@ void Applier::Run() {
   device_ = std::move(device.value());
   if (config_.transport.kind == TransportKind::Nats) {
     // A remote applier: flow.log_directory is its replica of the log, created here.
-    receiver_ = std::make_unique<broker::StreamReceiver>(config_, *device_);
+    auto receiver_device = log::OpenUringDevice();
+    if (!receiver_device)
+      Fail("cannot open the log device for the replica at " + config_.log_directory + ": " +
+           receiver_device.error().message);
+    receiver_device_ = std::move(receiver_device.value());
+    receiver_ = std::make_unique<broker::StreamReceiver>(config_, *receiver_device_);
     if (!receiver_->Open()) {
       progress_.Print("stopped", counters_, Figures(false));
       return;
@@ -132,6 +137,9 @@ void Applier::Run() {
   conn_ = &session_.conn();
   LoadRegistry();
   OpenLog();
+  // A daemon's receiver reads the stream while the applier applies; --until-caught-up read the
+  // stream up to its end in OpenLog and applies that.
+  if (receiver_ && !until_caught_up_) receiver_->StartThread();
   WriteStatus("running", "");
   WriteStateFile("running", "", "");
   ReadQuarantineOpen();
@@ -287,9 +295,10 @@ bool Applier::IdleWait(std::chrono::milliseconds wait) {
     return false;
   }
   std::optional<broker::ConflictingDelivery> conflict;
-  const size_t appended = receiver_->Pump(wait, conflict);
+  const bool appended = receiver_->threaded() ? receiver_->WaitForRecords(wait, conflict)
+                                              : receiver_->Pump(wait, conflict) > 0;
   if (conflict) StopOnConflict(*conflict);
-  return appended > 0;
+  return appended;
 }
 
 void Applier::StopOnConflict(const broker::ConflictingDelivery& conflict) {

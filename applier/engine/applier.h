@@ -238,6 +238,7 @@ class Applier {
   ApplySession session_;
   PgConnection* conn_ = nullptr;  // session_'s connection, once connected
   std::unique_ptr<log::LogReader> reader_;
+  std::unique_ptr<log::LogDevice> receiver_device_;    // the receiver's own io_uring ring (its thread's)
   std::unique_ptr<broker::StreamReceiver> receiver_;  // [transport] kind = "nats": feeds the replica
   std::unique_ptr<log::LogReader> chunk_reader_;
   TransactionBarrier barrier_;

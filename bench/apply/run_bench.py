@@ -37,7 +37,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests"))
 from harness import PG_BIN, Cluster  # noqa: E402
 from harness.cluster import PG_USER  # noqa: E402
-from harness.nats_client import NatsClient  # noqa: E402
+from harness.nats_client import NatsClient, NatsError  # noqa: E402
 from harness.nats_cluster import NatsCluster  # noqa: E402
 
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
@@ -209,12 +209,17 @@ def timed_broker(source, target, log_dir, transactions, last_commit, args, run):
             f.write(f'[flow]\nname = "bench"\nlog_directory = "{os.path.join(work, "replica")}"\n\n{common}{transport}')
         # The stream exists (with its leader) before the clock starts, as in production: the broker
         # path is timed from the same state as the local one, not from the stream's creation.
-        with NatsClient(nats.client_port(0)) as client:
-            client.api(f"$JS.API.STREAM.CREATE.BENCH_{run}", {
-                "name": f"BENCH_{run}", "subjects": ["trellara.bench.log.*"], "num_replicas": 3, "storage": "file",
-                "duplicate_window": 120 * 10**9})
-            wait_until("the stream's leader", lambda: client.stream_info(f"BENCH_{run}").get("cluster", {}).get(
-                "leader") is not None, 60, 0.1)
+        def create_stream():
+            # A cluster that just reported healthy may not answer JetStream's API for a moment yet.
+            try:
+                with NatsClient(nats.client_port(0)) as client:
+                    client.api(f"$JS.API.STREAM.CREATE.BENCH_{run}", {
+                        "name": f"BENCH_{run}", "subjects": ["trellara.bench.log.*"], "num_replicas": 3,
+                        "storage": "file", "duplicate_window": 120 * 10**9})
+                    return client.stream_info(f"BENCH_{run}").get("cluster", {}).get("leader") is not None
+            except (OSError, NatsError):
+                return False
+        wait_until("the stream and its leader", create_stream, 60, 0.2)
         out = open(os.path.join(work, "processes.out"), "w+")
         t0 = time.monotonic()
         forwarder = subprocess.Popen([TRELLARA, "forward", "--config", forward_toml], stdout=out, stderr=subprocess.STDOUT)
@@ -230,6 +235,9 @@ def timed_broker(source, target, log_dir, transactions, last_commit, args, run):
             out.seek(0)
             output = out.read()
             out.close()
+        if os.environ.get("BENCH_BROKER_OUTPUT"):   # where the broker path spent its time (diagnosis)
+            with open(os.environ["BENCH_BROKER_OUTPUT"], "a") as keep:
+                keep.write(f"---- run {run}: {seconds:.2f} s ----\n{output}\n")
         if applied < transactions:
             raise RuntimeError(f"the remote applier reached the last commit with {applied} dedup rows, not "
                                f"{transactions}: {output[-2000:]}")

@@ -473,6 +473,24 @@ def conflicting_duplicate_is_quarantined():
             raise CaptureFailure(f"no checksum_conflict quarantine row on the target: {reasons!r}")
         pair.assert_target_exact("after the conflicting copy")
         print(f"conflicting duplicate of offset {a[1]['Trellara-Offset']}: quarantined ({reasons}), exit 3")
+        # The daemon (its receiver reads the stream in its own thread) refuses one the same way.
+        with NatsClient(cluster.client_port(0)) as client:
+            c, d = envelopes[4], envelopes[8]
+            republish(client, pair.flow, c, 10, payload=d[2])
+        daemon = pair.start_process("apply", "apply-daemon")
+        try:
+            daemon.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            raise CaptureFailure("the daemon applier did not stop on the conflicting copy of offset "
+                                 f"{c[1]['Trellara-Offset']} within 120 s: {pair.stderr_of(daemon)[-2000:]}")
+        if daemon.returncode != 3 or "again with other content" not in pair.stderr_of(daemon):
+            raise CaptureFailure(f"the daemon applier did not refuse the conflicting copy of offset "
+                                 f"{c[1]['Trellara-Offset']}: exit {daemon.returncode}: {pair.stderr_of(daemon)[-2000:]}")
+        conflicts = pair.target.query("SELECT count(*) FROM trellara.quarantine WHERE reason = 'checksum_conflict'")
+        if int(conflicts) != 2:
+            raise CaptureFailure(f"{conflicts} checksum_conflict quarantine rows on the target, expected 2")
+        pair.assert_target_exact("after the daemon refused the second conflicting copy")
+        print(f"the daemon refused the conflicting copy of offset {c[1]['Trellara-Offset']} too (exit 3)")
         stop(forwarder)
         pair.check_no_crashes()
     print("ok: conflicting_duplicate_is_quarantined")
