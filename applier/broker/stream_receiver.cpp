@@ -29,6 +29,7 @@ namespace core = trellara::broker;
 // The replica's own facts, beside the consumer files (a leading '.' keeps them out of the
 // consumer names): which log it holds, and where reading the stream resumes (a hint only).
 constexpr const char* kIdentityFile = "consumers/.stream.identity";
+constexpr const char* kIdentityTmpFile = "consumers/.stream.identity.tmp";
 constexpr const char* kPositionHintFile = "consumers/.stream.position";
 // One Pump reads at most this much before it makes what it appended durable.
 constexpr size_t kPumpRecordsMax = 4096;
@@ -68,9 +69,10 @@ StreamReceiver::~StreamReceiver() {
 
 void StreamReceiver::Event(const std::string& event, const std::string& fields) {
   // One write per line: the applier's thread writes its own lines meanwhile.
-  std::cerr << ("apply flow=" + config_.flow_name + " event=" + event + " stream=" + config_.transport.stream + " " +
-                fields + "\n")
-            << std::flush;
+  std::string line = "apply flow=";
+  line.append(config_.flow_name).append(" event=").append(event).append(" stream=");
+  line.append(config_.transport.stream).append(" ").append(fields).append("\n");
+  std::cerr << line << std::flush;
 }
 
 bool StreamReceiver::Stopping() const { return stop_ || apply::StopRequested(); }
@@ -354,7 +356,7 @@ size_t StreamReceiver::Pump(std::chrono::milliseconds wait, std::optional<Confli
       // starts at the log's start; a stream that lost it asks the forwarder like any hole).
       identity_ = name->log_identity;
       Status kept = log::WriteFileAtomically(device_, config_.log_directory, kIdentityFile,
-                                             std::string(kIdentityFile) + ".tmp", identity_ + "\n");
+                                             kIdentityTmpFile, identity_ + "\n");
       if (!kept.ok())
         throw CommandFailed("cannot record which log the replica at " + config_.log_directory + " holds: " +
                             kept.error().message);

@@ -221,11 +221,13 @@ def timed_broker(source, target, log_dir, transactions, last_commit, args, run):
                 return False
         wait_until("the stream and its leader", create_stream, 60, 0.2)
         out = open(os.path.join(work, "processes.out"), "w+")
+        nats_cpu_before = sum(process_cpu(pid) for pid in nats.pids)
         t0 = time.monotonic()
         forwarder = subprocess.Popen([TRELLARA, "forward", "--config", forward_toml], stdout=out, stderr=subprocess.STDOUT)
         applier = subprocess.Popen([TRELLARA, "apply", "--config", remote_toml], stdout=out, stderr=subprocess.STDOUT)
         try:
             seconds, applied = timed_catch_up("the remote applier", target, last_commit, transactions, t0)
+            nats_cpu = sum(process_cpu(pid) for pid in nats.pids) - nats_cpu_before
         finally:
             cpu = 0.0
             for process in (applier, forwarder):
@@ -241,7 +243,14 @@ def timed_broker(source, target, log_dir, transactions, last_commit, args, run):
         if applied < transactions:
             raise RuntimeError(f"the remote applier reached the last commit with {applied} dedup rows, not "
                                f"{transactions}: {output[-2000:]}")
-    return seconds, cpu
+    return seconds, cpu, nats_cpu
+
+
+def process_cpu(pid):
+    """CPU seconds (user + system) a live process has used so far, from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def forget_applier(log_dir):
@@ -346,8 +355,9 @@ def one_run(run, args):
             result.update({"compare_s": compare_s, "compare_cpu_s": compare_cpu, "compare_tps": transactions / compare_s,
                            "first_vs_compare": compare_s / first[0], "order": " then ".join(modes)})
         if args.mode == "broker":
-            broker_s, broker_cpu = timed["broker"]
+            broker_s, broker_cpu, nats_cpu = timed["broker"]
             result.update({"broker_s": broker_s, "broker_tps": transactions / broker_s, "broker_cpu_s": broker_cpu,
+                           "nats_cpu_s": nats_cpu,
                            "broker_vs_local": first[0] / broker_s, "broker_ratio": native_s / broker_s,
                            "order": " then ".join(modes)})
         if args.mode == "both":
@@ -401,7 +411,7 @@ def main():
                   flush=True)
         if args.mode == "broker":
             print(f"run {run}: broker {r['broker_s']:.2f} s ({r['broker_tps']:.0f} tx/s, applier + forwarder CPU "
-                  f"{r['broker_cpu_s']:.2f} s) | broker/local {r['broker_vs_local']:.2f} | broker/native "
+                  f"{r['broker_cpu_s']:.2f} s, three nats-servers' CPU {r['nats_cpu_s']:.2f} s) | broker/local {r['broker_vs_local']:.2f} | broker/native "
                   f"{r['broker_ratio']:.2f} ({r['order']})", flush=True)
         if args.mode == "both":
             print(f"run {run}: daemon {r['daemon_s']:.2f} s ({r['daemon_tps']:.0f} tx/s, applier CPU "

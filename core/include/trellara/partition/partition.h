@@ -1,0 +1,106 @@
+// partition.h — partitioned scale mode's rules, as pure decisions (no log, no target): where a
+// change goes (the versioned partition map), what a partition applier must find in a partitioned
+// transaction's manifest before it buffers a chunk, and the global watermark — the newest source
+// commit for which every partition listed by every manifest up to it holds checkpoint evidence.
+// Readers of the user tables may see a source transaction only once the watermark passes it.
+//
+// Routing. A row change (insert, update, delete) goes to exactly one partition, chosen from its
+// relation's schema and name (not its OID: a target restored from pg_dump routes alike) and its
+// replica-identity key values: the old key when the change carries an old image, else the new
+// row's key columns. A relation without key columns (REPLICA IDENTITY FULL or NOTHING without a
+// primary key) routes by relation alone, so its rows keep their order in one partition. A change
+// that is not a row change (truncate, DDL, logical message), or whose key value is not in the
+// change (an unchanged TOASTed key), is `serial`: it belongs to the transaction's global boundary
+// and is applied only once every partition holds everything before it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "trellara/base/result.h"
+#include "trellara/record/envelope.h"
+
+namespace trellara::partition {
+
+inline constexpr uint32_t kMaxPartitions = 64;
+
+// The versioned partition map. Changing `partitions` is a new version, made only by the
+// documented re-partitioning step (a flow never mixes two maps in one transaction).
+struct PartitionMap {
+  uint32_t version = 1;
+  uint32_t partitions = 1;  // 1..kMaxPartitions
+  bool operator==(const PartitionMap&) const = default;
+};
+// An error naming the bad field: version 0, no partitions, more than kMaxPartitions.
+Status ValidateMap(const PartitionMap& map);
+
+struct Route {
+  bool serial = false;     // applied at the transaction's global boundary (see above)
+  uint32_t partition = 0;  // when not serial: 0..partitions-1
+  bool operator==(const Route&) const = default;
+};
+
+// The partition of a row of `schema`.`name` whose key values are `key` (empty: the relation has
+// no key). Stable across processes, versions of this code's callers, and machines: a hash of the
+// bytes (CRC32C over length-prefixed fields), never of pointers or OIDs.
+uint32_t PartitionOfRow(const PartitionMap& map, std::string_view schema, std::string_view name,
+                        std::span<const Value> key);
+
+// Where `change` of `relation` goes. `relation` is the change's relation (ignored for serial ops).
+Route RouteChange(const PartitionMap& map, const RelationInfo& relation, const Change& change);
+
+// ---- a partition applier's check of one chunk against the manifest ------------------------------
+// The manifest is a claim until its commit marker binds it; a partition applier checks every chunk
+// it is handed against it before it buffers anything.
+enum class ChunkVerdict : uint8_t {
+  Accept,               // listed for this partition, same event count and checksum
+  Duplicate,            // already accepted, identical: counted, not buffered again
+  RoutingMismatch,      // the chunk's routing header names another partition than this applier's
+  Unlisted,             // the manifest lists no chunk with this seq
+  ListedElsewhere,      // listed, but for another partition than the chunk's header says
+  Conflicting,          // listed (or accepted before) with another event count or checksum
+};
+const char* ChunkVerdictName(ChunkVerdict verdict);  // "accept", "duplicate", "routing_mismatch", ...
+bool Refused(ChunkVerdict verdict);                   // everything but Accept and Duplicate
+
+// `accepted`: the chunks this partition accepted so far for the transaction, by seq.
+ChunkVerdict CheckChunk(uint32_t applier_partition, const ChunkRef& chunk, std::span<const ChunkRef> manifest_chunks,
+                        const std::map<uint32_t, ChunkRef>& accepted);
+
+// At the commit marker: the chunks of `partition` the manifest lists that were not accepted
+// (their seqs, ascending). Non-empty: the transaction is refused for a missing chunk.
+std::vector<uint32_t> MissingChunks(uint32_t partition, std::span<const ChunkRef> manifest_chunks,
+                                    const std::map<uint32_t, ChunkRef>& accepted);
+
+// The partitions a manifest lists (ascending, each once): those that must hold checkpoint
+// evidence for the transaction before the watermark may pass it.
+std::vector<uint32_t> ListedPartitions(std::span<const ChunkRef> manifest_chunks);
+
+// ---- the global watermark --------------------------------------------------------------------
+struct PendingTransaction {
+  uint64_t commit_lsn = 0;
+  std::vector<uint32_t> partitions;  // ListedPartitions of its manifest
+};
+
+struct Watermark {
+  uint64_t commit_lsn = 0;            // every transaction at or below it may be visible
+  std::optional<uint64_t> held_at;    // the first transaction past it (nullopt: none pending)
+  std::vector<uint32_t> holding;      // the partitions without checkpoint evidence for held_at
+  bool operator==(const Watermark&) const = default;
+};
+
+// `pending`: the transactions past `floor` (the watermark already published), in commit order.
+// `checkpoints`: per partition, the commit LSN of the newest transaction whose part that
+// partition committed (a partition applier commits its transactions in commit order, so evidence
+// for T is a checkpoint at or past T's commit LSN; a partition absent from the map has none).
+// The watermark moves to the last transaction before the first one some listed partition lacks.
+// An error when `pending` is not in ascending commit order, or starts at or below `floor`.
+Result<Watermark> GlobalWatermark(uint64_t floor, std::span<const PendingTransaction> pending,
+                                  const std::map<uint32_t, uint64_t>& checkpoints);
+
+}  // namespace trellara::partition

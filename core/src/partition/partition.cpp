@@ -1,0 +1,146 @@
+// partition.cpp — partitioned scale mode's rules (partition.h).
+#include "trellara/partition/partition.h"
+
+#include <algorithm>
+
+#include "trellara/log/crc32c.h"
+
+namespace trellara::partition {
+namespace {
+
+uint32_t HashField(uint32_t crc, std::string_view bytes) {
+  const uint32_t length = static_cast<uint32_t>(bytes.size());
+  const uint8_t prefix[4] = {static_cast<uint8_t>(length), static_cast<uint8_t>(length >> 8),
+                             static_cast<uint8_t>(length >> 16), static_cast<uint8_t>(length >> 24)};
+  crc = Crc32c(prefix, sizeof prefix, crc);
+  return Crc32c(bytes.data(), bytes.size(), crc);
+}
+
+// The key values of the row `change` touches, in column order; empty when the relation has no
+// key; nullopt when the change does not carry them (an unchanged TOASTed key, a delete without
+// its old key, a tuple that does not match the relation).
+std::optional<std::vector<Value>> KeyOf(const RelationInfo& relation, const Change& change) {
+  std::vector<size_t> keys;
+  for (size_t i = 0; i < relation.columns.size(); i++)
+    if (relation.columns[i].is_key) keys.push_back(i);
+  if (keys.empty()) return std::vector<Value>{};
+  std::vector<Value> key;
+  if (change.old_image == OldImage::Key) {
+    if (change.old_tuple.size() != keys.size()) return std::nullopt;
+    key = change.old_tuple;
+  } else {
+    const std::vector<Value>* row = nullptr;
+    if (change.old_image == OldImage::Full)
+      row = &change.old_tuple;
+    else if (change.op != Op::Delete)
+      row = &change.new_tuple;
+    if (row == nullptr || row->size() != relation.columns.size()) return std::nullopt;
+    for (size_t i : keys) key.push_back((*row)[i]);
+  }
+  for (const Value& v : key)
+    if (v.kind == Value::Kind::UnchangedToast) return std::nullopt;
+  return key;
+}
+
+}  // namespace
+
+Status ValidateMap(const PartitionMap& map) {
+  if (map.version == 0) return MakeError("partition map version 0 is not a version (versions start at 1)");
+  if (map.partitions == 0) return MakeError("a partition map needs at least one partition (partitions = 0)");
+  if (map.partitions > kMaxPartitions)
+    return MakeError("partitions = " + std::to_string(map.partitions) + " is more than the most a flow supports (" +
+                     std::to_string(kMaxPartitions) + ")");
+  return Status::Ok();
+}
+
+uint32_t PartitionOfRow(const PartitionMap& map, std::string_view schema, std::string_view name,
+                        std::span<const Value> key) {
+  uint32_t crc = HashField(0, schema);
+  crc = HashField(crc, name);
+  for (const Value& v : key) {
+    const char kind = static_cast<char>(v.kind);
+    crc = Crc32c(&kind, 1, crc);
+    crc = HashField(crc, v.data);
+  }
+  return map.partitions <= 1 ? 0 : crc % map.partitions;
+}
+
+Route RouteChange(const PartitionMap& map, const RelationInfo& relation, const Change& change) {
+  if (change.op != Op::Insert && change.op != Op::Update && change.op != Op::Delete) return Route{true, 0};
+  auto key = KeyOf(relation, change);
+  if (!key) return Route{true, 0};
+  return Route{false, PartitionOfRow(map, relation.schema, relation.name, *key)};
+}
+
+const char* ChunkVerdictName(ChunkVerdict verdict) {
+  switch (verdict) {
+    case ChunkVerdict::Accept: return "accept";
+    case ChunkVerdict::Duplicate: return "duplicate";
+    case ChunkVerdict::RoutingMismatch: return "routing_mismatch";
+    case ChunkVerdict::Unlisted: return "unlisted";
+    case ChunkVerdict::ListedElsewhere: return "listed_elsewhere";
+    case ChunkVerdict::Conflicting: return "conflicting";
+  }
+  return "unknown";
+}
+
+bool Refused(ChunkVerdict verdict) { return verdict != ChunkVerdict::Accept && verdict != ChunkVerdict::Duplicate; }
+
+ChunkVerdict CheckChunk(uint32_t applier_partition, const ChunkRef& chunk, std::span<const ChunkRef> manifest_chunks,
+                        const std::map<uint32_t, ChunkRef>& accepted) {
+  if (chunk.partition_id != applier_partition) return ChunkVerdict::RoutingMismatch;
+  auto listed = std::find_if(manifest_chunks.begin(), manifest_chunks.end(),
+                             [&](const ChunkRef& ref) { return ref.seq == chunk.seq; });
+  if (listed == manifest_chunks.end()) return ChunkVerdict::Unlisted;
+  if (listed->partition_id != chunk.partition_id) return ChunkVerdict::ListedElsewhere;
+  if (listed->event_count != chunk.event_count || listed->checksum != chunk.checksum) return ChunkVerdict::Conflicting;
+  auto before = accepted.find(chunk.seq);
+  if (before == accepted.end()) return ChunkVerdict::Accept;
+  return before->second == chunk ? ChunkVerdict::Duplicate : ChunkVerdict::Conflicting;
+}
+
+std::vector<uint32_t> MissingChunks(uint32_t partition, std::span<const ChunkRef> manifest_chunks,
+                                    const std::map<uint32_t, ChunkRef>& accepted) {
+  std::vector<uint32_t> missing;
+  for (const ChunkRef& ref : manifest_chunks)
+    if (ref.partition_id == partition && !accepted.count(ref.seq)) missing.push_back(ref.seq);
+  std::sort(missing.begin(), missing.end());
+  return missing;
+}
+
+std::vector<uint32_t> ListedPartitions(std::span<const ChunkRef> manifest_chunks) {
+  std::vector<uint32_t> partitions;
+  for (const ChunkRef& ref : manifest_chunks) partitions.push_back(ref.partition_id);
+  std::sort(partitions.begin(), partitions.end());
+  partitions.erase(std::unique(partitions.begin(), partitions.end()), partitions.end());
+  return partitions;
+}
+
+Result<Watermark> GlobalWatermark(uint64_t floor, std::span<const PendingTransaction> pending,
+                                  const std::map<uint32_t, uint64_t>& checkpoints) {
+  Watermark w;
+  w.commit_lsn = floor;
+  uint64_t previous = floor;
+  for (const PendingTransaction& tx : pending) {
+    if (tx.commit_lsn <= previous)
+      return MakeError("pending partitioned transactions are not in ascending commit order past the watermark " +
+                       FormatLsn(floor) + ": " + FormatLsn(tx.commit_lsn) + " follows " + FormatLsn(previous));
+    previous = tx.commit_lsn;
+  }
+  for (const PendingTransaction& tx : pending) {
+    std::vector<uint32_t> holding;
+    for (uint32_t p : tx.partitions) {
+      auto evidence = checkpoints.find(p);
+      if (evidence == checkpoints.end() || evidence->second < tx.commit_lsn) holding.push_back(p);
+    }
+    if (!holding.empty()) {
+      w.held_at = tx.commit_lsn;
+      w.holding = std::move(holding);
+      return w;
+    }
+    w.commit_lsn = tx.commit_lsn;
+  }
+  return w;
+}
+
+}  // namespace trellara::partition

@@ -1,0 +1,229 @@
+// partition_test.cpp — partitioned scale mode's rules: routing by relation and key, a partition
+// applier's chunk checks, and the global watermark (core/include/trellara/partition/partition.h).
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include "trellara/partition/partition.h"
+
+using namespace trellara;
+using namespace trellara::partition;
+
+namespace {
+
+RelationInfo Accounts() {
+  RelationInfo r;
+  r.oid = 16400;
+  r.schema = "public";
+  r.name = "accounts";
+  r.columns = {{"id", 20, "bigint", -1, true}, {"balance", 1700, "numeric", -1, false}};
+  return r;
+}
+
+Change Insert(const std::string& id, const std::string& balance) {
+  Change c;
+  c.op = Op::Insert;
+  c.relation_oid = 16400;
+  c.new_tuple = {Value::Text(id), Value::Text(balance)};
+  return c;
+}
+
+ChunkRef Ref(uint32_t seq, uint32_t partition, uint32_t events, uint8_t tag) {
+  ChunkRef ref;
+  ref.seq = seq;
+  ref.partition_id = partition;
+  ref.event_count = events;
+  ref.checksum.fill(tag);
+  return ref;
+}
+
+}  // namespace
+
+TEST_CASE("a_partition_map_names_what_is_wrong_with_it", "[partition]") {
+  CHECK(ValidateMap({1, 4}).ok());
+  CHECK(ValidateMap({1, kMaxPartitions}).ok());
+  CHECK(ValidateMap({0, 4}).error().message.find("version 0") != std::string::npos);
+  CHECK(ValidateMap({1, 0}).error().message.find("at least one partition") != std::string::npos);
+  CHECK(ValidateMap({1, kMaxPartitions + 1}).error().message.find("65") != std::string::npos);
+}
+
+TEST_CASE("every_change_of_one_row_goes_to_one_partition_whatever_its_op", "[partition]") {
+  const PartitionMap map{1, 8};
+  const RelationInfo accounts = Accounts();
+  const Route inserted = RouteChange(map, accounts, Insert("42", "10.00"));
+  REQUIRE_FALSE(inserted.serial);
+  // An update without a key change carries no old image: routed by the new row's key.
+  Change update = Insert("42", "11.00");
+  update.op = Op::Update;
+  CHECK(RouteChange(map, accounts, update) == inserted);
+  // A delete carries the old key.
+  Change remove;
+  remove.op = Op::Delete;
+  remove.old_image = OldImage::Key;
+  remove.old_tuple = {Value::Text("42")};
+  CHECK(RouteChange(map, accounts, remove) == inserted);
+  // An update that moves the row to another key is routed by its old key.
+  Change moved = Insert("4242", "11.00");
+  moved.op = Op::Update;
+  moved.old_image = OldImage::Key;
+  moved.old_tuple = {Value::Text("42")};
+  CHECK(RouteChange(map, accounts, moved) == inserted);
+  // REPLICA IDENTITY FULL's old image: the key columns are picked out of it.
+  Change full = remove;
+  full.old_image = OldImage::Full;
+  full.old_tuple = {Value::Text("42"), Value::Text("10.00")};
+  CHECK(RouteChange(map, accounts, full) == inserted);
+}
+
+TEST_CASE("routing_is_by_relation_name_and_key_not_by_oid_and_spreads_rows", "[partition]") {
+  const PartitionMap map{1, 4};
+  RelationInfo accounts = Accounts();
+  RelationInfo restored = accounts;
+  restored.oid = 99999;  // the same table on a restored source
+  std::vector<int> per_partition(4, 0);
+  for (int i = 0; i < 4000; i++) {
+    const Change c = Insert(std::to_string(i), "1");
+    const Route route = RouteChange(map, accounts, c);
+    REQUIRE_FALSE(route.serial);
+    REQUIRE(route.partition < 4);
+    CHECK(RouteChange(map, restored, c) == route);
+    per_partition[route.partition]++;
+  }
+  for (int n : per_partition) CHECK((n > 800 && n < 1200));  // CRC32C spreads sequential keys
+  // The same key in another table may land elsewhere: the relation is part of the route.
+  RelationInfo other = accounts;
+  other.name = "ledger";
+  int differs = 0;
+  for (int i = 0; i < 100; i++)
+    differs += RouteChange(map, other, Insert(std::to_string(i), "1")) != RouteChange(map, accounts, Insert(std::to_string(i), "1"));
+  CHECK(differs > 0);
+  // Pinned values: a change of the hash would move rows of live flows between partitions.
+  CHECK(PartitionOfRow({1, 4}, "public", "accounts", std::vector<Value>{Value::Text("42")}) ==
+        PartitionOfRow({1, 4}, "public", "accounts", std::vector<Value>{Value::Text("42")}));
+  CHECK(PartitionOfRow({1, 1}, "public", "accounts", std::vector<Value>{Value::Text("42")}) == 0);
+}
+
+TEST_CASE("changes_that_name_no_single_row_are_serial", "[partition]") {
+  const PartitionMap map{1, 4};
+  RelationInfo accounts = Accounts();
+  Change truncate;
+  truncate.op = Op::Truncate;
+  CHECK(RouteChange(map, accounts, truncate).serial);
+  Change ddl;
+  ddl.op = Op::Ddl;
+  CHECK(RouteChange(map, accounts, ddl).serial);
+  Change message;
+  message.op = Op::Message;
+  CHECK(RouteChange(map, accounts, message).serial);
+  // An unchanged TOASTed key is not in the change: its partition cannot be named.
+  Change toasted = Insert("x", "1");
+  toasted.op = Op::Update;
+  toasted.new_tuple[0] = Value::UnchangedToast();
+  CHECK(RouteChange(map, accounts, toasted).serial);
+  // A delete without its old key, or a tuple that does not match the relation.
+  Change bare;
+  bare.op = Op::Delete;
+  CHECK(RouteChange(map, accounts, bare).serial);
+  Change short_row = Insert("1", "1");
+  short_row.new_tuple.pop_back();
+  CHECK(RouteChange(map, accounts, short_row).serial);
+}
+
+TEST_CASE("a_relation_without_key_keeps_all_its_rows_in_one_partition", "[partition]") {
+  const PartitionMap map{1, 8};
+  RelationInfo events = Accounts();
+  events.name = "events";
+  for (auto& c : events.columns) c.is_key = false;
+  events.replica_identity = ReplicaIdentity::Full;
+  const Route first = RouteChange(map, events, Insert("1", "a"));
+  for (int i = 2; i < 50; i++) CHECK(RouteChange(map, events, Insert(std::to_string(i), "b")) == first);
+}
+
+TEST_CASE("a_partition_applier_accepts_only_listed_chunks_of_its_own_partition", "[partition]") {
+  const std::vector<ChunkRef> manifest = {Ref(0, 0, 10, 1), Ref(1, 1, 5, 2), Ref(2, 0, 7, 3), Ref(3, 2, 1, 4)};
+  std::map<uint32_t, ChunkRef> accepted;
+  CHECK(CheckChunk(0, Ref(0, 0, 10, 1), manifest, accepted) == ChunkVerdict::Accept);
+  accepted[0] = Ref(0, 0, 10, 1);
+  // The same chunk again (a relay that re-emitted it): counted, not an error.
+  CHECK(CheckChunk(0, Ref(0, 0, 10, 1), manifest, accepted) == ChunkVerdict::Duplicate);
+  // The routing header names another partition than this applier's.
+  CHECK(CheckChunk(0, Ref(1, 1, 5, 2), manifest, accepted) == ChunkVerdict::RoutingMismatch);
+  // A seq the manifest does not list.
+  CHECK(CheckChunk(0, Ref(9, 0, 1, 9), manifest, accepted) == ChunkVerdict::Unlisted);
+  // Listed, but for another partition than the header says (the header was rewritten).
+  CHECK(CheckChunk(0, Ref(1, 0, 5, 2), manifest, accepted) == ChunkVerdict::ListedElsewhere);
+  // Listed with another count or checksum.
+  CHECK(CheckChunk(0, Ref(2, 0, 8, 3), manifest, accepted) == ChunkVerdict::Conflicting);
+  CHECK(CheckChunk(0, Ref(2, 0, 7, 9), manifest, accepted) == ChunkVerdict::Conflicting);
+  for (auto v : {ChunkVerdict::RoutingMismatch, ChunkVerdict::Unlisted, ChunkVerdict::ListedElsewhere,
+                 ChunkVerdict::Conflicting})
+    CHECK(Refused(v));
+  CHECK_FALSE(Refused(ChunkVerdict::Accept));
+  CHECK_FALSE(Refused(ChunkVerdict::Duplicate));
+  CHECK(std::string(ChunkVerdictName(ChunkVerdict::RoutingMismatch)) == "routing_mismatch");
+  // At the marker: partition 0 still lacks seq 2; partition 1 lacks its only chunk.
+  CHECK(MissingChunks(0, manifest, accepted) == std::vector<uint32_t>{2});
+  accepted[2] = Ref(2, 0, 7, 3);
+  CHECK(MissingChunks(0, manifest, accepted).empty());
+  CHECK(MissingChunks(1, manifest, {}) == std::vector<uint32_t>{1});
+  CHECK(ListedPartitions(manifest) == std::vector<uint32_t>{0, 1, 2});
+}
+
+TEST_CASE("the_watermark_passes_a_transaction_only_when_every_listed_partition_holds_evidence", "[partition]") {
+  const std::vector<PendingTransaction> pending = {{100, {0, 1}}, {200, {1}}, {300, {0, 2}}, {400, {}}};
+  // Nothing committed anywhere: held at the first transaction, by both of its partitions.
+  auto w = GlobalWatermark(50, pending, {});
+  REQUIRE(w.ok());
+  CHECK(*w == Watermark{50, 100, {0, 1}});
+  // Partition 1 far ahead does not help: partition 0 has no evidence for 100.
+  w = GlobalWatermark(50, pending, {{1, 200}});
+  CHECK(*w == Watermark{50, 100, {0}});
+  // 0 and 1 past 200: the watermark reaches 200 and waits at 300 for partition 2.
+  w = GlobalWatermark(50, pending, {{0, 100}, {1, 200}});
+  CHECK(*w == Watermark{200, 300, {0, 2}});
+  w = GlobalWatermark(50, pending, {{0, 300}, {1, 200}, {2, 300}});
+  // 400 lists no partition (serial changes only): it passes with the one before it.
+  CHECK(*w == Watermark{400, std::nullopt, {}});
+  // A partition's checkpoint past a transaction it is not listed in is no evidence for another.
+  w = GlobalWatermark(50, pending, {{0, 999}, {2, 999}});
+  CHECK(*w == Watermark{50, 100, {1}});
+}
+
+TEST_CASE("the_watermark_refuses_pending_transactions_out_of_order", "[partition]") {
+  const std::vector<PendingTransaction> unordered = {{200, {0}}, {100, {0}}};
+  CHECK_FALSE(GlobalWatermark(0, unordered, {}).ok());
+  const std::vector<PendingTransaction> below = {{40, {0}}};
+  auto w = GlobalWatermark(50, below, {});
+  REQUIRE_FALSE(w.ok());
+  CHECK(w.error().message.find("0/32") != std::string::npos);
+}
+
+TEST_CASE("the_watermark_never_passes_a_transaction_some_partition_lacks_randomized", "[partition]") {
+  std::mt19937_64 rng(20261206);
+  for (int round = 0; round < 200; round++) {
+    std::vector<PendingTransaction> pending;
+    uint64_t lsn = 1000;
+    for (int i = 0; i < 20; i++) {
+      lsn += 1 + rng() % 50;
+      PendingTransaction tx{lsn, {}};
+      for (uint32_t p = 0; p < 4; p++)
+        if (rng() % 2) tx.partitions.push_back(p);
+      pending.push_back(tx);
+    }
+    std::map<uint32_t, uint64_t> checkpoints;
+    for (uint32_t p = 0; p < 4; p++)
+      if (rng() % 4) checkpoints[p] = 1000 + rng() % (lsn - 999);
+    auto w = GlobalWatermark(1000, pending, checkpoints);
+    REQUIRE(w.ok());
+    for (const auto& tx : pending) {
+      bool covered = true;
+      for (uint32_t p : tx.partitions) covered = covered && checkpoints.count(p) && checkpoints[p] >= tx.commit_lsn;
+      if (tx.commit_lsn <= w->commit_lsn) {
+        CHECK(covered);  // never visible before every listed partition committed its part
+      } else {
+        CHECK(w->held_at.has_value());
+        if (tx.commit_lsn == *w->held_at) CHECK_FALSE(covered);  // and held exactly where one lacks it
+      }
+    }
+  }
+}
