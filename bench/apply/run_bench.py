@@ -293,6 +293,14 @@ def one_run(run, args):
         source.psql("CREATE PUBLICATION bench_pub FOR TABLE " + ", ".join(tables))
         source.psql("SELECT trellara.create_flow('bench', 'bench_pub')")
         log_dir = source.query("SELECT log_directory FROM trellara.flows WHERE name = 'bench'")
+        if "broker" in modes:
+            # Both paths' consumers hold the log from its start, as running ones do: otherwise the
+            # relay's retention reclaims what the path timed first consumed, and the other one
+            # starts in the middle of a chunked transaction (a local daemon quarantines it, a remote
+            # applier refuses a stream whose start is gone) — seen with the insert-heavy shape.
+            for consumer in ("forwarder", "applier"):
+                subprocess.run([TRELLARA, "log", "register-consumer", consumer, "--dir", log_dir], check=True,
+                               capture_output=True, text=True)
         conn = f"host={source.socket_dir} port={source.port} user=postgres dbname=postgres"
         native_target.psql(f"CREATE SUBSCRIPTION bench_sub CONNECTION '{conn}' PUBLICATION bench_pub "
                            f"WITH (copy_data = false, enabled = false)")
