@@ -90,17 +90,11 @@ class SnapshotWorld {
   bool Fire(const std::string& point) {
     return faults_.Fire(point, [this](const std::string& line) { Trace(line); });
   }
-  void Trace(const std::string& line) { out_.trace.push_back("step " + std::to_string(step_) + ": " + line); }
+  void Trace(const std::string& line) { out_.Trace(step_, line); }
   void Violate(const std::string& invariant, const std::string& message) {
-    if (out_.violations.size() < 20)
-      out_.violations.push_back({step_, invariant, "step " + std::to_string(step_) + " seed " +
-                                                        std::to_string(config_.seed) + ": " + message});
+    out_.Violate(step_, config_.seed, invariant, message);
   }
-  bool Defect(const std::string& name) {
-    if (config_.defect != name) return false;
-    out_.defect_fired = true;
-    return true;
-  }
+  bool Defect(const std::string& name) { return out_.Defect(config_.defect, name); }
   static std::string Where(int t, int64_t k) { return "t" + std::to_string(t) + " key " + std::to_string(k); }
 
   // Every run/table state change goes through the product's rule.

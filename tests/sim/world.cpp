@@ -98,6 +98,22 @@ SimOutcome World::Run() {
 
 }  // namespace world_detail
 
+void SimOutcome::Trace(int step, const std::string& line) {
+  trace.push_back("step " + std::to_string(step) + ": " + line);
+}
+
+void SimOutcome::Violate(int step, uint64_t seed, const std::string& invariant, const std::string& message) {
+  if (violations.size() < 20)
+    violations.push_back({step, invariant, "step " + std::to_string(step) + " seed " + std::to_string(seed) + ": " +
+                                               message});
+}
+
+bool SimOutcome::Defect(const std::string& configured, const std::string& name) {
+  if (configured != name) return false;
+  defect_fired = true;
+  return true;
+}
+
 SimOutcome RunSimulation(const SimConfig& config) {
   if (config.snapshot) return RunSnapshotSimulation(config);
   world_detail::World world(config);

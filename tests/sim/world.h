@@ -133,6 +133,13 @@ struct SimOutcome {
   uint64_t torn_or_lost_writes = 0;
   bool defect_fired = false;  // the defect's code path ran at least once
   std::string harness_error;  // the simulator itself failed (never a pass)
+
+  // What both worlds record as they run (world.cpp): a trace line of step `step`; a violated
+  // invariant (the first 20 kept); whether `name` is the defect under test (`defect` of the
+  // configuration), which then counts as fired.
+  void Trace(int step, const std::string& line);
+  void Violate(int step, uint64_t seed, const std::string& invariant, const std::string& message);
+  bool Defect(const std::string& configured, const std::string& name);
 };
 
 // The seeded fault schedule of both worlds: a named plan fires a point at its listed opportunities

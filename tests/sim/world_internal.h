@@ -124,17 +124,11 @@ class World {
  private:
   // ---- scheduler ----
   bool Fire(const std::string& point);
-  void Trace(const std::string& line) { out_.trace.push_back("step " + std::to_string(step_) + ": " + line); }
+  void Trace(const std::string& line) { out_.Trace(step_, line); }
   void Violate(const std::string& invariant, const std::string& message) {
-    if (out_.violations.size() < 20)
-      out_.violations.push_back({step_, invariant, "step " + std::to_string(step_) + " seed " +
-                                                        std::to_string(config_.seed) + ": " + message});
+    out_.Violate(step_, config_.seed, invariant, message);
   }
-  bool Defect(const std::string& name) {
-    if (config_.defect != name) return false;
-    out_.defect_fired = true;
-    return true;
-  }
+  bool Defect(const std::string& name) { return out_.Defect(config_.defect, name); }
 
   // ---- relay ----
   void RelayStart();
