@@ -57,6 +57,14 @@ StreamReceiver::~StreamReceiver() {
   if (thread_.joinable()) {
     stop_ = true;
     thread_.join();
+    // The applier's last position (its final offset write) may have come after the thread's last
+    // turn: sent here, so the source's log is not kept for it until the next run.
+    std::optional<uint64_t> last;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      last.swap(position_to_send_);
+    }
+    if (last && writer_) SendPosition(*last);
   }
   const ReceiverCounters& c = counters_;
   Event("stream_summary", "expected_offset=" + std::to_string(expected()) + " appended=" + std::to_string(c.appended) +
@@ -96,13 +104,14 @@ void StreamReceiver::ThreadMain() {
       if (position) SendPosition(*position);
       std::optional<ConflictingDelivery> conflict;
       const size_t appended = Pump(kThreadPumpWait, conflict);
+      const bool conflicted = conflict.has_value();  // conflict_ is the applier's once handed over
       {
         std::lock_guard<std::mutex> lock(mutex_);
         appended_since_wait_ += appended;
-        if (conflict) conflict_ = std::move(conflict);
+        if (conflicted) conflict_ = std::move(conflict);
       }
-      if (appended > 0 || conflict_) changed_.notify_all();
-      if (conflict_) break;  // the applier quarantines it and stops
+      if (appended > 0 || conflicted) changed_.notify_all();
+      if (conflicted) break;  // the applier quarantines it and stops
     }
   } catch (...) {
     std::lock_guard<std::mutex> lock(mutex_);
