@@ -477,8 +477,14 @@ Result<std::optional<NatsStream::Delivered>> NatsStream::Read(int64_t timeout_ms
       }
       // That request is over, and the ones before it (served first) too.
       auto& requests = handles_->requests;
+      int received = -1;  // messages counted against that request
+      for (const auto& r : requests)
+        if (r.id == id) received = kPullBatch - r.remaining;
       while (!requests.empty() && requests.front().id <= id) requests.pop_front();
       if (code == "404" || code == "408") continue;  // no messages now / the request expired
+      // Its byte budget is used up (the next message would not fit): asked again. With nothing
+      // received, that message alone is larger than a request may carry: an error, not a loop.
+      if (code == "409" && detail.find("MaxBytes") != std::string::npos && received != 0) continue;
       if (code == "409" && (detail.find("Waiting") != std::string::npos || detail.find("Leadership") != std::string::npos ||
                             detail.find("Batch Completed") != std::string::npos))
         continue;  // the request was refused or ended early (too many waiting, a new leader): asked again
