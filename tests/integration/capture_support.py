@@ -408,7 +408,9 @@ def checks_fail_under_defect(point, what, run_checks):
     except CaptureFailure as failure:
         caught = failure
     if not record_faults_from_output("".join(outputs)).get(point, 0):
-        raise CaptureFailure(f"harness failure, not a caught defect: {point} never fired")
+        raise CaptureFailure(f"harness failure, not a caught defect: {point} never fired (the run "
+                             f"{'failed: ' + str(caught)[:1500] if caught else 'passed'}; the processes said: "
+                             f"{''.join(outputs)[-1500:]})")
     if caught is None:
         raise CaptureFailure(f"with {point} the {what} checks still passed: they cannot catch that defect")
     return caught

@@ -313,9 +313,13 @@ def retention_run(pair, env=None, outputs=None):
                  lambda: consumer_offset(pair.log_dir, "remote.eu") > lost, 60)
         return len([name for name in os.listdir(pair.log_dir) if name.startswith("segment-")])
     finally:
-        stop(forwarder)
-        if outputs is not None:
-            outputs.append(pair.stderr_of(forwarder))
+        try:
+            # Under the defect the forwarder may end in any way (the log it republishes from is
+            # reclaimed under it); its stderr (the defect's "fired" line) is kept whatever it did.
+            stop(forwarder, allowed=(0,) if env is None else tuple(range(-64, 256)))
+        finally:
+            if outputs is not None:
+                outputs.append(pair.stderr_of(forwarder))
 
 
 @scenario(seed_rows=(), suite="broker",
