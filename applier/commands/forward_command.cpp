@@ -113,29 +113,43 @@ using forward::Options;
 using apply::InstallStopHandlers;
 
 // The identity of the flow's local log, from the source: system identifier and log start LSN.
-std::string ReadLogIdentity(const FlowConfig& config) {
+// Waits while the relay has not yet recorded where the flow's log started (a flow just created):
+// nullopt when a stop was requested meanwhile.
+std::optional<std::string> ReadLogIdentity(const FlowConfig& config) {
   if (config.source_conninfo.empty())
     throw CommandFailed("configuration " + config.path + ": trellara forward needs [source] conninfo (it names "
                         "each record by the source's system identifier and the LSN the flow's log started at)",
                         kExitConfig);
   auto source = ConnectPinned(config, config.source_conninfo, "source", "trellara forward");
-  auto row = MustSucceed(*source,
-                         source->ExecParams("SELECT (SELECT system_identifier FROM pg_control_system())::text, "
-                                            "log_started_lsn::text FROM trellara.flows WHERE name = $1",
-                                            {config.flow_name}),
-                         "reading the log identity of flow " + config.flow_name);
-  if (row.rows() == 0)
-    throw CommandFailed("flow " + config.flow_name + " does not exist on the source (trellara.flows); create it "
-                        "with trellara.create_flow", kExitCouldNotRun);
-  const auto sysid = row.Value(0, 0);
-  const auto started = row.Value(0, 1);
-  if (!started)
-    throw CommandFailed("the relay of flow " + config.flow_name + " has not recorded where its log started yet "
-                        "(trellara.flows.log_started_lsn is NULL); start the flow and run trellara forward again",
-                        kExitCouldNotRun);
-  auto lsn = ParseLsn(*started);
-  if (!sysid || !lsn) throw CommandFailed("the source returned an unreadable log identity for flow " + config.flow_name);
-  return trellara::broker::LogIdentity(std::stoull(*sysid), *lsn);
+  bool said_waiting = false;
+  for (;;) {
+    auto row = MustSucceed(*source,
+                           source->ExecParams("SELECT (SELECT system_identifier FROM pg_control_system())::text, "
+                                              "log_started_lsn::text FROM trellara.flows WHERE name = $1",
+                                              {config.flow_name}),
+                           "reading the log identity of flow " + config.flow_name);
+    if (row.rows() == 0)
+      throw CommandFailed("flow " + config.flow_name + " does not exist on the source (trellara.flows); create it "
+                          "with trellara.create_flow", kExitCouldNotRun);
+    const auto sysid = row.Value(0, 0);
+    const auto started = row.Value(0, 1);
+    if (started) {
+      auto lsn = ParseLsn(*started);
+      if (!sysid || !lsn)
+        throw CommandFailed("the source returned an unreadable log identity for flow " + config.flow_name);
+      return trellara::broker::LogIdentity(std::stoull(*sysid), *lsn);
+    }
+    // A flow just created: its relay records where the log starts when it first runs.
+    if (!said_waiting)
+      std::cerr << "forward flow=" << config.flow_name << " event=waiting reason=\"the relay has not recorded "
+                << "where the flow's log started yet (trellara.flows.log_started_lsn is NULL); is the flow's relay "
+                << "running (trellara.status())?\"" << std::endl;
+    said_waiting = true;
+    for (int i = 0; i < 10; i++) {
+      if (apply::StopRequested()) return std::nullopt;
+      std::this_thread::sleep_for(cadence::kApplierStopCheck);
+    }
+  }
 }
 
 void Run(const Options& options) {
@@ -144,9 +158,10 @@ void Run(const Options& options) {
     throw CommandFailed("configuration " + config.path + ": trellara forward publishes to a broker, and "
                         "[transport] kind is \"local\"; set kind = \"nats\", servers and stream (docs/broker.md)",
                         kExitConfig);
-  std::string identity = ReadLogIdentity(config);
   InstallStopHandlers();
-  forward::Forwarder forwarder(std::move(config), options, std::move(identity));
+  std::optional<std::string> identity = ReadLogIdentity(config);
+  if (!identity) return;  // stopped while waiting for the flow's log to start
+  forward::Forwarder forwarder(std::move(config), options, std::move(*identity));
   forwarder.Run();
 }
 
