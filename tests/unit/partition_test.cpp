@@ -2,9 +2,14 @@
 // applier's chunk checks, and the global watermark (core/include/trellara/partition/partition.h).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <random>
 
+#include "trellara/capture/assembler.h"
+#include "trellara/log/barrier.h"
 #include "trellara/partition/partition.h"
+#include "trellara/record/checksum.h"
+#include "trellara/record/codec.h"
 
 using namespace trellara;
 using namespace trellara::partition;
@@ -232,4 +237,203 @@ TEST_CASE("the_watermark_never_passes_a_transaction_some_partition_lacks_randomi
       }
     }
   }
+}
+
+// ---- capture, barrier and the publisher's merge -------------------------------------------------
+namespace {
+
+struct CapturedTx {
+  std::vector<Record> records;
+  std::vector<std::string> bytes;
+};
+
+// `changes` of Accounts (and serial ones) captured by an assembler with `options`.
+CapturedTx CaptureTx(const TransactionAssembler::Options& options, const std::vector<Change>& changes) {
+  const RelationInfo accounts = [] {
+    RelationInfo r = Accounts();
+    r.fingerprint = ComputeFingerprint(r);
+    return r;
+  }();
+  TransactionAssembler a(options);
+  CapturedTx out;
+  const RecordSink sink = [&out](const EmittedRecord& r) -> Status {
+    auto decoded = DecodeRecord(r.bytes);
+    if (!decoded.ok()) return decoded.error();
+    out.records.push_back(*decoded);
+    out.bytes.push_back(r.bytes);
+    return Status::Ok();
+  };
+  a.Begin(700, 0x1000, 0x2000, 5);
+  for (const Change& c : changes) {
+    const bool row = c.op == Op::Insert || c.op == Op::Update || c.op == Op::Delete;
+    std::vector<const RelationInfo*> truncated;
+    if (c.op == Op::Truncate) truncated.push_back(&accounts);
+    REQUIRE(a.AddChange(c, row ? &accounts : nullptr, truncated, sink).ok());
+  }
+  REQUIRE(a.Commit(sink).ok());
+  return out;
+}
+
+std::vector<Change> RandomChanges(std::mt19937_64& rng, size_t n) {
+  std::vector<Change> out;
+  for (size_t i = 0; i < n; i++) {
+    const std::string id = std::to_string(rng() % 40);
+    const uint64_t kind = rng() % 20;
+    if (kind == 0) {
+      Change t;
+      t.op = Op::Truncate;
+      t.truncate.relation_oids = {16400};
+      out.push_back(t);
+    } else if (kind == 1) {
+      Change m;
+      m.op = Op::Message;
+      m.message.transactional = true;
+      m.message.prefix = "app";
+      m.message.content = "m" + std::to_string(i);
+      out.push_back(m);
+    } else if (kind < 8) {
+      Change u;
+      u.op = Op::Update;
+      u.relation_oid = 16400;
+      u.new_tuple = {Value::Text(id), Value::Text(std::to_string(i))};
+      out.push_back(u);
+    } else {
+      out.push_back(Insert(id, std::to_string(i)));
+    }
+  }
+  return out;
+}
+
+// The log frames of a capture, fed through the barrier: the one ready transaction.
+ReadyTransaction ThroughBarrier(const CapturedTx& tx) {
+  TransactionBarrier barrier;
+  std::optional<ReadyTransaction> ready;
+  for (size_t i = 0; i < tx.bytes.size(); i++) {
+    const auto* data = reinterpret_cast<const uint8_t*>(tx.bytes[i].data());
+    auto fed = barrier.Feed(LogFrame{100 + i, static_cast<uint8_t>(TypeOf(tx.records[i])), 0x2000,
+                                     std::span<const uint8_t>(data, tx.bytes[i].size())});
+    if (!fed.ok()) FAIL(fed.error().message);
+    if (fed->has_value()) ready = std::move(**fed);
+  }
+  REQUIRE(ready.has_value());
+  return *ready;
+}
+
+std::vector<Change> Merge(const CapturedTx& tx, const Manifest& manifest, Status* status = nullptr) {
+  std::vector<Change> merged;
+  Status s = MergeByPosition(
+      manifest.chunks, manifest.total_changes,
+      [&](const ChunkRef& ref) -> Result<Chunk> {
+        for (const Record& r : tx.records)
+          if (const auto* c = std::get_if<Chunk>(&r); c != nullptr && c->seq == ref.seq) return *c;
+        return MakeError("no chunk " + std::to_string(ref.seq));
+      },
+      [&](const Chunk& chunk, size_t i) {
+        merged.push_back(chunk.changes[i]);
+        return Status::Ok();
+      });
+  if (status != nullptr) *status = s;
+  else REQUIRE(s.ok());
+  return merged;
+}
+
+}  // namespace
+
+TEST_CASE("a_partitioned_transaction_reconstructs_its_source_order_property", "[partition][property]") {
+  // Property: whatever the partition count, chunk size and mix of row and serial changes, the
+  // relay's partitioned records pass the barrier, every chunk holds only its partition's rows, and
+  // merging the chunks by position gives back exactly the source transaction (same changes, same
+  // order, same canonical checksum as the strict envelope of the same transaction).
+  std::mt19937_64 rng(20261206);
+  for (int round = 0; round < 200; round++) {
+    const uint32_t partitions = 1 + static_cast<uint32_t>(rng() % 8);
+    const auto changes = RandomChanges(rng, 1 + rng() % 60);
+    TransactionAssembler::Options options{"app", 42, 1 + static_cast<uint32_t>(rng() % 7)};
+    options.partitioned = true;
+    options.map = PartitionMap{3, partitions};
+    const CapturedTx tx = CaptureTx(options, changes);
+    const ReadyTransaction ready = ThroughBarrier(tx);
+    REQUIRE(ready.partitioned());
+    CHECK(ready.manifest->map_version == 3);
+    CHECK(ready.manifest->partitions == partitions);
+    for (const Record& r : tx.records)
+      if (const auto* c = std::get_if<Chunk>(&r))
+        for (const Change& change : c->changes) {
+          const Route route = RouteChange(options.map, Accounts(), change);
+          CHECK(c->partition_id == (route.serial ? 0u : route.partition));
+        }
+    const std::vector<Change> merged = Merge(tx, *ready.manifest);
+    CHECK(merged == changes);
+    TransactionAssembler::Options strict{"app", 42, 100000};
+    const CapturedTx whole = CaptureTx(strict, changes);
+    REQUIRE(whole.records.size() == 1);
+    RelationInfo accounts = Accounts();
+    accounts.fingerprint = ComputeFingerprint(accounts);
+    CHECK(ComputeChangesChecksum(merged, {accounts}).value() == std::get<Envelope>(whole.records[0]).checksum);
+  }
+}
+
+TEST_CASE("positions_that_do_not_reconstruct_the_transaction_are_refused", "[partition]") {
+  std::mt19937_64 rng(7);
+  const auto changes = RandomChanges(rng, 30);
+  TransactionAssembler::Options options{"app", 42, 4};
+  options.partitioned = true;
+  options.map = PartitionMap{1, 4};
+  CapturedTx tx = CaptureTx(options, changes);
+  const ReadyTransaction ready = ThroughBarrier(tx);
+  Manifest manifest = *ready.manifest;
+  REQUIRE(manifest.chunks.size() >= 2);
+  SECTION("a chunk left out: its positions are missing") {
+    manifest.chunks.erase(manifest.chunks.begin());
+    Status s;
+    Merge(tx, manifest, &s);
+    REQUIRE_FALSE(s.ok());
+    CHECK_THAT(s.error().message, Catch::Contains("no partition holds change position"));
+  }
+  SECTION("a position repeated across partitions") {
+    auto& first = std::get<Chunk>(tx.records[0]);
+    for (Record& r : tx.records)
+      if (auto* c = std::get_if<Chunk>(&r); c != nullptr && c->partition_id != first.partition_id) {
+        c->positions[0] = first.positions[0];
+        break;
+      }
+    Status s;
+    Merge(tx, manifest, &s);
+    CHECK_FALSE(s.ok());
+  }
+  SECTION("a changed position no longer matches the chunk's sealed checksum") {
+    auto& c = std::get<Chunk>(tx.records[0]);
+    if (c.positions.size() >= 2) std::swap(c.positions[0], c.positions[1]);
+    else c.positions[0] += 1000;
+    CHECK_FALSE(VerifyRecordChecksum(tx.records[0]).ok());
+  }
+}
+
+TEST_CASE("the_barrier_refuses_partition_headers_a_strict_transaction_cannot_have", "[partition][barrier]") {
+  std::mt19937_64 rng(11);
+  const auto changes = RandomChanges(rng, 12);
+  TransactionAssembler::Options options{"app", 42, 3};
+  options.partitioned = true;
+  options.map = PartitionMap{1, 3};
+  CapturedTx tx = CaptureTx(options, changes);
+  // A manifest whose chunk claims a partition outside its map.
+  for (size_t i = 0; i < tx.records.size(); i++)
+    if (auto* m = std::get_if<Manifest>(&tx.records[i])) {
+      m->partitions = 1;
+      tx.bytes[i] = EncodeRecord(tx.records[i]).value();
+    }
+  TransactionBarrier barrier;
+  std::string failure;
+  for (size_t i = 0; i < tx.bytes.size() && failure.empty(); i++) {
+    const auto* data = reinterpret_cast<const uint8_t*>(tx.bytes[i].data());
+    auto fed = barrier.Feed(LogFrame{100 + i, static_cast<uint8_t>(TypeOf(tx.records[i])), 0x2000,
+                                     std::span<const uint8_t>(data, tx.bytes[i].size())});
+    if (!fed.ok()) failure = fed.error().message;
+  }
+  const bool has_other_partition = std::any_of(tx.records.begin(), tx.records.end(), [](const Record& r) {
+    const auto* c = std::get_if<Chunk>(&r);
+    return c != nullptr && c->partition_id != 0;
+  });
+  REQUIRE(has_other_partition);
+  CHECK_THAT(failure, Catch::Contains("has 1 partitions"));
 }

@@ -32,6 +32,10 @@ TransactionAssembler::TransactionAssembler(Options options) : options_(std::move
   options_.chunk_changes = std::clamp<uint32_t>(options_.chunk_changes, 1, kMaxChunkChanges);
   options_.chunk_bytes = std::clamp<uint64_t>(options_.chunk_bytes, kMinChunkBytes, kMaxChunkBytes);
   options_.record_bytes_max = std::clamp<uint64_t>(options_.record_bytes_max, 1, kMaxChunkBytes);
+  // An invalid map is refused where the flow's setting is read (the plugin's options); here it
+  // must not index out of range.
+  if (options_.partitioned)
+    options_.map.partitions = std::clamp<uint32_t>(options_.map.partitions, 1, partition::kMaxPartitions);
 }
 
 void TransactionAssembler::Reset() {
@@ -44,6 +48,7 @@ void TransactionAssembler::Reset() {
   total_hasher_.reset();
   total_changes_ = 0;
   pending_bytes_ = 0;
+  lanes_.clear();
 }
 
 void TransactionAssembler::Begin(uint32_t xid, uint64_t begin_lsn, uint64_t commit_lsn, int64_t commit_time_us) {
@@ -54,6 +59,7 @@ void TransactionAssembler::Begin(uint32_t xid, uint64_t begin_lsn, uint64_t comm
   begin_lsn_ = begin_lsn;
   commit_time_us_ = commit_time_us;
   total_hasher_ = std::make_unique<ChangeHasher>();
+  if (options_.partitioned) lanes_.resize(options_.map.partitions);
 }
 
 Status TransactionAssembler::Emit(const Record& record, bool completes, const RecordSink& sink,
@@ -105,6 +111,7 @@ void TransactionAssembler::MergeIntoAllRelations(const std::vector<RelationInfo>
 Status TransactionAssembler::AddChange(Change change, const RelationInfo* relation,
                                        const std::vector<const RelationInfo*>& truncated, const RecordSink& sink) {
   if (!open_) return MakeError("internal: change added outside a transaction");
+  if (options_.partitioned) return AddPartitioned(std::move(change), relation, truncated, sink);
   // A relation whose schema changed since the pending changes referred to it closes the record,
   // so that every record describes each relation exactly once.
   bool schema_changed = false;
@@ -159,6 +166,10 @@ Status TransactionAssembler::Commit(const RecordSink& sink) {
     Reset();
     return Status::Ok();
   }
+  if (options_.partitioned) {
+    for (uint32_t p = 0; p < lanes_.size(); p++) TRELLARA_TRY(FlushLane(p, sink));
+    return EmitManifestAndMarker(sink);
+  }
   if (chunk_refs_.empty()) {
     Envelope e;
     e.tx = tx_;
@@ -175,6 +186,10 @@ Status TransactionAssembler::Commit(const RecordSink& sink) {
     return s;
   }
   TRELLARA_TRY(FlushChunk(sink));
+  return EmitManifestAndMarker(sink);
+}
+
+Status TransactionAssembler::EmitManifestAndMarker(const RecordSink& sink) {
   Manifest m;
   m.tx = tx_;
   m.begin_lsn = begin_lsn_;
@@ -183,7 +198,11 @@ Status TransactionAssembler::Commit(const RecordSink& sink) {
   m.relations = all_relations_;
   m.counts = counts_;
   m.total_changes = total_changes_;
-  m.boundary_mode = BoundaryMode::StrictChunk;
+  m.boundary_mode = options_.partitioned ? BoundaryMode::Partitioned : BoundaryMode::StrictChunk;
+  if (options_.partitioned) {
+    m.map_version = options_.map.version;
+    m.partitions = options_.map.partitions;
+  }
   m.checksum = total_hasher_->Finish();
   std::string manifest_bytes;
   TRELLARA_TRY(Emit(Record(m), false, sink, &manifest_bytes));
@@ -196,6 +215,72 @@ Status TransactionAssembler::Commit(const RecordSink& sink) {
   Status s = Emit(Record(k), true, sink);
   Reset();
   return s;
+}
+
+// Partitioned: the change goes to its partition's open chunk, which closes first when it is full
+// or describes the change's relation with another schema. The change's position is its index in
+// the source transaction; the total checksum is taken when a chunk is emitted, in chunk seq order.
+Status TransactionAssembler::AddPartitioned(Change change, const RelationInfo* relation,
+                                            const std::vector<const RelationInfo*>& truncated, const RecordSink& sink) {
+  static const RelationInfo kNoRelation{};
+  const partition::Route route =
+      partition::RouteChange(options_.map, relation != nullptr ? *relation : kNoRelation, change);
+  const uint32_t p = route.serial ? 0 : route.partition;
+  Lane& lane = lanes_[p];
+  bool schema_changed = false;
+  auto check = [&](const RelationInfo& r) {
+    const RelationInfo* known = FindRelation(lane.relations, r.oid);
+    if (known != nullptr && known->fingerprint != r.fingerprint) schema_changed = true;
+  };
+  if (relation != nullptr) check(*relation);
+  for (const RelationInfo* t : truncated) check(*t);
+  const uint64_t change_bytes = ChangeBytes(change);
+  const bool bytes_full = !lane.changes.empty() && lane.bytes + change_bytes > options_.chunk_bytes;
+  if (schema_changed || lane.changes.size() >= options_.chunk_changes || bytes_full) TRELLARA_TRY(FlushLane(p, sink));
+  auto remember = [&lane](const RelationInfo& r) {
+    if (FindRelation(lane.relations, r.oid) == nullptr) lane.relations.push_back(r);
+  };
+  if (relation != nullptr) remember(*relation);
+  for (const RelationInfo* t : truncated) remember(*t);
+  if (total_changes_ >= UINT32_MAX)
+    return MakeError("transaction " + std::to_string(tx_.xid) + " has more than " + std::to_string(UINT32_MAX) +
+                     " changes, the most a partitioned transaction can position");
+  CountChange(change, counts_);
+  lane.positions.push_back(static_cast<uint32_t>(total_changes_));
+  total_changes_++;
+  lane.bytes += change_bytes;
+  lane.changes.push_back(std::move(change));
+  return Status::Ok();
+}
+
+Status TransactionAssembler::FlushLane(uint32_t partition, const RecordSink& sink) {
+  Lane& lane = lanes_[partition];
+  if (lane.changes.empty()) {
+    lane.relations.clear();
+    return Status::Ok();
+  }
+  Record record{std::in_place_type<Chunk>};
+  Chunk& chunk = std::get<Chunk>(record);
+  chunk.tx = tx_;
+  chunk.seq = static_cast<uint32_t>(chunk_refs_.size());
+  chunk.partition_id = partition;
+  chunk.partition_seq = lane.next_partition_seq++;
+  chunk.relations = std::move(lane.relations);
+  MergeIntoAllRelations(chunk.relations);
+  chunk.changes = std::move(lane.changes);
+  chunk.positions = std::move(lane.positions);
+  lane.changes = {};
+  lane.positions = {};
+  lane.relations = {};
+  lane.bytes = 0;
+  for (const Change& c : chunk.changes) {
+    const bool row = c.op == Op::Insert || c.op == Op::Update || c.op == Op::Delete;
+    total_hasher_->Add(c, row ? FindRelation(chunk.relations, c.relation_oid) : nullptr, chunk.relations);
+  }
+  TRELLARA_TRY(SealChunk(chunk));
+  TRELLARA_TRY(Emit(record, false, sink));
+  chunk_refs_.push_back(ChunkRef{chunk.seq, chunk.partition_id, chunk.event_count, chunk.checksum, chunk.partition_seq});
+  return Status::Ok();
 }
 
 }  // namespace trellara

@@ -4,6 +4,7 @@
 // chunk changes. Must never yield a transaction that is not fully verified, never continue after
 // a failure, and never skip or reorder a transaction.
 #include "trellara/log/barrier.h"
+#include "trellara/partition/partition.h"
 
 #include <algorithm>
 #include <set>
@@ -33,6 +34,7 @@ struct OpenTx {
   Sha256 manifest_hash{};
   uint64_t manifest_offset = 0;
   uint32_t duplicate_chunks = 0;
+  uint32_t positioned_chunks = 0;  // chunks carrying positions (partitioned)
 };
 
 std::string At(uint64_t offset) { return " (log offset " + std::to_string(offset) + ")"; }
@@ -265,7 +267,8 @@ Result<std::optional<ReadyTransaction>> TransactionBarrier::State::OnEnvelope(co
 
 std::optional<Error> TransactionBarrier::State::CheckRefAgainstChunk(const OpenTx& o, const ChunkRef& ref,
                                                                       const ChunkLocation& got, uint64_t offset) {
-  if ((ref.event_count != got.event_count || ref.checksum != got.checksum || ref.partition_id != got.partition_id) &&
+  if ((ref.event_count != got.event_count || ref.checksum != got.checksum || ref.partition_id != got.partition_id ||
+       ref.partition_seq != got.partition_seq) &&
       !TrustManifestDefect())
     return Fail(o.tx, offset,
                 "chunk " + std::to_string(got.seq) + " of " + DescribeTransaction(o.tx) + " (log offset " +
@@ -280,15 +283,23 @@ Result<std::optional<ReadyTransaction>> TransactionBarrier::State::OnChunk(const
   if (!opened.ok()) return opened.error();
   OpenTx& o = **opened;
   const std::string name = "chunk " + std::to_string(chunk.seq) + " of " + DescribeTransaction(o.tx);
-  if (chunk.partition_id != 0)
+  // A strict chunk carries no positions and belongs to partition 0; a partitioned one carries one
+  // position per change (the decoder checked they ascend) and names its partition.
+  if (chunk.positions.empty() && (chunk.partition_id != 0 || chunk.partition_seq != 0))
     return Fail(o.tx, frame.offset,
-                name + At(frame.offset) + " belongs to partition " + std::to_string(chunk.partition_id) +
-                    "; partitioned transactions are not supported by this applier");
+                name + At(frame.offset) + " names partition " + std::to_string(chunk.partition_id) + " (sequence " +
+                    std::to_string(chunk.partition_seq) + ") but carries no change positions" + kLogDamaged);
+  if (!chunk.positions.empty() && chunk.partition_id >= partition::kMaxPartitions)
+    return Fail(o.tx, frame.offset,
+                name + At(frame.offset) + " names partition " + std::to_string(chunk.partition_id) +
+                    ", above the largest partition map (" + std::to_string(partition::kMaxPartitions) + ")" +
+                    kLogDamaged);
   if (chunk.event_count != chunk.changes.size())
     return Fail(o.tx, frame.offset,
                 name + At(frame.offset) + " declares " + std::to_string(chunk.event_count) + " changes but holds " +
                     std::to_string(chunk.changes.size()));
-  ChunkLocation here{frame.offset, chunk.seq, chunk.partition_id, chunk.event_count, chunk.checksum};
+  ChunkLocation here{frame.offset, chunk.seq, chunk.partition_id, chunk.event_count, chunk.checksum,
+                     chunk.partition_seq};
   const uint32_t next = static_cast<uint32_t>(o.chunks.size());
   if (chunk.seq < next) {
     const ChunkLocation& first = o.chunks[chunk.seq];
@@ -327,6 +338,7 @@ Result<std::optional<ReadyTransaction>> TransactionBarrier::State::OnChunk(const
   }
   o.changes += chunk.changes.size();
   for (const auto& r : chunk.relations) o.relation_oids.insert(r.oid);
+  if (!chunk.positions.empty()) o.positioned_chunks++;
   o.chunks.push_back(here);
   stats.chunks++;
   if (chunk_sink) chunk_sink(frame.offset, std::move(chunk));
@@ -348,10 +360,37 @@ Result<std::optional<ReadyTransaction>> TransactionBarrier::State::OnManifest(co
     stats.duplicate_manifests++;
     return std::optional<ReadyTransaction>{};
   }
-  if (manifest.boundary_mode != BoundaryMode::StrictChunk)
+  if (manifest.boundary_mode != BoundaryMode::StrictChunk && manifest.boundary_mode != BoundaryMode::Partitioned)
     return Fail(o.tx, frame.offset,
                 name + " has boundary mode " + BoundaryModeName(manifest.boundary_mode) +
-                    "; this applier applies strict_chunk transactions only");
+                    ", expected strict_chunk or partitioned" + kLogDamaged);
+  if (manifest.boundary_mode == BoundaryMode::Partitioned) {
+    const partition::PartitionMap map{manifest.map_version, manifest.partitions};
+    if (Status valid = partition::ValidateMap(map); !valid.ok())
+      return Fail(o.tx, frame.offset, name + ": " + valid.error().message + kLogDamaged);
+    // Each partition's chunks are listed with partition sequences 0, 1, ... in seq order.
+    std::map<uint32_t, uint32_t> next_partition_seq;
+    for (const ChunkRef& ref : manifest.chunks) {
+      if (ref.partition_id >= map.partitions)
+        return Fail(o.tx, frame.offset,
+                    name + " lists chunk " + std::to_string(ref.seq) + " for partition " +
+                        std::to_string(ref.partition_id) + " but its map version " + std::to_string(map.version) +
+                        " has " + std::to_string(map.partitions) + " partitions" + kLogDamaged);
+      uint32_t& expected = next_partition_seq[ref.partition_id];
+      if (ref.partition_seq != expected)
+        return Fail(o.tx, frame.offset,
+                    name + " lists chunk " + std::to_string(ref.seq) + " as sequence " +
+                        std::to_string(ref.partition_seq) + " of partition " + std::to_string(ref.partition_id) +
+                        ", expected " + std::to_string(expected) + kLogDamaged);
+      expected++;
+    }
+  } else {
+    for (const ChunkRef& ref : manifest.chunks)
+      if (ref.partition_id != 0 || ref.partition_seq != 0)
+        return Fail(o.tx, frame.offset,
+                    name + " is strict_chunk but lists chunk " + std::to_string(ref.seq) + " for partition " +
+                        std::to_string(ref.partition_id) + kLogDamaged);
+  }
   if (manifest.chunks.empty())
     return Fail(o.tx, frame.offset, name + " lists no chunks");
   if (manifest.chunks.size() > kBarrierMaxChunksPerTransaction)
@@ -412,6 +451,12 @@ Result<std::optional<ReadyTransaction>> TransactionBarrier::State::OnCommitMarke
                 name + ": missing chunk(s) " + SeqList(missing) + " of " + std::to_string(m.chunks.size()) +
                     " listed by the manifest" + kLogDamaged);
   }
+  const bool partitioned = m.boundary_mode == BoundaryMode::Partitioned;
+  if (o.positioned_chunks != (partitioned ? o.chunks.size() : 0))
+    return Fail(o.tx, frame.offset,
+                name + ": " + std::to_string(o.positioned_chunks) + " of its " + std::to_string(o.chunks.size()) +
+                    " chunks carry change positions but the manifest is " + BoundaryModeName(m.boundary_mode) +
+                    kLogDamaged);
   // Each received chunk was checked against the manifest when the later of the two arrived.
   const Sha256 total = o.hasher.Finish();
   const bool trust_manifest =
@@ -485,7 +530,8 @@ Status ForEachVerifiedChunk(const ReadyTransaction& ready, const ReadFramePayloa
         return MakeError("re-read " + name() + " failed verification: " + v.error().message);
     }
     if (!(chunk->tx == ready.tx) || chunk->seq != loc.seq || chunk->event_count != loc.event_count ||
-        chunk->checksum != loc.checksum || chunk->partition_id != loc.partition_id)
+        chunk->checksum != loc.checksum || chunk->partition_id != loc.partition_id ||
+        chunk->partition_seq != loc.partition_seq)
       return MakeError((decoded ? "re-read " : "cached ") + name() +
                        " is not the chunk the barrier verified; the log changed under the applier");
     if (!all_cached) {

@@ -143,4 +143,78 @@ Result<Watermark> GlobalWatermark(uint64_t floor, std::span<const PendingTransac
   return w;
 }
 
+Status MergeByPosition(std::span<const ChunkRef> chunks, uint64_t total_changes,
+                       const std::function<Result<Chunk>(const ChunkRef&)>& load,
+                       const std::function<Status(const Chunk&, size_t)>& visit) {
+  struct Cursor {
+    std::vector<const ChunkRef*> refs;  // partition sequence order
+    size_t next_ref = 0;
+    std::optional<Chunk> chunk;
+    size_t index = 0;
+  };
+  std::map<uint32_t, Cursor> cursors;
+  for (const ChunkRef& ref : chunks) cursors[ref.partition_id].refs.push_back(&ref);
+  for (auto& [partition, cursor] : cursors)
+    std::sort(cursor.refs.begin(), cursor.refs.end(),
+              [](const ChunkRef* a, const ChunkRef* b) { return a->partition_seq < b->partition_seq; });
+  // Loads the cursor's next non-empty chunk; false when the partition has no chunk left.
+  auto advance = [&](uint32_t partition, Cursor& c) -> Result<bool> {
+    while (!c.chunk || c.index >= c.chunk->changes.size()) {
+      c.chunk.reset();
+      c.index = 0;
+      if (c.next_ref >= c.refs.size()) return false;
+      const ChunkRef& ref = *c.refs[c.next_ref++];
+      auto loaded = load(ref);
+      if (!loaded.ok()) return loaded.error();
+      if (loaded->positions.size() != loaded->changes.size())
+        return MakeError("chunk " + std::to_string(ref.seq) + " of partition " + std::to_string(partition) +
+                         " carries " + std::to_string(loaded->positions.size()) + " positions for " +
+                         std::to_string(loaded->changes.size()) + " changes");
+      c.chunk = std::move(loaded).value();
+    }
+    return true;
+  };
+  for (auto& [partition, cursor] : cursors) {
+    auto more = advance(partition, cursor);
+    if (!more.ok()) return more.error();
+  }
+  Cursor* current = nullptr;
+  uint32_t current_partition = 0;
+  for (uint64_t expected = 0; expected < total_changes; expected++) {
+    const auto holds = [expected](const Cursor& c) {
+      return c.chunk && c.index < c.chunk->changes.size() && c.chunk->positions[c.index] == expected;
+    };
+    if (current == nullptr || !holds(*current)) {
+      current = nullptr;
+      for (auto& [partition, cursor] : cursors)
+        if (holds(cursor)) {
+          current = &cursor;
+          current_partition = partition;
+          break;
+        }
+      if (current == nullptr) {
+        std::string heads;
+        for (const auto& [partition, cursor] : cursors)
+          if (cursor.chunk && cursor.index < cursor.chunk->changes.size())
+            heads += (heads.empty() ? "" : ", ") + std::string("partition ") + std::to_string(partition) + " at " +
+                     std::to_string(cursor.chunk->positions[cursor.index]);
+        return MakeError("no partition holds change position " + std::to_string(expected) + " of " +
+                         std::to_string(total_changes) + " (next positions: " + (heads.empty() ? "none" : heads) +
+                         "); the chunks do not reconstruct the transaction");
+      }
+    }
+    TRELLARA_TRY(visit(*current->chunk, current->index));
+    current->index++;
+    auto more = advance(current_partition, *current);
+    if (!more.ok()) return more.error();
+  }
+  for (const auto& [partition, cursor] : cursors)
+    if (cursor.chunk || cursor.next_ref < cursor.refs.size())
+      return MakeError("partition " + std::to_string(partition) + " holds changes past position " +
+                       std::to_string(total_changes) + " (position " +
+                       (cursor.chunk ? std::to_string(cursor.chunk->positions[cursor.index]) : std::string("?")) +
+                       "), more than the transaction's " + std::to_string(total_changes) + " changes");
+  return Status::Ok();
+}
+
 }  // namespace trellara::partition

@@ -238,6 +238,20 @@ Result<Sha256> ComputeChangesChecksum(const std::vector<Change>& changes,
   return hasher.Finish();
 }
 
+Sha256 PositionedChecksum(const Sha256& changes_checksum, std::span<const uint32_t> positions) {
+  if (positions.empty()) return changes_checksum;
+  Sha256Stream h;
+  static constexpr char kTag[] = "trellara.positions.v1";
+  h.Bytes(reinterpret_cast<const uint8_t*>(kTag), sizeof kTag - 1);
+  h.Bytes(changes_checksum.data(), changes_checksum.size());
+  for (uint32_t p : positions) {
+    const uint8_t le[4] = {static_cast<uint8_t>(p), static_cast<uint8_t>(p >> 8), static_cast<uint8_t>(p >> 16),
+                           static_cast<uint8_t>(p >> 24)};
+    h.Bytes(le, sizeof le);
+  }
+  return h.Finish();
+}
+
 Sha256 Sha256Of(std::span<const uint8_t> bytes) {
   Sha256Stream h;
   h.Bytes(bytes.data(), bytes.size());

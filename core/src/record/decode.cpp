@@ -458,6 +458,16 @@ Result<Record> DecodeRecord(std::span<const uint8_t> bytes) {
         d.Fail("chunk " + std::to_string(c.seq) + " declares " + std::to_string(c.event_count) +
                " events but carries " + std::to_string(c.changes.size()));
       d.Digest(m->checksum, c.checksum, "chunk checksum");
+      c.partition_seq = m->partition_seq;
+      if (m->n_positions > 0) {
+        c.positions.assign(m->positions, m->positions + m->n_positions);
+        if (!d.failed() && c.positions.size() != c.changes.size())
+          d.Fail("chunk " + std::to_string(c.seq) + " carries " + std::to_string(c.positions.size()) +
+                 " positions for " + std::to_string(c.changes.size()) + " changes");
+        for (size_t i = 1; i < c.positions.size() && !d.failed(); i++)
+          if (c.positions[i] <= c.positions[i - 1])
+            d.Fail("chunk " + std::to_string(c.seq) + " positions are not ascending at change " + std::to_string(i));
+      }
       if (d.failed()) return d.error();
       return Record(std::move(c));
     }
@@ -470,7 +480,8 @@ Result<Record> DecodeRecord(std::span<const uint8_t> bytes) {
       mf.commit_time_us = m->commit_time_us;
       uint64_t sum = 0;
       for (size_t i = 0; i < m->n_chunks && !d.failed(); i++) {
-        ChunkRef ref{m->chunks[i]->seq, m->chunks[i]->partition_id, m->chunks[i]->event_count, {}};
+        ChunkRef ref{m->chunks[i]->seq, m->chunks[i]->partition_id, m->chunks[i]->event_count, {},
+                     m->chunks[i]->partition_seq};
         d.Digest(m->chunks[i]->checksum, ref.checksum, ("manifest chunk " + std::to_string(i) + " checksum").c_str());
         sum += ref.event_count;
         mf.chunks.push_back(ref);
@@ -485,6 +496,13 @@ Result<Record> DecodeRecord(std::span<const uint8_t> bytes) {
         d.Fail("manifest declares " + std::to_string(mf.total_changes) + " changes but its chunks list " +
                std::to_string(sum));
       d.Digest(m->checksum, mf.checksum, "manifest checksum");
+      mf.map_version = m->map_version;
+      mf.partitions = m->partitions;
+      if (!d.failed() && mf.boundary_mode == BoundaryMode::Partitioned && (mf.map_version == 0 || mf.partitions == 0))
+        d.Fail("partitioned manifest names no partition map (map version " + std::to_string(mf.map_version) +
+               ", " + std::to_string(mf.partitions) + " partitions)");
+      if (!d.failed() && mf.boundary_mode != BoundaryMode::Partitioned && (mf.map_version != 0 || mf.partitions != 0))
+        d.Fail("strict manifest names a partition map");
       if (d.failed()) return d.error();
       return Record(std::move(mf));
     }

@@ -364,6 +364,9 @@ Result<std::string> EncodeRecord(const Record& record) {
     after.n_changes = c->changes.size();
     after.changes = enc.Changes(c->changes);
     after.checksum = Encoder::Bin(c->checksum);
+    after.partition_seq = c->partition_seq;
+    after.n_positions = c->positions.size();
+    after.positions = const_cast<uint32_t*>(c->positions.data());
     body = PackWithRelations<Trellara__Chunk>(&before, &after, 6, c->relations, trellara__chunk__get_packed_size,
                                               trellara__chunk__pack, bad_text);
     record_field = 2;
@@ -381,6 +384,7 @@ Result<std::string> EncodeRecord(const Record& record) {
       ref.partition_id = m->chunks[i].partition_id;
       ref.event_count = m->chunks[i].event_count;
       ref.checksum = Encoder::Bin(m->chunks[i].checksum);
+      ref.partition_seq = m->chunks[i].partition_seq;
       before.chunks[i] = enc.New(ref);
     }
     Trellara__Manifest after = TRELLARA__MANIFEST__INIT;   // fields 7-10
@@ -389,6 +393,8 @@ Result<std::string> EncodeRecord(const Record& record) {
     after.total_changes = m->total_changes;
     after.boundary_mode = static_cast<Trellara__BoundaryMode>(m->boundary_mode);
     after.checksum = Encoder::Bin(m->checksum);
+    after.map_version = m->map_version;
+    after.partitions = m->partitions;
     body = PackWithRelations<Trellara__Manifest>(&before, &after, 6, m->relations, trellara__manifest__get_packed_size,
                                                  trellara__manifest__pack, bad_text);
     record_field = 3;

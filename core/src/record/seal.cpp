@@ -35,7 +35,8 @@ Status VerifyRecordChecksumRaw(const Record& record, VerifiedRelations* verified
     return verified != nullptr ? verified->Matches(r) : ComputeFingerprint(r) == r.fingerprint;
   };
   auto check = [&matches](const std::vector<Change>& changes, const std::vector<RelationInfo>& rels,
-                  const Sha256& recorded, const std::string& what) -> Status {
+                  const Sha256& recorded, const std::string& what,
+                  std::span<const uint32_t> positions = {}) -> Status {
     for (const auto& r : rels) {
       if (!matches(r))
         return MakeError(what + ": fingerprint of relation " + r.schema + "." + r.name +
@@ -43,6 +44,7 @@ Status VerifyRecordChecksumRaw(const Record& record, VerifiedRelations* verified
     }
     auto computed = ComputeChangesChecksum(changes, rels);
     if (!computed.ok()) return MakeError(what + ": " + computed.error().message);
+    *computed = PositionedChecksum(*computed, positions);
     if (*computed != recorded)
       return MakeError(what + ": checksum mismatch: recorded " + HexEncode(recorded) + ", computed " +
                        HexEncode(*computed) + "; the record was altered after it was sealed");
@@ -54,7 +56,8 @@ Status VerifyRecordChecksumRaw(const Record& record, VerifiedRelations* verified
   if (const auto* c = std::get_if<Chunk>(&record))
     return check(c->changes, c->relations, c->checksum,
                  "chunk " + std::to_string(c->seq) + " of xid " + std::to_string(c->tx.xid) + " commit " +
-                     FormatLsn(c->tx.commit_lsn));
+                     FormatLsn(c->tx.commit_lsn),
+                 c->positions);
   if (const auto* m = std::get_if<Manifest>(&record)) {
     for (const auto& r : m->relations)
       if (!matches(r))
@@ -98,7 +101,7 @@ Status SealChunk(Chunk& chunk) {
   if (!sum.ok())
     return MakeError("cannot seal chunk " + std::to_string(chunk.seq) + " of xid " + std::to_string(chunk.tx.xid) +
                      ": " + sum.error().message);
-  chunk.checksum = *sum;
+  chunk.checksum = PositionedChecksum(*sum, chunk.positions);
   return Status::Ok();
 }
 

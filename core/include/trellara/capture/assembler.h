@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "trellara/partition/partition.h"
 #include "trellara/record/checksum.h"
 #include "trellara/record/envelope.h"
 #include "trellara/base/result.h"
@@ -52,6 +53,12 @@ class TransactionAssembler {
     uint32_t chunk_changes = kDefaultChunkChanges;
     uint64_t chunk_bytes = kDefaultChunkBytes;
     uint64_t record_bytes_max = 1ull << 30;  // the log's frame limit (kMaxRecordBytes)
+    // Partitioned scale mode (docs/partitioned.md): every transaction with changes is written as
+    // per-partition chunks (each change routed by partition::RouteChange; serial changes ride in
+    // partition 0), a partitioned Manifest naming `map`, and a CommitMarker. Each partition fills
+    // its own chunk, so up to map.partitions chunks are held at once.
+    bool partitioned = false;
+    partition::PartitionMap map;
   };
   explicit TransactionAssembler(Options options);
 
@@ -77,6 +84,18 @@ class TransactionAssembler {
   void RememberRelation(const RelationInfo& relation);
   void MergeIntoAllRelations(const std::vector<RelationInfo>& relations);
   Status FlushChunk(const RecordSink& sink);
+  Status AddPartitioned(Change change, const RelationInfo* relation, const std::vector<const RelationInfo*>& truncated,
+                        const RecordSink& sink);
+  // Partitioned: one partition's open chunk.
+  struct Lane {
+    std::vector<Change> changes;
+    std::vector<uint32_t> positions;
+    std::vector<RelationInfo> relations;
+    uint64_t bytes = 0;
+    uint32_t next_partition_seq = 0;
+  };
+  Status FlushLane(uint32_t partition, const RecordSink& sink);
+  Status EmitManifestAndMarker(const RecordSink& sink);
   Status Emit(const Record& record, bool completes, const RecordSink& sink, std::string* bytes_out = nullptr);
 
   Options options_;
@@ -92,6 +111,7 @@ class TransactionAssembler {
   std::unique_ptr<ChangeHasher> total_hasher_;
   uint64_t total_changes_ = 0;
   uint64_t pending_bytes_ = 0;
+  std::vector<Lane> lanes_;  // partitioned: one per partition
   bool uncapturable_failure_ = false;
 };
 

@@ -68,6 +68,7 @@ struct ChunkLocation {
   uint32_t partition_id = 0;
   uint32_t event_count = 0;
   Sha256 checksum{};
+  uint32_t partition_seq = 0;  // partitioned: the chunk's sequence within its partition
   bool operator==(const ChunkLocation&) const = default;
 };
 
@@ -92,6 +93,7 @@ struct ReadyTransaction {
   uint32_t duplicate_chunks = 0;
 
   bool chunked() const { return manifest.has_value(); }
+  bool partitioned() const { return manifest && manifest->boundary_mode == BoundaryMode::Partitioned; }
 };
 
 // Why the barrier stopped. `tx` is empty when the failing frame names no transaction (an

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -102,5 +103,20 @@ struct Watermark {
 // An error when `pending` is not in ascending commit order, or starts at or below `floor`.
 Result<Watermark> GlobalWatermark(uint64_t floor, std::span<const PendingTransaction> pending,
                                   const std::map<uint32_t, uint64_t>& checkpoints);
+
+}  // namespace trellara::partition
+
+namespace trellara::partition {
+
+// ---- the publisher's merge -----------------------------------------------------------------
+// A partitioned transaction's changes in their source order: each partition's chunks (listed by
+// `chunks`, the manifest's refs in seq order) are read in partition-sequence order — one chunk per
+// partition held at a time — and their changes merged by position. The positions must be exactly
+// 0..total_changes-1, each once; `load` must return the chunk a ref names (the caller verifies it
+// against the ref). `visit(chunk, i)` gets each change as chunk.changes[i], in source order. An
+// error names the position that is missing or repeated and the partition.
+Status MergeByPosition(std::span<const ChunkRef> chunks, uint64_t total_changes,
+                       const std::function<Result<Chunk>(const ChunkRef&)>& load,
+                       const std::function<Status(const Chunk&, size_t)>& visit);
 
 }  // namespace trellara::partition

@@ -46,6 +46,11 @@ class ChangeHasher {
 Result<Sha256> ComputeChangesChecksum(const std::vector<Change>& changes,
                                       const std::vector<RelationInfo>& relations);
 
+// A partitioned chunk's checksum: its changes' checksum bound to each change's position in the
+// source transaction, so a reordering of positions is as detectable as a changed value. Without
+// positions (a strict chunk) it is the changes' checksum itself.
+Sha256 PositionedChecksum(const Sha256& changes_checksum, std::span<const uint32_t> positions);
+
 // SHA-256 of arbitrary bytes (used for the manifest checksum a CommitMarker binds to).
 Sha256 Sha256Of(std::span<const uint8_t> bytes);
 

@@ -214,6 +214,11 @@ struct Chunk {
   std::vector<RelationInfo> relations;
   std::vector<Change> changes;
   Sha256 checksum{};
+  // Partitioned transactions (BoundaryMode::Partitioned): the chunk's sequence within its
+  // partition, and each change's 0-based position in the source transaction (ascending; as many
+  // as changes). Empty positions: a strict chunk.
+  uint32_t partition_seq = 0;
+  std::vector<uint32_t> positions;
   bool operator==(const Chunk&) const = default;
 };
 
@@ -222,6 +227,7 @@ struct ChunkRef {
   uint32_t partition_id = 0;
   uint32_t event_count = 0;
   Sha256 checksum{};
+  uint32_t partition_seq = 0;  // partitioned: the chunk's sequence within its partition
   bool operator==(const ChunkRef&) const = default;
 };
 
@@ -234,7 +240,10 @@ struct Manifest {
   std::vector<RelationCount> counts;
   uint64_t total_changes = 0;
   BoundaryMode boundary_mode = BoundaryMode::StrictChunk;
-  Sha256 checksum{};
+  Sha256 checksum{};  // over every chunk's changes in chunk seq order
+  // Partitioned: the version and width of the partition map the relay routed with (0 when strict).
+  uint32_t map_version = 0;
+  uint32_t partitions = 0;
   bool operator==(const Manifest&) const = default;
 };
 
