@@ -67,7 +67,14 @@ CREATE TABLE trellara.flows (
   -- How far the relay confirms the slot (docs/broker.md "Source acknowledgement"): 'local', what
   -- the local log holds durably; 'broker_quorum', only what trellara forward has also seen the
   -- broker's quorum acknowledge. Read when the relay starts.
-  source_ack    text NOT NULL DEFAULT 'local' CHECK (source_ack IN ('local', 'broker_quorum'))
+  source_ack    text NOT NULL DEFAULT 'local' CHECK (source_ack IN ('local', 'broker_quorum')),
+  -- Partitioned scale mode (docs/partitioned.md): 'strict' (one applier, whole transactions) or
+  -- 'partitioned' (each change routed to one of `partitions` by relation and key, with the map
+  -- version `partition_map_version`). Changed only by trellara.set_partitioning; read when the
+  -- relay starts.
+  mode          text NOT NULL DEFAULT 'strict' CHECK (mode IN ('strict', 'partitioned')),
+  partitions    int NOT NULL DEFAULT 1 CHECK (partitions BETWEEN 1 AND 64),
+  partition_map_version int NOT NULL DEFAULT 1 CHECK (partition_map_version >= 1)
 );
 COMMENT ON TABLE trellara.flows IS 'Trellara flows: publication, slot and log directory of each capture flow';
 SELECT pg_catalog.pg_extension_config_dump('trellara.flows', '');
@@ -304,6 +311,47 @@ END
 $$;
 REVOKE ALL ON FUNCTION trellara.set_source_ack(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION trellara.set_source_ack(text, text) TO trellara_admin;
+
+-- The re-partitioning step (docs/partitioned.md "Re-partitioning"): sets a flow's mode and
+-- partition count. A change of either makes a new partition map version; transactions the relay
+-- captured before keep the map their manifests name. It takes effect when the relay starts next.
+CREATE FUNCTION trellara.set_partitioning(name text, mode text, partitions int DEFAULT 1)
+RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  f trellara.flows;
+  version int;
+BEGIN
+  f := trellara._flow(set_partitioning.name);
+  IF mode IS NULL OR mode NOT IN ('strict', 'partitioned') THEN
+    RAISE EXCEPTION 'invalid mode "%" for flow "%"', mode, set_partitioning.name
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = '''strict'' (one applier applies whole transactions) or ''partitioned'' (partition appliers '
+                   'and a publisher, docs/partitioned.md).';
+  END IF;
+  IF partitions IS NULL OR partitions < 1 OR partitions > 64 OR (mode = 'strict' AND partitions <> 1) THEN
+    RAISE EXCEPTION 'invalid partitions % for flow "%" in mode %', partitions, set_partitioning.name, mode
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'partitioned mode takes 1..64 partitions; strict mode takes 1.';
+  END IF;
+  version := f.partition_map_version;
+  IF f.mode IS DISTINCT FROM mode OR f.partitions IS DISTINCT FROM partitions THEN
+    version := version + 1;
+  END IF;
+  UPDATE trellara.flows
+     SET mode = set_partitioning.mode, partitions = set_partitioning.partitions, partition_map_version = version
+   WHERE flows.name = set_partitioning.name;
+  RAISE NOTICE 'flow "%": mode %, % partition(s), map version % take effect when its relay starts next',
+               set_partitioning.name, mode, partitions, version
+    USING HINT = format('SELECT trellara.stop_flow(%L); then SELECT trellara.start_flow(%L); and run one '
+                        'partition applier per partition (docs/partitioned.md).',
+                        set_partitioning.name, set_partitioning.name);
+  RETURN version;
+END
+$$;
+REVOKE ALL ON FUNCTION trellara.set_partitioning(text, text, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION trellara.set_partitioning(text, text, int) TO trellara_admin;
 
 CREATE FUNCTION trellara.stop_flow(name text, timeout_ms int DEFAULT 30000)
 RETURNS void

@@ -546,3 +546,43 @@ BEGIN
   END IF;
 END
 $grant$;
+
+-- Partitioned scale mode (docs/partitioned.md). A partition applier commits its partition's
+-- chunks of a source transaction here together with its checkpoint, in one target transaction;
+-- the publisher (trellara apply) moves a transaction into the user tables — and deletes its staged
+-- chunks — in one target transaction, only once every partition its manifest lists holds
+-- checkpoint evidence for it. Readers of the user tables never see part of a source transaction.
+CREATE TABLE IF NOT EXISTS trellara.partition_stage (
+  flow        text   NOT NULL,
+  commit_lsn  pg_lsn NOT NULL,
+  seq         int    NOT NULL,  -- the chunk's seq in its transaction
+  partition   int    NOT NULL,
+  xid         bigint NOT NULL,
+  record      bytea  NOT NULL,  -- the chunk's log record, byte for byte (checksummed)
+  staged_at   timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (flow, commit_lsn, seq)
+);
+COMMENT ON TABLE trellara.partition_stage IS
+  'Trellara partitioned mode: chunks partition appliers committed, not yet published into the user tables';
+-- Checkpoint evidence: the partition committed its part of every partitioned transaction of the
+-- flow at or below commit_lsn; it resumes reading the log at log_offset. A blocker names the
+-- transaction it refused (before anything of it was staged) and why.
+CREATE TABLE IF NOT EXISTS trellara.partition_checkpoints (
+  flow                text   NOT NULL,
+  partition           int    NOT NULL,
+  commit_lsn          pg_lsn NOT NULL DEFAULT '0/0',
+  log_offset          bigint NOT NULL DEFAULT 0,
+  map_version         int,
+  transactions        bigint NOT NULL DEFAULT 0,
+  chunks              bigint NOT NULL DEFAULT 0,
+  duplicate_chunks    bigint NOT NULL DEFAULT 0,
+  last_commit_time    timestamptz,
+  blocker             text,
+  blocked_commit_lsn  pg_lsn,
+  blocked_at          timestamptz,
+  applier_pid         int,
+  updated_at          timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (flow, partition)
+);
+COMMENT ON TABLE trellara.partition_checkpoints IS
+  'Trellara partitioned mode: each partition applier''s checkpoint evidence and blocker';

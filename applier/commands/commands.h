@@ -46,5 +46,7 @@ void RegisterCheck(CLI::App& app);
 void RegisterPilotPackage(CLI::App& app);
 // `forward --config F [--until-caught-up] [--format json]` (forward_command.cpp).
 void RegisterForward(CLI::App& app);
+// `partition-watermarks --config F [--format text|json]` (partition_watermarks_command.cpp).
+void RegisterPartitionWatermarks(CLI::App& app);
 
 }  // namespace trellara::cli

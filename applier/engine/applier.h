@@ -10,6 +10,8 @@
 //   apply_pipeline.cpp     batches of whole transactions through one libpq pipeline segment
 //   apply_chunked.cpp      a chunked transaction's changes inside its one target transaction:
 //                          INSERT runs as COPY, other row changes in bounded pipeline segments
+//   apply_partitioned.cpp  partitioned transactions: wait for the partitions' evidence, publish
+//                          what they staged (docs/partitioned.md)
 //   apply_session.cpp      the target session and the trellara state tables
 //   apply_snapshot.cpp     the snapshot handoff rule for tables being copied, and holds
 //                          (docs/snapshot.md): every target transaction of both paths starts with
@@ -73,6 +75,10 @@ void InstallStopHandlers();
 bool StopRequested();
 
 enum class Outcome { Applied, SkippedDuplicate, Stopped };
+
+// A partitioned transaction at the publisher (apply_partitioned.cpp): every listed partition holds
+// evidence (publish it), one of them refused it (quarantine it), or a stop was asked meanwhile.
+enum class PartitionGate { Publish, Refused, Stopped };
 
 // What each message queued in a batch answers, in order.
 enum class What { Begin, ControlCheck, Record, Prepare, Statement, UpdateGuard, Commit };
@@ -182,6 +188,11 @@ class Applier {
                                             std::vector<std::string> batch_matches = {});
   std::optional<QuarantineCause> FlushPiped(const TxIdentity& tx);
   void ResetChunked();
+
+  // ---- apply_partitioned.cpp: the publisher of partitioned transactions ---------------------
+  PartitionGate WaitForPartitions(const ReadyTransaction& ready, QuarantineCause& cause);
+  Result<Chunk> ReadStagedChunk(const ReadyTransaction& ready, const ChunkRef& ref);
+  std::optional<QuarantineCause> ApplyPartitionedChanges(const ReadyTransaction& ready);
 
   // ---- apply_early.cpp: a chunked transaction applied while the relay writes it ------------
   // Whether `record` belongs to the transaction applied early (its chunks, manifest, marker).

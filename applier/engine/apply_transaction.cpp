@@ -298,6 +298,8 @@ Attempt Applier::ApplyInTransaction(const ReadyTransaction& ready, bool resolves
       failure = CreateAhead(change, failure, create, relations, tx,
                             [&] { return ExecuteChange(change, relations, tx); });
     }
+  } else if (!failure && ready.partitioned()) {
+    failure = ApplyPartitionedChanges(ready);
   } else if (!failure) {
     // A chunked transaction: its changes are batched (apply_chunked.cpp) — runs of INSERTs as
     // COPY, other row changes pipelined, the careful path for the rest — and everything staged is
@@ -486,6 +488,17 @@ Outcome Applier::Process(const ReadyTransaction& ready) {
           return Outcome::Stopped;
         continue;
       case ApplyAction::Apply: {
+        if (ready.partitioned()) {
+          QuarantineCause refused;
+          const PartitionGate gate = WaitForPartitions(ready, refused);
+          if (gate == PartitionGate::Stopped) return Outcome::Stopped;
+          if (gate == PartitionGate::Refused) {
+            Quarantine(ready, refused, evidence.previous_attempts);
+            if (!WaitWhileBlocked(BuildQuarantine(ready.tx, ready.checksum, refused, evidence.previous_attempts).message))
+              return Outcome::Stopped;
+            continue;
+          }
+        }
         const bool resolves = evidence.target.quarantine == QuarantineState::ReplayReady;
         const Attempt attempt = ApplyInTransaction(ready, resolves);
         if (attempt.kind == Attempt::Kind::RegistryChanged) {

@@ -17,7 +17,7 @@ namespace {
 constexpr char kOptionsHint[] =
     "The trellara output plugin accepts: publication (required, comma-separated names), "
     "chunk_changes (1..1048576), chunk_bytes (65536..1073741824), flow (name), messages (true|false), "
-    "skip_through_lsn (pg_lsn), streaming (true|false).";
+    "skip_through_lsn (pg_lsn), streaming (true|false), partitions (1..64, partitioned mode), map_version (1..).";
 
 }  // namespace
 
@@ -81,6 +81,16 @@ Options ParseOptions(List* option_list) {
         OptionError("trellara output plugin option \"skip_through_lsn\" has an invalid value \"" + value + "\"",
                     "skip_through_lsn is an LSN such as 0/16B3748.");
       opt.skip_through_lsn = lsn;
+    } else if (name == "partitions" || name == "map_version") {
+      char* end = nullptr;
+      errno = 0;
+      long v = std::strtol(value.c_str(), &end, 10);
+      const long max = name == "partitions" ? static_cast<long>(partition::kMaxPartitions) : INT32_MAX;
+      if (errno != 0 || end == value.c_str() || *end != '\0' || v < 1 || v > max)
+        OptionError("trellara output plugin option \"" + name + "\" has an invalid value \"" + value + "\"",
+                    name == "partitions" ? "partitions is the partition count of partitioned mode, 1..64."
+                                         : "map_version is the partition map's version, 1 or more.");
+      (name == "partitions" ? opt.partitions : opt.map_version) = static_cast<uint32_t>(v);
     } else {
       OptionError("unrecognized trellara output plugin option \"" + name + "\"", kOptionsHint);
     }

@@ -76,6 +76,10 @@ extern "C" void StartupCallback(LogicalDecodingContext* ctx, OutputPluginOptions
     TransactionAssembler::Options assembler_options{options.flow, GetSystemIdentifier(), options.chunk_changes};
     assembler_options.chunk_bytes = options.chunk_bytes;
     assembler_options.record_bytes_max = static_cast<uint64_t>(record_kb_max_guc) << 10;
+    if (options.partitions > 0) {
+      assembler_options.partitioned = true;
+      assembler_options.map = partition::PartitionMap{options.map_version, options.partitions};
+    }
     auto* s = new State(assembler_options);
     // Stream in-progress transactions only for a consumer that asked (the relay, which spills
     // them); a SQL session decodes every transaction at its commit as before.

@@ -97,6 +97,8 @@ struct Options {
   uint64_t skip_through_lsn = 0;
   bool messages = true;
   bool streaming = false;  // stream in-progress transactions (the relay); SQL sessions decode at commit
+  uint32_t partitions = 0;   // > 0: partitioned mode with this many partitions (docs/partitioned.md)
+  uint32_t map_version = 1;  // the partition map's version
 };
 
 struct State {

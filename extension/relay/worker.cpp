@@ -250,6 +250,14 @@ void trellara_relay_main(Datum) {
   options = lappend(options, makeDefElem(pstrdup("flow"), (Node*)makeString(pstrdup(flow_name)), -1));
   options = lappend(options, makeDefElem(pstrdup("skip_through_lsn"), (Node*)makeString(pstrdup(skip_lsn)), -1));
   options = lappend(options, makeDefElem(pstrdup("streaming"), (Node*)makeString(pstrdup("true")), -1));
+  if (flow_partitions > 0) {
+    char partitions[16];
+    char map_version[16];
+    snprintf(partitions, sizeof partitions, "%d", flow_partitions);
+    snprintf(map_version, sizeof map_version, "%d", flow_map_version);
+    options = lappend(options, makeDefElem(pstrdup("partitions"), (Node*)makeString(pstrdup(partitions)), -1));
+    options = lappend(options, makeDefElem(pstrdup("map_version"), (Node*)makeString(pstrdup(map_version)), -1));
+  }
   // The relay's own decoding memory (docs/relay.md "Large transactions"): above it the reorder
   // buffer streams the largest in-progress transaction here, which the spill store keeps on disk.
   if (RelayDecodingWorkMemKb() > 0) {

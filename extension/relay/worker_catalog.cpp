@@ -21,6 +21,8 @@ namespace trellara::relay::worker {
 // Plain data read from trellara.flows.
 bool has_log_started_lsn = false;
 bool source_ack_broker = false;  // trellara.flows.source_ack = 'broker_quorum'
+int flow_partitions = 0;          // trellara.flows.mode = 'partitioned': its partitions (0: strict)
+int flow_map_version = 1;         // trellara.flows.partition_map_version
 XLogRecPtr log_started_lsn = InvalidXLogRecPtr;
 char publication[NAMEDATALEN * 4];
 char slot_name[NAMEDATALEN];
@@ -36,7 +38,8 @@ bool ReadFlow() {
   Oid argtypes[1] = {TEXTOID};
   Datum args[1] = {CStringGetTextDatum(flow_name)};
   int rc = SPI_execute_with_args(
-      "SELECT publication, slot_name, log_directory, enabled, log_started_lsn, source_ack FROM trellara.flows "
+      "SELECT publication, slot_name, log_directory, enabled, log_started_lsn, source_ack, "
+      "CASE WHEN mode = 'partitioned' THEN partitions ELSE 0 END, partition_map_version FROM trellara.flows "
       "WHERE name = $1",
       1, argtypes,
       args, nullptr, true, 1);
@@ -52,6 +55,10 @@ bool ReadFlow() {
       log_started_lsn = isnull ? InvalidXLogRecPtr : DatumGetLSN(started);
       const char* ack_mode = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 6);
       source_ack_broker = ack_mode != nullptr && strcmp(ack_mode, "broker_quorum") == 0;
+      Datum partitions = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 7, &isnull);
+      flow_partitions = isnull ? 0 : DatumGetInt32(partitions);
+      Datum map_version = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 8, &isnull);
+      flow_map_version = isnull ? 1 : DatumGetInt32(map_version);
       found = true;
     }
   }

@@ -66,6 +66,8 @@ void StopIfRequested();
 // Plain data read from trellara.flows at start.
 extern bool has_log_started_lsn;
 extern bool source_ack_broker;  // trellara.flows.source_ack = 'broker_quorum'
+extern int flow_partitions;   // trellara.flows.mode = 'partitioned': its partitions (0: strict)
+extern int flow_map_version;  // trellara.flows.partition_map_version
 extern XLogRecPtr log_started_lsn;
 extern char publication[NAMEDATALEN * 4];
 extern char slot_name[NAMEDATALEN];

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -269,5 +270,7 @@ std::string FormatLsn(uint64_t lsn);
 std::optional<uint64_t> ParseLsn(const std::string& text);
 std::string HexEncode(const uint8_t* data, size_t len);
 inline std::string HexEncode(const Sha256& digest) { return HexEncode(digest.data(), digest.size()); }
+// The bytes of lower- or upper-case hex digits; nullopt for an odd length or a non-hex digit.
+std::optional<std::vector<uint8_t>> HexDecode(std::string_view hex);
 
 }  // namespace trellara

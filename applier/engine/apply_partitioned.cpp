@@ -1,0 +1,138 @@
+// apply_partitioned.cpp — the publisher's side of partitioned mode (docs/partitioned.md): the
+// flow's applier meets a partitioned transaction in the log (the barrier verified every chunk,
+// the manifest and the commit marker), waits until every partition the manifest lists holds
+// checkpoint evidence for it (core GlobalWatermark over trellara.partition_checkpoints), then
+// applies it in one target transaction from what the partition appliers staged — each staged chunk
+// checked against the chunk the barrier verified, the changes merged back into source order (core
+// MergeByPosition) — and deletes the staged chunks in that same transaction, with the dedup row
+// and the origin progress. Readers of the user tables see the whole source transaction or none
+// of it. A partition that refused the transaction makes it quarantined here, like any transaction
+// the flow cannot apply safely.
+#include <iostream>
+#include <thread>
+
+#include "engine/applier.h"
+#include "trellara/base/cadence.h"
+#include "trellara/base/fault.h"
+#include "trellara/partition/partition.h"
+#include "trellara/record/codec.h"
+
+namespace trellara::cli::apply {
+
+PartitionGate Applier::WaitForPartitions(const ReadyTransaction& ready, QuarantineCause& cause) {
+  // Negative control (tests only, TRELLARA_FAULTS=defect.partition_publish_before_evidence:1:defect):
+  // publish without waiting for the partitions' evidence, which the visibility scenario must catch.
+  if (fault::Hit("defect.partition_publish_before_evidence") == fault::Action::Defect) return PartitionGate::Publish;
+  const std::vector<uint32_t> listed = partition::ListedPartitions(ready.manifest->chunks);
+  const std::vector<partition::PendingTransaction> pending{{ready.tx.commit_lsn, listed}};
+  std::chrono::milliseconds idle = cadence::kApplierTail.min;
+  bool reported = false;
+  for (;;) {
+    PgResult r = Must(conn_->ExecParams("SELECT partition, (commit_lsn - '0/0')::numeric::text, blocker, "
+                                        "(blocked_commit_lsn - '0/0')::numeric::text "
+                                        "FROM trellara.partition_checkpoints WHERE flow = $1",
+                                        {config_.flow_name}),
+                      "reading the partitions' checkpoints of flow " + config_.flow_name);
+    std::map<uint32_t, uint64_t> checkpoints;
+    std::map<uint32_t, std::string> blockers;
+    for (int i = 0; i < r.rows(); i++) {
+      const uint32_t p = static_cast<uint32_t>(std::stoul(r.Value(i, 0).value_or("0")));
+      checkpoints[p] = std::stoull(r.Value(i, 1).value_or("0"));
+      if (r.Value(i, 2) && std::stoull(r.Value(i, 3).value_or("0")) == ready.tx.commit_lsn) blockers[p] = *r.Value(i, 2);
+    }
+    auto watermark = partition::GlobalWatermark(applied_lsn_ < ready.tx.commit_lsn ? applied_lsn_ : 0, pending,
+                                                checkpoints);
+    if (!watermark) Fail("internal: " + watermark.error().message);
+    if (!watermark->held_at) return PartitionGate::Publish;
+    for (uint32_t p : watermark->holding)
+      if (auto b = blockers.find(p); b != blockers.end()) {
+        cause.reason = QuarantineReason::BarrierFailure;
+        cause.detail = "partition " + std::to_string(p) + " refused it before staging anything: " + b->second;
+        return PartitionGate::Refused;
+      }
+    if (!reported) {
+      std::string holding;
+      for (uint32_t p : watermark->holding) holding += (holding.empty() ? "" : ", ") + std::to_string(p);
+      WriteStatus("waiting", DescribeTransaction(ready.tx) + " waits for checkpoint evidence of partition(s) " + holding +
+                                 " (trellara apply --partition K; trellara partition-watermarks)");
+      reported = true;
+    }
+    if (StopRequested()) return PartitionGate::Stopped;
+    std::this_thread::sleep_for(idle);
+    idle = cadence::kApplierTail.After(idle, false);
+  }
+}
+
+Result<Chunk> Applier::ReadStagedChunk(const ReadyTransaction& ready, const ChunkRef& ref) {
+  const std::string name = "chunk " + std::to_string(ref.seq) + " (partition " + std::to_string(ref.partition_id) +
+                           ") of " + DescribeTransaction(ready.tx);
+  PgResult r = Must(conn_->ExecParams("SELECT encode(record, 'hex') FROM trellara.partition_stage "
+                                      "WHERE flow = $1 AND commit_lsn = $2::pg_lsn AND seq = $3",
+                                      {config_.flow_name, FormatLsn(ready.tx.commit_lsn), std::to_string(ref.seq)}),
+                    "reading staged " + name);
+  if (r.rows() != 1 || !r.Value(0, 0))
+    return MakeError(name + " is not staged on the target (trellara.partition_stage) although partition " +
+                     std::to_string(ref.partition_id) + " holds checkpoint evidence for it");
+  auto bytes = HexDecode(*r.Value(0, 0));
+  if (!bytes) return MakeError("staged " + name + " is not valid hex");
+  auto decoded = DecodeRecord(std::span<const uint8_t>(bytes->data(), bytes->size()));
+  if (!decoded) return MakeError("staged " + name + " does not decode: " + decoded.error().message);
+  Chunk* chunk = std::get_if<Chunk>(&*decoded);
+  if (chunk == nullptr) return MakeError("staged " + name + " is a " + RecordTypeName(TypeOf(*decoded)));
+  if (Status v = VerifyRecordChecksum(*decoded); !v.ok())
+    return MakeError("staged " + name + " failed verification: " + v.error().message);
+  if (!(chunk->tx == ready.tx) || chunk->seq != ref.seq || chunk->partition_id != ref.partition_id ||
+      chunk->partition_seq != ref.partition_seq || chunk->event_count != ref.event_count ||
+      chunk->checksum != ref.checksum)
+    return MakeError("staged " + name + " is not the chunk the log's manifest lists (checksum " +
+                     HexEncode(chunk->checksum) + ", expected " + HexEncode(ref.checksum) + ")");
+  return std::move(*chunk);
+}
+
+// Inside the open target transaction of `ready` (BEGIN, control check and dedup row done): its
+// changes from the staged chunks in source order, then the staged chunks deleted.
+std::optional<QuarantineCause> Applier::ApplyPartitionedChanges(const ReadyTransaction& ready) {
+  const TxIdentity& tx = ready.tx;
+  std::optional<QuarantineCause> failure;
+  ResetChunked();
+  Status walked = Status::Ok();
+  if (fault::Hit("defect.partition_publish_before_evidence") == fault::Action::Defect) {
+    // The negative control's other half: whatever is staged is applied, in seq order; what is not
+    // staged yet is left out — a partial transaction becomes visible.
+    for (const ChunkRef& ref : ready.manifest->chunks) {
+      if ((failure = FlushChunked(tx))) break;
+      auto chunk = ReadStagedChunk(ready, ref);
+      if (!chunk) continue;
+      for (const Change& change : chunk->changes)
+        if ((failure = StageChunkedChange(change, chunk->relations, tx))) break;
+      if (failure) break;
+    }
+  } else {
+    walked = partition::MergeByPosition(
+        ready.manifest->chunks, ready.total_changes,
+        [&](const ChunkRef& ref) -> Result<Chunk> {
+          // The staged chunk is read on the same session: what was queued before is answered first.
+          if ((failure = FlushChunked(tx))) return MakeError("stopped at a failed change");
+          return ReadStagedChunk(ready, ref);
+        },
+        [&](const Chunk& chunk, size_t i) -> Status {
+          failure = StageChunkedChange(chunk.changes[i], chunk.relations, tx);
+          return failure ? Status(MakeError("stopped at a failed change")) : Status::Ok();
+        });
+  }
+  if (!failure && walked.ok()) failure = FlushChunked(tx);
+  if (!walked.ok() && !failure) {
+    QuarantineCause cause;
+    cause.reason = QuarantineReason::BarrierFailure;
+    cause.detail = "the staged chunks do not reconstruct the transaction: " + walked.error().message;
+    failure = cause;
+  }
+  ResetChunked();
+  if (failure) return failure;
+  PgResult deleted = conn_->ExecParams("DELETE FROM trellara.partition_stage WHERE flow = $1 AND commit_lsn = $2::pg_lsn",
+                                       {config_.flow_name, FormatLsn(tx.commit_lsn)});
+  Step(std::move(deleted), "DELETE of the staged chunks", tx, failure);
+  return failure;
+}
+
+}  // namespace trellara::cli::apply

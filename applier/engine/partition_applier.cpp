@@ -1,0 +1,340 @@
+// partition_applier.cpp — one partition applier of a partitioned flow (partition_applier.h,
+// docs/partitioned.md).
+#include "engine/partition_applier.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+#include "engine/applier.h"
+#include "kit/errors.h"
+#include "pg/session.h"
+#include "pg/target_schema.h"
+#include "trellara/base/cadence.h"
+#include "trellara/base/fault.h"
+#include "trellara/log/consumer_lock.h"
+#include "trellara/log/consumer_offsets.h"
+#include "trellara/log/retention.h"
+#include "trellara/log/scan.h"
+#include "trellara/log/uring_device.h"
+#include "trellara/partition/partition.h"
+#include "trellara/record/codec.h"
+
+namespace trellara::cli::apply {
+namespace {
+
+// A failure of the target connection (lost, shutting down, restarting): reconnect and resume from
+// the checkpoint, never a reason to stop.
+struct TargetLost {
+  std::string what;
+};
+
+bool Transient(const PgResult& r, const PgConnection& conn) {
+  if (conn.connection_lost()) return true;
+  const std::string& s = r.sqlstate();
+  return s.empty() || s.rfind("08", 0) == 0 || s.rfind("57P", 0) == 0 || s == "40001" || s == "40P01";
+}
+
+std::string Lsn(uint64_t lsn) { return FormatLsn(lsn); }
+
+}  // namespace
+
+PartitionApplier::PartitionApplier(FlowConfig config, uint32_t partition, bool until_caught_up)
+    : config_(std::move(config)),
+      partition_(partition),
+      until_caught_up_(until_caught_up),
+      consumer_("partition-" + std::to_string(partition)) {}
+
+std::string PartitionApplier::Name() const {
+  return "partition " + std::to_string(partition_) + " of flow " + config_.flow_name;
+}
+
+PgResult PartitionApplier::Must(PgResult result, const std::string& what) {
+  if (result.ok()) return result;
+  if (Transient(result, *conn_)) throw TargetLost{what + ": " + result.Describe()};
+  throw CommandFailed("partition applier of " + Name() + ": " + what + " failed on the target " + conn_->Describe() +
+                      ": " + result.Describe());
+}
+
+void PartitionApplier::Connect() {
+  conn_ = ConnectPinned(config_, config_.target_conninfo, "target",
+                        "trellara partition " + std::to_string(partition_) + " " + config_.flow_name);
+  Must(conn_->Exec(TargetSchemaScript()), "creating the trellara state schema (sql/trellara_target.sql)");
+  // The checkpoint is the resume point: it must be durable when the COMMIT returns.
+  Must(conn_->Exec("SET synchronous_commit = on; SET session_replication_role = replica"),
+       "setting the partition applier's session");
+  Must(conn_->ExecParams("INSERT INTO trellara.partition_checkpoints (flow, partition, applier_pid) VALUES ($1, $2, $3) "
+                         "ON CONFLICT (flow, partition) DO UPDATE SET applier_pid = EXCLUDED.applier_pid, "
+                         "blocker = NULL, blocked_commit_lsn = NULL, blocked_at = NULL, updated_at = now()",
+                         {config_.flow_name, std::to_string(partition_), std::to_string(getpid())}),
+       "registering " + Name() + " in trellara.partition_checkpoints");
+  PgResult r = Must(conn_->ExecParams("SELECT (commit_lsn - '0/0')::numeric::text, log_offset FROM "
+                                      "trellara.partition_checkpoints WHERE flow = $1 AND partition = $2",
+                                      {config_.flow_name, std::to_string(partition_)}),
+                    "reading the checkpoint of " + Name());
+  checkpoint_lsn_ = std::stoull(r.Value(0, 0).value_or("0"));
+  checkpoint_offset_ = std::stoull(r.Value(0, 1).value_or("0"));
+}
+
+// Opens the log at the checkpoint's offset with a fresh barrier: whatever was read and not
+// committed is read again; what the checkpoint covers is recognised by its commit LSN.
+void PartitionApplier::Resume() {
+  barrier_ = TransactionBarrier();
+  auto reader = log::LogReader::Open(*device_, config_.log_directory);
+  if (!reader)
+    throw CommandFailed("cannot open the log of flow " + config_.flow_name + " at " + config_.log_directory + ": " +
+                        reader.error().message);
+  reader_ = std::move(reader.value());
+  const uint64_t first = reader_->next_offset();
+  if (checkpoint_offset_ < first) {
+    if (checkpoint_lsn_ != 0)
+      throw CommandFailed(Name() + " resumes at log offset " + std::to_string(checkpoint_offset_) +
+                          " but the log at " + config_.log_directory + " starts at " + std::to_string(first) +
+                          ": what the partition still needed was reclaimed; re-seed the flow's target");
+    checkpoint_offset_ = first;
+  }
+  Status seek = reader_->Seek(checkpoint_offset_);
+  if (!seek.ok())
+    throw CommandFailed("cannot resume " + Name() + " at log offset " + std::to_string(checkpoint_offset_) + ": " +
+                        seek.error().message);
+  auto chunks = log::LogReader::Open(*device_, config_.log_directory);
+  if (!chunks) throw CommandFailed("cannot open the log of flow " + config_.flow_name + ": " + chunks.error().message);
+  chunk_reader_ = std::move(chunks.value());
+  seen_lsn_ = checkpoint_lsn_;
+  seen_offset_ = checkpoint_offset_;
+  (void)log::WriteConsumerOffset(*device_, config_.log_directory, consumer_, checkpoint_offset_);
+}
+
+void PartitionApplier::Run() {
+  auto device = log::OpenUringDevice();
+  if (!device) throw CommandFailed("cannot open io_uring for the log: " + device.error().message, kExitCouldNotRun);
+  device_ = std::move(device.value());
+  if (Status registered = log::RegisterConsumer(*device_, config_.log_directory, consumer_); !registered.ok())
+    throw CommandFailed(registered.error().message, kExitCouldNotRun);
+  bool held = false;
+  auto lock = log::ConsumerLock::Acquire(config_.log_directory, consumer_, &held);
+  if (!lock)
+    throw CommandFailed(held ? "another partition applier of " + Name() + " is running (it holds " +
+                                   config_.log_directory + "/consumers/" + consumer_ + ".lock); stop it first"
+                             : "cannot lock consumer " + consumer_ + ": " + lock.error().message,
+                        kExitCouldNotRun);
+  if (until_caught_up_) {
+    auto end = log::PublishedEndOffset(*device_, config_.log_directory);
+    if (!end) throw CommandFailed("cannot read the end of the log of flow " + config_.flow_name + ": " + end.error().message);
+    stop_offset_ = *end;
+  }
+  RetryBackoff backoff(BackoffPolicy{}, static_cast<uint64_t>(getpid()));
+  for (;;) {
+    try {
+      Connect();
+      Resume();
+      backoff.Reset();
+      std::cout << "trellara apply: " << Name() << " started at checkpoint " << Lsn(checkpoint_lsn_) << " (log offset "
+                << checkpoint_offset_ << ")" << std::endl;
+      Pump();
+      std::cout << "trellara apply: " << Name() << " stopped at checkpoint " << Lsn(checkpoint_lsn_) << ": "
+                << staged_transactions_ << " transactions (" << staged_chunks_ << " chunks) staged, "
+                << duplicate_chunks_ << " duplicate chunks" << std::endl;
+      return;
+    } catch (const TargetLost& lost) {
+      conn_.reset();
+      const uint64_t wait = backoff.NextDelayMs();
+      std::cerr << "trellara apply: " << Name() << " event=retry attempt=" << backoff.attempt() << " wait_ms=" << wait
+                << ": " << lost.what << std::endl;
+      for (uint64_t waited = 0; waited < wait && !StopRequested(); waited += 50)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (StopRequested()) return;
+    }
+  }
+}
+
+void PartitionApplier::Pump() {
+  std::chrono::milliseconds idle = cadence::kApplierTail.min;
+  auto last_checkpoint_write = std::chrono::steady_clock::now();
+  for (;;) {
+    if (StopRequested()) {
+      RecordCheckpointOnly();
+      return;
+    }
+    auto next = reader_->Next();
+    if (!next) throw CommandFailed("cannot read the log of flow " + config_.flow_name + ": " + next.error().message);
+    if (!next->has_value()) {
+      RecordCheckpointOnly();
+      if (until_caught_up_ && reader_->next_offset() >= stop_offset_) return;
+      std::this_thread::sleep_for(idle);
+      idle = cadence::kApplierTail.After(idle, false);
+      continue;
+    }
+    idle = cadence::kApplierTail.min;
+    const log::LogRecord& record = **next;
+    auto fed = barrier_.Feed(LogFrame{record.offset, record.type, record.commit_lsn,
+                                      std::span<const uint8_t>(record.payload.data(), record.payload.size())});
+    if (!fed.ok()) {
+      const auto& failure = barrier_.failure();
+      Halt(failure && failure->tx ? failure->tx->commit_lsn : record.commit_lsn, fed.error().message);
+    }
+    if (!fed->has_value()) continue;
+    const ReadyTransaction& ready = **fed;
+    if (ready.tx.flow != config_.flow_name)
+      throw CommandFailed("the log at " + config_.log_directory + " belongs to flow " + ready.tx.flow + ", not " +
+                          config_.flow_name);
+    if (ready.tx.commit_lsn <= checkpoint_lsn_) continue;  // committed before: evidence holds it
+    if (auto refused = Stage(ready)) Halt(ready.tx.commit_lsn, refused->reason);
+    seen_lsn_ = std::max(seen_lsn_, ready.tx.commit_lsn);
+    seen_offset_ = std::max(seen_offset_, barrier_.RetainFromOffset().value_or(ready.end_offset));
+    if (std::chrono::steady_clock::now() - last_checkpoint_write > cadence::kApplierOffsetWrite) {
+      RecordCheckpointOnly();
+      last_checkpoint_write = std::chrono::steady_clock::now();
+    }
+  }
+}
+
+// Evidence for the transactions read since the last commit that had no part for this partition
+// (strict ones, partitioned ones that do not list it): the checkpoint moves past them, so the
+// watermark and a restart need not wait for or re-read them.
+void PartitionApplier::RecordCheckpointOnly() {
+  if (seen_lsn_ <= checkpoint_lsn_ && seen_offset_ <= checkpoint_offset_) return;
+  Must(conn_->ExecParams("UPDATE trellara.partition_checkpoints SET commit_lsn = greatest(commit_lsn, $3::pg_lsn), "
+                         "log_offset = greatest(log_offset, $4::bigint), updated_at = now() "
+                         "WHERE flow = $1 AND partition = $2",
+                         {config_.flow_name, std::to_string(partition_), Lsn(seen_lsn_), std::to_string(seen_offset_)}),
+       "recording the checkpoint of " + Name());
+  checkpoint_lsn_ = std::max(checkpoint_lsn_, seen_lsn_);
+  checkpoint_offset_ = std::max(checkpoint_offset_, seen_offset_);
+  (void)log::WriteConsumerOffset(*device_, config_.log_directory, consumer_, checkpoint_offset_);
+}
+
+std::optional<PartitionApplier::Refusal> PartitionApplier::Stage(const ReadyTransaction& ready) {
+  if (!ready.partitioned()) return std::nullopt;  // the publisher applies it from the log
+  const Manifest& manifest = *ready.manifest;
+  const partition::PartitionMap map{manifest.map_version, manifest.partitions};
+  std::vector<const ChunkLocation*> mine;
+  for (const ChunkLocation& loc : ready.chunks)
+    if (loc.partition_id == partition_) mine.push_back(&loc);
+  if (mine.empty()) return std::nullopt;
+  const std::string tx = DescribeTransaction(ready.tx);
+  const auto checkpoint_sql = [](bool end) {
+    return std::string("UPDATE trellara.partition_checkpoints SET commit_lsn = $3::pg_lsn, log_offset = $4::bigint, "
+                       "map_version = $5::int, ") +
+           (end ? "transactions = transactions + 1, chunks = chunks + $6::bigint, "
+                  "duplicate_chunks = duplicate_chunks + $7::bigint, "
+                  "last_commit_time = to_timestamp($8::double precision / 1000000), "
+                : "") +
+           "updated_at = now() WHERE flow = $1 AND partition = $2";
+  };
+  const std::string resume = std::to_string(barrier_.RetainFromOffset().value_or(ready.end_offset));
+  // Negative control (tests only, TRELLARA_FAULTS=defect.partition_checkpoint_outside:1:defect):
+  // the checkpoint commits on its own before the chunks, so a kill between the two leaves
+  // evidence without data — the publisher must then fail closed, never publish a partial transaction.
+  if (fault::Hit("defect.partition_checkpoint_outside") == fault::Action::Defect) {
+    Must(conn_->ExecParams(checkpoint_sql(false), {config_.flow_name, std::to_string(partition_),
+                                                   Lsn(ready.tx.commit_lsn), resume, std::to_string(map.version)}),
+         "recording the checkpoint of " + Name());
+    fault::Hit("partition.after_checkpoint_before_stage");
+  }
+  Must(conn_->Exec("BEGIN"), "BEGIN for " + tx);
+  std::map<uint32_t, ChunkRef> accepted;
+  uint64_t duplicates = 0;
+  auto refuse = [&](const std::string& why) {
+    Must(conn_->Exec("ROLLBACK"), "ROLLBACK of " + tx);
+    return std::optional<Refusal>(Refusal{why});
+  };
+  for (const ChunkLocation* loc : mine) {
+    // Re-read by offset and checked again against what the barrier verified.
+    if (Status s = chunk_reader_->Seek(loc->offset); !s.ok()) return refuse("cannot re-read chunk " + std::to_string(loc->seq) + " of " + tx + ": " + s.error().message);
+    auto frame = chunk_reader_->Next();
+    if (!frame || !frame->has_value())
+      return refuse("cannot re-read chunk " + std::to_string(loc->seq) + " of " + tx + " at log offset " +
+                    std::to_string(loc->offset));
+    const std::vector<uint8_t>& bytes = (**frame).payload;
+    auto decoded = DecodeRecord(std::span<const uint8_t>(bytes.data(), bytes.size()));
+    const Chunk* chunk = decoded ? std::get_if<Chunk>(&*decoded) : nullptr;
+    if (chunk == nullptr || !VerifyRecordChecksum(*decoded).ok() || !(chunk->tx == ready.tx) ||
+        chunk->checksum != loc->checksum)
+      return refuse("chunk " + std::to_string(loc->seq) + " of " + tx + " at log offset " + std::to_string(loc->offset) +
+                    " is not the chunk the barrier verified; the log changed under the partition applier");
+    // The routing header: this partition's, and listed so by the manifest (core CheckChunk).
+    const ChunkRef ref{chunk->seq, chunk->partition_id, chunk->event_count, chunk->checksum, chunk->partition_seq};
+    const partition::ChunkVerdict verdict = partition::CheckChunk(partition_, ref, manifest.chunks, accepted);
+    if (verdict == partition::ChunkVerdict::Duplicate) {
+      duplicates++;
+      continue;
+    }
+    if (partition::Refused(verdict))
+      return refuse("chunk " + std::to_string(chunk->seq) + " of " + tx + " (routing header: partition " +
+                    std::to_string(chunk->partition_id) + ", sequence " + std::to_string(chunk->partition_seq) +
+                    ") refused by partition " + std::to_string(partition_) + ": " +
+                    partition::ChunkVerdictName(verdict));
+    // Every row must route here under the manifest's map (serial changes ride in partition 0).
+    // Negative control (tests only, TRELLARA_FAULTS=defect.partition_routing_unchecked:1:defect):
+    // the rows are trusted to match their header, which the routing-mismatch scenario must catch.
+    if (fault::Hit("defect.partition_routing_unchecked") != fault::Action::Defect) {
+      for (size_t i = 0; i < chunk->changes.size(); i++) {
+        const Change& c = chunk->changes[i];
+        const RelationInfo* relation = nullptr;
+        for (const RelationInfo& r : chunk->relations)
+          if (r.oid == c.relation_oid) relation = &r;
+        static const RelationInfo kNone{};
+        const partition::Route route = partition::RouteChange(map, relation != nullptr ? *relation : kNone, c);
+        const uint32_t expected = route.serial ? 0 : route.partition;
+        if (expected != partition_)
+          return refuse("chunk " + std::to_string(chunk->seq) + " of " + tx + " names partition " +
+                        std::to_string(partition_) + " in its routing header but change " + std::to_string(i) +
+                        (relation != nullptr ? " of " + relation->schema + "." + relation->name : std::string()) +
+                        " routes to partition " + std::to_string(expected) + " under map version " +
+                        std::to_string(map.version) + " (" + std::to_string(map.partitions) +
+                        " partitions): routing_mismatch");
+      }
+    }
+    accepted.emplace(chunk->seq, ref);
+    // Fault point (tests): a chunk of this partition is staged in the open target transaction.
+    fault::Hit("partition.after_stage_chunk");
+    Must(conn_->ExecParams("INSERT INTO trellara.partition_stage (flow, commit_lsn, seq, partition, xid, record) "
+                           "VALUES ($1, $2::pg_lsn, $3, $4, $5, $6::bytea)",
+                           {config_.flow_name, Lsn(ready.tx.commit_lsn), std::to_string(chunk->seq),
+                            std::to_string(partition_), std::to_string(ready.tx.xid),
+                            "\\x" + HexEncode(bytes.data(), bytes.size())}),
+         "staging chunk " + std::to_string(chunk->seq) + " of " + tx);
+  }
+  if (const auto missing = partition::MissingChunks(partition_, manifest.chunks, accepted); !missing.empty()) {
+    std::string seqs;
+    for (uint32_t s : missing) seqs += (seqs.empty() ? "" : ", ") + std::to_string(s);
+    return refuse("the manifest of " + tx + " lists chunk(s) " + seqs + " for partition " + std::to_string(partition_) +
+                  " that it did not accept: missing_chunk");
+  }
+  const SqlParams checkpoint{config_.flow_name, std::to_string(partition_), Lsn(ready.tx.commit_lsn), resume,
+                             std::to_string(map.version), std::to_string(accepted.size()), std::to_string(duplicates),
+                             std::to_string(ready.commit_time_us)};
+  const std::string update = checkpoint_sql(true);
+  Must(conn_->ExecParams(update, checkpoint), "recording the checkpoint of " + Name());
+  // Fault point (tests): the chunks and the checkpoint are written, not committed.
+  fault::Hit("partition.before_commit");
+  Must(conn_->Exec("COMMIT"), "COMMIT of " + tx);
+  // Fault point (tests): committed; the log consumer offset is not written yet.
+  fault::Hit("partition.after_commit");
+  checkpoint_lsn_ = ready.tx.commit_lsn;
+  checkpoint_offset_ = std::stoull(resume);
+  staged_transactions_++;
+  staged_chunks_ += accepted.size();
+  duplicate_chunks_ += duplicates;
+  return std::nullopt;
+}
+
+void PartitionApplier::Halt(uint64_t commit_lsn, const std::string& reason) {
+  std::cerr << "trellara apply: " << Name() << " refused the transaction at commit LSN " << Lsn(commit_lsn)
+            << " before staging anything of it: " << reason
+            << "; the publisher quarantines it when it reaches it. Repair the log (trellara repair-plan), then "
+               "restart this partition applier to retry"
+            << std::endl;
+  Must(conn_->ExecParams("UPDATE trellara.partition_checkpoints SET blocker = $3, blocked_commit_lsn = $4::pg_lsn, "
+                         "blocked_at = now(), updated_at = now() WHERE flow = $1 AND partition = $2",
+                         {config_.flow_name, std::to_string(partition_), reason, Lsn(commit_lsn)}),
+       "recording the blocker of " + Name());
+  if (until_caught_up_) throw CommandFailed(Name() + " is blocked: " + reason, kExitFlowBlocked);
+  while (!StopRequested()) std::this_thread::sleep_for(cadence::kApplierStopCheck);
+  throw CommandFailed(Name() + " stopped while blocked: " + reason, kExitFlowBlocked);
+}
+
+}  // namespace trellara::cli::apply
