@@ -116,12 +116,16 @@ int Run(const std::string& config_path, OutputFormat format) {
     const ReadyTransaction& ready = **fed;
     log_end_lsn = std::max(log_end_lsn, ready.tx.commit_lsn);
     if (ready.tx.commit_lsn <= visible_lsn || !ready.partitioned()) continue;
-    partition::PendingTransaction p{ready.tx.commit_lsn, partition::ListedPartitions(ready.manifest->chunks)};
-    for (uint32_t part : p.partitions) pending_per_partition[part]++;
-    pending.push_back(std::move(p));
+    pending.push_back({ready.tx.commit_lsn, partition::ListedPartitions(ready.manifest->chunks)});
   }
   std::map<uint32_t, uint64_t> checkpoints;
   for (const PartitionRow& row : rows) checkpoints[row.partition] = row.checkpoint_lsn;
+  // A partition's pending transactions: those listing it past its own checkpoint.
+  for (const partition::PendingTransaction& p : pending)
+    for (uint32_t part : p.partitions) {
+      auto evidence = checkpoints.find(part);
+      if (evidence == checkpoints.end() || evidence->second < p.commit_lsn) pending_per_partition[part]++;
+    }
   auto watermark = partition::GlobalWatermark(visible_lsn, pending, checkpoints);
   if (!watermark) throw CommandFailed(watermark.error().message, kExitCouldNotRead);
   bool blocked = false;

@@ -53,7 +53,7 @@ PartitionGate Applier::WaitForPartitions(const ReadyTransaction& ready, Quaranti
     if (!reported) {
       std::string holding;
       for (uint32_t p : watermark->holding) holding += (holding.empty() ? "" : ", ") + std::to_string(p);
-      WriteStatus("waiting", DescribeTransaction(ready.tx) + " waits for checkpoint evidence of partition(s) " + holding +
+      WriteStatus("running", DescribeTransaction(ready.tx) + " waits for checkpoint evidence of partition(s) " + holding +
                                  " (trellara apply --partition K; trellara partition-watermarks)");
       reported = true;
     }

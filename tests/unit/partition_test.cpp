@@ -247,6 +247,16 @@ struct CapturedTx {
   std::vector<std::string> bytes;
 };
 
+RelationInfo Ledger() {
+  RelationInfo r;
+  r.oid = 16500;
+  r.schema = "public";
+  r.name = "ledger";
+  r.columns = {{"id", 20, "bigint", -1, true}, {"amount", 23, "integer", -1, false}};
+  r.fingerprint = ComputeFingerprint(r);
+  return r;
+}
+
 // `changes` of Accounts (and serial ones) captured by an assembler with `options`.
 CapturedTx CaptureTx(const TransactionAssembler::Options& options, const std::vector<Change>& changes) {
   const RelationInfo accounts = [] {
@@ -254,6 +264,7 @@ CapturedTx CaptureTx(const TransactionAssembler::Options& options, const std::ve
     r.fingerprint = ComputeFingerprint(r);
     return r;
   }();
+  const RelationInfo ledger = Ledger();
   TransactionAssembler a(options);
   CapturedTx out;
   const RecordSink sink = [&out](const EmittedRecord& r) -> Status {
@@ -268,7 +279,8 @@ CapturedTx CaptureTx(const TransactionAssembler::Options& options, const std::ve
     const bool row = c.op == Op::Insert || c.op == Op::Update || c.op == Op::Delete;
     std::vector<const RelationInfo*> truncated;
     if (c.op == Op::Truncate) truncated.push_back(&accounts);
-    REQUIRE(a.AddChange(c, row ? &accounts : nullptr, truncated, sink).ok());
+    const RelationInfo* relation = !row ? nullptr : c.relation_oid == ledger.oid ? &ledger : &accounts;
+    REQUIRE(a.AddChange(c, relation, truncated, sink).ok());
   }
   REQUIRE(a.Commit(sink).ok());
   return out;
@@ -277,6 +289,14 @@ CapturedTx CaptureTx(const TransactionAssembler::Options& options, const std::ve
 std::vector<Change> RandomChanges(std::mt19937_64& rng, size_t n) {
   std::vector<Change> out;
   for (size_t i = 0; i < n; i++) {
+    if (rng() % 4 == 0) {  // a second relation: per-relation counts must not depend on routing
+      Change l;
+      l.op = Op::Insert;
+      l.relation_oid = 16500;
+      l.new_tuple = {Value::Text(std::to_string(i)), Value::Text(std::to_string(rng() % 100))};
+      out.push_back(l);
+      continue;
+    }
     const std::string id = std::to_string(rng() % 40);
     const uint64_t kind = rng() % 20;
     if (kind == 0) {
@@ -359,7 +379,7 @@ TEST_CASE("a_partitioned_transaction_reconstructs_its_source_order_property", "[
     for (const Record& r : tx.records)
       if (const auto* c = std::get_if<Chunk>(&r))
         for (const Change& change : c->changes) {
-          const Route route = RouteChange(options.map, Accounts(), change);
+          const Route route = RouteChange(options.map, change.relation_oid == 16500 ? Ledger() : Accounts(), change);
           CHECK(c->partition_id == (route.serial ? 0u : route.partition));
         }
     const std::vector<Change> merged = Merge(tx, *ready.manifest);
@@ -369,7 +389,7 @@ TEST_CASE("a_partitioned_transaction_reconstructs_its_source_order_property", "[
     REQUIRE(whole.records.size() == 1);
     RelationInfo accounts = Accounts();
     accounts.fingerprint = ComputeFingerprint(accounts);
-    CHECK(ComputeChangesChecksum(merged, {accounts}).value() == std::get<Envelope>(whole.records[0]).checksum);
+    CHECK(ComputeChangesChecksum(merged, {accounts, Ledger()}).value() == std::get<Envelope>(whole.records[0]).checksum);
   }
 }
 

@@ -219,7 +219,8 @@ Status TransactionAssembler::EmitManifestAndMarker(const RecordSink& sink) {
 
 // Partitioned: the change goes to its partition's open chunk, which closes first when it is full
 // or describes the change's relation with another schema. The change's position is its index in
-// the source transaction; the total checksum is taken when a chunk is emitted, in chunk seq order.
+// the source transaction; the total checksum and the per-relation counts are taken when a chunk is
+// emitted, in chunk seq order (the order the barrier recomputes them in).
 Status TransactionAssembler::AddPartitioned(Change change, const RelationInfo* relation,
                                             const std::vector<const RelationInfo*>& truncated, const RecordSink& sink) {
   static const RelationInfo kNoRelation{};
@@ -245,7 +246,6 @@ Status TransactionAssembler::AddPartitioned(Change change, const RelationInfo* r
   if (total_changes_ >= UINT32_MAX)
     return MakeError("transaction " + std::to_string(tx_.xid) + " has more than " + std::to_string(UINT32_MAX) +
                      " changes, the most a partitioned transaction can position");
-  CountChange(change, counts_);
   lane.positions.push_back(static_cast<uint32_t>(total_changes_));
   total_changes_++;
   lane.bytes += change_bytes;
@@ -276,6 +276,7 @@ Status TransactionAssembler::FlushLane(uint32_t partition, const RecordSink& sin
   for (const Change& c : chunk.changes) {
     const bool row = c.op == Op::Insert || c.op == Op::Update || c.op == Op::Delete;
     total_hasher_->Add(c, row ? FindRelation(chunk.relations, c.relation_oid) : nullptr, chunk.relations);
+    CountChange(c, counts_);  // in chunk seq order, as the barrier counts them
   }
   TRELLARA_TRY(SealChunk(chunk));
   TRELLARA_TRY(Emit(record, false, sink));

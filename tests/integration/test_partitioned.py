@@ -1,0 +1,325 @@
+"""Partitioned scale mode end to end (docs/partitioned.md): a real source whose flow is partitioned
+(trellara.set_partitioning), real partition appliers (`trellara apply --partition K`) and the
+publisher (`trellara apply`), killed with SIGKILL and at fault points while a pgbench workload of
+transfers runs, and a reader on the target that checks, many times a second, that no source
+transaction is ever partly visible in the user tables.
+
+The workload moves money between accounts: each transaction debits one account, credits another
+(the two rows route to different partitions more often than not) and inserts a ledger row. On the
+target, at every snapshot, the balances must sum to what they started at and the accounts' move
+counters must be exactly twice the ledger's rows — a transaction seen in part breaks one or both.
+
+Scenarios:
+  - partitioned_flow_survives_kills_with_nothing_partial_visible: three partition appliers and the
+    publisher are each killed with SIGKILL (partition appliers also at their fault points
+    partition.before_commit and partition.after_commit) and restarted while 1 200 transfers
+    replicate; the reader never sees a partial transaction, the target converges exactly (verify)
+    and every partitioned transaction's staged chunks are gone.
+  - the_watermark_holds_publication_until_every_listed_partition_has_evidence: with partition 1's
+    applier not running, nothing past the first transaction listing partition 1 becomes visible and
+    `trellara partition-watermarks` names partition 1 as what holds the watermark; started, it
+    releases everything.
+  - negative control defect.partition_publish_before_evidence: a publisher that does not wait for
+    evidence exposes partial transactions, which the reader (or verify) catches.
+"""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from capture_support import (TRELLARA_BIN, CaptureFailure, PsqlSession, checks_fail_under_defect,  # noqa: E402
+                             record_faults_from_output, run_pgbench, run_scenarios, scenario, verify_with_applier,
+                             wait_for)
+from flow_pair import FlowPair  # noqa: E402
+
+ACCOUNTS = 300
+START_BALANCE = 1000
+PARTITIONS = 3
+
+SCHEMA = f"""
+CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL, moves int NOT NULL DEFAULT 0);
+CREATE TABLE ledger (id bigserial PRIMARY KEY, src int NOT NULL, dst int NOT NULL, amount int NOT NULL);
+INSERT INTO accounts SELECT g, {START_BALANCE}, 0 FROM generate_series(1, {ACCOUNTS}) g;
+"""
+
+TRANSFER = f"""\\set a random(1, {ACCOUNTS})
+\\set b random(1, {ACCOUNTS})
+\\set x random(1, 100)
+BEGIN;
+UPDATE accounts SET balance = balance - :x, moves = moves + 1 WHERE id = :a;
+UPDATE accounts SET balance = balance + :x, moves = moves + 1 WHERE id = :b;
+INSERT INTO ledger (src, dst, amount) VALUES (:a, :b, :x);
+COMMIT;
+"""
+
+INVARIANT = ("SELECT (SELECT sum(balance) FROM accounts) || ' ' || (SELECT sum(moves) FROM accounts) || ' ' || "
+             "(SELECT count(*) FROM ledger)")
+
+
+class PartitionedPair(FlowPair):
+    def __init__(self, name, partitions=PARTITIONS):
+        super().__init__(name, source_sql=SCHEMA, tables=("accounts", "ledger"))
+        self.partitions = partitions
+
+    def ready(self):
+        # The documented re-partitioning step: set, then restart the relay (docs/partitioned.md).
+        self.source.query(f"SELECT trellara.set_partitioning('{self.flow}', 'partitioned', {self.partitions})")
+        self.source.query(f"SELECT trellara.stop_flow('{self.flow}')")
+        self.source.query(f"SELECT trellara.start_flow('{self.flow}')")
+        self.script = os.path.join(self.work.name, "transfer.sql")
+        with open(self.script, "w") as f:
+            f.write(TRANSFER)
+
+
+class Proc:
+    """One `trellara apply` process (a partition applier with `partition`, else the publisher), our
+    child: killed by its Popen handle, restarted on demand; its stderr kept per run."""
+
+    def __init__(self, pair, partition=None):
+        self.pair, self.partition, self.runs, self.process = pair, partition, 0, None
+        self.name = "publisher" if partition is None else f"partition-{partition}"
+        self.outputs = []
+
+    def start(self, env=None, defects=False):
+        self.runs += 1
+        self.err_path = os.path.join(self.pair.work.name, f"{self.name}-{self.runs}.err")
+        argv = [TRELLARA_BIN] + (["--enable-test-defects"] if defects else []) + ["apply", "--config", self.pair.config]
+        if self.partition is not None:
+            argv += ["--partition", str(self.partition)]
+        with open(self.err_path, "w") as err:
+            self.process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        self.outputs.append(self.err_path)
+
+    def running(self):
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self):
+        if self.running():
+            self.process.send_signal(signal.SIGKILL)
+        if self.process is not None:
+            self.process.wait(timeout=60)
+
+    def stop(self):
+        if self.running():
+            self.process.send_signal(signal.SIGTERM)
+        if self.process is not None:
+            self.process.wait(timeout=120)
+
+    def stderr(self):
+        text = ""
+        for path in self.outputs:
+            with open(path) as f:
+                text += f.read()
+        return text
+
+
+class Reader(threading.Thread):
+    """Reads the invariant on the target as fast as it answers until stopped; keeps what broke it."""
+
+    def __init__(self, pair):
+        super().__init__(daemon=True)
+        self.session = PsqlSession(pair.target)
+        self.samples, self.violations, self.stopping = 0, [], threading.Event()
+        self.seen_ledger = set()
+
+    def run(self):
+        while not self.stopping.is_set():
+            answer = self.session.query(INVARIANT)
+            if not answer:
+                time.sleep(0.05)
+                continue
+            balance, moves, ledger = (int(x) for x in answer.split())
+            self.samples += 1
+            self.seen_ledger.add(ledger)
+            if balance != ACCOUNTS * START_BALANCE or moves != 2 * ledger:
+                self.violations.append((balance, moves, ledger))
+            time.sleep(0.01)
+
+    def finish(self):
+        self.stopping.set()
+        self.join(timeout=60)
+        self.session.close()
+
+
+def wait_converged(pair, procs, timeout_s=300):
+    expected = pair.source.query("SELECT count(*) FROM ledger")
+
+    def converged():
+        for proc in procs:
+            if not proc.running():
+                raise CaptureFailure(f"{proc.name} exited {proc.process.returncode}: {proc.stderr()[-2500:]}")
+        return pair.target.query("SELECT count(*) FROM ledger") == expected
+    wait_for(f"the target to hold all {expected} ledger rows", converged, timeout_s, interval_s=0.2)
+
+
+def watermarks(pair):
+    result = subprocess.run([TRELLARA_BIN, "partition-watermarks", "--config", pair.config, "--format", "json"],
+                            capture_output=True, text=True, timeout=120)
+    if result.returncode not in (0, 3):
+        raise CaptureFailure(f"partition-watermarks exited {result.returncode}: {result.stderr[-1500:]}")
+    return json.loads(result.stdout)
+
+
+def check_exact(pair, reader, label):
+    if reader.violations:
+        raise CaptureFailure(f"{label}: the reader saw {len(reader.violations)} partial transaction(s) on the target, "
+                             f"first (sum balance, sum moves, ledger rows): {reader.violations[:5]}")
+    verify = verify_with_applier(pair.config)
+    if verify.returncode != 0:
+        raise CaptureFailure(f"{label}: verify exited {verify.returncode}: {verify.stdout[-1500:]} {verify.stderr[-1500:]}")
+    staged = pair.target.query("SELECT count(*) FROM trellara.partition_stage")
+    if staged != "0":
+        raise CaptureFailure(f"{label}: {staged} staged chunk(s) are left in trellara.partition_stage")
+    duplicates = pair.target.query("SELECT count(*) - count(DISTINCT commit_lsn) FROM trellara.applied_transactions")
+    if duplicates != "0":
+        raise CaptureFailure(f"{label}: {duplicates} dedup rows repeat a commit LSN")
+
+
+def run_kills(pair, env=None, defects=False, seed=39):
+    """The clean run's workload and kills; returns the reader."""
+    parts = [Proc(pair, k) for k in range(pair.partitions)]
+    publisher = Proc(pair)
+    procs = parts + [publisher]
+    # The first runs of partitions 1 and 2 kill themselves at their fault points.
+    parts[0].start(env=env, defects=defects)
+    parts[1].start(env=dict(env or os.environ, TRELLARA_FAULTS="partition.before_commit:40:crash"), defects=defects)
+    parts[2].start(env=dict(env or os.environ, TRELLARA_FAULTS="partition.after_commit:60:crash"), defects=defects)
+    publisher.start(env=env, defects=defects)
+    reader = Reader(pair)
+    reader.start()
+    rng = random.Random(seed)
+    bench = threading.Thread(target=run_pgbench, args=(pair.source, ["-n", "--random-seed=39", "-c", "4", "-t", "300", "-R", "120", "-f", pair.script]))
+    bench.start()
+    kills = 0
+    try:
+        while bench.is_alive():
+            time.sleep(0.3 + 0.5 * rng.random())
+            victim = rng.choice(procs)
+            victim.kill()
+            kills += 1
+            victim.start(env=env, defects=defects)
+            for proc in procs:  # restart the ones a fault point killed (without the fault)
+                if not proc.running():
+                    proc.start(env=env, defects=defects)
+        bench.join()
+        for proc in procs:
+            if not proc.running():
+                proc.start(env=env, defects=defects)
+        wait_converged(pair, procs)
+        print(f"{kills} SIGKILLs; reader took {reader.samples} samples over {len(reader.seen_ledger)} distinct states")
+        return reader, procs
+    finally:
+        reader.finish()
+        for proc in procs:
+            if env is not None:
+                record_faults_from_output(proc.stderr())
+            proc.stop()
+
+
+@scenario(seed_rows=("partition_applier_before_ack",),
+          fault_points=("partition.before_commit", "partition.after_commit"),
+          invariants=("no source transaction is ever partly visible in the user tables (a reader checks "
+                      "balances and move counters at every snapshot)",
+                      "after SIGKILLs of every partition applier and of the publisher, and crashes at the "
+                      "partition appliers' commit fault points, the target equals the source (verify)",
+                      "nothing is staged twice or left staged; one dedup row per source transaction"))
+def partitioned_flow_survives_kills_with_nothing_partial_visible():
+    with PartitionedPair("partitioned-kills") as pair:
+        reader, procs = run_kills(pair)
+        fired = {}
+        for proc in procs:
+            for point, count in record_faults_from_output(proc.stderr()).items():
+                fired[point] = fired.get(point, 0) + count
+        print(f"fault points fired: {fired}")
+        if reader.samples < 50 or len(reader.seen_ledger) < 5:
+            raise CaptureFailure(f"the reader took {reader.samples} samples over {len(reader.seen_ledger)} states: "
+                                 "too few to say anything about visibility")
+        check_exact(pair, reader, "after the kills")
+        marks = watermarks(pair)
+        if marks["held_at_lsn"] is not None or marks["staged_chunks"] != 0 or len(marks["partitions"]) != PARTITIONS:
+            raise CaptureFailure(f"partition-watermarks after convergence: {json.dumps(marks)[:1500]}")
+        pair.check_no_crashes()
+        print("ok: partitioned_flow_survives_kills_with_nothing_partial_visible")
+
+
+def held_by_a_missing_partition(pair, env=None, defects=False):
+    parts = [Proc(pair, k) for k in range(pair.partitions)]
+    publisher = Proc(pair)
+    reader = Reader(pair)
+    try:
+        parts[0].start(env=env, defects=defects)
+        parts[2].start(env=env, defects=defects)
+        publisher.start(env=env, defects=defects)
+        reader.start()
+        run_pgbench(pair.source, ["-n", "--random-seed=39", "-c", "2", "-t", "100", "-f", pair.script])
+        end_lsn = pair.source.query("SELECT pg_current_wal_lsn()")
+        pair.wait_log_covers_source()
+
+        def others_caught_up():
+            marks = watermarks(pair)
+            rows = {p["partition"]: p for p in marks["partitions"]}
+            return all(k in rows and rows[k]["pending_transactions"] == 0 for k in (0, 2))
+        wait_for("partitions 0 and 2 to stage everything they are listed for", others_caught_up, 180)
+        marks = watermarks(pair)
+        if reader.violations:
+            raise CaptureFailure(f"the reader saw {len(reader.violations)} partial transaction(s) while partition 1 "
+                                 f"was not running: {reader.violations[:5]}")
+        if marks["holding_partitions"] != [1]:
+            raise CaptureFailure(f"the watermark is held by {marks['holding_partitions']}, not [1]: {json.dumps(marks)[:1500]}")
+        visible = int(pair.target.query("SELECT count(*) FROM ledger"))
+        total = int(pair.source.query("SELECT count(*) FROM ledger"))
+        if visible >= total:
+            raise CaptureFailure(f"all {total} transfers are visible although partition 1 never ran (log end {end_lsn})")
+        print(f"held: {visible} of {total} transfers visible, watermark {marks['global_watermark_lsn']} held at "
+              f"{marks['held_at_lsn']} by partition 1")
+        parts[1].start(env=env, defects=defects)
+        wait_converged(pair, [parts[0], parts[1], parts[2], publisher])
+        reader.finish()
+        check_exact(pair, reader, "after partition 1 started")
+    finally:
+        reader.finish()
+        for proc in parts + [publisher]:
+            if env is not None:
+                record_faults_from_output(proc.stderr())
+            proc.stop()
+
+
+@scenario(seed_rows=("partition_commit_marker_ack_ambiguous",),
+          invariants=("a partitioned transaction becomes visible only once every partition its manifest lists "
+                      "holds checkpoint evidence; partition-watermarks names the partition holding it back",))
+def the_watermark_holds_publication_until_every_listed_partition_has_evidence():
+    with PartitionedPair("partitioned-held") as pair:
+        held_by_a_missing_partition(pair)
+        pair.check_no_crashes()
+        print("ok: the_watermark_holds_publication_until_every_listed_partition_has_evidence")
+
+
+@scenario(defect="defect.partition_publish_before_evidence",
+          pairs_with="the_watermark_holds_publication_until_every_listed_partition_has_evidence",
+          invariants=("a publisher that does not wait for every partition's evidence is caught",))
+def negative_control_publish_before_evidence_is_caught():
+    with PartitionedPair("partitioned-defect") as pair:
+        def run_checks(env, outputs):
+            try:
+                held_by_a_missing_partition(pair, env=env, defects=True)
+            finally:
+                for path in sorted(os.listdir(pair.work.name)):
+                    if path.endswith(".err"):
+                        with open(os.path.join(pair.work.name, path)) as f:
+                            outputs.append(f.read())
+        caught = checks_fail_under_defect("defect.partition_publish_before_evidence", "partition visibility",
+                                          run_checks)
+        print(f"caught: {str(caught)[:300]}")
+        print("ok: negative_control_publish_before_evidence_is_caught")
+
+
+if __name__ == "__main__":
+    run_scenarios([partitioned_flow_survives_kills_with_nothing_partial_visible,
+                   the_watermark_holds_publication_until_every_listed_partition_has_evidence,
+                   negative_control_publish_before_evidence_is_caught])
