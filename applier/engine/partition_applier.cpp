@@ -267,27 +267,9 @@ std::optional<PartitionApplier::Refusal> PartitionApplier::Stage(const ReadyTran
                     std::to_string(chunk->partition_id) + ", sequence " + std::to_string(chunk->partition_seq) +
                     ") refused by partition " + std::to_string(partition_) + ": " +
                     partition::ChunkVerdictName(verdict));
-    // Every row must route here under the manifest's map (serial changes ride in partition 0).
-    // Negative control (tests only, TRELLARA_FAULTS=defect.partition_routing_unchecked:1:defect):
-    // the rows are trusted to match their header, which the routing-mismatch scenario must catch.
-    if (fault::Hit("defect.partition_routing_unchecked") != fault::Action::Defect) {
-      for (size_t i = 0; i < chunk->changes.size(); i++) {
-        const Change& c = chunk->changes[i];
-        const RelationInfo* relation = nullptr;
-        for (const RelationInfo& r : chunk->relations)
-          if (r.oid == c.relation_oid) relation = &r;
-        static const RelationInfo kNone{};
-        const partition::Route route = partition::RouteChange(map, relation != nullptr ? *relation : kNone, c);
-        const uint32_t expected = route.serial ? 0 : route.partition;
-        if (expected != partition_)
-          return refuse("chunk " + std::to_string(chunk->seq) + " of " + tx + " names partition " +
-                        std::to_string(partition_) + " in its routing header but change " + std::to_string(i) +
-                        (relation != nullptr ? " of " + relation->schema + "." + relation->name : std::string()) +
-                        " routes to partition " + std::to_string(expected) + " under map version " +
-                        std::to_string(map.version) + " (" + std::to_string(map.partitions) +
-                        " partitions): routing_mismatch");
-      }
-    }
+    // Every row must route here under the manifest's map (core CheckRowsRoute).
+    if (auto mismatch = partition::CheckRowsRoute(map, *chunk, partition_))
+      return refuse(*mismatch + " (" + tx + ")");
     accepted.emplace(chunk->seq, ref);
     // Fault point (tests): a chunk of this partition is staged in the open target transaction.
     fault::Hit("partition.after_stage_chunk");

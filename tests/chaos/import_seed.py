@@ -51,13 +51,13 @@ SCHEMA = "test_schema_apply.py"
 STREAM = "test_stream_large_transactions.py"
 SOAK = "test_soak.py"
 CONTRACT = "test_contract_repair.py"
+PARTITIONED = "test_partitioned.py"
 
 NO_SIMULATOR = ("the deterministic simulator (tests/sim, DESIGN §8 layer 2) is not built yet; "
                 "this row becomes a named seeded simulation there")
 NO_FAILOVER = ("failover slots (synced, enabled) are PostgreSQL 17 features and source promotion is "
                "not supported by the PG15 relay; not built")
 NO_BROKER = "the replicated broker hop (trellara forward → NATS JetStream, DESIGN §9) is not built"
-NO_PARTITION = "partitioned mode (per-partition chunks, partition watermarks, DESIGN §9 'later') is not built"
 NO_FLEET = "fleet fan-in / lake epochs are not part of Trellara's design; not built"
 NO_STREAMING = ("protocol-v2 streaming of in-progress transactions with spill files (DESIGN §4) is not built "
                 "yet (large-transaction issue)")
@@ -267,28 +267,51 @@ MAPPING = {
              "checks must fail"),
     "snapshot_exported_visibility_boundary": dict(proof=[it("snapshot_exported_visibility_boundary", HANDOFF)],
                                                   defect=APPLY_IN_COPY),
-    "partition_manifest_missing_chunk": dict(not_built=NO_PARTITION),
-    "partition_chunk_routing_header_mismatch": dict(not_built=NO_PARTITION),
-    "partition_commit_marker_ack_ambiguous": dict(not_built=NO_PARTITION),
-    "partition_commit_marker_manifest_mismatch": dict(not_built=NO_PARTITION),
+    "partition_manifest_missing_chunk": dict(
+        proof=[ct("a_partitioned_transaction_missing_a_chunk_is_refused_before_apply"),
+               it("the_watermark_holds_publication_until_every_listed_partition_has_evidence", PARTITIONED)],
+        defect={"name": "partition_publish_before_evidence",
+                "scenario": it("negative_control_publish_before_evidence_is_caught", PARTITIONED)},
+        note="the barrier (every applier of a partitioned flow reads through it) refuses a missing, repeated or "
+             "re-sequenced chunk; a real publisher never applies a transaction while a listed partition has not "
+             "staged its part (partition 1's applier not running); paired defect: a publisher that does not wait "
+             "for every partition's evidence, caught by the reader seeing partial transactions"),
+    "partition_chunk_routing_header_mismatch": dict(
+        proof=[ct("a_chunk_whose_rows_route_elsewhere_than_its_header_is_refused"),
+               ct("a_partition_applier_accepts_only_listed_chunks_of_its_own_partition")],
+        defect={"name": "partition_routing_unchecked",
+                "scenario": ct("a_chunk_whose_rows_route_elsewhere_passes_an_unchecked_router_negative_control")},
+        note="core CheckRowsRoute and CheckChunk, called by `trellara apply --partition K` before it stages a "
+             "chunk; paired defect defect.partition_routing_unchecked trusts the routing header"),
+    "partition_commit_marker_ack_ambiguous": dict(
+        proof=[it("partitioned_relay_failing_before_the_manifest_does_not_advance_the_slot", PARTITIONED)],
+        note="real relay of a partitioned flow failing at relay.after_chunks_before_manifest on every start: the "
+             "slot stays before the transaction; after the fault the target is exact; a paired defect is not "
+             "built for the partitioned path (relay_before_broker_publish pairs defect.relay_confirm_decoded)"),
+    "partition_commit_marker_manifest_mismatch": dict(
+        proof=[ct("a_partitioned_commit_marker_that_disagrees_with_its_manifest_is_refused")],
+        note="barrier level; a paired defect is not built"),
     "strict_chunk_manifest_missing_chunk": dict(
         proof=[ct("strict_chunk_manifest_arrives_with_missing_chunk")],
         note="paired defect apply_before_manifest is not built yet"),
     "strict_chunk_out_of_order_arrival": dict(proof=[ct("strict_chunk_manifest_arrives_before_chunks")]),
     "strict_chunk_relay_crash_after_chunks_before_manifest": dict(
         proof=[ct("strict_chunk_relay_crash_after_chunks_before_manifest")],
-        note="barrier level; the real-process fault relay.after_chunks_before_manifest is not run by a scenario yet"),
+        note="barrier level; the real-process fault relay.after_chunks_before_manifest is run on a partitioned "
+             "flow (partitioned_relay_failing_before_the_manifest_does_not_advance_the_slot), not on a strict one"),
     "strict_chunk_partial_publish_failure": dict(proof=[ct("torn_chunked_tail_is_redecoded_not_skipped")]),
     "strict_chunk_relay_crash_after_manifest_before_source_ack": dict(
         proof=[ct("strict_chunk_relay_crash_after_manifest_before_marker_is_applied_once")]),
     "strict_chunk_target_crash_after_staging_before_commit": dict(
         proof=[it("chunked_transaction_applies_atomically_and_once", ROBUSTNESS)]),
     "protocol_property_chunk_manifest_reconstruction": dict(
-        proof=[ct("barrier_property_generated_logs_yield_exactly_the_valid_transactions")],
+        proof=[ct("barrier_property_generated_logs_yield_exactly_the_valid_transactions"),
+               ct("a_partitioned_transaction_reconstructs_its_source_order_property")],
         defect={"name": "barrier_trust_manifest",
                 "scenario": ct("barrier_property_with_a_barrier_that_trusts_the_manifest_negative_control")},
         note="the same 400 generated logs and seed with defect.barrier_trust_manifest must violate the property "
-             "(the tamper_resealed shape yields a transaction)"),
+             "(the tamper_resealed shape yields a transaction); partitioned: 200 random transactions over 1-8 "
+             "partitions pass the barrier and merge by position back into the source order and checksum"),
     "strict_chunk_checksum_tampering": dict(
         proof=[ct("tampered_chunk_fails_closed")],
         defect={"name": "barrier_trust_manifest",
@@ -300,7 +323,15 @@ MAPPING = {
         defect={"name": "barrier_duplicate_by_seq",
                 "scenario": ct("conflicting_duplicate_chunk_passes_a_barrier_matching_by_seq_negative_control")},
         note="the paired defect recognises a duplicate chunk by (transaction, seq) alone and keeps the first copy"),
-    "partition_applier_before_ack": dict(not_built=NO_PARTITION),
+    "partition_applier_before_ack": dict(
+        proof=[it("partitioned_flow_survives_kills_with_nothing_partial_visible", PARTITIONED),
+               it("the_watermark_holds_publication_until_every_listed_partition_has_evidence", PARTITIONED)],
+        defect={"name": "partition_checkpoint_outside",
+                "scenario": it("negative_control_partition_checkpoint_outside_the_staging_transaction_is_caught",
+                               PARTITIONED)},
+        note="real partition appliers and publisher killed (SIGKILL and at partition.before_commit / "
+             "partition.after_commit) under transfers while a reader checks every snapshot of the target; paired "
+             "defect: the checkpoint committed outside the staging transaction"),
     "fleet_fanin_offline_stores_publish_with_gaps": dict(not_built=NO_FLEET),
     "fleet_fanin_late_store_recovery": dict(not_built=NO_FLEET),
     "fleet_fanin_duplicate_store_replay": dict(not_built=NO_FLEET),

@@ -34,8 +34,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from capture_support import (TRELLARA_BIN, CaptureFailure, PsqlSession, checks_fail_under_defect,  # noqa: E402
-                             record_faults_from_output, run_pgbench, run_scenarios, scenario, verify_with_applier,
-                             wait_for)
+                             int_to_lsn, log_records, lsn_to_int, record_fault_fired, record_faults_from_output,
+                             run_pgbench, run_scenarios, scenario, verify_with_applier, wait_for)
 from flow_pair import FlowPair  # noqa: E402
 
 ACCOUNTS = 300
@@ -63,8 +63,8 @@ INVARIANT = ("SELECT (SELECT sum(balance) FROM accounts) || ' ' || (SELECT sum(m
 
 
 class PartitionedPair(FlowPair):
-    def __init__(self, name, partitions=PARTITIONS):
-        super().__init__(name, source_sql=SCHEMA, tables=("accounts", "ledger"))
+    def __init__(self, name, partitions=PARTITIONS, source_env=None):
+        super().__init__(name, source_sql=SCHEMA, tables=("accounts", "ledger"), source_env=source_env)
         self.partitions = partitions
 
     def ready(self):
@@ -148,14 +148,25 @@ class Reader(threading.Thread):
 
 
 def wait_converged(pair, procs, timeout_s=300):
+    """Until the target holds every ledger row of the source. A process that exited or a quarantined
+    transaction ends the wait at once (neither goes away by waiting)."""
     expected = pair.source.query("SELECT count(*) FROM ledger")
-
-    def converged():
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
         for proc in procs:
             if not proc.running():
                 raise CaptureFailure(f"{proc.name} exited {proc.process.returncode}: {proc.stderr()[-2500:]}")
-        return pair.target.query("SELECT count(*) FROM ledger") == expected
-    wait_for(f"the target to hold all {expected} ledger rows", converged, timeout_s, interval_s=0.2)
+        has_state = pair.target.query("SELECT to_regclass('trellara.quarantine') IS NOT NULL") == "t"
+        quarantined = pair.target.query("SELECT count(*) FROM trellara.quarantine") if has_state else "0"
+        if quarantined != "0":
+            raise CaptureFailure(f"the publisher quarantined {quarantined} transaction(s): " +
+                                 pair.target.query("SELECT string_agg(reason || ': ' || coalesce(detail, ''), '; ') "
+                                                   "FROM trellara.quarantine")[:1500])
+        if pair.target.query("SELECT count(*) FROM ledger") == expected:
+            return
+        time.sleep(0.2)
+    raise CaptureFailure(f"timed out after {timeout_s}s waiting for the target to hold all {expected} ledger rows "
+                         f"({pair.target.query('SELECT count(*) FROM ledger')} there)")
 
 
 def watermarks(pair):
@@ -290,7 +301,7 @@ def held_by_a_missing_partition(pair, env=None, defects=False):
             proc.stop()
 
 
-@scenario(seed_rows=("partition_commit_marker_ack_ambiguous",),
+@scenario(seed_rows=("partition_applier_before_ack", "partition_manifest_missing_chunk"),
           invariants=("a partitioned transaction becomes visible only once every partition its manifest lists "
                       "holds checkpoint evidence; partition-watermarks names the partition holding it back",))
 def the_watermark_holds_publication_until_every_listed_partition_has_evidence():
@@ -319,7 +330,88 @@ def negative_control_publish_before_evidence_is_caught():
         print("ok: negative_control_publish_before_evidence_is_caught")
 
 
+@scenario(seed_rows=("partition_commit_marker_ack_ambiguous",), suite="capture",
+          fault_points=("relay.after_chunks_before_manifest",),
+          invariants=("a relay that made a partitioned transaction's chunks durable but not its manifest and "
+                      "commit marker never confirms the slot past it",
+                      "after the fault is gone the transaction arrives whole and the target is exact"))
+def partitioned_relay_failing_before_the_manifest_does_not_advance_the_slot():
+    fault = {"TRELLARA_FAULTS": "relay.after_chunks_before_manifest:1:error"}
+    with PartitionedPair("partitioned-ack", source_env=fault) as pair:
+        before = lsn_to_int(pair.source.query("SELECT pg_current_wal_lsn()"))
+        pair.source.query("BEGIN; UPDATE accounts SET balance = balance - 5, moves = moves + 1 WHERE id = 1; "
+                          "UPDATE accounts SET balance = balance + 5, moves = moves + 1 WHERE id = 2; "
+                          "INSERT INTO ledger (src, dst, amount) VALUES (1, 2, 5); COMMIT")
+
+        def failed_twice():
+            row = pair.source.query("SELECT coalesce(last_error, '') || '|' || consecutive_failures "
+                                    f"FROM trellara.status() WHERE flow = '{pair.flow}'")
+            error, failures = row.rsplit("|", 1)
+            return "relay.after_chunks_before_manifest" in error and int(failures) >= 2
+        wait_for("the relay to fail at relay.after_chunks_before_manifest twice", failed_twice, 120)
+        confirmed = lsn_to_int(pair.source.query(
+            f"SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'trellara_{pair.flow}'"))
+        if confirmed > before:
+            raise CaptureFailure(f"the slot was confirmed to {int_to_lsn(confirmed)}, past the transfer (WAL was at "
+                                 f"{int_to_lsn(before)} before it) whose manifest and commit marker never became durable")
+        types = [record["type"] for record in log_records(pair.log_dir)]
+        if "commit_marker" in types or "manifest" in types:
+            raise CaptureFailure(f"the log holds a manifest or commit marker the relay failed before: {types}")
+        record_fault_fired("relay.after_chunks_before_manifest", 2)
+        print(f"slot held at {int_to_lsn(confirmed)}; the log holds {types.count('chunk')} chunk record(s), no manifest "
+              "or marker")
+        pair.source.restart_immediate()  # started again without the fault (it was only in the first start's env)
+        parts = [Proc(pair, k) for k in range(pair.partitions)]
+        publisher = Proc(pair)
+        reader = Reader(pair)
+        try:
+            for proc in parts + [publisher]:
+                proc.start()
+            reader.start()
+            wait_converged(pair, parts + [publisher])
+            reader.finish()
+            check_exact(pair, reader, "after the relay's fault was removed")
+        finally:
+            reader.finish()
+            for proc in parts + [publisher]:
+                proc.stop()
+        print("ok: partitioned_relay_failing_before_the_manifest_does_not_advance_the_slot")
+
+
+@scenario(defect="defect.partition_checkpoint_outside",
+          pairs_with="partitioned_flow_survives_kills_with_nothing_partial_visible",
+          fault_points=("partition.after_checkpoint_before_stage",),
+          invariants=("a partition applier committing its checkpoint outside the transaction that stages its "
+                      "chunks leaves evidence without data after a kill: the flow does not converge",))
+def negative_control_partition_checkpoint_outside_the_staging_transaction_is_caught():
+    with PartitionedPair("partitioned-ckpt-defect") as pair:
+        def run_checks(env, outputs):
+            parts = [Proc(pair, k) for k in range(pair.partitions)]
+            publisher = Proc(pair)
+            try:
+                for proc in parts:
+                    faults = env["TRELLARA_FAULTS"] + (",partition.after_checkpoint_before_stage:5:crash"
+                                                       if proc.partition == 1 else "")
+                    proc.start(env=dict(env, TRELLARA_FAULTS=faults), defects=True)
+                publisher.start()
+                run_pgbench(pair.source, ["-n", "--random-seed=39", "-c", "2", "-t", "60", "-f", pair.script])
+                wait_for("partition 1 to die at its fault point", lambda: not parts[1].running(), 120)
+                parts[1].start(env=env, defects=True)
+                wait_converged(pair, parts + [publisher], timeout_s=120)
+                check_exact(pair, Reader(pair), "with the checkpoint outside the staging transaction")
+            finally:
+                for proc in parts + [publisher]:
+                    proc.stop()
+                    outputs.append(proc.stderr())
+        caught = checks_fail_under_defect("defect.partition_checkpoint_outside", "partition checkpoint", run_checks)
+        record_fault_fired("partition.after_checkpoint_before_stage")
+        print(f"caught: {str(caught)[:300]}")
+        print("ok: negative_control_partition_checkpoint_outside_the_staging_transaction_is_caught")
+
+
 if __name__ == "__main__":
     run_scenarios([partitioned_flow_survives_kills_with_nothing_partial_visible,
                    the_watermark_holds_publication_until_every_listed_partition_has_evidence,
-                   negative_control_publish_before_evidence_is_caught])
+                   negative_control_publish_before_evidence_is_caught,
+                   partitioned_relay_failing_before_the_manifest_does_not_advance_the_slot,
+                   negative_control_partition_checkpoint_outside_the_staging_transaction_is_caught])

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <random>
 
+#include "trellara/base/fault.h"
 #include "trellara/capture/assembler.h"
 #include "trellara/log/barrier.h"
 #include "trellara/partition/partition.h"
@@ -456,4 +457,137 @@ TEST_CASE("the_barrier_refuses_partition_headers_a_strict_transaction_cannot_hav
   });
   REQUIRE(has_other_partition);
   CHECK_THAT(failure, Catch::Contains("has 1 partitions"));
+}
+
+// ---- the partition rows of seed 000, at the barrier and the partition applier's checks ----------
+namespace {
+
+// Feeds a capture's records (as they are now, re-encoded) through a fresh barrier: the error, or "".
+std::string BarrierError(CapturedTx& tx) {
+  TransactionBarrier barrier;
+  for (size_t i = 0; i < tx.records.size(); i++) {
+    tx.bytes[i] = EncodeRecord(tx.records[i]).value();
+    const auto* data = reinterpret_cast<const uint8_t*>(tx.bytes[i].data());
+    auto fed = barrier.Feed(LogFrame{100 + i, static_cast<uint8_t>(TypeOf(tx.records[i])), 0x2000,
+                                     std::span<const uint8_t>(data, tx.bytes[i].size())});
+    if (!fed.ok()) return fed.error().message;
+  }
+  return "";
+}
+
+CapturedTx PartitionedCapture(uint64_t seed, uint32_t partitions = 3) {
+  std::mt19937_64 rng(seed);
+  TransactionAssembler::Options options{"app", 42, 2};
+  options.partitioned = true;
+  options.map = PartitionMap{1, partitions};
+  return CaptureTx(options, RandomChanges(rng, 24));
+}
+
+size_t IndexOf(const CapturedTx& tx, RecordType type, size_t nth = 0) {
+  for (size_t i = 0; i < tx.records.size(); i++)
+    if (TypeOf(tx.records[i]) == type && nth-- == 0) return i;
+  FAIL("no such record");
+  return 0;
+}
+
+// Re-seals the manifest after a change and binds the marker to it again (a well-formed lie).
+void ResealManifest(CapturedTx& tx) {
+  const size_t m = IndexOf(tx, RecordType::Manifest);
+  const size_t k = IndexOf(tx, RecordType::CommitMarker);
+  const std::string bytes = EncodeRecord(tx.records[m]).value();
+  auto& marker = std::get<CommitMarker>(tx.records[k]);
+  marker.manifest_checksum = Sha256Of(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+  marker.total_chunks = static_cast<uint32_t>(std::get<Manifest>(tx.records[m]).chunks.size());
+}
+
+}  // namespace
+
+TEST_CASE("a_partitioned_transaction_missing_a_chunk_is_refused_before_apply", "[partition][barrier]") {
+  CapturedTx tx = PartitionedCapture(101);
+  REQUIRE(BarrierError(tx).empty());
+  SECTION("a chunk of one partition never arrives") {
+    const size_t c = IndexOf(tx, RecordType::Chunk, 1);
+    tx.records.erase(tx.records.begin() + static_cast<long>(c));
+    tx.bytes.erase(tx.bytes.begin() + static_cast<long>(c));
+    const std::string error = BarrierError(tx);
+    CHECK_FALSE(error.empty());
+  }
+  SECTION("the manifest lists one partition's sequence twice") {
+    auto& m = std::get<Manifest>(tx.records[IndexOf(tx, RecordType::Manifest)]);
+    REQUIRE(m.chunks.size() >= 2);
+    for (size_t i = 1; i < m.chunks.size(); i++)
+      if (m.chunks[i].partition_id == m.chunks[0].partition_id) m.chunks[i].partition_seq = 0;
+    ResealManifest(tx);
+    const bool repeats = std::count_if(m.chunks.begin(), m.chunks.end(), [&](const ChunkRef& r) {
+                           return r.partition_id == m.chunks[0].partition_id;
+                         }) > 1;
+    REQUIRE(repeats);
+    CHECK_THAT(BarrierError(tx), Catch::Contains("expected 1"));
+  }
+  SECTION("a chunk repeated under another partition sequence") {
+    const size_t c = IndexOf(tx, RecordType::Chunk, 0);
+    auto& chunk = std::get<Chunk>(tx.records[c]);
+    chunk.partition_seq += 7;
+    REQUIRE(SealChunk(chunk).ok());
+    CHECK_FALSE(BarrierError(tx).empty());
+  }
+}
+
+TEST_CASE("a_partitioned_commit_marker_that_disagrees_with_its_manifest_is_refused", "[partition][barrier]") {
+  CapturedTx tx = PartitionedCapture(202);
+  SECTION("it binds another manifest") {
+    std::get<CommitMarker>(tx.records[IndexOf(tx, RecordType::CommitMarker)]).manifest_checksum.fill(7);
+    CHECK_THAT(BarrierError(tx), Catch::Contains("binds manifest checksum"));
+  }
+  SECTION("its totals differ from the manifest's") {
+    std::get<CommitMarker>(tx.records[IndexOf(tx, RecordType::CommitMarker)]).total_changes += 1;
+    CHECK_THAT(BarrierError(tx), Catch::Contains("declares"));
+  }
+  SECTION("the manifest names another partition map than its chunks were routed with") {
+    auto& m = std::get<Manifest>(tx.records[IndexOf(tx, RecordType::Manifest)]);
+    m.partitions = 2;
+    ResealManifest(tx);
+    const bool beyond = std::any_of(m.chunks.begin(), m.chunks.end(), [](const ChunkRef& r) { return r.partition_id >= 2; });
+    REQUIRE(beyond);
+    CHECK_THAT(BarrierError(tx), Catch::Contains("has 2 partitions"));
+  }
+}
+
+TEST_CASE("a_chunk_whose_rows_route_elsewhere_than_its_header_is_refused", "[partition]") {
+  CapturedTx tx = PartitionedCapture(303);
+  const PartitionMap map{1, 3};
+  bool checked = false;
+  for (Record& r : tx.records)
+    if (auto* c = std::get_if<Chunk>(&r)) {
+      CHECK_FALSE(CheckRowsRoute(map, *c, c->partition_id).has_value());  // as captured: consistent
+      if (c->partition_id == 0) continue;
+      Chunk lying = *c;
+      lying.partition_id = (c->partition_id + 1) % 3;  // the header names a partition its rows do not route to
+      const auto mismatch = CheckRowsRoute(map, lying, lying.partition_id);
+      REQUIRE(mismatch.has_value());
+      CHECK_THAT(*mismatch, Catch::Contains("routing_mismatch"));
+      checked = true;
+    }
+  CHECK(checked);
+}
+
+// The paired defect of partition_chunk_routing_header_mismatch: a partition applier that trusts the
+// routing header stages a chunk whose rows belong to another partition.
+TEST_CASE("a_chunk_whose_rows_route_elsewhere_passes_an_unchecked_router_negative_control", "[partition]") {
+  CapturedTx tx = PartitionedCapture(303);
+  const PartitionMap map{1, 3};
+  fault::AllowDefects(true, "unit test");
+  REQUIRE(fault::Configure("defect.partition_routing_unchecked:1:defect").ok());
+  bool passed_a_lie = false;
+  for (Record& r : tx.records)
+    if (auto* c = std::get_if<Chunk>(&r); c != nullptr && c->partition_id != 0) {
+      Chunk lying = *c;
+      lying.partition_id = (c->partition_id + 1) % 3;
+      passed_a_lie = passed_a_lie || !CheckRowsRoute(map, lying, lying.partition_id).has_value();
+    }
+  const int fired = fault::FiredCount("defect.partition_routing_unchecked");
+  fault::Clear();
+  fault::AllowDefects(false, "");
+  CHECK(fired >= 1);
+  CHECK(passed_a_lie);  // the clean test's REQUIRE(mismatch.has_value()) fails: the defect is caught
 }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "trellara/base/fault.h"
 #include "trellara/log/crc32c.h"
 
 namespace trellara::partition {
@@ -141,6 +142,26 @@ Result<Watermark> GlobalWatermark(uint64_t floor, std::span<const PendingTransac
     w.commit_lsn = tx.commit_lsn;
   }
   return w;
+}
+
+std::optional<std::string> CheckRowsRoute(const PartitionMap& map, const Chunk& chunk, uint32_t partition) {
+  if (fault::Hit("defect.partition_routing_unchecked") == fault::Action::Defect) return std::nullopt;
+  static const RelationInfo kNone{};
+  for (size_t i = 0; i < chunk.changes.size(); i++) {
+    const Change& c = chunk.changes[i];
+    const RelationInfo* relation = nullptr;
+    for (const RelationInfo& r : chunk.relations)
+      if (r.oid == c.relation_oid) relation = &r;
+    const Route route = RouteChange(map, relation != nullptr ? *relation : kNone, c);
+    const uint32_t expected = route.serial ? 0 : route.partition;
+    if (expected != partition)
+      return "chunk " + std::to_string(chunk.seq) + " names partition " + std::to_string(chunk.partition_id) +
+             " in its routing header but its change " + std::to_string(i) +
+             (relation != nullptr ? " (" + relation->schema + "." + relation->name + ")" : std::string()) +
+             " routes to partition " + std::to_string(expected) + " under map version " + std::to_string(map.version) +
+             " (" + std::to_string(map.partitions) + " partitions): routing_mismatch";
+  }
+  return std::nullopt;
 }
 
 Status MergeByPosition(std::span<const ChunkRef> chunks, uint64_t total_changes,

@@ -221,6 +221,10 @@ ordered_json RecordJson(const Record& record) {
   } else if (const auto* c = std::get_if<Chunk>(&record)) {
     j["seq"] = c->seq;
     j["partition_id"] = c->partition_id;
+    if (!c->positions.empty()) {  // partitioned: its place among its partition's chunks, and in the source order
+      j["partition_seq"] = c->partition_seq;
+      j["positions"] = c->positions;
+    }
     j["event_count"] = c->event_count;
     j["relations"] = RelationsJson(c->relations);
     j["changes"] = ChangesJson(c->changes, c->relations);
@@ -229,11 +233,20 @@ ordered_json RecordJson(const Record& record) {
     j["begin_lsn"] = FormatLsn(m->begin_lsn);
     j["commit_time"] = FormatTime(m->commit_time_us);
     j["boundary_mode"] = BoundaryModeName(m->boundary_mode);
+    const bool partitioned = m->boundary_mode == BoundaryMode::Partitioned;
+    if (partitioned) {
+      j["map_version"] = m->map_version;
+      j["partitions"] = m->partitions;
+    }
     j["total_changes"] = m->total_changes;
     ordered_json chunks = ordered_json::array();
-    for (const auto& ref : m->chunks)
-      chunks.push_back({{"seq", ref.seq}, {"partition_id", ref.partition_id}, {"event_count", ref.event_count},
-                        {"checksum", HexEncode(ref.checksum)}});
+    for (const auto& ref : m->chunks) {
+      ordered_json entry = {{"seq", ref.seq}, {"partition_id", ref.partition_id}};
+      if (partitioned) entry["partition_seq"] = ref.partition_seq;
+      entry["event_count"] = ref.event_count;
+      entry["checksum"] = HexEncode(ref.checksum);
+      chunks.push_back(entry);
+    }
     j["chunks"] = chunks;
     j["counts"] = CountsJson(m->counts, m->relations);
     j["relations"] = RelationsJson(m->relations);
@@ -334,17 +347,26 @@ Result<std::string> RenderRecordText(const Record& record) {
       tables_text(j["counts"]);
       changes_text(e->changes, e->relations);
     } else if (const auto* c = std::get_if<Chunk>(&record)) {
-      out << "chunk:           seq " << c->seq << ", partition " << c->partition_id << ", " << c->event_count
-          << " events\n";
+      out << "chunk:           seq " << c->seq << ", partition " << c->partition_id;
+      if (!c->positions.empty())
+        out << " (its chunk " << c->partition_seq << "), source positions " << c->positions.front() << ".."
+            << c->positions.back();
+      out << ", " << c->event_count << " events\n";
       changes_text(c->changes, c->relations);
     } else if (const auto* m = std::get_if<Manifest>(&record)) {
       out << "begin lsn:       " << FormatLsn(m->begin_lsn) << "\n"
           << "commit time:     " << FormatTime(m->commit_time_us) << "\n"
-          << "boundary mode:   " << BoundaryModeName(m->boundary_mode) << "\n"
-          << "total changes:   " << m->total_changes << " in " << m->chunks.size() << " chunks\n";
+          << "boundary mode:   " << BoundaryModeName(m->boundary_mode) << "\n";
+      if (m->boundary_mode == BoundaryMode::Partitioned)
+        out << "partition map:   version " << m->map_version << ", " << m->partitions << " partitions\n";
+      out << "total changes:   " << m->total_changes << " in " << m->chunks.size() << " chunks\n";
       tables_text(j["counts"]);
-      for (const auto& ref : m->chunks)
-        out << "  chunk " << ref.seq << ": " << ref.event_count << " events, checksum " << HexEncode(ref.checksum) << "\n";
+      for (const auto& ref : m->chunks) {
+        out << "  chunk " << ref.seq << ": ";
+        if (m->boundary_mode == BoundaryMode::Partitioned)
+          out << "partition " << ref.partition_id << " (its chunk " << ref.partition_seq << "), ";
+        out << ref.event_count << " events, checksum " << HexEncode(ref.checksum) << "\n";
+      }
     } else {
       const auto& k = std::get<CommitMarker>(record);
       out << "totals:          " << k.total_changes << " changes in " << k.total_chunks << " chunks\n"

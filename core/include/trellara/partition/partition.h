@@ -108,6 +108,13 @@ Result<Watermark> GlobalWatermark(uint64_t floor, std::span<const PendingTransac
 
 namespace trellara::partition {
 
+// ---- a partition applier's check of a chunk's rows -------------------------------------------
+// Every change of `chunk` must route to `partition` under `map` (serial changes ride in partition
+// 0): the chunk's routing header is a claim the rows must bear out before anything of it is
+// buffered. Returns what contradicts it (change index, relation, the partition it routes to), or
+// nullopt. Negative control (tests only): defect.partition_routing_unchecked trusts the header.
+std::optional<std::string> CheckRowsRoute(const PartitionMap& map, const Chunk& chunk, uint32_t partition);
+
 // ---- the publisher's merge -----------------------------------------------------------------
 // A partitioned transaction's changes in their source order: each partition's chunks (listed by
 // `chunks`, the manifest's refs in seq order) are read in partition-sequence order — one chunk per
