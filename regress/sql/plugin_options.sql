@@ -24,6 +24,9 @@ SELECT count(*) FROM pg_logical_slot_peek_binary_changes('regress_options', NULL
 SELECT count(*) FROM pg_logical_slot_peek_binary_changes('regress_options', NULL, NULL, 'publication', 'a,,b');
 SELECT count(*) FROM pg_logical_slot_peek_binary_changes('regress_options', NULL, NULL, 'publication', NULL);
 SELECT count(*) FROM pg_logical_slot_peek_binary_changes('regress_options', NULL, NULL, 'publication', 'regress_options_pub', 'proto_version', '1');
+SELECT count(*) FROM pg_logical_slot_peek_binary_changes('regress_options', NULL, NULL, 'publication', 'regress_options_pub', 'partitions', '0');
+SELECT count(*) FROM pg_logical_slot_peek_binary_changes('regress_options', NULL, NULL, 'publication', 'regress_options_pub', 'partitions', '65');
+SELECT count(*) FROM pg_logical_slot_peek_binary_changes('regress_options', NULL, NULL, 'publication', 'regress_options_pub', 'map_version', '0');
 SELECT count(*) FROM pg_logical_slot_peek_binary_changes('regress_options', NULL, NULL, 'publication', 'regress_options_pub', 'chunk_changes', '0');
 SELECT count(*) FROM pg_logical_slot_peek_binary_changes('regress_options', NULL, NULL, 'publication', 'regress_options_pub', 'chunk_changes', '1048577');
 SELECT count(*) FROM pg_logical_slot_peek_binary_changes('regress_options', NULL, NULL, 'publication', 'regress_options_pub', 'chunk_changes', '12abc');
