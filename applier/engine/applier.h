@@ -191,8 +191,11 @@ class Applier {
 
   // ---- apply_partitioned.cpp: the publisher of partitioned transactions ---------------------
   PartitionGate WaitForPartitions(const ReadyTransaction& ready, QuarantineCause& cause);
-  Result<Chunk> ReadStagedChunk(const ReadyTransaction& ready, const ChunkRef& ref);
+  // A staged chunk: from `preloaded` (seq -> hex of the record) when given, else read by itself.
+  Result<Chunk> ReadStagedChunk(const ReadyTransaction& ready, const ChunkRef& ref,
+                                const std::map<uint32_t, std::string>* preloaded);
   std::optional<QuarantineCause> ApplyPartitionedChanges(const ReadyTransaction& ready);
+  std::map<uint32_t, uint64_t> partition_evidence_;  // the partitions' checkpoints as last read
 
   // ---- apply_early.cpp: a chunked transaction applied while the relay writes it ------------
   // Whether `record` belongs to the transaction applied early (its chunks, manifest, marker).

@@ -25,6 +25,11 @@ PartitionGate Applier::WaitForPartitions(const ReadyTransaction& ready, Quaranti
   if (fault::Hit("defect.partition_publish_before_evidence") == fault::Action::Defect) return PartitionGate::Publish;
   const std::vector<uint32_t> listed = partition::ListedPartitions(ready.manifest->chunks);
   const std::vector<partition::PendingTransaction> pending{{ready.tx.commit_lsn, listed}};
+  // Checkpoints only move forward: evidence read for an earlier transaction may already cover this one.
+  {
+    auto cached = partition::GlobalWatermark(0, pending, partition_evidence_);
+    if (cached && !cached->held_at) return PartitionGate::Publish;
+  }
   std::chrono::milliseconds idle = cadence::kApplierTail.min;
   bool reported = false;
   for (;;) {
@@ -38,6 +43,7 @@ PartitionGate Applier::WaitForPartitions(const ReadyTransaction& ready, Quaranti
     for (int i = 0; i < r.rows(); i++) {
       const uint32_t p = static_cast<uint32_t>(std::stoul(r.Value(i, 0).value_or("0")));
       checkpoints[p] = std::stoull(r.Value(i, 1).value_or("0"));
+      partition_evidence_[p] = std::max(partition_evidence_[p], checkpoints[p]);
       if (r.Value(i, 2) && std::stoull(r.Value(i, 3).value_or("0")) == ready.tx.commit_lsn) blockers[p] = *r.Value(i, 2);
     }
     auto watermark = partition::GlobalWatermark(applied_lsn_ < ready.tx.commit_lsn ? applied_lsn_ : 0, pending,
@@ -63,17 +69,30 @@ PartitionGate Applier::WaitForPartitions(const ReadyTransaction& ready, Quaranti
   }
 }
 
-Result<Chunk> Applier::ReadStagedChunk(const ReadyTransaction& ready, const ChunkRef& ref) {
+namespace {
+// A transaction of at most this many changes has all its staged chunks read in one round trip
+// before it is applied; a larger one reads them one at a time (bounded memory).
+constexpr uint64_t kPreloadChangesMax = 16384;
+}  // namespace
+
+Result<Chunk> Applier::ReadStagedChunk(const ReadyTransaction& ready, const ChunkRef& ref,
+                                       const std::map<uint32_t, std::string>* preloaded) {
   const std::string name = "chunk " + std::to_string(ref.seq) + " (partition " + std::to_string(ref.partition_id) +
                            ") of " + DescribeTransaction(ready.tx);
-  PgResult r = Must(conn_->ExecParams("SELECT encode(record, 'hex') FROM trellara.partition_stage "
-                                      "WHERE flow = $1 AND commit_lsn = $2::pg_lsn AND seq = $3",
-                                      {config_.flow_name, FormatLsn(ready.tx.commit_lsn), std::to_string(ref.seq)}),
-                    "reading staged " + name);
-  if (r.rows() != 1 || !r.Value(0, 0))
+  std::optional<std::string> hex;
+  if (preloaded != nullptr) {
+    if (auto found = preloaded->find(ref.seq); found != preloaded->end()) hex = found->second;
+  } else {
+    PgResult r = Must(conn_->ExecParams("SELECT encode(record, 'hex') FROM trellara.partition_stage "
+                                        "WHERE flow = $1 AND commit_lsn = $2::pg_lsn AND seq = $3",
+                                        {config_.flow_name, FormatLsn(ready.tx.commit_lsn), std::to_string(ref.seq)}),
+                      "reading staged " + name);
+    if (r.rows() == 1) hex = r.Value(0, 0);
+  }
+  if (!hex)
     return MakeError(name + " is not staged on the target (trellara.partition_stage) although partition " +
                      std::to_string(ref.partition_id) + " holds checkpoint evidence for it");
-  auto bytes = HexDecode(*r.Value(0, 0));
+  auto bytes = HexDecode(*hex);
   if (!bytes) return MakeError("staged " + name + " is not valid hex");
   auto decoded = DecodeRecord(std::span<const uint8_t>(bytes->data(), bytes->size()));
   if (!decoded) return MakeError("staged " + name + " does not decode: " + decoded.error().message);
@@ -96,12 +115,24 @@ std::optional<QuarantineCause> Applier::ApplyPartitionedChanges(const ReadyTrans
   std::optional<QuarantineCause> failure;
   ResetChunked();
   Status walked = Status::Ok();
+  // A transaction of up to kPreloadChangesMax changes: every staged chunk in one round trip.
+  std::optional<std::map<uint32_t, std::string>> preloaded;
+  if (ready.total_changes <= kPreloadChangesMax) {
+    PgResult r = Must(conn_->ExecParams("SELECT seq, encode(record, 'hex') FROM trellara.partition_stage "
+                                        "WHERE flow = $1 AND commit_lsn = $2::pg_lsn",
+                                        {config_.flow_name, FormatLsn(tx.commit_lsn)}),
+                      "reading the staged chunks of " + DescribeTransaction(tx));
+    preloaded.emplace();
+    for (int i = 0; i < r.rows(); i++)
+      (*preloaded)[static_cast<uint32_t>(std::stoul(r.Value(i, 0).value_or("0")))] = r.Value(i, 1).value_or("");
+  }
+  const std::map<uint32_t, std::string>* staged = preloaded ? &*preloaded : nullptr;
   if (fault::Hit("defect.partition_publish_before_evidence") == fault::Action::Defect) {
     // The negative control's other half: whatever is staged is applied, in seq order; what is not
     // staged yet is left out — a partial transaction becomes visible.
     for (const ChunkRef& ref : ready.manifest->chunks) {
       if ((failure = FlushChunked(tx))) break;
-      auto chunk = ReadStagedChunk(ready, ref);
+      auto chunk = ReadStagedChunk(ready, ref, staged);
       if (!chunk) continue;
       for (const Change& change : chunk->changes)
         if ((failure = StageChunkedChange(change, chunk->relations, tx))) break;
@@ -111,9 +142,10 @@ std::optional<QuarantineCause> Applier::ApplyPartitionedChanges(const ReadyTrans
     walked = partition::MergeByPosition(
         ready.manifest->chunks, ready.total_changes,
         [&](const ChunkRef& ref) -> Result<Chunk> {
-          // The staged chunk is read on the same session: what was queued before is answered first.
+          if (staged != nullptr) return ReadStagedChunk(ready, ref, staged);
+          // Read on the same session: what was queued before is answered first.
           if ((failure = FlushChunked(tx))) return MakeError("stopped at a failed change");
-          return ReadStagedChunk(ready, ref);
+          return ReadStagedChunk(ready, ref, nullptr);
         },
         [&](const Chunk& chunk, size_t i) -> Status {
           failure = StageChunkedChange(chunk.changes[i], chunk.relations, tx);

@@ -59,6 +59,8 @@ PgResult PartitionApplier::Must(PgResult result, const std::string& what) {
 }
 
 void PartitionApplier::Connect() {
+  batch_open_ = false;  // a batch of a lost session was rolled back with it: resume re-reads it
+  batch_transactions_ = batch_chunks_ = batch_duplicates_ = 0;
   conn_ = ConnectPinned(config_, config_.target_conninfo, "target",
                         "trellara partition " + std::to_string(partition_) + " " + config_.flow_name);
   Must(conn_->Exec(TargetSchemaScript()), "creating the trellara state schema (sql/trellara_target.sql)");
@@ -155,12 +157,14 @@ void PartitionApplier::Pump() {
   auto last_checkpoint_write = std::chrono::steady_clock::now();
   for (;;) {
     if (StopRequested()) {
+      CommitBatch();
       RecordCheckpointOnly();
       return;
     }
     auto next = reader_->Next();
     if (!next) throw CommandFailed("cannot read the log of flow " + config_.flow_name + ": " + next.error().message);
     if (!next->has_value()) {
+      CommitBatch();
       RecordCheckpointOnly();
       if (until_caught_up_ && reader_->next_offset() >= stop_offset_) return;
       std::this_thread::sleep_for(idle);
@@ -184,7 +188,10 @@ void PartitionApplier::Pump() {
     if (auto refused = Stage(ready)) Halt(ready.tx.commit_lsn, refused->reason);
     seen_lsn_ = std::max(seen_lsn_, ready.tx.commit_lsn);
     seen_offset_ = std::max(seen_offset_, barrier_.RetainFromOffset().value_or(ready.end_offset));
-    if (std::chrono::steady_clock::now() - last_checkpoint_write > cadence::kApplierOffsetWrite) {
+    if (batch_open_ && (batch_transactions_ >= kBatchTransactions ||
+                        std::chrono::steady_clock::now() - batch_started_ > kBatchAge))
+      CommitBatch();
+    if (!batch_open_ && std::chrono::steady_clock::now() - last_checkpoint_write > cadence::kApplierOffsetWrite) {
       RecordCheckpointOnly();
       last_checkpoint_write = std::chrono::steady_clock::now();
     }
@@ -195,6 +202,7 @@ void PartitionApplier::Pump() {
 // (strict ones, partitioned ones that do not list it): the checkpoint moves past them, so the
 // watermark and a restart need not wait for or re-read them.
 void PartitionApplier::RecordCheckpointOnly() {
+  if (batch_open_) return;  // the batch's COMMIT records it
   if (seen_lsn_ <= checkpoint_lsn_ && seen_offset_ <= checkpoint_offset_) return;
   Must(conn_->ExecParams("UPDATE trellara.partition_checkpoints SET commit_lsn = greatest(commit_lsn, $3::pg_lsn), "
                          "log_offset = greatest(log_offset, $4::bigint), updated_at = now() "
@@ -215,30 +223,34 @@ std::optional<PartitionApplier::Refusal> PartitionApplier::Stage(const ReadyTran
     if (loc.partition_id == partition_) mine.push_back(&loc);
   if (mine.empty()) return std::nullopt;
   const std::string tx = DescribeTransaction(ready.tx);
-  const auto checkpoint_sql = [](bool end) {
-    return std::string("UPDATE trellara.partition_checkpoints SET commit_lsn = $3::pg_lsn, log_offset = $4::bigint, "
-                       "map_version = $5::int, ") +
-           (end ? "transactions = transactions + 1, chunks = chunks + $6::bigint, "
-                  "duplicate_chunks = duplicate_chunks + $7::bigint, "
-                  "last_commit_time = to_timestamp($8::double precision / 1000000), "
-                : "") +
-           "updated_at = now() WHERE flow = $1 AND partition = $2";
-  };
   const std::string resume = std::to_string(barrier_.RetainFromOffset().value_or(ready.end_offset));
   // Negative control (tests only, TRELLARA_FAULTS=defect.partition_checkpoint_outside:1:defect):
   // the checkpoint commits on its own before the chunks, so a kill between the two leaves
   // evidence without data — the publisher must then fail closed, never publish a partial transaction.
   if (fault::Hit("defect.partition_checkpoint_outside") == fault::Action::Defect) {
-    Must(conn_->ExecParams(checkpoint_sql(false), {config_.flow_name, std::to_string(partition_),
+    CommitBatch();
+    Must(conn_->ExecParams("UPDATE trellara.partition_checkpoints SET commit_lsn = $3::pg_lsn, "
+                           "log_offset = $4::bigint, map_version = $5::int, updated_at = now() "
+                           "WHERE flow = $1 AND partition = $2",
+                           {config_.flow_name, std::to_string(partition_),
                                                    Lsn(ready.tx.commit_lsn), resume, std::to_string(map.version)}),
          "recording the checkpoint of " + Name());
     fault::Hit("partition.after_checkpoint_before_stage");
   }
-  Must(conn_->Exec("BEGIN"), "BEGIN for " + tx);
+  // Staged into the open batch (a target transaction holding the part of several source
+  // transactions, committed with the checkpoint of the last one: CommitBatch), behind a savepoint
+  // so that a refusal takes back only this transaction's part.
+  if (!batch_open_) {
+    Must(conn_->Exec("BEGIN"), "BEGIN for " + tx);
+    batch_open_ = true;
+    batch_started_ = std::chrono::steady_clock::now();
+  }
+  Must(conn_->Exec("SAVEPOINT trellara_tx"), "SAVEPOINT for " + tx);
   std::map<uint32_t, ChunkRef> accepted;
   uint64_t duplicates = 0;
   auto refuse = [&](const std::string& why) {
-    Must(conn_->Exec("ROLLBACK"), "ROLLBACK of " + tx);
+    Must(conn_->Exec("ROLLBACK TO SAVEPOINT trellara_tx"), "ROLLBACK TO SAVEPOINT of " + tx);
+    CommitBatch();  // the transactions before it keep their evidence
     return std::optional<Refusal>(Refusal{why});
   };
   for (const ChunkLocation* loc : mine) {
@@ -286,25 +298,52 @@ std::optional<PartitionApplier::Refusal> PartitionApplier::Stage(const ReadyTran
     return refuse("the manifest of " + tx + " lists chunk(s) " + seqs + " for partition " + std::to_string(partition_) +
                   " that it did not accept: missing_chunk");
   }
-  const SqlParams checkpoint{config_.flow_name, std::to_string(partition_), Lsn(ready.tx.commit_lsn), resume,
-                             std::to_string(map.version), std::to_string(accepted.size()), std::to_string(duplicates),
-                             std::to_string(ready.commit_time_us)};
-  const std::string update = checkpoint_sql(true);
-  Must(conn_->ExecParams(update, checkpoint), "recording the checkpoint of " + Name());
-  // Fault point (tests): the chunks and the checkpoint are written, not committed.
-  fault::Hit("partition.before_commit");
-  Must(conn_->Exec("COMMIT"), "COMMIT of " + tx);
-  // Fault point (tests): committed; the log consumer offset is not written yet.
-  fault::Hit("partition.after_commit");
-  checkpoint_lsn_ = ready.tx.commit_lsn;
-  checkpoint_offset_ = std::stoull(resume);
-  staged_transactions_++;
-  staged_chunks_ += accepted.size();
-  duplicate_chunks_ += duplicates;
+  batch_lsn_ = ready.tx.commit_lsn;
+  batch_offset_ = std::stoull(resume);
+  batch_map_version_ = map.version;
+  batch_commit_time_us_ = ready.commit_time_us;
+  batch_transactions_++;
+  batch_chunks_ += accepted.size();
+  batch_duplicates_ += duplicates;
   return std::nullopt;
 }
 
+// Commits the open batch with the checkpoint of its last source transaction: the chunks and the
+// evidence for them become durable together, or neither does.
+void PartitionApplier::CommitBatch() {
+  if (!batch_open_) return;
+  if (batch_transactions_ > 0) {
+    const SqlParams checkpoint{config_.flow_name, std::to_string(partition_), Lsn(batch_lsn_),
+                               std::to_string(batch_offset_), std::to_string(batch_map_version_),
+                               std::to_string(batch_transactions_), std::to_string(batch_chunks_),
+                               std::to_string(batch_duplicates_), std::to_string(batch_commit_time_us_)};
+    Must(conn_->ExecParams(
+             "UPDATE trellara.partition_checkpoints SET commit_lsn = $3::pg_lsn, log_offset = $4::bigint, "
+             "map_version = $5::int, transactions = transactions + $6::bigint, chunks = chunks + $7::bigint, "
+             "duplicate_chunks = duplicate_chunks + $8::bigint, "
+             "last_commit_time = to_timestamp($9::double precision / 1000000), updated_at = now() "
+             "WHERE flow = $1 AND partition = $2",
+             checkpoint),
+         "recording the checkpoint of " + Name());
+  }
+  // Fault point (tests): the chunks and the checkpoint are written, not committed.
+  fault::Hit("partition.before_commit");
+  Must(conn_->Exec("COMMIT"), "COMMIT of the staged chunks of " + Name());
+  batch_open_ = false;
+  // Fault point (tests): committed; the log consumer offset is not written yet.
+  fault::Hit("partition.after_commit");
+  if (batch_transactions_ > 0) {
+    checkpoint_lsn_ = std::max(checkpoint_lsn_, batch_lsn_);
+    checkpoint_offset_ = std::max(checkpoint_offset_, batch_offset_);
+    staged_transactions_ += batch_transactions_;
+    staged_chunks_ += batch_chunks_;
+    duplicate_chunks_ += batch_duplicates_;
+  }
+  batch_transactions_ = batch_chunks_ = batch_duplicates_ = 0;
+}
+
 void PartitionApplier::Halt(uint64_t commit_lsn, const std::string& reason) {
+  CommitBatch();  // the transactions before the refused one keep their evidence
   std::cerr << "trellara apply: " << Name() << " refused the transaction at commit LSN " << Lsn(commit_lsn)
             << " before staging anything of it: " << reason
             << "; the publisher quarantines it when it reaches it. Repair the log (trellara repair-plan), then "

@@ -20,6 +20,7 @@
 // follows the checkpoint so the relay retains what the partition still needs.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -48,6 +49,7 @@ class PartitionApplier {
   void Pump();
   // Stages this partition's part of `ready` with the checkpoint, or returns why it is refused.
   std::optional<Refusal> Stage(const ReadyTransaction& ready);
+  void CommitBatch();
   void RecordCheckpointOnly();
   [[noreturn]] void Halt(uint64_t commit_lsn, const std::string& reason);
   PgResult Must(PgResult result, const std::string& what);
@@ -67,6 +69,20 @@ class PartitionApplier {
   uint64_t seen_lsn_ = 0;             // the newest transaction read (staged or not ours)
   uint64_t seen_offset_ = 0;          // just after it
   uint64_t stop_offset_ = UINT64_MAX; // --until-caught-up: the log's published end at start
+  // The open batch: one target transaction staging several source transactions' parts, committed
+  // with the checkpoint of its last one at kBatchTransactions, after kBatchAge, at the log's end,
+  // on a stop or before a refusal is recorded.
+  static constexpr uint64_t kBatchTransactions = 256;
+  static constexpr std::chrono::milliseconds kBatchAge{20};
+  bool batch_open_ = false;
+  std::chrono::steady_clock::time_point batch_started_;
+  uint64_t batch_lsn_ = 0;
+  uint64_t batch_offset_ = 0;
+  uint32_t batch_map_version_ = 0;
+  int64_t batch_commit_time_us_ = 0;
+  uint64_t batch_transactions_ = 0;
+  uint64_t batch_chunks_ = 0;
+  uint64_t batch_duplicates_ = 0;
   uint64_t staged_transactions_ = 0;
   uint64_t staged_chunks_ = 0;
   uint64_t duplicate_chunks_ = 0;

@@ -82,12 +82,13 @@ class Proc:
     child: killed by its Popen handle, restarted on demand; its stderr kept per run."""
 
     def __init__(self, pair, partition=None):
-        self.pair, self.partition, self.runs, self.process = pair, partition, 0, None
+        self.pair, self.partition, self.runs, self.process, self.faulted = pair, partition, 0, None, False
         self.name = "publisher" if partition is None else f"partition-{partition}"
         self.outputs = []
 
-    def start(self, env=None, defects=False):
+    def start(self, env=None, defects=False, faulted=False):
         self.runs += 1
+        self.faulted = faulted  # this run waits for its own fault point: not a victim of the random kills
         self.err_path = os.path.join(self.pair.work.name, f"{self.name}-{self.runs}.err")
         argv = [TRELLARA_BIN] + (["--enable-test-defects"] if defects else []) + ["apply", "--config", self.pair.config]
         if self.partition is not None:
@@ -199,8 +200,10 @@ def run_kills(pair, env=None, defects=False, seed=39):
     procs = parts + [publisher]
     # The first runs of partitions 1 and 2 kill themselves at their fault points.
     parts[0].start(env=env, defects=defects)
-    parts[1].start(env=dict(env or os.environ, TRELLARA_FAULTS="partition.before_commit:40:crash"), defects=defects)
-    parts[2].start(env=dict(env or os.environ, TRELLARA_FAULTS="partition.after_commit:60:crash"), defects=defects)
+    parts[1].start(env=dict(env or os.environ, TRELLARA_FAULTS="partition.before_commit:8:crash"), defects=defects,
+                   faulted=True)
+    parts[2].start(env=dict(env or os.environ, TRELLARA_FAULTS="partition.after_commit:12:crash"), defects=defects,
+                   faulted=True)
     publisher.start(env=env, defects=defects)
     reader = Reader(pair)
     reader.start()
@@ -211,7 +214,7 @@ def run_kills(pair, env=None, defects=False, seed=39):
     try:
         while bench.is_alive():
             time.sleep(0.3 + 0.5 * rng.random())
-            victim = rng.choice(procs)
+            victim = rng.choice([proc for proc in procs if not (proc.faulted and proc.running())])
             victim.kill()
             kills += 1
             victim.start(env=env, defects=defects)
@@ -248,6 +251,9 @@ def partitioned_flow_survives_kills_with_nothing_partial_visible():
             for point, count in record_faults_from_output(proc.stderr()).items():
                 fired[point] = fired.get(point, 0) + count
         print(f"fault points fired: {fired}")
+        for point in ("partition.before_commit", "partition.after_commit"):
+            if not fired.get(point):
+                raise CaptureFailure(f"fault point {point} never fired: the run proves nothing about it")
         if reader.samples < 50 or len(reader.seen_ledger) < 5:
             raise CaptureFailure(f"the reader took {reader.samples} samples over {len(reader.seen_ledger)} states: "
                                  "too few to say anything about visibility")
