@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
   trellara::cli::RegisterPilotPackage(app);
   trellara::cli::RegisterForward(app);
   trellara::cli::RegisterPartitionWatermarks(app);
+  trellara::cli::RegisterRun(app);
   for (const auto& planned : kPlanned) {
     auto existing = app.get_subcommands([&](CLI::App* c) { return c->get_name() == planned.name; });
     if (!existing.empty()) continue;

@@ -48,5 +48,7 @@ void RegisterPilotPackage(CLI::App& app);
 void RegisterForward(CLI::App& app);
 // `partition-watermarks --config F [--format text|json]` (partition_watermarks_command.cpp).
 void RegisterPartitionWatermarks(CLI::App& app);
+// `run --local --verify --config F [--timeout S]` (run_command.cpp).
+void RegisterRun(CLI::App& app);
 
 }  // namespace trellara::cli

@@ -395,6 +395,11 @@ void PrintReport(const FlowConfig& config, const std::string& config_path, const
     j["resolved"] = count("resolved");
     j["state_error"] = ErrorOrNull(e.state_error);
     j["lag_records"] = s.log.lag_records;
+    if (e.partitioned) {
+      j["partition_appliers"] = e.partition_appliers;
+      j["staged_chunks"] = e.staged_chunks;
+      j["partition_blockers"] = e.partition_blockers;
+    }
     j["verify_hint"] = verify;
     j["next_action"] = s.next_action;
     std::cout << j.dump(2) << "\n";
@@ -437,8 +442,14 @@ void PrintReport(const FlowConfig& config, const std::string& config_path, const
                                             std::to_string(count("resolved")) + " resolved"
                                       : "unknown: " + e.state_error)
             << "\n"
-            << "pending in log:      " << s.log.lag_records << " records\n"
-            << "verify:              " << verify << " (compares source and target at one exact point)\n"
+            << "pending in log:      " << s.log.lag_records << " records\n";
+  if (e.partitioned) {
+    std::cout << "partitions:          " << e.partition_appliers << " partition applier(s) reported, "
+              << e.staged_chunks << " chunk(s) staged and not yet published (trellara partition-watermarks --config "
+              << config_path << ")\n";
+    for (const std::string& blocker : e.partition_blockers) std::cout << "blocker:             " << blocker << "\n";
+  }
+  std::cout << "verify:              " << verify << " (compares source and target at one exact point)\n"
             << "next action:         " << s.next_action << "\n";
 }
 

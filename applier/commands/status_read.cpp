@@ -1,4 +1,5 @@
 // status_read.cpp — see status_read.h.
+#include <sstream>
 #include <algorithm>
 #include <csignal>
 #include <cerrno>
@@ -306,6 +307,25 @@ Extended ReadExtended(const FlowConfig& config, PgConnection* target) {
     }
   else
     e.state_error += (e.state_error.empty() ? "" : "; ") + quarantine.error;
+  auto partitions = TryQuery(*target,
+                             "SELECT count(*), count(*) FILTER (WHERE blocker IS NOT NULL), "
+                             "string_agg('partition ' || partition || ' at ' || coalesce(blocked_commit_lsn::text, '?') "
+                             "|| ': ' || blocker, E'\\n' ORDER BY partition) FILTER (WHERE blocker IS NOT NULL), "
+                             "(SELECT count(*) FROM trellara.partition_stage WHERE flow = $1) "
+                             "FROM trellara.partition_checkpoints WHERE flow = $1 "
+                             "AND to_regclass('trellara.partition_checkpoints') IS NOT NULL",
+                             flow, "reading trellara.partition_checkpoints of flow " + config.flow_name);
+  if (partitions.result && partitions.result->rows() == 1) {
+    e.partition_appliers = ToU64(partitions.result->Value(0, 0));
+    e.partitioned = e.partition_appliers > 0;
+    if (auto blockers = partitions.result->Value(0, 2)) {
+      std::stringstream lines(*blockers);
+      for (std::string line; std::getline(lines, line);) e.partition_blockers.push_back(line);
+    }
+    e.staged_chunks = ToU64(partitions.result->Value(0, 3));
+  } else if (!partitions.result) {
+    e.partition_error = partitions.error;
+  }
   return e;
 }
 

@@ -101,6 +101,13 @@ struct Extended {
   std::string state_error;  // apply_status() / quarantine_list() unreadable (e.g. apply never ran here)
   std::map<std::string, uint64_t> quarantine_by_state;  // quarantined | replay_ready | resolved
   std::vector<QuarantineRow> open_quarantine;           // quarantined and replay_ready rows
+  // Partitioned mode (docs/partitioned.md): each blocked partition ("partition K at LSN: reason"),
+  // the chunks staged and not yet published, and the partition appliers that reported.
+  bool partitioned = false;
+  std::vector<std::string> partition_blockers;
+  uint64_t staged_chunks = 0;
+  uint64_t partition_appliers = 0;
+  std::string partition_error;
   SourceFacts source;
 };
 

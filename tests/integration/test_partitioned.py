@@ -293,6 +293,12 @@ def held_by_a_missing_partition(pair, env=None, defects=False):
         total = int(pair.source.query("SELECT count(*) FROM ledger"))
         if visible >= total:
             raise CaptureFailure(f"all {total} transfers are visible although partition 1 never ran (log end {end_lsn})")
+        report = subprocess.run([TRELLARA_BIN, "status", "--config", pair.config, "--view", "report", "--format", "json"],
+                                capture_output=True, text=True, timeout=120)
+        shown = json.loads(report.stdout) if report.stdout.strip().startswith("{") else {}
+        if shown.get("partition_appliers") != 2 or not shown.get("staged_chunks"):
+            raise CaptureFailure(f"status --view report does not show the two partition appliers and the staged chunks "
+                                 f"(exit {report.returncode}): {report.stdout[-1500:]} {report.stderr[-800:]}")
         print(f"held: {visible} of {total} transfers visible, watermark {marks['global_watermark_lsn']} held at "
               f"{marks['held_at_lsn']} by partition 1")
         parts[1].start(env=env, defects=defects)
@@ -415,9 +421,35 @@ def negative_control_partition_checkpoint_outside_the_staging_transaction_is_cau
         print("ok: negative_control_partition_checkpoint_outside_the_staging_transaction_is_caught")
 
 
+@scenario(invariants=("`trellara run --local --verify` starts the partition appliers and the publisher, applies the "
+                      "flow until caught up and verifies it: exit 0 when the target equals the source",
+                      "exit 1 when the target was changed behind the flow's back"))
+def run_local_verify_applies_a_partitioned_flow_and_verifies_it():
+    with PartitionedPair("partitioned-run") as pair:
+        run_pgbench(pair.source, ["-n", "--random-seed=39", "-c", "2", "-t", "75", "-f", pair.script])
+        pair.wait_log_covers_source()
+        command = [TRELLARA_BIN, "run", "--local", "--verify", "--config", pair.config, "--timeout", "300"]
+        first = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        if first.returncode != 0 or "the target equals the source" not in first.stdout:
+            raise CaptureFailure(f"run --local --verify exited {first.returncode}: {first.stdout[-1500:]} "
+                                 f"{first.stderr[-1500:]}")
+        if pair.target.query("SELECT count(*) FROM ledger") != pair.source.query("SELECT count(*) FROM ledger"):
+            raise CaptureFailure("run --local --verify passed but the target does not hold every transfer")
+        marks = watermarks(pair)
+        if len(marks["partitions"]) != PARTITIONS:
+            raise CaptureFailure(f"run did not start every partition applier: {json.dumps(marks)[:1000]}")
+        pair.target.query("UPDATE accounts SET balance = balance + 1 WHERE id = 7")  # behind the flow's back
+        second = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        if second.returncode != 1:
+            raise CaptureFailure(f"run --local --verify on a changed target exited {second.returncode}, not 1: "
+                                 f"{second.stdout[-1500:]} {second.stderr[-1500:]}")
+        print("ok: run_local_verify_applies_a_partitioned_flow_and_verifies_it")
+
+
 if __name__ == "__main__":
     run_scenarios([partitioned_flow_survives_kills_with_nothing_partial_visible,
                    the_watermark_holds_publication_until_every_listed_partition_has_evidence,
                    negative_control_publish_before_evidence_is_caught,
                    partitioned_relay_failing_before_the_manifest_does_not_advance_the_slot,
-                   negative_control_partition_checkpoint_outside_the_staging_transaction_is_caught])
+                   negative_control_partition_checkpoint_outside_the_staging_transaction_is_caught,
+                   run_local_verify_applies_a_partitioned_flow_and_verifies_it])
