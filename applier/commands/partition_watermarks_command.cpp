@@ -13,10 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands/commands.h"
-#include "trellara/log/barrier.h"
-#include "trellara/log/consumer_offsets.h"
-#include "trellara/log/reader.h"
-#include "trellara/log/uring_device.h"
+#include "commands/partitioned_log.h"
 #include "trellara/partition/partition.h"
 
 namespace trellara::cli {
@@ -81,43 +78,11 @@ int Run(const std::string& config_path, OutputFormat format) {
     staged_chunks = Num(s.Value(0, 0));
   }
   // The partitioned transactions the log holds past what is visible, with the partitions each lists.
-  auto device = log::OpenUringDevice();
-  if (!device) throw CommandFailed("cannot open io_uring: " + device.error().message, kExitCouldNotRead);
-  auto reader = log::LogReader::Open(**device, config.log_directory);
-  if (!reader)
-    throw CommandFailed("cannot open the log of flow " + config.flow_name + " at " + config.log_directory + ": " +
-                        reader.error().message,
-                        kExitCouldNotRead);
-  auto offsets = log::ReadConsumerOffsets(**device, config.log_directory);
-  if (offsets) {
-    auto it = offsets->find(log::kApplierConsumer);
-    if (it != offsets->end()) (void)(*reader)->Seek(it->second);
-  }
-  std::vector<partition::PendingTransaction> pending;
+  const PendingLog log = ReadPendingLog(config, visible_lsn);
+  const std::vector<partition::PendingTransaction>& pending = log.partitioned;
+  const uint64_t log_end_lsn = log.last_commit_lsn;
+  const std::string& log_problem = log.problem;
   std::map<uint32_t, uint64_t> pending_per_partition;
-  uint64_t log_end_lsn = 0;
-  std::string log_problem;
-  TransactionBarrier barrier;
-  for (;;) {
-    auto next = (*reader)->Next();
-    if (!next) {
-      log_problem = next.error().message;
-      break;
-    }
-    if (!next->has_value()) break;
-    const log::LogRecord& record = **next;
-    auto fed = barrier.Feed(LogFrame{record.offset, record.type, record.commit_lsn,
-                                     std::span<const uint8_t>(record.payload.data(), record.payload.size())});
-    if (!fed) {
-      log_problem = fed.error().message;
-      break;
-    }
-    if (!fed->has_value()) continue;
-    const ReadyTransaction& ready = **fed;
-    log_end_lsn = std::max(log_end_lsn, ready.tx.commit_lsn);
-    if (ready.tx.commit_lsn <= visible_lsn || !ready.partitioned()) continue;
-    pending.push_back({ready.tx.commit_lsn, partition::ListedPartitions(ready.manifest->chunks)});
-  }
   std::map<uint32_t, uint64_t> checkpoints;
   for (const PartitionRow& row : rows) checkpoints[row.partition] = row.checkpoint_lsn;
   // A partition's pending transactions: those listing it past its own checkpoint.

@@ -23,12 +23,8 @@
 #include <thread>
 
 #include "commands/commands.h"
+#include "commands/partitioned_log.h"
 #include "pg/target_schema.h"
-#include "trellara/log/barrier.h"
-#include "trellara/log/consumer_offsets.h"
-#include "trellara/log/reader.h"
-#include "trellara/log/uring_device.h"
-#include "trellara/partition/partition.h"
 
 extern char** environ;
 
@@ -75,43 +71,6 @@ struct Children {
   }
 };
 
-struct LogFacts {
-  uint64_t last_commit_lsn = 0;     // of the last whole transaction the log held at start
-  std::set<uint32_t> partitions;    // listed by a partitioned transaction past the applier's offset
-};
-
-LogFacts ReadLog(const FlowConfig& config) {
-  auto device = log::OpenUringDevice();
-  if (!device) throw CommandFailed("cannot open io_uring: " + device.error().message, kExitCouldNotRun);
-  auto reader = log::LogReader::Open(**device, config.log_directory);
-  if (!reader)
-    throw CommandFailed("cannot open the log of flow " + config.flow_name + " at " + config.log_directory + ": " +
-                        reader.error().message,
-                        kExitCouldNotRun);
-  if (auto offsets = log::ReadConsumerOffsets(**device, config.log_directory)) {
-    auto it = offsets->find(log::kApplierConsumer);
-    if (it != offsets->end()) (void)(*reader)->Seek(it->second);
-  }
-  LogFacts facts;
-  TransactionBarrier barrier;
-  for (;;) {
-    auto next = (*reader)->Next();
-    if (!next)
-      throw CommandFailed("cannot read the log of flow " + config.flow_name + ": " + next.error().message,
-                          kExitCouldNotRun);
-    if (!next->has_value()) break;
-    const log::LogRecord& record = **next;
-    auto fed = barrier.Feed(LogFrame{record.offset, record.type, record.commit_lsn,
-                                     std::span<const uint8_t>(record.payload.data(), record.payload.size())});
-    if (!fed) break;  // the appliers report it (and halt there); run ends blocked
-    if (!fed->has_value()) continue;
-    facts.last_commit_lsn = std::max(facts.last_commit_lsn, (**fed).tx.commit_lsn);
-    if ((**fed).partitioned())
-      for (uint32_t p : partition::ListedPartitions((**fed).manifest->chunks)) facts.partitions.insert(p);
-  }
-  return facts;
-}
-
 uint64_t Number(const std::optional<std::string>& v) { return v ? std::stoull(*v) : 0; }
 
 int Run(const std::string& config_path, int timeout_s) {
@@ -123,10 +82,11 @@ int Run(const std::string& config_path, int timeout_s) {
   if (config.source_conninfo.empty())
     throw CommandFailed("trellara run --verify compares with the source: set [source] conninfo in " + config.path,
                         kExitConfig);
-  const LogFacts facts = ReadLog(config);
+  const PendingLog facts = ReadPendingLog(config, 0);
   auto target = ConnectPinned(config, config.target_conninfo, "target", "trellara run");
   MustSucceed(*target, target->Exec(TargetSchemaScript()), "creating the trellara state schema on the target");
-  std::set<uint32_t> partitions = facts.partitions;
+  std::set<uint32_t> partitions;
+  for (const partition::PendingTransaction& tx : facts.partitioned) partitions.insert(tx.partitions.begin(), tx.partitions.end());
   PgResult known = MustSucceed(*target,
                                target->ExecParams("SELECT partition FROM trellara.partition_checkpoints WHERE flow = $1",
                                                   {config.flow_name}),
