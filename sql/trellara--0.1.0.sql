@@ -303,7 +303,7 @@ BEGIN
             HINT = '''local'' (the slot follows the local log) or ''broker_quorum'' (the slot follows what '
                    'the broker''s quorum acknowledged to trellara forward).';
   END IF;
-  UPDATE trellara.flows SET source_ack = mode WHERE flows.name = set_source_ack.name;
+  UPDATE trellara.flows SET source_ack = set_source_ack.mode WHERE flows.name = set_source_ack.name;
   RAISE NOTICE 'flow "%": source_ack = % takes effect when its relay starts next', set_source_ack.name, mode
     USING HINT = format('SELECT trellara.stop_flow(%L); then SELECT trellara.start_flow(%L);',
                         set_source_ack.name, set_source_ack.name);
