@@ -42,8 +42,12 @@ constexpr uint64_t kMaxUnackedBytes = 8ull << 20;
 // appended and not yet durable.
 Status AppendRecord(uint8_t type, uint32_t xid, uint64_t commit_lsn, std::span<const uint8_t> bytes) {
   if (type == static_cast<uint8_t>(RecordType::Manifest) &&
-      fault::Hit("relay.after_chunks_before_manifest") == fault::Action::Error)
+      fault::Hit("relay.after_chunks_before_manifest") == fault::Action::Error) {
+    // Negative control (seed partition_commit_marker_ack_ambiguous): the relay confirms the
+    // transaction whose manifest and commit marker it never made durable.
+    if (fault::Hit("defect.relay_confirm_decoded") == fault::Action::Defect) Confirm(commit_lsn);
     Fail("injected fault", MakeError("relay.after_chunks_before_manifest"));
+  }
   if (fault::Hit("relay.before_log_append") == fault::Action::Error) {
     // Negative control (seed relay_before_broker_publish): a relay that confirms what it decoded
     // rather than what its log holds — the slot passes a transaction the log never received.

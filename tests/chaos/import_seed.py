@@ -285,12 +285,18 @@ MAPPING = {
              "chunk; paired defect defect.partition_routing_unchecked trusts the routing header"),
     "partition_commit_marker_ack_ambiguous": dict(
         proof=[it("partitioned_relay_failing_before_the_manifest_does_not_advance_the_slot", PARTITIONED)],
+        defect={"name": "relay_confirm_decoded",
+                "scenario": it("negative_control_partitioned_relay_confirming_before_the_marker_is_caught",
+                               PARTITIONED)},
         note="real relay of a partitioned flow failing at relay.after_chunks_before_manifest on every start: the "
-             "slot stays before the transaction; after the fault the target is exact; a paired defect is not "
-             "built for the partitioned path (relay_before_broker_publish pairs defect.relay_confirm_decoded)"),
+             "slot stays before the transaction; after the fault the target is exact. Paired defect: the relay "
+             "confirms the transaction it decoded before its manifest and commit marker were durable"),
     "partition_commit_marker_manifest_mismatch": dict(
         proof=[ct("a_partitioned_commit_marker_that_disagrees_with_its_manifest_is_refused")],
-        note="barrier level; a paired defect is not built"),
+        defect={"name": "barrier_marker_unbound",
+                "scenario": ct("a_commit_marker_of_another_manifest_passes_an_unbinding_barrier_negative_control")},
+        note="barrier level, the same barrier every applier of a partitioned flow reads through; paired defect: a "
+             "barrier that does not check the commit marker binds the manifest it received"),
     "strict_chunk_manifest_missing_chunk": dict(
         proof=[ct("strict_chunk_manifest_arrives_with_missing_chunk")],
         note="paired defect apply_before_manifest is not built yet"),

@@ -63,8 +63,9 @@ INVARIANT = ("SELECT (SELECT sum(balance) FROM accounts) || ' ' || (SELECT sum(m
 
 
 class PartitionedPair(FlowPair):
-    def __init__(self, name, partitions=PARTITIONS, source_env=None):
-        super().__init__(name, source_sql=SCHEMA, tables=("accounts", "ledger"), source_env=source_env)
+    def __init__(self, name, partitions=PARTITIONS, source_env=None, source_settings=None):
+        super().__init__(name, source_sql=SCHEMA, tables=("accounts", "ledger"), source_env=source_env,
+                         source_settings=source_settings)
         self.partitions = partitions
 
     def ready(self):
@@ -75,6 +76,15 @@ class PartitionedPair(FlowPair):
         self.script = os.path.join(self.work.name, "transfer.sql")
         with open(self.script, "w") as f:
             f.write(TRANSFER)
+
+
+def commit_one_transfer(pair):
+    """One transfer on the source; returns the WAL insert position after its commit (the slot may
+    move up to the commit, never to or past its end, while the transaction is not durable in the log)."""
+    pair.source.query("BEGIN; UPDATE accounts SET balance = balance - 5, moves = moves + 1 WHERE id = 1; "
+                      "UPDATE accounts SET balance = balance + 5, moves = moves + 1 WHERE id = 2; "
+                      "INSERT INTO ledger (src, dst, amount) VALUES (1, 2, 5); COMMIT")
+    return lsn_to_int(pair.source.query("SELECT pg_current_wal_insert_lsn()"))
 
 
 class Proc:
@@ -350,10 +360,7 @@ def negative_control_publish_before_evidence_is_caught():
 def partitioned_relay_failing_before_the_manifest_does_not_advance_the_slot():
     fault = {"TRELLARA_FAULTS": "relay.after_chunks_before_manifest:1:error"}
     with PartitionedPair("partitioned-ack", source_env=fault) as pair:
-        before = lsn_to_int(pair.source.query("SELECT pg_current_wal_lsn()"))
-        pair.source.query("BEGIN; UPDATE accounts SET balance = balance - 5, moves = moves + 1 WHERE id = 1; "
-                          "UPDATE accounts SET balance = balance + 5, moves = moves + 1 WHERE id = 2; "
-                          "INSERT INTO ledger (src, dst, amount) VALUES (1, 2, 5); COMMIT")
+        after = commit_one_transfer(pair)
 
         def failed_twice():
             row = pair.source.query("SELECT coalesce(last_error, '') || '|' || consecutive_failures "
@@ -363,9 +370,10 @@ def partitioned_relay_failing_before_the_manifest_does_not_advance_the_slot():
         wait_for("the relay to fail at relay.after_chunks_before_manifest twice", failed_twice, 120)
         confirmed = lsn_to_int(pair.source.query(
             f"SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'trellara_{pair.flow}'"))
-        if confirmed > before:
-            raise CaptureFailure(f"the slot was confirmed to {int_to_lsn(confirmed)}, past the transfer (WAL was at "
-                                 f"{int_to_lsn(before)} before it) whose manifest and commit marker never became durable")
+        if confirmed >= after:
+            raise CaptureFailure(f"the slot was confirmed to {int_to_lsn(confirmed)}, to or past the end of the "
+                                 f"transfer's commit ({int_to_lsn(after)}) whose manifest and commit marker never "
+                                 "became durable")
         types = [record["type"] for record in log_records(pair.log_dir)]
         if "commit_marker" in types or "manifest" in types:
             raise CaptureFailure(f"the log holds a manifest or commit marker the relay failed before: {types}")
@@ -388,6 +396,28 @@ def partitioned_relay_failing_before_the_manifest_does_not_advance_the_slot():
             for proc in parts + [publisher]:
                 proc.stop()
         print("ok: partitioned_relay_failing_before_the_manifest_does_not_advance_the_slot")
+
+
+@scenario(suite="capture", defect="relay_confirm_decoded",
+          pairs_with="partitioned_relay_failing_before_the_manifest_does_not_advance_the_slot",
+          fault_points=("defect.relay_confirm_decoded",),
+          invariants=("the clean scenario's slot check fails when the relay confirms a partitioned transaction "
+                      "whose manifest and commit marker it never made durable",))
+def negative_control_partitioned_relay_confirming_before_the_marker_is_caught():
+    faults = {"TRELLARA_FAULTS": "relay.after_chunks_before_manifest:1:error,defect.relay_confirm_decoded:1:defect"}
+    with PartitionedPair("partitioned-ack-defect", source_env=faults,
+                         source_settings={"trellara.enable_test_defects": "on"}) as pair:
+        after = commit_one_transfer(pair)
+
+        def slot_check_fails():
+            confirmed = pair.source.query("SELECT confirmed_flush_lsn FROM pg_replication_slots "
+                                          f"WHERE slot_name = 'trellara_{pair.flow}'")
+            return lsn_to_int(confirmed) >= after and confirmed
+        confirmed = wait_for("the slot to be confirmed past the transfer whose manifest never became durable (the "
+                             "defect; the clean scenario's check fails exactly on this)", slot_check_fails, 90)
+        record_fault_fired("defect.relay_confirm_decoded")
+        print(f"caught: with the defect the slot moved to {confirmed}, past {int_to_lsn(after)}")
+        print("ok: negative_control_partitioned_relay_confirming_before_the_marker_is_caught")
 
 
 @scenario(defect="defect.partition_checkpoint_outside",
@@ -451,5 +481,6 @@ if __name__ == "__main__":
                    the_watermark_holds_publication_until_every_listed_partition_has_evidence,
                    negative_control_publish_before_evidence_is_caught,
                    partitioned_relay_failing_before_the_manifest_does_not_advance_the_slot,
+                   negative_control_partitioned_relay_confirming_before_the_marker_is_caught,
                    negative_control_partition_checkpoint_outside_the_staging_transaction_is_caught,
                    run_local_verify_applies_a_partitioned_flow_and_verifies_it])

@@ -553,6 +553,21 @@ TEST_CASE("a_partitioned_commit_marker_that_disagrees_with_its_manifest_is_refus
   }
 }
 
+// The paired defect of partition_commit_marker_manifest_mismatch: a barrier that does not check
+// that the commit marker binds the manifest it received lets the transaction through.
+TEST_CASE("a_commit_marker_of_another_manifest_passes_an_unbinding_barrier_negative_control", "[partition][barrier]") {
+  CapturedTx tx = PartitionedCapture(202);
+  std::get<CommitMarker>(tx.records[IndexOf(tx, RecordType::CommitMarker)]).manifest_checksum.fill(7);
+  fault::AllowDefects(true, "unit test");
+  REQUIRE(fault::Configure("defect.barrier_marker_unbound:1:defect").ok());
+  const std::string error = BarrierError(tx);
+  const int fired = fault::FiredCount("defect.barrier_marker_unbound");
+  fault::Clear();
+  fault::AllowDefects(false, "");
+  CHECK(fired >= 1);
+  CHECK(error.empty());  // the clean test's CHECK_THAT(..., "binds manifest checksum") fails: the defect is caught
+}
+
 TEST_CASE("a_chunk_whose_rows_route_elsewhere_than_its_header_is_refused", "[partition]") {
   CapturedTx tx = PartitionedCapture(303);
   const PartitionMap map{1, 3};

@@ -69,6 +69,12 @@ bool TrustManifestDefect() { return fault::Hit("defect.barrier_trust_manifest") 
 // Negative control (seed barrier_conflicting_duplicate_messages): a barrier that recognises a
 // duplicate chunk by (transaction, seq) alone and keeps the first copy, never comparing the second's
 // content — a conflicting duplicate then passes silently. TRELLARA_FAULTS=defect.barrier_duplicate_by_seq:1:defect.
+// Negative control (seed partition_commit_marker_manifest_mismatch): a barrier that takes the
+// commit marker's word without checking that it binds the manifest it received, so a marker of
+// another manifest (or with other totals) completes the transaction.
+// TRELLARA_FAULTS=defect.barrier_marker_unbound:1:defect.
+bool MarkerUnboundDefect() { return fault::Hit("defect.barrier_marker_unbound") == fault::Action::Defect; }
+
 bool DuplicateBySeqDefect() { return fault::Hit("defect.barrier_duplicate_by_seq") == fault::Action::Defect; }
 
 constexpr const char* kLogDamaged =
@@ -433,12 +439,15 @@ Result<std::optional<ReadyTransaction>> TransactionBarrier::State::OnCommitMarke
   if (!o.manifest)
     return Fail(o.tx, frame.offset, name + " arrived before the transaction's manifest" + kLogDamaged);
   const Manifest& m = *o.manifest;
-  if (marker.manifest_checksum != o.manifest_hash)
+  const bool unbound = (marker.manifest_checksum != o.manifest_hash || marker.total_chunks != m.chunks.size() ||
+                        marker.total_changes != m.total_changes) &&
+                       MarkerUnboundDefect();
+  if (marker.manifest_checksum != o.manifest_hash && !unbound)
     return Fail(o.tx, frame.offset,
                 name + " binds manifest checksum " + HexEncode(marker.manifest_checksum) +
                     " but the manifest at log offset " + std::to_string(o.manifest_offset) + " hashes to " +
                     HexEncode(o.manifest_hash) + kLogDamaged);
-  if (marker.total_chunks != m.chunks.size() || marker.total_changes != m.total_changes)
+  if ((marker.total_chunks != m.chunks.size() || marker.total_changes != m.total_changes) && !unbound)
     return Fail(o.tx, frame.offset,
                 name + " declares " + std::to_string(marker.total_chunks) + " chunks and " +
                     std::to_string(marker.total_changes) + " changes but the manifest lists " +
