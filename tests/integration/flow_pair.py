@@ -16,7 +16,14 @@ removes its work directory. Everything a script used to vary by hand is a parame
              with_source=True,                  # [source] conninfo in the configuration
              apply_settings={"ddl": "halt"},    # [apply] (values quoted as TOML strings)
              whole_log_consumer=False,          # register a consumer at the log's start
-             shared_work_dir=False)             # work dir readable by the postgres user
+             shared_work_dir=False,             # work dir readable by the postgres user
+             with_target=True,                  # False: a capture-only script (source and flow)
+             target_preload=False,              # True: the target also preloads trellara
+             create_flow=True)                  # False: the script creates its flow itself
+
+Shared checks: `table_digest(cluster, table)` (count + md5 of the rows, order independent),
+`pair.assert_same_data(tables, label)`, `pair.apply(*args, expect=0)` (`trellara apply --config
+<pair's config> --until-caught-up` unless args are given), `pair.wait_log_covers_source()`.
 
 A script subclasses it for what is its own (a different target schema, extra helpers).
 """
@@ -24,10 +31,30 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 from capture_support import (TRELLARA_BIN, CaptureFailure, assert_no_backend_crashes, log_records, lsn_to_int,
                              setup_flow, wait_for, write_flow_config)
 from harness import Cluster
+
+
+def table_digest(cluster, table, dbname="postgres"):
+    """Row count and an order-independent md5 over the rows' text: equal on source and target iff
+    the table holds the same rows (types render identically on both servers of one version)."""
+    return cluster.query(f"SELECT count(*) || ' ' || coalesce(md5(string_agg(md5(t::text), ',' ORDER BY md5(t::text))),"
+                         f" '-') FROM {table} t", dbname=dbname)
+
+
+def run_trellara(args, expect=0, env=None, timeout_s=300, what=None):
+    """Runs the trellara binary; fails with both output tails when the exit code is not `expect`
+    (None: any exit code is returned)."""
+    started = time.monotonic()
+    result = subprocess.run([TRELLARA_BIN, *args], capture_output=True, text=True, timeout=timeout_s, env=env)
+    result.seconds = time.monotonic() - started
+    if expect is not None and result.returncode != expect:
+        raise CaptureFailure(f"{what or 'trellara ' + ' '.join(args[:1])} exited {result.returncode}, expected {expect}\n"
+                             f"stdout: {result.stdout[-2000:]}\nstderr: {result.stderr[-3000:]}")
+    return result
 
 
 def log_has_records(log_dir):
@@ -43,7 +70,8 @@ class FlowPair:
 
     def __init__(self, name, source_sql="", target_sql=None, publication=None, tables=None, flow="app",
                  source_settings=None, target_settings=None, source_env=None, with_source=True,
-                 apply_settings=None, whole_log_consumer=False, shared_work_dir=False):
+                 apply_settings=None, whole_log_consumer=False, shared_work_dir=False, with_target=True,
+                 target_preload=False, create_flow=True):
         if publication is None:
             publication = (f"CREATE PUBLICATION pub FOR TABLE {', '.join(tables)}" if tables
                            else "CREATE PUBLICATION pub FOR ALL TABLES")
@@ -55,24 +83,26 @@ class FlowPair:
         self.source_env = source_env or {}
         self.with_source, self.apply_settings = with_source, apply_settings
         self.whole_log_consumer, self.shared_work_dir = whole_log_consumer, shared_work_dir
+        self.with_target, self.target_preload, self.create_flow = with_target, target_preload, create_flow
         self.source = self.target = self.work = None
+        self.log_dir = self.config = None
 
     # ---- set-up and tear-down ----
 
     def __enter__(self):
         self.source = Cluster(f"{self.name}-source", settings=self.source_settings)
-        self.target = Cluster(f"{self.name}-target", preload=False, settings=self.target_settings)
+        if self.with_target:
+            self.target = Cluster(f"{self.name}-target", preload=self.target_preload, settings=self.target_settings)
         self.work = tempfile.TemporaryDirectory(prefix=f"trellara-{self.name}-")
         try:
             if self.shared_work_dir:
                 os.chmod(self.work.name, 0o755)
             self._start_source()
-            self.target.start()
+            if self.target is not None:
+                self.target.start()
             self.prepare()
-            self.log_dir = setup_flow(self.source, self.publication, flow=self.flow, truth=False)
-            if self.whole_log_consumer:
-                self.register_whole_log_consumer()
-            self.config = self.write_config()
+            if self.create_flow:
+                self.start_flow()
             self.ready()
         except BaseException:
             self.__exit__(*sys.exc_info())
@@ -84,8 +114,18 @@ class FlowPair:
         subclass with more to do (pgbench -i, pg_dump into the target) overrides it."""
         if self.source_sql:
             self.source.psql(self.source_sql)
-        if self.target_sql:
+        if self.target_sql and self.target is not None:
             self.target.psql(self.target_sql)
+
+    def start_flow(self):
+        """The publication and the flow (its relay running), the whole-log consumer when asked,
+        and the pair's configuration file (when there is a target to name)."""
+        self.log_dir = setup_flow(self.source, self.publication, flow=self.flow, truth=False)
+        if self.whole_log_consumer:
+            self.register_whole_log_consumer()
+        if self.target is not None:
+            self.config = self.write_config()
+        return self.log_dir
 
     def ready(self):
         """The flow and its configuration exist: a subclass's last step (e.g. one apply run that
@@ -144,4 +184,28 @@ class FlowPair:
         wait_for(f"the log of flow {self.flow} to cover source WAL position {target_lsn:X}", covered, timeout_s)
 
     def check_no_crashes(self):
-        assert_no_backend_crashes(self.source, self.target)
+        assert_no_backend_crashes(*[c for c in (self.source, self.target) if c is not None])
+
+    # ---- running the applier and comparing the data ----
+
+    def apply(self, *args, expect=0, config=None, env=None, timeout_s=300):
+        """`trellara apply --config <config> --until-caught-up` (or `trellara apply --config <config>
+        <args>`); returns the completed process, failing unless it exited `expect`."""
+        args = args or ("--until-caught-up",)
+        result = run_trellara(["apply", "--config", config or self.config, *args], expect=expect, env=env,
+                              timeout_s=timeout_s, what="trellara apply")
+        lines = [line for line in result.stdout.splitlines() if line.startswith("apply flow=")]
+        print(f"apply (exit {result.returncode}, {result.seconds:.1f}s): "
+              f"{lines[-1] if lines else result.stderr.strip()[-500:]}")
+        return result
+
+    def assert_same_data(self, tables, label, dbname="postgres"):
+        """Fails naming every table whose rows differ between source and target."""
+        differing = []
+        for table in tables:
+            want, have = table_digest(self.source, table, dbname), table_digest(self.target, table, dbname)
+            print(f"{label}: {table}: source {want}, target {have}")
+            if want != have:
+                differing.append(table)
+        if differing:
+            raise CaptureFailure(f"{label}: source and target differ in {differing}")
