@@ -21,13 +21,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (TRELLARA_BIN, CaptureFailure, assert_no_backend_crashes, log_records,  # noqa: E402
-                             lsn_to_int, verify_with_applier, wait_for, write_flow_config)
-from harness import Cluster  # noqa: E402
+from capture_support import TRELLARA_BIN, CaptureFailure, log_records, verify_with_applier, wait_for  # noqa: E402
+from flow_pair import FlowPair  # noqa: E402
 
 USER_DDL = """
 CREATE SCHEMA shop;
@@ -35,11 +33,10 @@ CREATE TABLE shop.items (id int PRIMARY KEY, name text NOT NULL, qty int NOT NUL
 CREATE TABLE public.notes (id bigint PRIMARY KEY, body text);
 """
 USER_TABLES = ("shop.items", "public.notes")
-
-
-def digest(cluster, table):
-    return cluster.query(f"SELECT count(*) || ' ' || coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '-') "
-                         f"FROM {table} t")
+# The source alone: the extension first, then (after the user tables) a table in schema trellara
+# standing in for the applier's state on a server that is also a target.
+SOURCE_SQL = ("CREATE EXTENSION trellara;\n" + USER_DDL +
+              "CREATE TABLE trellara.applied_transactions (flow text, commit_lsn pg_lsn, PRIMARY KEY (flow, commit_lsn));\n")
 
 
 def names_own_relation(node):
@@ -70,34 +67,16 @@ def render(log_dir, offset):
     return json.loads(result.stdout)
 
 
-def wait_log_covers(source, lsn_text, flow="app", timeout_s=60):
-    want = lsn_to_int(lsn_text)
-
-    def covered():
-        text = source.query(f"SELECT log_durable_lsn FROM trellara.status() WHERE flow = '{flow}'")
-        return text and lsn_to_int(text) >= want
-    wait_for(f"the log of flow {flow} to cover {lsn_text}", covered, timeout_s)
-
-
 def wait_running(source, flow="app"):
     wait_for(f"flow {flow} to run", lambda: source.query(
         f"SELECT state FROM trellara.status() WHERE flow = '{flow}'") == "running", 60)
 
 
 def all_tables_flow_never_captures_trellara_relations():
-    with Cluster("all-tables-src") as source, Cluster("all-tables-tgt", preload=False) as target, \
-            tempfile.TemporaryDirectory(prefix="trellara-all-tables-") as work:
-        os.chmod(work, 0o755)
-        target.psql(USER_DDL)
-        source.psql("CREATE EXTENSION trellara")
-        source.psql(USER_DDL)
-        # Stands in for the applier's target state on a server that is also a target.
-        source.psql("CREATE TABLE trellara.applied_transactions (flow text, commit_lsn pg_lsn, "
-                    "PRIMARY KEY (flow, commit_lsn))")
-        source.psql("CREATE PUBLICATION pub FOR ALL TABLES")
-        source.query("SELECT trellara.create_flow('app', 'pub')")
+    # FOR ALL TABLES (no tables named); the target gets the user tables only, without the extension.
+    with FlowPair("all-tables", source_sql=SOURCE_SQL, target_sql=USER_DDL, shared_work_dir=True) as pair:
+        source, target, log_dir = pair.source, pair.target, pair.log_dir
         wait_running(source)
-        log_dir = source.query("SELECT log_directory FROM trellara.flows WHERE name = 'app'")
 
         source.psql("INSERT INTO shop.items SELECT g, 'item ' || g, g FROM generate_series(1, 50) g")
         source.query("SELECT trellara.create_flow('other', 'pub')")
@@ -111,7 +90,7 @@ def all_tables_flow_never_captures_trellara_relations():
         source.query("SELECT trellara.start_flow('app')")
         wait_running(source)
         source.psql("UPDATE public.notes SET body = body || ' (edited)' WHERE id % 2 = 0")
-        wait_log_covers(source, source.query("SELECT pg_current_wal_lsn()"))
+        pair.wait_log_covers_source(timeout_s=60)
 
         records = [render(log_dir, r["offset"]) for r in log_records(log_dir)
                    if r["type"] in ("envelope", "chunk", "manifest")]
@@ -124,14 +103,7 @@ def all_tables_flow_never_captures_trellara_relations():
         if touched != ["public.notes", "shop.items"]:
             raise CaptureFailure(f"the log's changes touch {touched}, expected exactly public.notes and shop.items")
 
-        config = os.path.join(work, "flow.toml")
-        write_flow_config(config, "app", log_dir, target.conninfo(), source.conninfo(), mode=0o644)
-        result = subprocess.run([TRELLARA_BIN, "apply", "--config", config, "--until-caught-up"],
-                                capture_output=True, text=True, timeout=180)
-        print(f"apply: exit {result.returncode}: {result.stdout.strip().splitlines()[-1:]} {result.stderr.strip()[-300:]}")
-        if result.returncode != 0:
-            raise CaptureFailure(f"trellara apply exited {result.returncode} on a FOR ALL TABLES flow: "
-                                 f"{result.stdout[-1500:]}\n{result.stderr[-1500:]}")
+        pair.apply(timeout_s=180)   # exit 0 on a FOR ALL TABLES flow
         quarantined = target.query("SELECT count(*) FROM trellara.quarantine")
         applied = int(target.query("SELECT count(*) FROM trellara.applied_transactions"))
         if quarantined != "0":
@@ -139,20 +111,16 @@ def all_tables_flow_never_captures_trellara_relations():
                                  f"{target.query('SELECT reason FROM trellara.quarantine')}")
         if applied < 5:
             raise CaptureFailure(f"only {applied} transactions applied; the user workload has at least 5")
-        for table in USER_TABLES:
-            want, have = digest(source, table), digest(target, table)
-            print(f"{table}: source {want}, target {have}")
-            if want != have:
-                raise CaptureFailure(f"{table} differs after apply: source {want}, target {have}")
+        pair.assert_same_data(USER_TABLES, "after apply")
         if target.query("SELECT count(*) FROM pg_tables WHERE schemaname = 'trellara' AND tablename = 'flows'") != "0":
             raise CaptureFailure("the target has a trellara.flows table: the source catalog was replicated")
 
-        verify = verify_with_applier(config, timeout_s=120)
+        verify = verify_with_applier(pair.config, timeout_s=120)
         print(f"verify: exit {verify.returncode}: {verify.stdout.strip()[-600:]}")
         if verify.returncode != 0 or "trellara." in verify.stdout:
             raise CaptureFailure(f"verify exited {verify.returncode} or listed a trellara relation: "
                                  f"{verify.stdout[-1500:]}\n{verify.stderr[-1500:]}")
-        assert_no_backend_crashes(source, target)
+        pair.check_no_crashes()
     print("ok: all_tables_flow_never_captures_trellara_relations")
 
 

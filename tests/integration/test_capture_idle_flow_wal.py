@@ -17,9 +17,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (CaptureFailure, PsqlSession, int_to_lsn, log_records, lsn_to_int,  # noqa: E402
-                             setup_flow, wait_for)
-from harness import Cluster  # noqa: E402
+from capture_support import CaptureFailure, PsqlSession, int_to_lsn, log_records, lsn_to_int, wait_for  # noqa: E402
+from flow_pair import FlowPair  # noqa: E402
 
 WAL_TARGET_BYTES = int(os.environ.get("TRELLARA_IDLE_WAL_BYTES", str(1 << 30)))
 RETAINED_LIMIT_BYTES = 256 << 20
@@ -53,17 +52,24 @@ class RetentionSampler(threading.Thread):
             self.session.close()
 
 
+class IdleFlow(FlowPair):
+    """A source (no target) with database 'other', the idle published table and an unpublished
+    busy table in each database, and a flow on the idle table."""
+
+    def prepare(self):
+        self.source.query("CREATE DATABASE other")
+        self.source.query("CREATE TABLE idle_t (id int PRIMARY KEY); CREATE TABLE busy (id int, t text)")
+        self.source.query("CREATE TABLE busy (id int, t text)", dbname="other")
+
+
 def current_lsn(cluster):
     return lsn_to_int(cluster.query("SELECT pg_current_wal_lsn()"))
 
 
 def idle_flow_slot_advances_while_other_tables_and_databases_write_1gib_of_wal():
     settings = {"max_wal_size": "'64MB'", "min_wal_size": "'32MB'"}
-    with Cluster("capture-idle-wal", settings=settings) as cluster:
-        cluster.query("CREATE DATABASE other")
-        cluster.query("CREATE TABLE idle_t (id int PRIMARY KEY); CREATE TABLE busy (id int, t text)")
-        cluster.query("CREATE TABLE busy (id int, t text)", dbname="other")
-        log_dir = setup_flow(cluster, "CREATE PUBLICATION pub FOR TABLE idle_t", truth=False)
+    with IdleFlow("capture-idle-wal", source_settings=settings, tables=("idle_t",), with_target=False) as pair:
+        cluster, log_dir = pair.source, pair.log_dir
         first = cluster.query("SELECT restart_lsn, wal_retained_bytes FROM trellara.status()").split("|")
         restart_before = lsn_to_int(first[0])
         wal_before = current_lsn(cluster)

@@ -17,15 +17,13 @@ import math
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (CaptureFailure, LogFollower, TRELLARA_BIN, lsn_to_int, setup_flow,  # noqa: E402
-                             wait_for, worker_pid, write_flow_config)
-from harness import Cluster  # noqa: E402
+from capture_support import CaptureFailure, LogFollower, TRELLARA_BIN, lsn_to_int, wait_for, worker_pid  # noqa: E402
+from flow_pair import FlowPair  # noqa: E402
 
 # TRELLARA_LARGE_TX_ROWS=10000000 runs the 10M-row figure of docs/relay.md by hand (not in CI: minutes).
 ROWS = int(os.environ.get("TRELLARA_LARGE_TX_ROWS", "1000000"))
@@ -67,9 +65,10 @@ class MemorySampler(threading.Thread):
 
 
 def million_row_transaction_is_chunked_and_relay_memory_stays_bounded():
-    with Cluster("capture-large-tx") as cluster:
-        cluster.query("CREATE TABLE big (id int PRIMARY KEY)")
-        log_dir = setup_flow(cluster, "CREATE PUBLICATION pub FOR TABLE big")
+    # The target (with table big) sees nothing until the applier's half, apply_within_memory_ceiling.
+    with FlowPair("capture-large-tx", source_sql="CREATE TABLE big (id int PRIMARY KEY)", tables=("big",),
+                  shared_work_dir=True) as pair:
+        cluster, log_dir = pair.source, pair.log_dir
         pid = worker_pid(cluster)
         before = read_memory_kib(pid)
         print(f"relay worker {pid} before the transaction: VmHWM {before[0]} KiB, VmRSS {before[1]} KiB")
@@ -143,41 +142,36 @@ def million_row_transaction_is_chunked_and_relay_memory_stays_bounded():
             problems.append(f"relay peak RSS {sampler.peak_hwm_kib} KiB is not under {RSS_LIMIT_KIB} KiB")
         if problems:
             raise CaptureFailure("; ".join(problems))
-        apply_within_memory_ceiling(cluster, log_dir)
+        apply_within_memory_ceiling(pair)
         print("ok: million_row_transaction_is_chunked_and_relay_memory_stays_bounded")
 
 
-def apply_within_memory_ceiling(source, log_dir):
+def apply_within_memory_ceiling(pair):
     """The applier's half of the ceiling: `trellara apply --until-caught-up` applies the logged
-    transaction to a fresh target in one target transaction, its VmHWM sampled every 50 ms, and the
-    target then holds every row."""
-    with Cluster("capture-large-tx-target", preload=False) as target, \
-            tempfile.TemporaryDirectory(prefix="trellara-large-tx-") as work:
-        os.chmod(work, 0o755)
-        target.query("CREATE TABLE big (id int PRIMARY KEY)")
-        config = os.path.join(work, "flow.toml")
-        write_flow_config(config, "app", log_dir, target.conninfo(), source.conninfo())
-        started = time.monotonic()
-        applier = subprocess.Popen([TRELLARA_BIN, "apply", "--config", config, "--until-caught-up"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        sampler = MemorySampler(applier.pid)
-        sampler.start()
-        output, _ = applier.communicate(timeout=900)
-        sampler.stop_event.set()
-        sampler.join()
-        seconds = time.monotonic() - started
-        if applier.returncode != 0:
-            raise CaptureFailure(f"trellara apply exited {applier.returncode}: {output[-2000:]}")
-        rows = target.query("SELECT count(*) FROM big")
-        print(f"applier {applier.pid}: {ROWS} rows in {seconds:.1f}s ({ROWS / seconds:.0f} rows/s), {sampler.samples} "
-              f"memory samples, peak VmHWM {sampler.peak_hwm_kib} KiB ({sampler.peak_hwm_kib / 1024:.1f} MiB); "
-              f"limit {RSS_LIMIT_KIB} KiB")
-        if rows != str(ROWS):
-            raise CaptureFailure(f"the target holds {rows} rows after apply, expected {ROWS}")
-        if sampler.samples < 5:
-            raise CaptureFailure(f"only {sampler.samples} memory samples of the applier: the peak was not observed")
-        if sampler.peak_hwm_kib >= RSS_LIMIT_KIB:
-            raise CaptureFailure(f"applier peak RSS {sampler.peak_hwm_kib} KiB is not under {RSS_LIMIT_KIB} KiB")
+    transaction to the pair's fresh target in one target transaction, its VmHWM sampled every 50 ms
+    (so the applier is started here, not through pair.apply), and the target then holds every row."""
+    target, config = pair.target, pair.config
+    started = time.monotonic()
+    applier = subprocess.Popen([TRELLARA_BIN, "apply", "--config", config, "--until-caught-up"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sampler = MemorySampler(applier.pid)
+    sampler.start()
+    output, _ = applier.communicate(timeout=900)
+    sampler.stop_event.set()
+    sampler.join()
+    seconds = time.monotonic() - started
+    if applier.returncode != 0:
+        raise CaptureFailure(f"trellara apply exited {applier.returncode}: {output[-2000:]}")
+    rows = target.query("SELECT count(*) FROM big")
+    print(f"applier {applier.pid}: {ROWS} rows in {seconds:.1f}s ({ROWS / seconds:.0f} rows/s), {sampler.samples} "
+          f"memory samples, peak VmHWM {sampler.peak_hwm_kib} KiB ({sampler.peak_hwm_kib / 1024:.1f} MiB); "
+          f"limit {RSS_LIMIT_KIB} KiB")
+    if rows != str(ROWS):
+        raise CaptureFailure(f"the target holds {rows} rows after apply, expected {ROWS}")
+    if sampler.samples < 5:
+        raise CaptureFailure(f"only {sampler.samples} memory samples of the applier: the peak was not observed")
+    if sampler.peak_hwm_kib >= RSS_LIMIT_KIB:
+        raise CaptureFailure(f"applier peak RSS {sampler.peak_hwm_kib} KiB is not under {RSS_LIMIT_KIB} KiB")
 
 
 if __name__ == "__main__":

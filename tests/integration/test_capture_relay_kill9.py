@@ -23,7 +23,6 @@ It must never leave a cluster running and never signal a process it has not iden
 import os
 import random
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -33,10 +32,28 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from capture_support import (CaptureFailure, LogFollower, PsqlSession, compare, int_to_lsn, log_records,  # noqa: E402
                              log_transactions, lsn_to_int, run_pgbench, setup_flow, truth_transactions,
                              wait_caught_up, wait_for, worker_pid)
-from harness import PG_BIN, Cluster  # noqa: E402
+from flow_pair import FlowPair  # noqa: E402
 
 KILLS = int(os.environ.get("TRELLARA_RELAY_KILLS", "5"))
 SAMPLE_INTERVAL_S = 0.05
+PUBLISHED_TABLES = ("pgbench_accounts", "pgbench_branches", "pgbench_tellers", "pgbench_history", "bulk")
+
+
+class Kill9Capture(FlowPair):
+    """A source (no target) with pgbench's tables and table bulk, a flow on them and a
+    test_decoding truth slot created with it (no write to a published table between the slots)."""
+
+    def __init__(self, name):
+        super().__init__(name, source_sql="CREATE TABLE bulk (id bigserial PRIMARY KEY, v int)",
+                         tables=PUBLISHED_TABLES, with_target=False)
+
+    def prepare(self):
+        run_pgbench(self.source, ["-i", "-s", "1", "-q"])
+        super().prepare()
+
+    def start_flow(self):
+        self.log_dir = setup_flow(self.source, self.publication, flow=self.flow, truth=True)
+        return self.log_dir
 
 
 class Sampler(threading.Thread):
@@ -135,11 +152,8 @@ def postmaster_restarts(cluster):
 
 def relay_kill9_never_loses_duplicates_or_confirms_past_durable_log(seed):
     rng = random.Random(seed)
-    with Cluster("capture-kill9") as cluster:
-        run_pgbench(cluster, ["-i", "-s", "1", "-q"])
-        cluster.query("CREATE TABLE bulk (id bigserial PRIMARY KEY, v int)")
-        log_dir = setup_flow(cluster, "CREATE PUBLICATION pub FOR TABLE pgbench_accounts, pgbench_branches, "
-                                      "pgbench_tellers, pgbench_history, bulk")
+    with Kill9Capture("capture-kill9") as pair:
+        cluster, log_dir = pair.source, pair.log_dir
         sampler = Sampler(cluster, log_dir)
         sampler.start()
         load = Load(cluster)

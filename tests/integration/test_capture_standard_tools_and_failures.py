@@ -33,10 +33,27 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (CaptureFailure, assert_no_backend_crashes, compare, log_records, log_transactions,  # noqa: E402
-                             lsn_to_int, record_fault_fired, run_scenarios, scenario, setup_flow, truth_transactions,
+from capture_support import (CaptureFailure, compare, log_records, log_transactions, lsn_to_int,  # noqa: E402
+                             record_fault_fired, run_scenarios, scenario, setup_flow, truth_transactions,
                              wait_caught_up, wait_for, worker_pid)
-from harness import PG_BIN, Cluster  # noqa: E402
+from flow_pair import FlowPair  # noqa: E402
+from harness import PG_BIN  # noqa: E402
+
+ACCT_DDL = "CREATE TABLE acct(id int PRIMARY KEY, n int)"
+
+
+class CapturePair(FlowPair):
+    """A source (no target) with table acct and a flow on it, plus the test_decoding truth slot
+    the scenarios compare the log with, created with the flow (no write to acct between the slots).
+    With create_flow=False the scenario creates table and flow later (start_flow())."""
+
+    def __init__(self, name, create_flow=True, source_settings=None, source_env=None):
+        super().__init__(name, source_sql=ACCT_DDL if create_flow else "", tables=("acct",), with_target=False,
+                         create_flow=create_flow, source_settings=source_settings, source_env=source_env)
+
+    def start_flow(self):
+        self.log_dir = setup_flow(self.source, self.publication, flow=self.flow, truth=True)
+        return self.log_dir
 
 
 def pg_recvlogical_receives_the_same_records_as_the_sql_interface(cluster):
@@ -71,9 +88,10 @@ def pg_recvlogical_receives_the_same_records_as_the_sql_interface(cluster):
     print("ok: pg_recvlogical_receives_the_same_records_as_the_sql_interface")
 
 
-def failing_relay_reports_backs_off_and_recovers_without_loss(cluster):
-    log_dir = setup_flow(cluster, "CREATE TABLE acct(id int PRIMARY KEY, n int); "
-                                  "CREATE PUBLICATION pub FOR TABLE acct")
+def failing_relay_reports_backs_off_and_recovers_without_loss(pair):
+    cluster = pair.source
+    cluster.query(ACCT_DDL)
+    log_dir = pair.start_flow()
     cluster.query("INSERT INTO acct SELECT g, 0 FROM generate_series(1, 10) g")
     os.chmod(log_dir, 0o000)
     try:
@@ -110,7 +128,11 @@ DEFECT_CONFIRM_DECODED = "defect.relay_confirm_decoded:1:defect"
           invariants=("the slot is never confirmed to or past a transaction the log does not hold",
                       "after the fault is gone the log holds every transaction exactly once"))
 def relay_failing_after_decoding_does_not_advance_the_slot():
-    _with_failing_appends(FAULT_BEFORE_APPEND, {})
+    # The server starts with the fault in its environment: every relay process (forked from the
+    # postmaster, fault counters from zero) fails at its first append. Only the server has it; the
+    # restart in _relay_failing_after_decoding does not.
+    with CapturePair("capture-write-fails", source_env={"TRELLARA_FAULTS": FAULT_BEFORE_APPEND}) as pair:
+        _relay_failing_after_decoding(pair)
     print("ok: relay_failing_after_decoding_does_not_advance_the_slot")
 
 
@@ -119,48 +141,31 @@ def relay_failing_after_decoding_does_not_advance_the_slot():
           invariants=("scenario 3's slot check fails when the relay confirms what it decoded",
                       "the relay's restart rule then refuses the hole (error state naming the missing range)"))
 def negative_control_a_relay_confirming_what_it_decoded_is_caught():
-    os.environ["TRELLARA_FAULTS"] = FAULT_BEFORE_APPEND + "," + DEFECT_CONFIRM_DECODED
-    try:
-        with Cluster("capture-confirm-decoded", settings={"trellara.enable_test_defects": "on"}) as cluster:
-            os.environ.pop("TRELLARA_FAULTS", None)
-            setup_flow(cluster, "CREATE TABLE acct(id int PRIMARY KEY, n int); CREATE PUBLICATION pub FOR TABLE acct")
-            cluster.query("INSERT INTO acct SELECT g, 0 FROM generate_series(1, 10) g")
-            after_first = cluster.query("SELECT pg_current_wal_insert_lsn()")
+    with CapturePair("capture-confirm-decoded", source_settings={"trellara.enable_test_defects": "on"},
+                     source_env={"TRELLARA_FAULTS": FAULT_BEFORE_APPEND + "," + DEFECT_CONFIRM_DECODED}) as pair:
+        cluster = pair.source
+        cluster.query("INSERT INTO acct SELECT g, 0 FROM generate_series(1, 10) g")
+        after_first = cluster.query("SELECT pg_current_wal_insert_lsn()")
 
-            def slot_check_fails():
-                confirmed = cluster.query("SELECT confirmed_flush_lsn FROM pg_replication_slots "
-                                          "WHERE slot_name = 'trellara_app'")
-                return lsn_to_int(confirmed) >= lsn_to_int(after_first) and confirmed
-            confirmed = wait_for("the slot to be confirmed past the transaction the relay failed to append (the "
-                                 "defect; scenario 3's check fails exactly on this)", slot_check_fails, 90)
-            record_fault_fired("defect.relay_confirm_decoded")
-            print(f"caught: with the defect the slot moved to {confirmed}, past {after_first}, while the log holds "
-                  "no record of the transaction")
-            # Defence in depth: the relay's restart rule sees the hole between its log and the slot.
-            refused = wait_for("the restarted relay to refuse the hole the defect left",
-                               lambda: "are missing" in (cluster.query("SELECT coalesce(last_error, '') FROM "
-                                                                       "trellara.status()") or "") and
-                               cluster.query("SELECT last_error FROM trellara.status()"), 90)
-            print(f"and the relay refuses to continue: {refused[:200]}")
-    finally:
-        os.environ.pop("TRELLARA_FAULTS", None)
+        def slot_check_fails():
+            confirmed = cluster.query("SELECT confirmed_flush_lsn FROM pg_replication_slots "
+                                      "WHERE slot_name = 'trellara_app'")
+            return lsn_to_int(confirmed) >= lsn_to_int(after_first) and confirmed
+        confirmed = wait_for("the slot to be confirmed past the transaction the relay failed to append (the "
+                             "defect; scenario 3's check fails exactly on this)", slot_check_fails, 90)
+        record_fault_fired("defect.relay_confirm_decoded")
+        print(f"caught: with the defect the slot moved to {confirmed}, past {after_first}, while the log holds "
+              "no record of the transaction")
+        # Defence in depth: the relay's restart rule sees the hole between its log and the slot.
+        refused = wait_for("the restarted relay to refuse the hole the defect left",
+                           lambda: "are missing" in (cluster.query("SELECT coalesce(last_error, '') FROM "
+                                                                   "trellara.status()") or "") and
+                           cluster.query("SELECT last_error FROM trellara.status()"), 90)
+        print(f"and the relay refuses to continue: {refused[:200]}")
 
 
-def _with_failing_appends(faults, settings):
-    # The server starts with the fault in its environment: every relay process (forked from the
-    # postmaster, fault counters from zero) fails at its first append.
-    os.environ["TRELLARA_FAULTS"] = faults
-    try:
-        with Cluster("capture-write-fails", settings=settings) as cluster:
-            os.environ.pop("TRELLARA_FAULTS", None)  # only the server has it; the restart below does not
-            _relay_failing_after_decoding(cluster)
-    finally:
-        os.environ.pop("TRELLARA_FAULTS", None)
-
-
-def _relay_failing_after_decoding(cluster):
-    log_dir = setup_flow(cluster, "CREATE TABLE acct(id int PRIMARY KEY, n int); "
-                                  "CREATE PUBLICATION pub FOR TABLE acct")
+def _relay_failing_after_decoding(pair):
+    cluster, log_dir = pair.source, pair.log_dir
     starts_before = cluster.server_log().count('trellara relay of flow "app" started: slot')
     before_first = cluster.query("SELECT pg_current_wal_lsn()")
     cluster.query("INSERT INTO acct SELECT g, 0 FROM generate_series(1, 10) g")
@@ -202,16 +207,17 @@ def _relay_failing_after_decoding(cluster):
     wait_caught_up(cluster, truth[-1][1])
     logged, chunks = log_transactions(log_records(log_dir))
     compare(truth, logged, "relay failing after decoding")
-    assert_no_backend_crashes(cluster)
+    pair.check_no_crashes()
 
 
 @scenario(suite="capture", invariants=("pg_recvlogical receives the SQL interface's records byte for byte",
                                         "a failing relay reports, backs off and recovers without loss"))
 def standard_tools_and_a_failing_relay():
-    with Cluster("capture-tools") as cluster:
-        pg_recvlogical_receives_the_same_records_as_the_sql_interface(cluster)
-        failing_relay_reports_backs_off_and_recovers_without_loss(cluster)
-        assert_no_backend_crashes(cluster)
+    # The flow comes after pg_recvlogical's part: failing_relay_... creates it (create_flow=False).
+    with CapturePair("capture-tools", create_flow=False) as pair:
+        pg_recvlogical_receives_the_same_records_as_the_sql_interface(pair.source)
+        failing_relay_reports_backs_off_and_recovers_without_loss(pair)
+        pair.check_no_crashes()
 
 
 SCENARIOS = [standard_tools_and_a_failing_relay, relay_failing_after_decoding_does_not_advance_the_slot,

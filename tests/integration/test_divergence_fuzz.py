@@ -25,17 +25,34 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import divergence_fuzz  # noqa: E402
-from capture_support import (CaptureFailure, TRELLARA_BIN, assert_no_backend_crashes, lsn_to_int,  # noqa: E402
-                             run_scenarios, scenario, wait_for, worker_pid, write_flow_config)
-from harness import Cluster, PG_BIN  # noqa: E402
+from capture_support import (CaptureFailure, TRELLARA_BIN, lsn_to_int, run_scenarios, scenario,  # noqa: E402
+                             wait_for)
+from flow_pair import FlowPair  # noqa: E402
+from harness import PG_BIN  # noqa: E402
 
 EXIT_BLOCKED = 3
+
+
+class FuzzPair(FlowPair):
+    """A seed's pair: the generated schema on the source, restored on the target the way users
+    restore it (`pg_dump --schema-only`, publications included, taken before the extension), and a
+    flow `fz` FOR ALL TABLES. The work directory is readable by the postgres user."""
+
+    def __init__(self, name, schema_sql, source_settings, apply_settings):
+        super().__init__(name, source_sql=schema_sql, target_sql="", flow="fz", source_settings=source_settings,
+                         apply_settings=apply_settings, shared_work_dir=True)
+
+    def prepare(self):
+        super().prepare()
+        schema = subprocess.run([os.path.join(PG_BIN, "pg_dump"), "--schema-only", "--no-owner", "-h",
+                                 self.source.socket_dir, "-p", str(self.source.port), "-U", "postgres", "postgres"],
+                                capture_output=True, text=True, check=True).stdout
+        self.target.psql(schema)
 
 
 def seeds():
@@ -88,28 +105,14 @@ def run_seed(seed, rounds):
     # early apply) without tables so large that a table matched on every column (REPLICA IDENTITY
     # FULL, one scan per change) makes the seed slow.
     settings = {"trellara.chunk_changes": str(divergence_fuzz.CHUNK_CHANGES)}
-    with Cluster(f"fz{seed}-src", settings=settings) as source, Cluster(f"fz{seed}-dst", preload=False) as target, \
-            tempfile.TemporaryDirectory(prefix="trellara-fuzz-") as work:
-        os.chmod(work, 0o755)
-        source.psql(gen.schema_sql())
-        # The target's schema the way users restore it: pg_dump --schema-only, publications included.
-        schema = subprocess.run([os.path.join(PG_BIN, "pg_dump"), "--schema-only", "--no-owner", "-h",
-                                 source.socket_dir, "-p", str(source.port), "-U", "postgres", "postgres"],
-                                capture_output=True, text=True, check=True).stdout
-        source.query("CREATE EXTENSION trellara")
-        source.query("CREATE PUBLICATION fz_pub FOR ALL TABLES")
-        source.query("SELECT trellara.create_flow('fz', 'fz_pub')")
-        wait_for("the relay to run", lambda: worker_pid(source, "fz"), 60)
-        target.psql(schema)
-        log_dir = source.query("SELECT log_directory FROM trellara.flows WHERE name = 'fz'")
-        config = os.path.join(work, "flow.toml")
-        # The apply path of the seed: one source transaction per target transaction; a daemon
-        # applier running beside the second part of the workload and the snapshot (early apply of
-        # chunked transactions, groups as they come), then --until-caught-up; or grouped batches
-        # (merged statements, superseded updates) after the workload.
-        mode = ("one_at_a_time", "daemon", "grouped")[seed % 3]
-        write_flow_config(config, "fz", log_dir, target.conninfo(), source.conninfo(),
-                          apply_settings={"group_transactions": "off"} if mode == "one_at_a_time" else None)
+    # The apply path of the seed: one source transaction per target transaction; a daemon
+    # applier running beside the second part of the workload and the snapshot (early apply of
+    # chunked transactions, groups as they come), then --until-caught-up; or grouped batches
+    # (merged statements, superseded updates) after the workload.
+    mode = ("one_at_a_time", "daemon", "grouped")[seed % 3]
+    with FuzzPair(f"fz{seed}", gen.schema_sql(), settings,
+                  {"group_transactions": "off"} if mode == "one_at_a_time" else None) as pair:
+        source, target, config, work = pair.source, pair.target, pair.config, pair.work.name
         transactions = gen.workload()
         split, snapshot_tables = gen.snapshot_plan(len(transactions))
         psql = [os.path.join(PG_BIN, "psql"), "-X", "-q", "-h", source.socket_dir, "-p", str(source.port),
@@ -146,8 +149,7 @@ def run_seed(seed, rounds):
             print(f"seed {seed}: snapshot of {snapshot_tables} beside the workload: {snapshot_note[:600]}; "
                   f"apply, then run it again")
             wait_log_covers(source)
-            first = subprocess.run([TRELLARA_BIN, "apply", "--config", config, "--until-caught-up"],
-                                   capture_output=True, text=True, timeout=900)
+            first = pair.apply(expect=None, timeout_s=900)
             if first.returncode == 0:
                 again = snapshot_beside_the_stream(config, snapshot_tables)
                 if again is not None and "--force" in again:
@@ -159,9 +161,8 @@ def run_seed(seed, rounds):
                     raise CaptureFailure(f"seed {seed}: trellara snapshot of {snapshot_tables} failed again after "
                                          f"the workload and an apply: {again}")
         wait_log_covers(source)
-        applied = subprocess.run([TRELLARA_BIN, "apply", "--config", config, "--until-caught-up"],
-                                 capture_output=True, text=True, timeout=900)
-        assert_no_backend_crashes(source, target)
+        applied = pair.apply(expect=None, timeout_s=900)
+        pair.check_no_crashes()
         tables = gen.all_tables()
         if applied.returncode == EXIT_BLOCKED:
             reasons = target.query("SELECT string_agg(reason || ': ' || left(message, 1500), ' / ') FROM trellara.quarantine")
