@@ -30,7 +30,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -91,11 +90,6 @@ class Daemon:
         return out, err, tuple(int(n) for n in found[-1])
 
 
-def apply_settings(pair, settings):
-    with open(pair.config, "a") as config:
-        config.write(f"\n[apply]\n{settings}\n")
-
-
 def commit_large(pair, statement):
     return int(pair.source.query(f"BEGIN; SELECT pg_current_xact_id(); {statement}; COMMIT",
                                  ).splitlines()[0])
@@ -115,7 +109,7 @@ def check_applied_once(pair, xids, label):
 def chunked_transactions_are_applied_while_the_relay_writes_them():
     with StreamPair("early-daemon") as pair:
         # No idle abandon however slow the machine: an abandon here can only be a defect.
-        apply_settings(pair, 'early_apply_idle = "60min"')
+        pair.write_config(apply_settings={"early_apply_idle": "60min"})
         daemon = Daemon(pair)
         try:
             inserted = commit_large(pair, f"INSERT INTO big SELECT g, 'big', repeat('z', 40) "
@@ -143,7 +137,7 @@ def chunked_transactions_are_applied_while_the_relay_writes_them():
                       "target equals source", "one dedup row per transaction"))
 def early_apply_off_applies_at_the_commit_marker():
     with StreamPair("early-off") as pair:
-        apply_settings(pair, 'early_apply = "off"')
+        pair.write_config(apply_settings={"early_apply": "off"})
         daemon = Daemon(pair)
         try:
             inserted = commit_large(pair, f"INSERT INTO big SELECT g, 'big', repeat('z', 40) "

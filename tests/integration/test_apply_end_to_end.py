@@ -21,14 +21,12 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (CaptureFailure, assert_no_backend_crashes, setup_pgbench_apply, TRELLARA_BIN, log_records, lsn_to_int, run_pgbench,  # noqa: E402
-                             wait_for, write_flow_config)
-from harness import Cluster  # noqa: E402
+from capture_support import CaptureFailure, TRELLARA_BIN, log_records, lsn_to_int, run_pgbench, wait_for  # noqa: E402
+from flow_pair import FlowPair, run_trellara, table_digest  # noqa: E402
+from harness import PG_BIN  # noqa: E402
 
 TRANSACTIONS_PER_CLIENT = int(os.environ.get("TRELLARA_PGBENCH_TRANSACTIONS", "250"))
 CLIENTS = 4
@@ -36,49 +34,30 @@ TABLES = ("pgbench_accounts", "pgbench_branches", "pgbench_tellers", "pgbench_hi
 EXIT_BLOCKED = 3
 
 
-def table_digest(cluster, table):
-    return cluster.query(f"SELECT count(*) || ' ' || coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '-') "
-                         f"FROM public.{table} t")
+class PgbenchPair(FlowPair):
+    """pgbench tables on the source (`pgbench -i -s 1`), the same schema and initial rows on the
+    target (pg_dump) before the flow exists, a flow on a publication of the four tables, and the
+    pair's flow.toml naming source and target."""
+
+    def __init__(self, name):
+        super().__init__(name, tables=TABLES)
+
+    def prepare(self):
+        run_pgbench(self.source, ["-i", "-s", "1", "-q"])
+        dump = subprocess.run([os.path.join(PG_BIN, "pg_dump"), "-h", self.source.socket_dir, "-p",
+                               str(self.source.port), "-U", "postgres", "-t", "pgbench_*", "postgres"],
+                              capture_output=True, text=True, check=True)
+        self.target.psql(dump.stdout)
 
 
 def digests(cluster):
     return {table: table_digest(cluster, table) for table in TABLES}
 
 
-def assert_same_data(source, target, label):
-    want, have = digests(source), digests(target)
-    for table in TABLES:
-        print(f"{label}: {table}: source {want[table]}, target {have[table]}")
-    differing = [table for table in TABLES if want[table] != have[table]]
-    if differing:
-        raise CaptureFailure(f"{label}: source and target differ in {differing}")
-
-
-def wait_log_covers_source(source, flow="app", timeout_s=60):
-    """Waits until the flow's log durably covers the source's current WAL position."""
-    target_lsn = lsn_to_int(source.query("SELECT pg_current_wal_lsn()"))
-
-    def covered():
-        text = source.query(f"SELECT log_durable_lsn FROM trellara.status() WHERE flow = '{flow}'")
-        return text and lsn_to_int(text) >= target_lsn
-    wait_for(f"the log of flow {flow} to cover source WAL {source.query('SELECT pg_current_wal_lsn()')}",
-             covered, timeout_s)
-
-
-def run_apply(config_path, expect_code):
-    started = time.monotonic()
-    result = subprocess.run([TRELLARA_BIN, "apply", "--config", config_path, "--until-caught-up"],
-                            capture_output=True, text=True, timeout=120)
-    seconds = time.monotonic() - started
-    if result.returncode != expect_code:
-        raise CaptureFailure(f"trellara apply exited {result.returncode}, expected {expect_code}\n"
-                             f"stdout: {result.stdout[-2000:]}\nstderr: {result.stderr[-2000:]}")
-    summary = {}
+def summary(result):
+    """The fields of the applier's last `apply flow=...` line ({} without one)."""
     lines = [line for line in result.stdout.splitlines() if line.startswith("apply flow=")]
-    if lines:
-        summary = dict(item.split("=", 1) for item in lines[-1].split()[1:])
-    print(f"apply (exit {result.returncode}, {seconds:.1f}s): {lines[-1] if lines else result.stderr.strip()}")
-    return result, summary
+    return dict(item.split("=", 1) for item in lines[-1].split()[1:]) if lines else {}
 
 
 def origin_progress(target):
@@ -87,14 +66,11 @@ def origin_progress(target):
 
 
 def apply_copies_pgbench_once_and_quarantines_divergence():
-    with Cluster("apply-source") as source, Cluster("apply-target", preload=False) as target, \
-            tempfile.TemporaryDirectory(prefix="trellara-apply-") as work:
-        log_dir, config_path = setup_pgbench_apply(source, target, work)
-        bad_path = os.path.join(work, "bad.toml")
-        with open(bad_path, "w") as bad:
-            bad.write(f'[flow]\nname = "app"\nlog_directory = "{log_dir}"\n[target]\nconninfo = "x"\n'
-                      f'[apply]\nsession_replication_role = "local"\n')
-        refused = subprocess.run([TRELLARA_BIN, "apply", "--config", bad_path], capture_output=True, text=True)
+    with PgbenchPair("apply") as pair:
+        source, target, log_dir, config_path = pair.source, pair.target, pair.log_dir, pair.config
+        bad_path = pair.write_config(path=os.path.join(pair.work.name, "bad.toml"), target_conninfo="x",
+                                     apply_settings={"session_replication_role": "local"}, with_source=False)
+        refused = run_trellara(["apply", "--config", bad_path], expect=None)
         if refused.returncode != 2 or "apply.session_replication_role" not in refused.stderr \
                 or '"replica"' not in refused.stderr:
             raise CaptureFailure(f"a bad setting was not refused naming it and its values: {refused.stderr}")
@@ -103,14 +79,14 @@ def apply_copies_pgbench_once_and_quarantines_divergence():
         result = run_pgbench(source, ["-c", str(CLIENTS), "-j", "2", "-t", str(TRANSACTIONS_PER_CLIENT), "-n"])
         processed = [line for line in result.stdout.splitlines() if "processed" in line]
         print(f"pgbench: {processed[0].strip() if processed else result.stdout[-300:]}")
-        wait_log_covers_source(source)
+        pair.wait_log_covers_source()
 
         # 1. catch-up apply copies everything.
-        _, first = run_apply(config_path, 0)
+        first = summary(pair.apply())
         if int(first["applied"]) < CLIENTS * TRANSACTIONS_PER_CLIENT:
             raise CaptureFailure(f"the first apply applied {first['applied']} transactions, pgbench committed "
                                  f"{CLIENTS * TRANSACTIONS_PER_CLIENT}")
-        assert_same_data(source, target, "after the first apply")
+        pair.assert_same_data(TABLES, "after the first apply")
         applied_rows = int(target.query("SELECT count(*) FROM trellara.applied_transactions WHERE flow = 'app'"))
         if applied_rows != int(first["applied"]):
             raise CaptureFailure(f"{applied_rows} dedup rows for {first['applied']} applied transactions")
@@ -122,7 +98,7 @@ def apply_copies_pgbench_once_and_quarantines_divergence():
 
         # 2. a second run has nothing to do.
         before = digests(target)
-        _, second = run_apply(config_path, 0)
+        second = summary(pair.apply())
         if second["applied"] != "0" or second["skipped_duplicates"] != "0":
             raise CaptureFailure(f"the second apply was not a no-op: {second}")
         if digests(target) != before:
@@ -136,16 +112,15 @@ def apply_copies_pgbench_once_and_quarantines_divergence():
                 "SELECT state FROM trellara.apply_status WHERE flow = 'app'") == "caught_up" and
                 target.query("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'trellara/app'") == "1",
                 30)
-            second_applier, _ = run_apply(config_path, 1)
+            second_applier = pair.apply(expect=1)
             if "another applier of flow app is running" not in second_applier.stderr:
                 raise CaptureFailure(f"a second applier was not refused clearly: {second_applier.stderr}")
             # A second applier of the same log pointed at another target database: the target's
             # advisory lock cannot see it, the lock in the log directory must refuse it.
             target.query("CREATE DATABASE other_target")
-            other_config = os.path.join(work, "other.toml")
-            other_conninfo = target.conninfo(dbname="other_target")
-            write_flow_config(other_config, "app", log_dir, other_conninfo)
-            other_applier, _ = run_apply(other_config, 1)
+            other_config = pair.write_config(path=os.path.join(pair.work.name, "other.toml"),
+                                             target_conninfo=target.conninfo(dbname="other_target"), with_source=False)
+            other_applier = pair.apply(expect=1, config=other_config)
             for part in ("another applier of flow app is running on this log", "consumers/.applier.lock",
                          f"pid {follower.pid}"):
                 if part not in other_applier.stderr:
@@ -168,7 +143,7 @@ def apply_copies_pgbench_once_and_quarantines_divergence():
 
         # 3. without its consumer offset the applier re-reads the log and skips every transaction.
         os.remove(os.path.join(log_dir, "consumers", "applier"))
-        _, third = run_apply(config_path, 0)
+        third = summary(pair.apply())
         if third["applied"] != "0" or third["skipped_duplicates"] != first["applied"]:
             raise CaptureFailure(f"re-reading the whole log did not skip exactly {first['applied']} duplicates: {third}")
         if digests(target) != before:
@@ -179,12 +154,12 @@ def apply_copies_pgbench_once_and_quarantines_divergence():
         xid = int(source.query("BEGIN; UPDATE pgbench_accounts SET abalance = abalance + 7 WHERE aid = 42; "
                                "SELECT txid_current(); COMMIT").splitlines()[0])
         source.query("INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (1, 1, 43, 777777, now())")
-        wait_log_covers_source(source)
+        pair.wait_log_covers_source()
         records = log_records(log_dir)
         failing = next(r for r in records if r["type"] == "envelope" and r["xid"] == xid)
         commit_lsn = failing["commit_lsn"]
         offset_before = int(target.query("SELECT consumer_offset FROM trellara.apply_status WHERE flow = 'app'"))
-        result, _ = run_apply(config_path, EXIT_BLOCKED)
+        result = pair.apply(expect=EXIT_BLOCKED)
         message = result.stderr
         for part in ("public.pgbench_accounts", "(aid)=(42)", f"transaction {xid}", commit_lsn, "matched 0 rows",
                      f"trellara.quarantine_replay_ready({xid}, '{commit_lsn}')"):
@@ -208,7 +183,7 @@ def apply_copies_pgbench_once_and_quarantines_divergence():
         print(f"quarantined xid {xid} commit {commit_lsn}: {message.strip()}")
 
         # A second attempt while still quarantined is refused without retrying.
-        result, _ = run_apply(config_path, EXIT_BLOCKED)
+        result = pair.apply(expect=EXIT_BLOCKED)
         if "halted at a transaction quarantined earlier" not in result.stderr:
             raise CaptureFailure(f"a run while quarantined did not report the halt: {result.stderr}")
 
@@ -220,12 +195,12 @@ def apply_copies_pgbench_once_and_quarantines_divergence():
         aid, bid, balance, filler = source_row.split("|")
         target.query(f"INSERT INTO public.pgbench_accounts VALUES ({aid}, {bid}, {balance}, '{filler}')")
         target.query(f"SELECT trellara.quarantine_replay_ready({xid}, '{commit_lsn}')")
-        _, resumed = run_apply(config_path, 0)
+        resumed = summary(pair.apply())
         if resumed["applied"] != "2":
             raise CaptureFailure(f"after replay-ready the applier applied {resumed['applied']} transactions, expected 2")
         if target.query(f"SELECT state FROM trellara.quarantine WHERE xid = {xid}") != "resolved":
             raise CaptureFailure("the replayed quarantine row is not resolved")
-        assert_same_data(source, target, "after replay")
+        pair.assert_same_data(TABLES, "after replay")
 
         # 6. schema check before first use: a target column of a type that would store the source's
         # values differently (varchar drops char(n)'s padding semantics) is refused before any
@@ -233,9 +208,9 @@ def apply_copies_pgbench_once_and_quarantines_divergence():
         target.query("ALTER TABLE public.pgbench_branches ALTER COLUMN filler TYPE character varying(88)")
         xid = int(source.query("BEGIN; UPDATE pgbench_branches SET bbalance = bbalance + 1 WHERE bid = 1; "
                                "SELECT txid_current(); COMMIT").splitlines()[0])
-        wait_log_covers_source(source)
+        pair.wait_log_covers_source()
         commit_lsn = next(r for r in log_records(log_dir) if r["type"] == "envelope" and r["xid"] == xid)["commit_lsn"]
-        result, _ = run_apply(config_path, EXIT_BLOCKED)
+        result = pair.apply(expect=EXIT_BLOCKED)
         for part in ("schema", "column filler of public.pgbench_branches is character(88) on the source but "
                      "character varying(88) on the target", f"transaction {xid}"):
             if part not in result.stderr:
@@ -246,16 +221,16 @@ def apply_copies_pgbench_once_and_quarantines_divergence():
                                  f"nothing was executed)")
         target.query("ALTER TABLE public.pgbench_branches ALTER COLUMN filler TYPE character(88)")
         target.query(f"SELECT trellara.quarantine_replay_ready({xid}, '{commit_lsn}')")
-        _, resumed = run_apply(config_path, 0)
+        resumed = summary(pair.apply())
         if resumed["applied"] != "1":
             raise CaptureFailure(f"after the schema repair the applier applied {resumed['applied']}, expected 1")
-        assert_same_data(source, target, "after the schema repair")
+        pair.assert_same_data(TABLES, "after the schema repair")
         print(f"schema mismatch: quarantined xid {xid} before executing it, applied after the repair")
 
         relay = source.query("SELECT state, consecutive_failures FROM trellara.status() WHERE flow = 'app'")
         if not relay.startswith("running|0"):
             raise CaptureFailure(f"the source flow is not running cleanly: {relay}")
-        assert_no_backend_crashes(source, target)
+        pair.check_no_crashes()
         print("ok: apply_copies_pgbench_once_and_quarantines_divergence")
 
 

@@ -23,25 +23,34 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (CaptureFailure, assert_no_backend_crashes, setup_pgbench_apply, TRELLARA_BIN, log_records, lsn_to_int, run_pgbench, verify_with_applier,  # noqa: E402
-                             wait_for, write_flow_config)
-from harness import Cluster  # noqa: E402
+from capture_support import CaptureFailure, TRELLARA_BIN, log_records, run_pgbench, verify_with_applier, wait_for  # noqa: E402
+from flow_pair import FlowPair, run_trellara  # noqa: E402
+from test_apply_end_to_end import PgbenchPair  # noqa: E402
 
 EXIT_BLOCKED = 3
 EXIT_MISMATCH = 1
 EXIT_COULD_NOT_VERIFY = 2
+ITEMS_DDL = "CREATE TABLE items (id bigint PRIMARY KEY, v text NOT NULL)"
 
 
-def trellara(*args, expect=0):
-    result = subprocess.run([TRELLARA_BIN, *args], capture_output=True, text=True, timeout=120)
-    if result.returncode != expect:
-        raise CaptureFailure(f"trellara {' '.join(args)} exited {result.returncode}, expected {expect}\n"
-                             f"stdout: {result.stdout[-3000:]}\nstderr: {result.stderr[-3000:]}")
-    return result
+class FlowLaterPair(FlowPair):
+    """Source and target with table items and publication pub, but no flow yet (the scenario
+    creates it): the configuration names the log directory create_flow will give flow `early`."""
+
+    def __init__(self, name):
+        super().__init__(name, source_sql=ITEMS_DDL, tables=("items",), flow="early", create_flow=False)
+
+    def prepare(self):
+        self.source.query("CREATE EXTENSION trellara")
+        super().prepare()
+        self.source.query(self.publication)
+
+    def ready(self):
+        self.log_dir = os.path.join(self.source.query("SHOW data_directory"), "pg_trellara", self.flow)
+        self.config = self.write_config()
 
 
 def verify(config, *args, expect=0):
@@ -54,16 +63,7 @@ def verify(config, *args, expect=0):
 
 
 def status(config):
-    return json.loads(trellara("status", "--config", config, "--format", "json").stdout)
-
-
-def wait_log_covers_source(source, flow="app", timeout_s=60):
-    target_lsn = lsn_to_int(source.query("SELECT pg_current_wal_lsn()"))
-
-    def covered():
-        text = source.query(f"SELECT log_durable_lsn FROM trellara.status() WHERE flow = '{flow}'")
-        return text and lsn_to_int(text) >= target_lsn
-    wait_for(f"the log of flow {flow} to cover the source's WAL", covered, timeout_s)
+    return json.loads(run_trellara(["status", "--config", config, "--format", "json"]).stdout)
 
 
 def expect_caught_up(config, target, label):
@@ -77,22 +77,21 @@ def expect_caught_up(config, target, label):
 
 
 def operator_commands_report_verify_and_release_quarantine():
-    with Cluster("ops-source") as source, Cluster("ops-target", preload=False) as target, \
-            tempfile.TemporaryDirectory(prefix="trellara-ops-") as work:
-        log_dir, config = setup_pgbench_apply(source, target, work)
+    with PgbenchPair("ops") as pair:
+        source, target, log_dir, config = pair.source, pair.target, pair.log_dir, pair.config
 
         # Before any apply the target has no state: status says so and names the command.
-        early = trellara("status", "--config", config)
+        early = run_trellara(["status", "--config", config])
         if "state:               stopped" not in early.stdout or "trellara apply --config" not in early.stdout:
             raise CaptureFailure(f"status before any apply: {early.stdout}")
 
         run_pgbench(source, ["-c", "2", "-j", "2", "-t", "100", "-n"])
-        wait_log_covers_source(source)
-        trellara("apply", "--config", config, "--until-caught-up")
+        pair.wait_log_covers_source()
+        pair.apply()
 
         # 1. caught up, lag 0; verify matches.
         expect_caught_up(config, target, "after apply")
-        text = trellara("status", "--config", config).stdout
+        text = run_trellara(["status", "--config", config]).stdout
         for part in ("state:               caught_up", "lag:                 0 records, 0 bytes", "next action:"):
             if part not in text:
                 raise CaptureFailure(f"text status lacks {part!r}: {text}")
@@ -118,10 +117,10 @@ def operator_commands_report_verify_and_release_quarantine():
         xid = int(source.query("BEGIN; UPDATE pgbench_accounts SET abalance = abalance + 7 WHERE aid = 42; "
                                "SELECT txid_current(); COMMIT").splitlines()[0])
         source.query("INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (1, 1, 43, 777777, now())")
-        wait_log_covers_source(source)
+        pair.wait_log_covers_source()
         failing = next(r for r in log_records(log_dir) if r["type"] == "envelope" and r["xid"] == xid)
         commit_lsn = failing["commit_lsn"]
-        trellara("apply", "--config", config, "--until-caught-up", expect=EXIT_BLOCKED)
+        pair.apply(expect=EXIT_BLOCKED)
 
         s = status(config)
         command = f"trellara quarantine replay-ready --config {config} --xid {xid} --commit-lsn {commit_lsn}"
@@ -131,22 +130,22 @@ def operator_commands_report_verify_and_release_quarantine():
             raise CaptureFailure(f"status while quarantined: expected blocked with {command!r}: {s}")
         print(f"blocked: lag {s['lag_records']} records; next: {s['next_action']}")
 
-        listed = json.loads(trellara("quarantine", "list", "--config", config, "--format", "json").stdout)
+        listed = json.loads(run_trellara(["quarantine", "list", "--config", config, "--format", "json"]).stdout)
         if len(listed) != 1 or listed[0]["xid"] != xid or listed[0]["commit_lsn"] != commit_lsn \
                 or listed[0]["state"] != "quarantined" or listed[0]["reason"] != "zero_rows_matched":
             raise CaptureFailure(f"quarantine list: {listed}")
-        listed_text = trellara("quarantine", "list", "--config", config).stdout
+        listed_text = run_trellara(["quarantine", "list", "--config", config]).stdout
         if command not in listed_text or "public.pgbench_accounts" not in listed_text:
             raise CaptureFailure(f"quarantine list (text) lacks the command or the table: {listed_text}")
 
         # No applier beside it: a blocked flow is named before a missing applier.
-        blocked_verify = trellara("verify", "--config", config, "--timeout", "30", expect=EXIT_COULD_NOT_VERIFY)
+        blocked_verify = run_trellara(["verify", "--config", config, "--timeout", "30"], expect=EXIT_COULD_NOT_VERIFY)
         if "blocked" not in blocked_verify.stderr or command not in blocked_verify.stderr:
             raise CaptureFailure(f"verify while blocked: {blocked_verify.stderr}")
 
         for wrong_xid, wrong_lsn in ((xid + 1, commit_lsn), (xid, "0/1")):
-            refused = trellara("quarantine", "replay-ready", "--config", config, "--xid", str(wrong_xid),
-                               "--commit-lsn", wrong_lsn, expect=1)
+            refused = run_trellara(["quarantine", "replay-ready", "--config", config, "--xid", str(wrong_xid),
+                                    "--commit-lsn", wrong_lsn], expect=1)
             if "refused" not in refused.stderr:
                 raise CaptureFailure(f"a wrong boundary was not refused clearly: {refused.stderr}")
         if target.query(f"SELECT state FROM trellara.quarantine WHERE xid = {xid}") != "quarantined":
@@ -157,10 +156,12 @@ def operator_commands_report_verify_and_release_quarantine():
         aid, bid, balance, filler = source.query(
             "SELECT aid, bid, abalance - 7, filler FROM pgbench_accounts WHERE aid = 42").split("|")
         target.query(f"INSERT INTO public.pgbench_accounts VALUES ({aid}, {bid}, {balance}, '{filler}')")
-        marked = trellara("quarantine", "replay-ready", "--config", config, "--xid", str(xid), "--commit-lsn", commit_lsn)
+        marked = run_trellara(["quarantine", "replay-ready", "--config", config, "--xid", str(xid), "--commit-lsn",
+                               commit_lsn])
         if "marked replay-ready" not in marked.stdout:
             raise CaptureFailure(f"replay-ready output: {marked.stdout}")
-        again = trellara("quarantine", "replay-ready", "--config", config, "--xid", str(xid), "--commit-lsn", commit_lsn)
+        again = run_trellara(["quarantine", "replay-ready", "--config", config, "--xid", str(xid), "--commit-lsn",
+                              commit_lsn])
         if "already replay-ready" not in again.stdout:
             raise CaptureFailure(f"a second replay-ready was not a no-op: {again.stdout}")
         s = status(config)
@@ -168,7 +169,7 @@ def operator_commands_report_verify_and_release_quarantine():
             raise CaptureFailure(f"status after replay-ready: {s}")
         print(f"after replay-ready: {s['state']}; next: {s['next_action']}")
 
-        resumed = trellara("apply", "--config", config, "--until-caught-up")
+        resumed = pair.apply()
         if "applied=2 " not in resumed.stdout:
             raise CaptureFailure(f"the resumed apply did not apply the two held transactions: {resumed.stdout}")
         expect_caught_up(config, target, "after replay")
@@ -213,7 +214,7 @@ def operator_commands_report_verify_and_release_quarantine():
         if seen != "stopped":   # recorded by the following applier when SIGTERM stopped it
             raise CaptureFailure(f"pg_monitor member reading trellara.apply_status(): {seen!r}")
 
-        assert_no_backend_crashes(source, target)
+        pair.check_no_crashes()
         print("ok: operator_commands_report_verify_and_release_quarantine")
 
 
@@ -222,22 +223,13 @@ def applier_started_before_the_relay_waits_for_the_log_directory():
     runs right after create_flow, or before it) waits for the relay to create the log directory,
     then applies; `--until-caught-up` refuses at once, naming flow.log_directory. Until 2026-12-02
     the daemon exited with "another applier of flow ... is running on this log" in that window."""
-    with Cluster("early-source") as source, Cluster("early-target", preload=False) as target, \
-            tempfile.TemporaryDirectory(prefix="trellara-early-") as work:
-        ddl = "CREATE TABLE items (id bigint PRIMARY KEY, v text NOT NULL)"
-        source.query("CREATE EXTENSION trellara")
-        source.query(ddl)
-        target.query(ddl)
-        source.query("CREATE PUBLICATION pub FOR TABLE items")
-        log_dir = os.path.join(source.query("SHOW data_directory"), "pg_trellara", "early")
-        config = os.path.join(work, "flow.toml")
-        write_flow_config(config, "early", log_dir, target.conninfo(), source.conninfo())
-
-        refused = trellara("apply", "--config", config, "--until-caught-up", expect=1)
+    with FlowLaterPair("early") as pair:
+        source, target, log_dir, config = pair.source, pair.target, pair.log_dir, pair.config
+        refused = pair.apply(expect=1)
         if "does not exist yet" not in refused.stderr or "flow.log_directory" not in refused.stderr:
             raise CaptureFailure(f"--until-caught-up without a log directory: {refused.stderr}")
 
-        err_path = os.path.join(work, "apply.err")
+        err_path = os.path.join(pair.work.name, "apply.err")
         with open(err_path, "w") as err:
             applier = subprocess.Popen([TRELLARA_BIN, "apply", "--config", config], stdout=subprocess.DEVNULL,
                                        stderr=err)
@@ -267,10 +259,8 @@ def applier_started_before_the_relay_waits_for_the_log_directory():
             code = applier.wait(timeout=60)
         if code != 0:
             raise CaptureFailure(f"the daemon applier ended with {code} on SIGTERM: {open(err_path).read()}")
-        if source.query("SELECT md5(string_agg(v, ',' ORDER BY id)) FROM items") != \
-                target.query("SELECT md5(string_agg(v, ',' ORDER BY id)) FROM items"):
-            raise CaptureFailure("items differ between source and target")
-        assert_no_backend_crashes(source, target)
+        pair.assert_same_data(("items",), "after the daemon applied")
+        pair.check_no_crashes()
         print("ok: applier_started_before_the_relay_waits_for_the_log_directory (waited, then applied 500 rows; "
               "--until-caught-up refused: " + refused.stderr.strip().splitlines()[-1][:160] + ")")
 

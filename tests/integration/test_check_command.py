@@ -35,14 +35,12 @@ It must never leave a cluster running (the harness stops it by PID).
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import CaptureFailure, TRELLARA_BIN, run_scenarios, scenario, setup_flow, wait_for, write_flow_config  # noqa: E402
-from harness import Cluster  # noqa: E402
+from capture_support import CaptureFailure, run_scenarios, scenario, wait_for  # noqa: E402
+from flow_pair import FlowPair, run_trellara  # noqa: E402
 
 EXIT_OK = 0
 EXIT_CRITICAL = 2
@@ -53,13 +51,22 @@ SCHEMA = ("CREATE TABLE orders (id bigint PRIMARY KEY, note text); "
           "CREATE TABLE ghosts (id bigint PRIMARY KEY); ")
 
 
+class CheckPair(FlowPair):
+    """Source and target with the four tables, flow app over them, and its first rows in the log."""
+
+    def __init__(self, name):
+        super().__init__(name, source_sql=SCHEMA, tables=("orders", "items", "notes", "ghosts"))
+
+    def ready(self):
+        self.source.query("INSERT INTO orders VALUES (1, 'a'), (2, 'b'); INSERT INTO items VALUES (1, 3)")
+        wait_for("the log to hold the first transactions",
+                 lambda: self.source.query("SELECT log_durable_lsn IS NOT NULL FROM trellara.status() "
+                                           "WHERE flow = 'app'") == "t", 60)
+
+
 def check(config, *args, expect):
-    result = subprocess.run([TRELLARA_BIN, "check", "--config", config, *args], capture_output=True, text=True,
-                            timeout=120)
-    if result.returncode != expect:
-        raise CaptureFailure(f"trellara check --config {config} {' '.join(args)} exited {result.returncode}, "
-                             f"expected {expect}\nstdout: {result.stdout[-4000:]}\nstderr: {result.stderr[-3000:]}")
-    return result
+    return run_trellara(["check", "--config", config, *args], expect=expect, timeout_s=120,
+                        what=f"trellara check --config {config} {' '.join(args)}")
 
 
 def check_json(config, expect):
@@ -70,18 +77,13 @@ def check_json(config, expect):
         raise CaptureFailure(f"check --format json printed no JSON ({error}): {out[-3000:]}")
 
 
-def write_config(work, name, flow, log_dir, source_conninfo, target_conninfo, extra=""):
-    return write_flow_config(os.path.join(work, name), flow, log_dir, target_conninfo, source_conninfo, extra=extra)
-
-
 def findings(report, side, check_name=None, severity=None):
     return [f for f in report[side]["findings"]
             if (check_name is None or f["check"] == check_name) and (severity is None or f["severity"] == severity)]
 
 
-def check_healthy_flow_exits_0(env):
-    source, target, work, log_dir = env["source"], env["target"], env["work"], env["log_dir"]
-    config = write_config(work, "healthy.toml", "app", log_dir, source.conninfo(), target.conninfo())
+def check_healthy_flow_exits_0(pair):
+    source, config = pair.source, pair.config
     for when in ("before the first apply", "after the first apply"):
         report = check_json(config, EXIT_OK)
         rows = source.query("SELECT severity || '|' || \"check\" || '|' || subject FROM trellara.check('app')")
@@ -104,8 +106,7 @@ def check_healthy_flow_exits_0(env):
             origin = findings(report, "target", "replication_origin")[0]
             if "can create it" not in origin["detail"]:
                 raise CaptureFailure(f"before any apply the origin must be reported as creatable: {origin}")
-            subprocess.run([TRELLARA_BIN, "apply", "--config", config, "--until-caught-up"], check=True,
-                           capture_output=True, text=True, timeout=120)
+            pair.apply()
     origin = findings(report, "target", "replication_origin")[0]
     quarantine = findings(report, "target", "quarantine", "ok")
     if "exists" not in origin["detail"] or not quarantine:
@@ -120,24 +121,14 @@ def check_healthy_flow_exits_0(env):
     print(text)
 
 
-def apply_until_caught_up(config, expect):
-    result = subprocess.run([TRELLARA_BIN, "apply", "--config", config, "--until-caught-up"], capture_output=True,
-                            text=True, timeout=120)
-    if result.returncode != expect:
-        raise CaptureFailure(f"apply exited {result.returncode}, expected {expect}: {result.stderr[-3000:]}")
-
-
-def check_reports_an_unresolved_quarantine_as_critical(env):
-    source, target, work, log_dir = env["source"], env["target"], env["work"], env["log_dir"]
-    config = write_config(work, "quarantine.toml", "app", log_dir, source.conninfo(), target.conninfo())
-    apply_until_caught_up(config, 0)
+def check_reports_an_unresolved_quarantine_as_critical(pair):
+    source, target, config = pair.source, pair.target, pair.config
+    pair.apply()
     # The target lost a row a later source UPDATE needs: apply quarantines that transaction (exit 3).
     target.query("DELETE FROM items WHERE id = 1")
     source.query("UPDATE items SET qty = 4 WHERE id = 1")
-    lsn = source.query("SELECT pg_current_wal_lsn()")
-    wait_for("the log to cover the UPDATE", lambda: source.query(
-        f"SELECT log_durable_lsn >= '{lsn}' FROM trellara.status() WHERE flow = 'app'") == "t", 60)
-    apply_until_caught_up(config, 3)
+    pair.wait_log_covers_source()
+    pair.apply(expect=3)
     xid, commit_lsn, next_step = target.query(
         "SELECT xid, commit_lsn, next_step FROM trellara.quarantine WHERE flow = 'app'").split("|")
     report = check_json(config, EXIT_CRITICAL)
@@ -148,19 +139,19 @@ def check_reports_an_unresolved_quarantine_as_critical(env):
     print(f"quarantined: {found[0]['detail']}; next: {found[0]['remedy']}")
     # Repaired and released: a warning (the next apply replays it), then nothing once applied.
     target.query("INSERT INTO items VALUES (1, 3)")
-    subprocess.run([TRELLARA_BIN, "quarantine", "replay-ready", "--config", config, "--xid", xid,
-                    "--commit-lsn", commit_lsn], check=True, capture_output=True, text=True, timeout=60)
+    run_trellara(["quarantine", "replay-ready", "--config", config, "--xid", xid, "--commit-lsn", commit_lsn],
+                 timeout_s=60)
     found = findings(check_json(config, EXIT_OK), "target", "quarantine")
     if [f["severity"] for f in found] != ["warning"] or "replay_ready" not in found[0]["detail"]:
         raise CaptureFailure(f"a replay-ready transaction is a warning: {found}")
-    apply_until_caught_up(config, 0)
+    pair.apply()
     found = findings(check_json(config, EXIT_OK), "target", "quarantine")
     if [f["severity"] for f in found] != ["ok"]:
         raise CaptureFailure(f"after the replay nothing is quarantined: {found}")
 
 
-def check_reports_target_triggers_missing_tables_and_privileges_and_exits_2(env):
-    source, target, work, log_dir = env["source"], env["target"], env["work"], env["log_dir"]
+def check_reports_target_triggers_missing_tables_and_privileges_and_exits_2(pair):
+    target = pair.target
     target.query(
         "CREATE ROLE check_role LOGIN; "
         "GRANT SELECT, INSERT, UPDATE, DELETE ON orders, items TO check_role; GRANT SELECT ON notes TO check_role; "
@@ -170,7 +161,7 @@ def check_reports_target_triggers_missing_tables_and_privileges_and_exits_2(env)
         "ALTER TABLE orders ENABLE ALWAYS TRIGGER orders_audit; "
         "CREATE TRIGGER items_local AFTER DELETE ON items FOR EACH ROW EXECUTE FUNCTION count_row()")
     role_conninfo = f"host={target.socket_dir} port={target.port} user=check_role dbname=postgres"
-    config = write_config(work, "problems.toml", "app", log_dir, source.conninfo(), role_conninfo)
+    config = pair.write_config(path=os.path.join(pair.work.name, "problems.toml"), target_conninfo=role_conninfo)
     state_sql = ("SELECT (SELECT count(*) FROM pg_replication_origin) || '|' || "
                  "(SELECT count(*) FROM pg_namespace WHERE nspname = 'trellara') || '|' || "
                  "(SELECT count(*) FROM pg_class WHERE relname = 'ghosts')")
@@ -215,21 +206,21 @@ def check_reports_target_triggers_missing_tables_and_privileges_and_exits_2(env)
             or "critical: critical" not in text.stdout.splitlines()[-1] or "critical" not in text.stderr:
         raise CaptureFailure(f"text form: {text.stdout}\n{text.stderr}")
 
-    origin = write_config(work, "origin.toml", "app", log_dir, source.conninfo(), role_conninfo,
-                          '\n[apply]\nsession_replication_role = "origin"\n')
+    origin = pair.write_config(path=os.path.join(pair.work.name, "origin.toml"), target_conninfo=role_conninfo,
+                               apply_settings={"session_replication_role": "origin"})
     fires = findings(check_json(origin, EXIT_CRITICAL), "target", "target_trigger_fires")
     if sorted(f["subject"] for f in fires) != ["public.items trigger items_local", "public.orders trigger orders_audit"]:
         raise CaptureFailure(f"under origin both enabled triggers fire: {fires}")
     print(f"problems reported: {[(f['severity'], f['check'], f['subject']) for f in report['target']['findings']]}")
 
 
-def check_source_unreachable_or_absent(env):
-    target, work, log_dir = env["target"], env["work"], env["log_dir"]
-    dead_dir = os.path.join(work, "no-server-here")
+def check_source_unreachable_or_absent(pair):
+    dead_dir = os.path.join(pair.work.name, "no-server-here")
     os.makedirs(dead_dir, exist_ok=True)
     secret = "s3cret-never-printed"
     dead = f"host={dead_dir} port=1 user=postgres password={secret} dbname=postgres"
-    config = write_config(work, "unreachable.toml", "app", log_dir, dead, target.conninfo())
+    config = pair.write_config(path=os.path.join(pair.work.name, "unreachable.toml"), with_source=False,
+                               extra=f'[source]\nconninfo = "{dead}"')
     result = check(config, "--format", "json", expect=EXIT_CRITICAL)
     report = json.loads(result.stdout)
     found = findings(report, "source", "source_reachable", "critical")
@@ -246,7 +237,7 @@ def check_source_unreachable_or_absent(env):
         raise CaptureFailure(f"the target is checked and says its tables were not: {report['target']}")
     print(f"unreachable source: {found[0]['subject']}: {found[0]['detail']}")
 
-    absent = write_config(work, "absent.toml", "app", log_dir, None, target.conninfo())
+    absent = pair.write_config(path=os.path.join(pair.work.name, "absent.toml"), with_source=False)
     report = check_json(absent, EXIT_OK)
     said = findings(report, "source", "source_configured", "warning")
     if not said or "not run" not in said[0]["detail"] or report["source"]["reachable"] or report["status"] != "warning":
@@ -265,8 +256,7 @@ def source_report(config):
     """`trellara check --format json` for its source side: the target of this cluster pair carries
     the earlier scenarios' critical leftovers, so the exit status (2) and overall status say nothing
     about the source here."""
-    result = subprocess.run([TRELLARA_BIN, "check", "--config", config, "--format", "json"], capture_output=True,
-                            text=True, timeout=120)
+    result = run_trellara(["check", "--config", config, "--format", "json"], expect=None, timeout_s=120)
     try:
         report = json.loads(result.stdout)
     except json.JSONDecodeError as error:
@@ -324,9 +314,8 @@ def with_flow_stopped(source, body):
           invariants=("a stopped flow's inactive slot is a warning that names the WAL it retains and start_flow",
                       "no source finding is critical (the flow was stopped on purpose)",
                       "max_slot_wal_keep_size = -1 (no cleanup) is a warning; a configured limit is named"))
-def check_reports_an_inactive_slot_and_its_wal_cleanup_posture(env):
-    source, target, work, log_dir = env["source"], env["target"], env["work"], env["log_dir"]
-    config = write_config(work, "abandoned.toml", "app", log_dir, source.conninfo(), target.conninfo())
+def check_reports_an_inactive_slot_and_its_wal_cleanup_posture(pair):
+    source, config = pair.source, pair.config
     with_flow_stopped(source, lambda: abandoned_slot_checks(source, config))
 
 
@@ -347,9 +336,8 @@ CHECK_MUTATIONS = (
           pairs_with="check_reports_an_inactive_slot_and_its_wal_cleanup_posture",
           invariants=("with trellara.check() mutated to call an inactive slot and unlimited WAL retention ok, "
                       "the abandoned-slot checks fail"))
-def negative_control_check_passing_an_abandoned_slot_is_caught(env):
-    source, target, work, log_dir = env["source"], env["target"], env["work"], env["log_dir"]
-    config = write_config(work, "abandoned-defect.toml", "app", log_dir, source.conninfo(), target.conninfo())
+def negative_control_check_passing_an_abandoned_slot_is_caught(pair):
+    source, config = pair.source, pair.config
     original = source.query("SELECT pg_get_functiondef('trellara.check(text)'::regprocedure)")
     mutated = original
     for before, after in CHECK_MUTATIONS:
@@ -375,9 +363,8 @@ def negative_control_check_passing_an_abandoned_slot_is_caught(env):
 @scenario(seed_rows=("missing_replica_identity",), suite="check",
           invariants=("a published table whose UPDATE/DELETE carry no key is a critical source finding naming it",
                       "check exits 2 (critical) while it has none; with REPLICA IDENTITY FULL the finding is not critical"))
-def check_reports_a_published_table_without_replica_identity_as_critical(env):
-    source, target, work, log_dir = env["source"], env["target"], env["work"], env["log_dir"]
-    config = write_config(work, "nokey.toml", "app", log_dir, source.conninfo(), target.conninfo())
+def check_reports_a_published_table_without_replica_identity_as_critical(pair):
+    source, config = pair.source, pair.config
     # Runs last: the CREATE TABLE is captured as DDL into the log, which no later scenario applies.
     source.query("CREATE TABLE nokey (a int, b text); ALTER PUBLICATION pub ADD TABLE nokey")
     try:
@@ -392,8 +379,7 @@ def check_reports_a_published_table_without_replica_identity_as_critical(env):
         source.query("ALTER TABLE nokey REPLICA IDENTITY FULL")
         # The exit status now reflects the other scenarios' leftovers on the target; this finding must
         # no longer be critical.
-        rerun = subprocess.run([TRELLARA_BIN, "check", "--config", config, "--format", "json"], capture_output=True,
-                               text=True, timeout=120)
+        rerun = run_trellara(["check", "--config", config, "--format", "json"], expect=None, timeout_s=120)
         report = json.loads(rerun.stdout)
         fixed = [f for f in findings(report, "source", "replica_identity") if f["subject"] == "public.nokey"]
         if len(fixed) != 1 or fixed[0]["severity"] == "critical":
@@ -404,20 +390,11 @@ def check_reports_a_published_table_without_replica_identity_as_critical(env):
 
 
 if __name__ == "__main__":
-    with Cluster("check-source") as source, Cluster("check-target", preload=False) as target, \
-            tempfile.TemporaryDirectory(prefix="trellara-check-") as work:
-        source.query(SCHEMA)
-        target.query(SCHEMA)
-        log_dir = setup_flow(source, "CREATE PUBLICATION pub FOR TABLE orders, items, notes, ghosts", truth=False)
-        source.query("INSERT INTO orders VALUES (1, 'a'), (2, 'b'); INSERT INTO items VALUES (1, 3)")
-        wait_for("the log to hold the first transactions",
-                 lambda: source.query("SELECT log_durable_lsn IS NOT NULL FROM trellara.status() "
-                                      "WHERE flow = 'app'") == "t", 60)
-        env = {"source": source, "target": target, "work": work, "log_dir": log_dir}
+    with CheckPair("check") as flow_pair:
         run_scenarios([check_healthy_flow_exits_0,
                        check_reports_an_unresolved_quarantine_as_critical,
                        check_reports_target_triggers_missing_tables_and_privileges_and_exits_2,
                        check_source_unreachable_or_absent,
                        check_reports_an_inactive_slot_and_its_wal_cleanup_posture,
                        negative_control_check_passing_an_abandoned_slot_is_caught,
-                       check_reports_a_published_table_without_replica_identity_as_critical], env)
+                       check_reports_a_published_table_without_replica_identity_as_critical], flow_pair)

@@ -34,14 +34,13 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
-import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import CaptureFailure, TRELLARA_BIN, run_scenarios, scenario, wait_for  # noqa: E402
-from harness import Cluster, PG_BIN  # noqa: E402
+from flow_pair import FlowPair, table_digest  # noqa: E402
+from harness import PG_BIN  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 GUIDE = os.path.join(REPO, "docs", "operations.md")
@@ -70,13 +69,15 @@ def read_steps():
     return {name: body for name, _, body in steps}
 
 
-def psql(cluster, sql):
-    result = subprocess.run([os.path.join(PG_BIN, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-At"],
-                            input=sql, env=cluster.env(), capture_output=True, text=True)
-    if result.returncode != 0:
-        raise CaptureFailure(f"psql on {cluster.name} failed (exit {result.returncode}): {result.stderr.strip()}\n"
-                             f"SQL:\n{sql}")
-    return result.stdout.strip()
+class GuidePair(FlowPair):
+    """A source that starts as a server already holding data (wal_level = replica, trellara not
+    preloaded: the guide's step source-conf changes both) and an empty target, in a work directory
+    the postgres user can read. The guide's own steps create the extension, the flow, the target's
+    schema and the configuration."""
+
+    def __init__(self, name):
+        super().__init__(name, source_sql=EXISTING_DATA, target_sql="", shared_work_dir=True, create_flow=False,
+                         source_settings={"wal_level": "replica", "shared_preload_libraries": "''"})
 
 
 def trellara(line, config):
@@ -110,12 +111,7 @@ def restart(cluster):
 
 
 def server_knows(cluster, setting):
-    return psql(cluster, f"SELECT count(*) FROM pg_settings WHERE name = '{setting}'") == "1"
-
-
-def table_digest(cluster, table):
-    return psql(cluster, f"SELECT count(*) || ' ' || coalesce(md5(string_agg(md5(t::text), ',' ORDER BY md5(t::text))), "
-                         f"'-') FROM {table} t")
+    return cluster.query(f"SELECT count(*) FROM pg_settings WHERE name = '{setting}'") == "1"
 
 
 def write_config(body, path, log_dir, source, target, metrics_port):
@@ -155,29 +151,26 @@ def unit_exec_start(config):
     "to a monitored flow, an upgrade statement and removal",))
 def operations_guide_works_step_by_step():
     steps = read_steps()
-    with Cluster("ops-source", preload=False, settings={"wal_level": "replica"}) as source, \
-            Cluster("ops-target", preload=False) as target, \
-            tempfile.TemporaryDirectory(prefix="trellara-ops-") as work:
-        os.chmod(work, 0o755)
-        psql(source, EXISTING_DATA)
+    with GuidePair("ops") as pair:
+        source, target, work = pair.source, pair.target, pair.work.name
         # 2. postgresql.conf, restart.
         conf = [line for line in steps["source-conf"].splitlines()
                 if not (line.startswith("output_plugin_libraries") and not server_knows(source, "output_plugin_libraries"))]
         with open(os.path.join(source.data_dir, "postgresql.conf"), "a") as f:
             f.write("\n# --- docs/operations.md step source-conf ---\n" + "\n".join(conf) + "\n")
         restart(source)
-        if psql(source, "SHOW wal_level") != "logical" or "trellara" not in psql(source, "SHOW shared_preload_libraries"):
+        if source.query("SHOW wal_level") != "logical" or "trellara" not in source.query("SHOW shared_preload_libraries"):
             raise CaptureFailure("after step source-conf and a restart the source is not preloaded with wal_level logical")
         # 3., 4. extension, roles, publication, flow; check.
-        print(psql(source, steps["source-sql"]))
+        print(source.query(steps["source-sql"]))
         wait_for("the relay to hold its slot (step source-running)",
-                 lambda: psql(source, steps["source-running"]) == "running|t", 60)
-        critical = psql(source, steps["source-check"])
+                 lambda: source.query(steps["source-running"]) == "running|t", 60)
+        critical = source.query(steps["source-check"])
         if critical:
             raise CaptureFailure(f"trellara.check('app') reports critical findings after the guide's set-up:\n{critical}")
-        log_dir = psql(source, "SELECT log_directory FROM trellara.flows WHERE name = 'app'")
+        log_dir = source.query("SELECT log_directory FROM trellara.flows WHERE name = 'app'")
         # Changes the flow captures, on top of the rows it never saw.
-        psql(source, "INSERT INTO customers SELECT g, 'late ' || g, NULL FROM generate_series(2001, 2100) g; "
+        source.query("INSERT INTO customers SELECT g, 'late ' || g, NULL FROM generate_series(2001, 2100) g; "
                      "UPDATE orders SET amount = amount + 1 WHERE id % 10 = 0; DELETE FROM orders WHERE id % 97 = 0")
         # 5. schema copy and the target role.
         env = dict(os.environ, PATH=PG_BIN + ":" + os.environ.get("PATH", ""),
@@ -186,7 +179,7 @@ def operations_guide_works_step_by_step():
                                 capture_output=True, text=True)
         if copied.returncode != 0:
             raise CaptureFailure(f"step schema-copy failed: {copied.stderr[-2000:]}")
-        psql(target, steps["target-sql"])
+        target.query(steps["target-sql"])
         # 6. configuration, check.
         config = os.path.join(work, "app.toml")
         metrics_port = free_port()
@@ -196,13 +189,13 @@ def operations_guide_works_step_by_step():
         errors = open(os.path.join(work, "apply.stderr"), "w+")
         applier = subprocess.Popen(unit_exec_start(config), stdout=subprocess.DEVNULL, stderr=errors, text=True)
         try:
-            wait_for("the service's applier to run", lambda: applier.poll() is None and psql(
-                target, "SELECT count(*) FROM pg_tables WHERE schemaname = 'trellara' AND tablename = 'apply_status'")
-                == "1" and psql(target, "SELECT coalesce(max(state), '') FROM trellara.apply_status WHERE flow = 'app'")
+            wait_for("the service's applier to run", lambda: applier.poll() is None and target.query(
+                "SELECT count(*) FROM pg_tables WHERE schemaname = 'trellara' AND tablename = 'apply_status'")
+                == "1" and target.query("SELECT coalesce(max(state), '') FROM trellara.apply_status WHERE flow = 'app'")
                 in ("running", "caught_up", "blocked"), 60)
-            psql(source, "INSERT INTO orders SELECT g, 1 + g % 2100, 3.5, now() FROM generate_series(20001, 20500) g")
+            source.query("INSERT INTO orders SELECT g, 1 + g % 2100, 3.5, now() FROM generate_series(20001, 20500) g")
             run(trellara(steps["snapshot"].strip(), config), 0, "step snapshot")
-            psql(source, "UPDATE customers SET email = 'changed@example.com' WHERE id <= 50")
+            source.query("UPDATE customers SET email = 'changed@example.com' WHERE id <= 50")
             run(trellara(steps["verify"].strip(), config), 0, "step verify")
             # 8. what to watch.
             curl, status = [line for line in steps["watch"].splitlines() if line.strip()]
@@ -219,11 +212,10 @@ def operations_guide_works_step_by_step():
             run(trellara(status.strip(), config), 0, "step watch (status)")
             wait_for("the target to hold exactly the source's rows", lambda: all(
                 table_digest(source, t) == table_digest(target, t) for t in TABLES), 120)
-            for t in TABLES:
-                print(f"{t}: source {table_digest(source, t)}, target {table_digest(target, t)}")
-            wait_for("every onboarding quarantine to be retried and resolved", lambda: psql(
-                target, "SELECT count(*) FROM trellara.quarantine WHERE state <> 'resolved'") == "0", 60)
-            print("quarantine rows (onboarding): " + psql(target, "SELECT count(*) || ' resolved' FROM trellara.quarantine"))
+            pair.assert_same_data(TABLES, "the target")
+            wait_for("every onboarding quarantine to be retried and resolved", lambda: target.query(
+                "SELECT count(*) FROM trellara.quarantine WHERE state <> 'resolved'") == "0", 60)
+            print("quarantine rows (onboarding): " + target.query("SELECT count(*) || ' resolved' FROM trellara.quarantine"))
         finally:
             if applier.poll() is None:
                 applier.send_signal(signal.SIGTERM)  # our own child: it finishes and exits 0
@@ -234,19 +226,19 @@ def operations_guide_works_step_by_step():
         if applier.returncode != 0:
             raise CaptureFailure(f"the service's applier exited {applier.returncode} on SIGTERM: {stderr[-2000:]}")
         # 9., 10. upgrade statement, removal.
-        psql(source, steps["upgrade"])
-        psql(source, steps["remove-source"])
-        psql(target, steps["remove-target"])
-        left = " ".join(psql(source, q) for q in (
+        source.query(steps["upgrade"])
+        source.query(steps["remove-source"])
+        target.query(steps["remove-target"])
+        left = " ".join(source.query(q) for q in (
             "SELECT count(*) FROM pg_replication_slots", "SELECT count(*) FROM pg_extension WHERE extname = 'trellara'",
             "SELECT count(*) FROM pg_namespace WHERE nspname = 'trellara'",
             "SELECT count(*) FROM pg_roles WHERE rolname IN ('trellara_admin', 'trellara_monitor')"))
         if left != "0 0 0 0" or os.path.exists(log_dir):
             raise CaptureFailure(f"after removal: slots, extension, schema, roles {left}; log directory present "
                                  f"{os.path.exists(log_dir)}")
-        if psql(target, "SELECT count(*) FROM pg_replication_origin") != "0":
+        if target.query("SELECT count(*) FROM pg_replication_origin") != "0":
             raise CaptureFailure("the target still has a replication origin after removal")
-        if psql(target, "SELECT count(*) FROM orders") != psql(source, "SELECT count(*) FROM orders"):
+        if target.query("SELECT count(*) FROM orders") != source.query("SELECT count(*) FROM orders"):
             raise CaptureFailure("removal changed the target's rows")
     print("ok: operations_guide_works_step_by_step")
 

@@ -25,12 +25,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import CaptureFailure, TRELLARA_BIN, run_scenarios, setup_flow, wait_for, write_flow_config  # noqa: E402
-from harness import Cluster  # noqa: E402
+from capture_support import CaptureFailure, TRELLARA_BIN, run_scenarios, wait_for  # noqa: E402
+from flow_pair import FlowPair, run_trellara  # noqa: E402
 
 EXIT_NONE, EXIT_CRITICAL, EXIT_WARNING = 0, 3, 4
 ALERTS = ["quarantine_present", "applier_not_running", "target_unreachable", "relay_error", "log_consumer_lost",
@@ -38,13 +37,20 @@ ALERTS = ["quarantine_present", "applier_not_running", "target_unreachable", "re
 SCHEMA = "CREATE TABLE orders (id bigint PRIMARY KEY, note text); CREATE TABLE items (id bigint PRIMARY KEY, qty int); "
 
 
+class StatusPair(FlowPair):
+    """Source and target with orders and items, flow app over both, and rows the log holds."""
+
+    def __init__(self, name):
+        super().__init__(name, source_sql=SCHEMA, tables=("orders", "items"))
+
+    def ready(self):
+        self.source.query("INSERT INTO orders VALUES (1, 'a'), (2, 'b'); INSERT INTO items VALUES (1, 3)")
+        self.wait_log_covers_source()
+
+
 def status(config, *args, expect=0):
-    result = subprocess.run([TRELLARA_BIN, "status", "--config", config, *args], capture_output=True, text=True,
-                            timeout=120)
-    if result.returncode != expect:
-        raise CaptureFailure(f"trellara status --config {config} {' '.join(args)} exited {result.returncode}, "
-                             f"expected {expect}\nstdout: {result.stdout[-4000:]}\nstderr: {result.stderr[-3000:]}")
-    return result
+    return run_trellara(["status", "--config", config, *args], expect=expect, timeout_s=120,
+                        what=f"trellara status --config {config} {' '.join(args)}")
 
 
 def status_json(config, *args, expect=0):
@@ -91,26 +97,9 @@ def alert(views, name):
     return next(a for a in views["alerts"]["alerts"] if a["name"] == name)
 
 
-def write_config(work, name, log_dir, source_conninfo, target_conninfo):
-    return write_flow_config(os.path.join(work, name), "app", log_dir, target_conninfo, source_conninfo)
-
-
-def apply_until_caught_up(config, expect):
-    result = subprocess.run([TRELLARA_BIN, "apply", "--config", config, "--until-caught-up"], capture_output=True,
-                            text=True, timeout=120)
-    if result.returncode != expect:
-        raise CaptureFailure(f"apply exited {result.returncode}, expected {expect}: {result.stderr[-3000:]}")
-
-
-def wait_logged(source):
-    lsn = source.query("SELECT pg_current_wal_lsn()")
-    wait_for(f"the log to cover {lsn}", lambda: source.query(
-        f"SELECT log_durable_lsn >= '{lsn}' FROM trellara.status() WHERE flow = 'app'") == "t", 60)
-
-
-def views_on_a_healthy_caught_up_flow(env):
-    source, target, config = env["source"], env["target"], env["config"]
-    apply_until_caught_up(config, 0)
+def views_on_a_healthy_caught_up_flow(pair):
+    target, config = pair.target, pair.config
+    pair.apply()
     applier = subprocess.Popen([TRELLARA_BIN, "apply", "--config", config], stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
     try:
@@ -180,10 +169,10 @@ def views_on_a_healthy_caught_up_flow(env):
         applier.communicate(timeout=60)
 
 
-def views_with_the_applier_stopped_and_records_pending(env):
-    source, target, config, work = env["source"], env["target"], env["config"], env["work"]
+def views_with_the_applier_stopped_and_records_pending(pair):
+    source, config = pair.source, pair.config
     source.query("INSERT INTO orders VALUES (10, 'pending'), (11, 'pending')")
-    wait_logged(source)
+    pair.wait_log_covers_source()
     views = all_views(config, EXIT_CRITICAL)
     if firing(views) != [("applier_not_running", "critical")] or views["alerts"]["status"] != "critical":
         raise CaptureFailure(f"exactly applier_not_running must fire: {views['alerts']}")
@@ -198,8 +187,8 @@ def views_with_the_applier_stopped_and_records_pending(env):
         raise CaptureFailure(f"stopped: {views['dashboard']}\n{views['diagnostics']['target']}")
 
     # The source unreachable is a fact of the report, not a failure of the command.
-    dead = write_config(work, "dead-source.toml", env["log_dir"], f"host={source.socket_dir} port=1 dbname=postgres",
-                        target.conninfo())
+    dead = pair.write_config(path=os.path.join(pair.work.name, "dead-source.toml"), with_source=False,
+                             extra=f'[source]\nconninfo = "host={source.socket_dir} port=1 dbname=postgres"')
     views = all_views(dead, EXIT_CRITICAL)
     src = views["diagnostics"]["source"]
     relay = alert(views, "relay_error")
@@ -208,19 +197,19 @@ def views_with_the_applier_stopped_and_records_pending(env):
         raise CaptureFailure(f"an unreachable source must be reported as a fact: {src}\n{relay}")
     if views["report"]["publication_tables"] is not None or not views["report"]["publication_tables_error"]:
         raise CaptureFailure(f"report without the source: {views['report']}")
-    apply_until_caught_up(config, 0)
+    pair.apply()
     views = all_views(dead, EXIT_NONE)
     print(views["alerts_text"])
 
 
-def views_with_a_quarantined_transaction(env):
-    source, target, config = env["source"], env["target"], env["config"]
-    apply_until_caught_up(config, 0)
+def views_with_a_quarantined_transaction(pair):
+    source, target, config = pair.source, pair.target, pair.config
+    pair.apply()
     # The target lost a row a later source UPDATE needs: apply quarantines that transaction (exit 3).
     target.query("DELETE FROM items WHERE id = 1")
     source.query("UPDATE items SET qty = 4 WHERE id = 1")
-    wait_logged(source)
-    apply_until_caught_up(config, 3)
+    pair.wait_log_covers_source()
+    pair.apply(expect=3)
     xid, commit_lsn = target.query("SELECT xid, commit_lsn FROM trellara.quarantine WHERE flow = 'app'").split("|")
     views = all_views(config, EXIT_CRITICAL)
     names = [name for name, _ in firing(views)]
@@ -239,24 +228,16 @@ def views_with_a_quarantined_transaction(env):
     print(views["alerts_text"])
     # Repaired, released and applied: nothing fires any more; the report counts it resolved.
     target.query("INSERT INTO items VALUES (1, 3)")
-    subprocess.run([TRELLARA_BIN, "quarantine", "replay-ready", "--config", config, "--xid", xid,
-                    "--commit-lsn", commit_lsn], check=True, capture_output=True, text=True, timeout=60)
-    apply_until_caught_up(config, 0)
+    run_trellara(["quarantine", "replay-ready", "--config", config, "--xid", xid, "--commit-lsn", commit_lsn],
+                 timeout_s=60)
+    pair.apply()
     views = all_views(config, EXIT_NONE)
     if views["report"]["quarantined"] != 0 or views["report"]["resolved"] != 1:
         raise CaptureFailure(f"after the replay: {views['report']}")
 
 
 if __name__ == "__main__":
-    with Cluster("status-source") as source, Cluster("status-target", preload=False) as target, \
-            tempfile.TemporaryDirectory(prefix="trellara-status-") as work:
-        source.query(SCHEMA)
-        target.query(SCHEMA)
-        log_dir = setup_flow(source, "CREATE PUBLICATION pub FOR TABLE orders, items", truth=False)
-        source.query("INSERT INTO orders VALUES (1, 'a'), (2, 'b'); INSERT INTO items VALUES (1, 3)")
-        wait_logged(source)
-        env = {"source": source, "target": target, "work": work, "log_dir": log_dir,
-               "config": write_config(work, "app.toml", log_dir, source.conninfo(), target.conninfo())}
+    with StatusPair("status") as flow_pair:
         run_scenarios([views_on_a_healthy_caught_up_flow,
                        views_with_the_applier_stopped_and_records_pending,
-                       views_with_a_quarantined_transaction], env)
+                       views_with_a_quarantined_transaction], flow_pair)
