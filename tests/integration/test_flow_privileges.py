@@ -26,8 +26,8 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import CaptureFailure, assert_no_backend_crashes, wait_for  # noqa: E402
-from harness import Cluster  # noqa: E402
+from capture_support import CaptureFailure, wait_for  # noqa: E402
+from flow_pair import FlowPair  # noqa: E402
 
 OPERATOR_SETUP = """
 CREATE EXTENSION IF NOT EXISTS trellara;
@@ -63,7 +63,9 @@ def expect_refused(result, sqlstate_text, needles, what):
 
 
 def log_directory_root_admits_non_superusers_only_below_it(root):
-    with Cluster("privileges-root", settings={"trellara.log_directory_root": f"'{root}/'"}) as cluster:
+    with FlowPair("privileges-root", source_settings={"trellara.log_directory_root": f"'{root}/'"},
+                  with_target=False, create_flow=False) as pair:
+        cluster = pair.source
         cluster.psql(OPERATOR_SETUP)
         inside = f"{root}/app"
         ok = as_operator(cluster, f"SELECT name FROM trellara.create_flow('app', 'pub', '{inside}')")
@@ -94,7 +96,7 @@ def log_directory_root_admits_non_superusers_only_below_it(root):
         finally:
             shutil.rmtree(anywhere, ignore_errors=True)
         cluster.query("SELECT trellara.drop_flow('app', true)")
-        assert_no_backend_crashes(cluster)
+        pair.check_no_crashes()
     print("ok: log_directory_root_admits_non_superusers_only_below_it")
 
 
@@ -177,10 +179,11 @@ def main():
     elsewhere = postgres_owned_dir("trellara-elsewhere-")
     try:
         log_directory_root_admits_non_superusers_only_below_it(root)
-        with Cluster("privileges") as cluster:
-            drop_flow_removes_only_what_trellara_created(cluster, elsewhere)
-            rolled_back_create_flow_leaves_a_reported_slot(cluster)
-            assert_no_backend_crashes(cluster)
+        # Both scenarios make and drop their own flows: a source without a flow of the pair's.
+        with FlowPair("privileges", with_target=False, create_flow=False) as pair:
+            drop_flow_removes_only_what_trellara_created(pair.source, elsewhere)
+            rolled_back_create_flow_leaves_a_reported_slot(pair.source)
+            pair.check_no_crashes()
     finally:
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(elsewhere, ignore_errors=True)

@@ -30,13 +30,11 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (CaptureFailure, TRELLARA_BIN, assert_no_backend_crashes, lsn_to_int,  # noqa: E402
-                             setup_flow, wait_for, write_flow_config)
-from harness import Cluster  # noqa: E402
+from capture_support import CaptureFailure, TRELLARA_BIN, wait_for  # noqa: E402
+from flow_pair import FlowPair  # noqa: E402
 
 SEGMENT_BYTES = 1 << 20
 # Per transaction: 200 rows of ~1 KiB of random hex -> ~220 KiB of envelope, 5 per segment.
@@ -73,18 +71,10 @@ def write_segments(source, count):
                      f"FROM generate_series(1, {ROWS_PER_TRANSACTION})")
 
 
-def wait_log_covers_source(source, flow="app"):
-    target_lsn = lsn_to_int(source.query("SELECT pg_current_wal_lsn()"))
-
-    def covered():
-        text = source.query(f"SELECT log_durable_lsn FROM trellara.status() WHERE flow = '{flow}'")
-        return text and lsn_to_int(text) >= target_lsn
-    wait_for("the log to cover the source's WAL", covered, WAIT_S)
-
-
-def wait_applied(source, target, log_dir, applier):
+def wait_applied(pair, applier):
     """The applier applied everything in the log: same row count, consumer offset at the log's end."""
-    wait_log_covers_source(source)
+    source, target, log_dir = pair.source, pair.target, pair.log_dir
+    pair.wait_log_covers_source(WAIT_S)
     want = source.query("SELECT count(*) FROM public.blob")
     wait_for(f"the applier to apply {want} rows",
              while_running(applier, lambda: target.query("SELECT count(*) FROM public.blob") == want), WAIT_S)
@@ -138,18 +128,12 @@ def check_rows(source, flow="app"):
 
 def log_retention_follows_consumers():
     settings = {"trellara.log_segment_size": "'1MB'", "trellara.log_retention_warn_size": "'2MB'"}
-    with Cluster("retention-source", settings=settings) as source, \
-            Cluster("retention-target", preload=False) as target, \
-            tempfile.TemporaryDirectory(prefix="trellara-retention-") as work:
-        table = "CREATE TABLE public.blob (id bigserial PRIMARY KEY, payload text NOT NULL)"
-        source.query(table)
-        target.query(table)
-        log_dir = setup_flow(source, "CREATE PUBLICATION pub FOR TABLE public.blob", truth=False)
-        config_path = os.path.join(work, "flow.toml")
-        write_flow_config(config_path, "app", log_dir, target.conninfo(), source.conninfo())
+    with FlowPair("retention", "CREATE TABLE public.blob (id bigserial PRIMARY KEY, payload text NOT NULL)",
+                  tables=("public.blob",), source_settings=settings) as pair:
+        source, log_dir, config_path, work = pair.source, pair.log_dir, pair.config, pair.work.name
         # Zero consumers: nothing is deleted (the log waits for its first consumer).
         write_segments(source, 3)
-        wait_log_covers_source(source)
+        pair.wait_log_covers_source(WAIT_S)
         before = segments(log_dir)
         if len(before) < 3 or before[0] != 0:
             raise CaptureFailure(f"without a consumer the log should hold every segment from offset 0: {before}")
@@ -163,7 +147,7 @@ def log_retention_follows_consumers():
             steps = 10
             for step in range(steps):
                 write_segments(source, 1)
-                wait_applied(source, target, log_dir, applier)
+                wait_applied(pair, applier)
                 wait_for(f"step {step}: the log to shrink to {MAX_SEGMENTS_FOLLOWING} segments",
                          lambda: len(segments(log_dir)) <= MAX_SEGMENTS_FOLLOWING, WAIT_S)
                 state = consumers(log_dir)
@@ -187,7 +171,7 @@ def log_retention_follows_consumers():
             audit_offset = consumer(log_dir, "audit")["next_offset"]
             first_segment_for_audit = max(s for s in segments(log_dir) if s <= audit_offset)
             write_segments(source, 5)
-            wait_applied(source, target, log_dir, applier)
+            wait_applied(pair, applier)
             kept = segments(log_dir)
             if kept[0] > first_segment_for_audit or len(kept) < 5:
                 raise CaptureFailure(f"the stopped consumer audit (offset {audit_offset}) did not retain the log: "
@@ -223,7 +207,7 @@ def log_retention_follows_consumers():
             wait_for("the relay to run again", lambda: source.query(
                 "SELECT state FROM trellara.status() WHERE flow = 'app'") == "running", WAIT_S)
             write_segments(source, 1)
-            wait_applied(source, target, log_dir, applier)
+            wait_applied(pair, applier)
             print(f"relay restarted on a log starting at offset {first_before_restart}; the applier followed")
             missing = source.psql("SELECT trellara.unregister_consumer('app', 'audit')", check=False)
             if missing.returncode == 0 or "has no consumer named audit" not in missing.stderr:
@@ -235,13 +219,13 @@ def log_retention_follows_consumers():
         # 4. The ceiling marks the stopped applier lost and its applier refuses.
         stopped_offset = consumer(log_dir, "applier")["next_offset"]
         write_segments(source, 4)
-        wait_log_covers_source(source)
+        pair.wait_log_covers_source(WAIT_S)
         if segments(log_dir)[0] > stopped_offset:
             raise CaptureFailure("without a ceiling the stopped applier's segments were deleted")
         source.query("ALTER SYSTEM SET trellara.log_retention_max_size = '3MB'")
         source.query("SELECT pg_reload_conf()")
         write_segments(source, 2)
-        wait_log_covers_source(source)
+        pair.wait_log_covers_source(WAIT_S)
         wait_for("the ceiling to mark the applier lost", lambda: consumer(log_dir, "applier")["lost"], WAIT_S)
         wait_for("the log to fit under the ceiling", lambda: log_bytes(log_dir) <= 3 * SEGMENT_BYTES, WAIT_S)
         if segments(log_dir)[0] <= stopped_offset:
@@ -249,8 +233,7 @@ def log_retention_follows_consumers():
         rows = check_rows(source)
         if "critical|log_consumer_lost|applier|" not in rows or "reseed" not in rows:
             raise CaptureFailure(f"check() does not report the lost consumer: {rows}")
-        refused = subprocess.run([TRELLARA_BIN, "apply", "--config", config_path, "--until-caught-up"],
-                                 capture_output=True, text=True, timeout=120)
+        refused = pair.apply(expect=None, timeout_s=120)
         if refused.returncode == 0 or "marked lost" not in refused.stderr or "reseed" not in refused.stderr:
             raise CaptureFailure(f"the lost applier did not refuse (exit {refused.returncode}): {refused.stderr}")
         print(f"ceiling 3MB: applier marked lost, log {log_bytes(log_dir)} bytes in {len(segments(log_dir))} "
@@ -258,7 +241,7 @@ def log_retention_follows_consumers():
         relay = source.query("SELECT state, consecutive_failures FROM trellara.status() WHERE flow = 'app'")
         if not relay.startswith("running|0"):
             raise CaptureFailure(f"the source flow is not running cleanly: {relay}")
-        assert_no_backend_crashes(source, target)
+        pair.check_no_crashes()
         print("ok: log_retention_follows_consumers")
 
 

@@ -20,13 +20,12 @@ import glob
 import os
 import shutil
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (CaptureFailure, assert_no_backend_crashes, log_records, lsn_to_int,  # noqa: E402
-                             setup_flow, wait_caught_up, wait_for, worker_pid)
-from harness import Cluster  # noqa: E402
+from capture_support import (CaptureFailure, log_records, lsn_to_int, wait_caught_up, wait_for,  # noqa: E402
+                             worker_pid)
+from flow_pair import FlowPair  # noqa: E402
 
 
 def confirmed(cluster):
@@ -94,10 +93,9 @@ def expect_refusal(cluster, log_dir, label, needed, cut_from=None):
 
 
 def relay_refuses_a_log_behind_its_slot():
-    with tempfile.TemporaryDirectory(prefix="trellara-continuity-") as work, \
-            Cluster("relay-continuity") as cluster:
-        cluster.query("CREATE TABLE t (id int PRIMARY KEY, v text)")
-        log_dir = setup_flow(cluster, "CREATE PUBLICATION pub FOR TABLE t", truth=False)
+    with FlowPair("relay-continuity", "CREATE TABLE t (id int PRIMARY KEY, v text)", tables=("t",),
+                  with_target=False) as pair:
+        cluster, log_dir, work = pair.source, pair.log_dir, pair.work.name
         write_and_catch_up(cluster, 1, 5)
         cluster.query("SELECT trellara.stop_flow('app')")
         older = os.path.join(work, "older")
@@ -144,7 +142,7 @@ def relay_refuses_a_log_behind_its_slot():
         cluster.query("SELECT trellara.drop_flow('app')")
         cluster.query("SELECT trellara.create_flow('app', 'pub')")
         expect_refusal(cluster, log_dir, "left-over log", ["that this flow did not write", "drop_flow('app', true)"])
-        assert_no_backend_crashes(cluster)
+        pair.check_no_crashes()
     print("OK relay_refuses_a_log_behind_its_slot")
 
 

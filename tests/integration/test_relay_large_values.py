@@ -16,20 +16,24 @@ It must never leave a cluster running.
 
 import os
 import resource
-import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (CaptureFailure, TRELLARA_BIN, assert_no_backend_crashes, log_records,  # noqa: E402
-                             lsn_to_int, setup_flow, wait_for, worker_pid, write_flow_config)
-from harness import Cluster  # noqa: E402
+from capture_support import CaptureFailure, log_records, lsn_to_int, wait_for, worker_pid  # noqa: E402
+from flow_pair import FlowPair  # noqa: E402
 
 VALUE_MIB = int(os.environ.get("TRELLARA_LARGE_VALUE_MIB", "256"))
 ROWS = int(os.environ.get("TRELLARA_LARGE_ROWS", "2000"))
 SETTINGS = {"max_wal_size": "'4GB'", "logical_decoding_work_mem": "'64MB'"}
+# Keep values out of TOAST compression on both sides: the test is about bytes moved.
+DDL = """
+CREATE TABLE huge (id int PRIMARY KEY, v text);
+CREATE TABLE wide (id int PRIMARY KEY, v text);
+ALTER TABLE huge ALTER COLUMN v SET STORAGE EXTERNAL;
+ALTER TABLE wide ALTER COLUMN v SET STORAGE EXTERNAL;
+"""
 
 
 def vm_hwm_kib(pid):
@@ -44,6 +48,7 @@ def vm_hwm_kib(pid):
 
 
 def digest(cluster, table):
+    # Not the harness's table_digest: that renders each row's text, here up to 256 MiB a row.
     return cluster.query(f"SELECT count(*) || ' ' || coalesce(sum(length(v)), 0) || ' ' || "
                          f"coalesce(md5(string_agg(id || ':' || md5(v), ',' ORDER BY id)), '-') FROM {table}")
 
@@ -68,31 +73,17 @@ def wait_log_covers(source, what, timeout_s):
     return time.monotonic() - started
 
 
-def run_apply(config_path, what):
-    started = time.monotonic()
-    result = subprocess.run([TRELLARA_BIN, "apply", "--config", config_path, "--until-caught-up"],
-                            capture_output=True, text=True, timeout=900)
-    seconds = time.monotonic() - started
+def run_apply(pair, what):
+    print(f"apply of {what}")
+    result = pair.apply(timeout_s=900)
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # largest child so far
-    if result.returncode != 0:
-        raise CaptureFailure(f"trellara apply of {what} exited {result.returncode}\nstdout: {result.stdout[-2000:]}\n"
-                             f"stderr: {result.stderr[-2000:]}")
-    print(f"apply of {what}: {seconds:.1f}s; largest child process so far (the appliers): {peak_kib} KiB")
+    print(f"apply of {what}: {result.seconds:.1f}s; largest child process so far (the appliers): {peak_kib} KiB")
 
 
 def rows_of_any_size_replicate():
-    with tempfile.TemporaryDirectory(prefix="trellara-large-") as work, \
-            Cluster("large-src", settings=SETTINGS) as source, Cluster("large-tgt") as target:
-        os.chmod(work, 0o755)
-        for cluster in (source, target):
-            cluster.query("CREATE TABLE huge (id int PRIMARY KEY, v text)")
-            cluster.query("CREATE TABLE wide (id int PRIMARY KEY, v text)")
-            # Keep values out of TOAST compression on both sides: the test is about bytes moved.
-            cluster.query("ALTER TABLE huge ALTER COLUMN v SET STORAGE EXTERNAL")
-            cluster.query("ALTER TABLE wide ALTER COLUMN v SET STORAGE EXTERNAL")
-        log_dir = setup_flow(source, "CREATE PUBLICATION pub FOR TABLE huge, wide", truth=False)
-        config_path = os.path.join(work, "flow.toml")
-        write_flow_config(config_path, "app", log_dir, target.conninfo(), source.conninfo())
+    with FlowPair("large", DDL, tables=("huge", "wide"), source_settings=SETTINGS, shared_work_dir=True,
+                  target_preload=True) as pair:
+        source, target, log_dir = pair.source, pair.target, pair.log_dir
         pid = worker_pid(source)
 
         # 1. One value of VALUE_MIB MiB (32-byte md5 pieces: incompressible text).
@@ -104,7 +95,7 @@ def rows_of_any_size_replicate():
         print(f"huge: relay made it durable in {seconds:.1f}s; relay VmHWM {vm_hwm_kib(pid)} KiB")
         records = [r["type"] for r in log_records(log_dir) if r["type"] in ("envelope", "chunk")]
         print(f"huge: the log holds {records} (the value travels alone in one record)")
-        run_apply(config_path, f"the {VALUE_MIB} MiB value")
+        run_apply(pair, f"the {VALUE_MIB} MiB value")
         want, have = digest(source, "huge"), digest(target, "huge")
         print(f"huge: source {want}\nhuge: target {have}")
         if want != have:
@@ -118,7 +109,7 @@ def rows_of_any_size_replicate():
         print(f"wide: {ROWS} rows of 1 MiB in one transaction inserted in {time.monotonic() - started:.1f}s")
         seconds = wait_log_covers(source, f"{ROWS} rows of 1 MiB", 900)
         print(f"wide: relay made it durable in {seconds:.1f}s; relay VmHWM {vm_hwm_kib(pid)} KiB")
-        run_apply(config_path, f"{ROWS} rows of 1 MiB")
+        run_apply(pair, f"{ROWS} rows of 1 MiB")
         want, have = digest(source, "wide"), digest(target, "wide")
         print(f"wide: source {want}\nwide: target {have}")
         if want != have:
@@ -126,7 +117,7 @@ def rows_of_any_size_replicate():
         status = source.query("SELECT state || ' ' || consecutive_failures FROM trellara.status()")
         if status != "running 0":
             raise CaptureFailure(f"relay status after the large transactions is {status!r}, expected running 0")
-        assert_no_backend_crashes(source, target)
+        pair.check_no_crashes()
     print("OK rows_of_any_size_replicate")
 
 

@@ -25,9 +25,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (CaptureFailure, log_records, lsn_to_int, setup_flow, wait_caught_up,  # noqa: E402
-                             wait_for, worker_pid)
-from harness import Cluster  # noqa: E402
+from capture_support import (CaptureFailure, log_records, lsn_to_int, wait_caught_up, wait_for,  # noqa: E402
+                             worker_pid)
+from flow_pair import FlowPair  # noqa: E402
 from harness.cluster import _children_of, _process_alive  # noqa: E402
 
 STOP_CEILING_S = 5.0
@@ -52,9 +52,8 @@ def time_until_gone(pid, ceiling_s, what):
 
 
 def relay_stops_promptly_when_idle_busy_and_orphaned():
-    with Cluster("relay-stop") as cluster:
-        cluster.query("CREATE TABLE t (id int PRIMARY KEY)")
-        log_dir = setup_flow(cluster, "CREATE PUBLICATION pub FOR TABLE t", truth=False)
+    with FlowPair("relay-stop", "CREATE TABLE t (id int PRIMARY KEY)", tables=("t",), with_target=False) as pair:
+        cluster, log_dir = pair.source, pair.log_dir
 
         # 1. stop_flow while the worker waits for WAL.
         pid = worker_pid(cluster)

@@ -28,16 +28,16 @@ process it did not start and never leave a cluster running.
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import sql_mix  # noqa: E402
-from capture_support import (CaptureFailure, TRELLARA_BIN, TRUTH_SLOT, assert_no_backend_crashes,  # noqa: E402
-                             compare, log_records, log_transactions, lsn_to_int, run_scenarios, scenario,
-                             truth_transactions, wait_for, worker_pid, write_flow_config)
-from harness import Cluster, PG_BIN  # noqa: E402
+from capture_support import (CaptureFailure, TRELLARA_BIN, assert_no_backend_crashes, compare,  # noqa: E402
+                             log_records, log_transactions, lsn_to_int, run_scenarios, scenario, setup_flow,
+                             truth_transactions, wait_for, worker_pid)
+from flow_pair import FlowPair  # noqa: E402
+from harness import PG_BIN  # noqa: E402
 
 SEED = os.environ.get("TRELLARA_MIX_SEED", "34")
 ROUNDS = int(os.environ.get("TRELLARA_MIX_ROUNDS", "24"))
@@ -56,26 +56,34 @@ def relay_starts(cluster, flow="app"):
                if f'trellara relay of flow "{flow}" started:' in line)
 
 
-def digests(cluster, tables):
-    out = {}
-    for table in tables:
-        out[table] = cluster.query(f"SELECT count(*) || ' ' || coalesce(md5(string_agg(t::text, '|' ORDER BY t.id)), '-') "
-                                   f"FROM {table} t")
-    return out
+class MixPair(FlowPair):
+    """The sql_mix tables on both servers and a flow over their schema; the source also gets the
+    test_decoding truth slot, made between the publication and the flow (setup_flow with truth) so
+    both slots see the same transactions. `relay_pid`: the relay worker the flow started with."""
 
+    def __init__(self, name):
+        super().__init__(name, sql_mix.setup_sql(), publication="CREATE PUBLICATION pub FOR TABLES IN SCHEMA vw",
+                         source_settings=SETTINGS, shared_work_dir=True, create_flow=False)
+        self.relay_pid = None
 
-def make_pair(source, target, work, publication_sql):
-    source.psql(sql_mix.setup_sql())
-    target.psql(sql_mix.setup_sql())
-    source.query("CREATE EXTENSION trellara")
-    source.query(publication_sql)
-    source.query(f"SELECT 1 FROM pg_create_logical_replication_slot('{TRUTH_SLOT}', 'test_decoding')")
-    source.query("SELECT trellara.create_flow('app', 'pub')")
-    log_dir = source.query("SELECT log_directory FROM trellara.flows WHERE name = 'app'")
-    pid = wait_for("the relay worker to run", lambda: worker_pid(source), 60)
-    config = os.path.join(work, "flow.toml")
-    write_flow_config(config, "app", log_dir, target.conninfo(), source.conninfo())
-    return log_dir, config, pid
+    def ready(self):
+        self.log_dir = setup_flow(self.source, self.publication, flow=self.flow, truth=True)
+        self.relay_pid = worker_pid(self.source, self.flow)
+        self.config = self.write_config()
+
+    def wait_log_covers_source(self, timeout_s=300):
+        """The harness's wait, failing at once if the flow goes to the error state."""
+        source = self.source
+        lsn = lsn_to_int(source.query("SELECT pg_current_wal_lsn()"))
+
+        def covered():
+            row = source.query("SELECT coalesce(log_durable_lsn::text, '0/0') || ' ' || state FROM trellara.status() "
+                               f"WHERE flow = '{self.flow}'")
+            durable, state = row.split(" ", 1)
+            if state == "error":
+                raise CaptureFailure(f"the flow went to the error state: {source.query('SELECT last_error FROM trellara.status()')}")
+            return lsn_to_int(durable) >= lsn
+        wait_for("the log to cover the source's WAL", covered, timeout_s, interval_s=0.5)
 
 
 def run_mix(source, rounds, sessions=3, first_session=1, published_ddl=False):
@@ -92,19 +100,6 @@ def run_mix(source, rounds, sessions=3, first_session=1, published_ddl=False):
     print(f"sql mix: {sessions} sessions x {rounds} rounds (seed {SEED}) in {time.monotonic() - started:.1f}s")
 
 
-def wait_log_covers_source(source, timeout_s=300):
-    lsn = lsn_to_int(source.query("SELECT pg_current_wal_lsn()"))
-
-    def covered():
-        row = source.query("SELECT coalesce(log_durable_lsn::text, '0/0') || ' ' || state FROM trellara.status() "
-                           "WHERE flow = 'app'")
-        durable, state = row.split(" ", 1)
-        if state == "error":
-            raise CaptureFailure(f"the flow went to the error state: {source.query('SELECT last_error FROM trellara.status()')}")
-        return lsn_to_int(durable) >= lsn
-    wait_for("the log to cover the source's WAL", covered, timeout_s, interval_s=0.5)
-
-
 def check_relay_survived(source, pid):
     problems = server_log_problems(source)
     if problems:
@@ -117,52 +112,30 @@ def check_relay_survived(source, pid):
     print(f"relay: one worker (PID {pid}) the whole time, no crash or corruption line in the server log")
 
 
-def apply_until_caught_up(config):
-    result = subprocess.run([TRELLARA_BIN, "apply", "--config", config, "--until-caught-up"], capture_output=True,
-                            text=True, timeout=900)
-    if result.returncode != 0:
-        raise CaptureFailure(f"trellara apply exited {result.returncode}: {result.stdout[-1500:]} {result.stderr[-1500:]}")
-    return result
-
-
-def check_target_equals_source(source, target):
-    tables = sql_mix.published_tables()
-    src, dst = digests(source, tables), digests(target, tables)
-    differ = [t for t in tables if src[t] != dst[t]]
-    if differ:
-        raise CaptureFailure(f"target differs from source in {differ}: source {[src[t] for t in differ]}, "
-                             f"target {[dst[t] for t in differ]}")
-    print("target equals source: " + ", ".join(f"{t} {src[t].split()[0]} rows" for t in tables))
-
-
 @scenario(invariants=["the relay never dies by a signal and never restarts under varied WAL record sizes",
                       "the server never restarts its backends",
                       "the log holds exactly the source's committed transactions, in commit order",
                       "the target equals the source after apply"])
 def varied_wal_records_never_crash_the_relay():
-    with Cluster("mix-src", settings=SETTINGS) as source, Cluster("mix-dst", preload=False) as target, \
-            tempfile.TemporaryDirectory(prefix="trellara-mix-") as work:
-        os.chmod(work, 0o755)
-        log_dir, config, pid = make_pair(source, target, work, "CREATE PUBLICATION pub FOR TABLES IN SCHEMA vw")
+    with MixPair("mix") as pair:
+        source, pid = pair.source, pair.relay_pid
         run_mix(source, ROUNDS)
-        wait_log_covers_source(source)
+        pair.wait_log_covers_source()
         check_relay_survived(source, pid)
         truth = truth_transactions(source, f"{sql_mix.SCHEMA}.")
-        logged, stats = log_transactions(log_records(log_dir))
+        logged, stats = log_transactions(log_records(pair.log_dir))
         compare(truth, logged, "varied WAL")
-        apply_until_caught_up(config)
-        check_target_equals_source(source, target)
+        pair.apply(timeout_s=900)
+        pair.assert_same_data(sql_mix.published_tables(), "varied WAL")
         check_relay_survived(source, pid)
 
 
 @scenario(invariants=["a long varied SQL workload with a live flow and a running applier: zero relay restarts",
                       "zero server restarts", "the target equals the source"])
 def long_varied_workload_with_live_flow_and_applier():
-    with Cluster("mixl-src", settings=SETTINGS) as source, Cluster("mixl-dst", preload=False) as target, \
-            tempfile.TemporaryDirectory(prefix="trellara-mixl-") as work:
-        os.chmod(work, 0o755)
-        _, config, pid = make_pair(source, target, work, "CREATE PUBLICATION pub FOR TABLES IN SCHEMA vw")
-        applier = subprocess.Popen([TRELLARA_BIN, "apply", "--config", config], stdout=subprocess.DEVNULL,
+    with MixPair("mixl") as pair:
+        source, pid = pair.source, pair.relay_pid
+        applier = subprocess.Popen([TRELLARA_BIN, "apply", "--config", pair.config], stdout=subprocess.DEVNULL,
                                    stderr=subprocess.PIPE, text=True)
         try:
             for part in range(2):
@@ -174,9 +147,9 @@ def long_varied_workload_with_live_flow_and_applier():
             _, err = applier.communicate(timeout=120)
         if applier.returncode not in (0, -15):
             raise CaptureFailure(f"the daemon applier ended with {applier.returncode}: {err[-1500:]}")
-        wait_log_covers_source(source)
-        apply_until_caught_up(config)
-        check_target_equals_source(source, target)
+        pair.wait_log_covers_source()
+        pair.apply(timeout_s=900)
+        pair.assert_same_data(sql_mix.published_tables(), "long varied workload")
         check_relay_survived(source, pid)
 
 
