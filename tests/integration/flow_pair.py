@@ -19,11 +19,13 @@ removes its work directory. Everything a script used to vary by hand is a parame
              shared_work_dir=False,             # work dir readable by the postgres user
              with_target=True,                  # False: a capture-only script (source and flow)
              target_preload=False,              # True: the target also preloads trellara
-             create_flow=True)                  # False: the script creates its flow itself
+             create_flow=True,                  # False: the script creates its flow itself
+             truth=False)                       # True: a test_decoding "truth" slot beside the flow
 
 Shared checks: `table_digest(cluster, table)` (count + md5 of the rows, order independent),
 `pair.assert_same_data(tables, label)`, `pair.apply(*args, expect=0)` (`trellara apply --config
-<pair's config> --until-caught-up` unless args are given), `pair.wait_log_covers_source()`.
+<pair's config> --until-caught-up` unless args are given), `run_trellara(args, expect, env)`,
+`wait_log_covers_source(source, flow, timeout_s, fail_on_error)` (also `pair.wait_log_covers_source()`).
 
 A script subclasses it for what is its own (a different target schema, extra helpers).
 """
@@ -47,14 +49,39 @@ def table_digest(cluster, table, dbname="postgres"):
 
 def run_trellara(args, expect=0, env=None, timeout_s=300, what=None):
     """Runs the trellara binary; fails with both output tails when the exit code is not `expect`
-    (None: any exit code is returned)."""
+    (None: any exit code is returned). When `env` switches a defect.* fault point on, the explicit
+    switch --enable-test-defects goes first (the command refuses a defect without it)."""
     started = time.monotonic()
-    result = subprocess.run([TRELLARA_BIN, *args], capture_output=True, text=True, timeout=timeout_s, env=env)
+    switch = ["--enable-test-defects"] if env and "defect." in env.get("TRELLARA_FAULTS", "") else []
+    result = subprocess.run([TRELLARA_BIN, *switch, *args], capture_output=True, text=True, timeout=timeout_s, env=env)
     result.seconds = time.monotonic() - started
     if expect is not None and result.returncode != expect:
         raise CaptureFailure(f"{what or 'trellara ' + ' '.join(args[:1])} exited {result.returncode}, expected {expect}\n"
                              f"stdout: {result.stdout[-2000:]}\nstderr: {result.stderr[-3000:]}")
     return result
+
+
+def wait_log_covers_source(source, flow="app", timeout_s=120, fail_on_error=False, dbname="postgres"):
+    """Waits until the log of `flow` durably covers `source`'s current WAL position; returns the
+    seconds it took. With fail_on_error, fails at once (with the relay's last error) when the flow
+    is in state `error` — for scripts in which no relay failure is expected; without it a relay that
+    fails and restarts is waited for."""
+    target_lsn = lsn_to_int(source.query("SELECT pg_current_wal_lsn()", dbname=dbname))
+    started = time.monotonic()
+    deadline = started + timeout_s
+    while True:
+        row = source.query("SELECT coalesce(log_durable_lsn::text, '0/0') || ' ' || state || ' ' || "
+                           f"coalesce(last_error, '') FROM trellara.status() WHERE flow = '{flow}'", dbname=dbname)
+        durable, state, error = (row.split(" ", 2) + ["", ""])[:3] if row else ("0/0", "absent", "")
+        if lsn_to_int(durable) >= target_lsn:
+            return time.monotonic() - started
+        if fail_on_error and state == "error":
+            raise CaptureFailure(f"flow {flow} is in state error before its log covered source WAL position "
+                                 f"{target_lsn:X}: {error}")
+        if time.monotonic() > deadline:
+            raise CaptureFailure(f"timed out after {timeout_s}s waiting for the log of flow {flow} to cover source "
+                                 f"WAL position {target_lsn:X} (durable {durable}, state {state}: {error})")
+        time.sleep(0.1)
 
 
 def log_has_records(log_dir):
@@ -71,7 +98,7 @@ class FlowPair:
     def __init__(self, name, source_sql="", target_sql=None, publication=None, tables=None, flow="app",
                  source_settings=None, target_settings=None, source_env=None, with_source=True,
                  apply_settings=None, whole_log_consumer=False, shared_work_dir=False, with_target=True,
-                 target_preload=False, create_flow=True):
+                 target_preload=False, create_flow=True, truth=False):
         if publication is None:
             publication = (f"CREATE PUBLICATION pub FOR TABLE {', '.join(tables)}" if tables
                            else "CREATE PUBLICATION pub FOR ALL TABLES")
@@ -84,6 +111,7 @@ class FlowPair:
         self.with_source, self.apply_settings = with_source, apply_settings
         self.whole_log_consumer, self.shared_work_dir = whole_log_consumer, shared_work_dir
         self.with_target, self.target_preload, self.create_flow = with_target, target_preload, create_flow
+        self.truth = truth
         self.source = self.target = self.work = None
         self.log_dir = self.config = None
 
@@ -120,7 +148,7 @@ class FlowPair:
     def start_flow(self):
         """The publication and the flow (its relay running), the whole-log consumer when asked,
         and the pair's configuration file (when there is a target to name)."""
-        self.log_dir = setup_flow(self.source, self.publication, flow=self.flow, truth=False)
+        self.log_dir = setup_flow(self.source, self.publication, flow=self.flow, truth=self.truth)
         if self.whole_log_consumer:
             self.register_whole_log_consumer()
         if self.target is not None:
@@ -174,14 +202,9 @@ class FlowPair:
         if registered.returncode != 0:
             raise CaptureFailure(f"register-consumer whole-log-check failed: {registered.stderr}")
 
-    def wait_log_covers_source(self, timeout_s=120):
-        """Waits until the flow's log durably covers the source's current WAL position."""
-        target_lsn = lsn_to_int(self.source.query("SELECT pg_current_wal_lsn()"))
-
-        def covered():
-            text = self.source.query(f"SELECT log_durable_lsn FROM trellara.status() WHERE flow = '{self.flow}'")
-            return text and lsn_to_int(text) >= target_lsn
-        wait_for(f"the log of flow {self.flow} to cover source WAL position {target_lsn:X}", covered, timeout_s)
+    def wait_log_covers_source(self, timeout_s=120, fail_on_error=False):
+        """wait_log_covers_source for this pair's source and flow."""
+        return wait_log_covers_source(self.source, self.flow, timeout_s, fail_on_error)
 
     def check_no_crashes(self):
         assert_no_backend_crashes(*[c for c in (self.source, self.target) if c is not None])
