@@ -52,7 +52,8 @@ def run_trellara(args, expect=0, env=None, timeout_s=300, what=None):
     (None: any exit code is returned). When `env` switches a defect.* fault point on, the explicit
     switch --enable-test-defects goes first (the command refuses a defect without it)."""
     started = time.monotonic()
-    switch = ["--enable-test-defects"] if env and "defect." in env.get("TRELLARA_FAULTS", "") else []
+    defect = env and "defect." in env.get("TRELLARA_FAULTS", "") and "--enable-test-defects" not in args
+    switch = ["--enable-test-defects"] if defect else []
     result = subprocess.run([TRELLARA_BIN, *switch, *args], capture_output=True, text=True, timeout=timeout_s, env=env)
     result.seconds = time.monotonic() - started
     if expect is not None and result.returncode != expect:

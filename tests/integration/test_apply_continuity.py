@@ -2,7 +2,7 @@
 """Continuity on the applier's side (issue 9 item 6; DESIGN §2 "continuity").
 
 Real clusters and the real `trellara apply --until-caught-up`, one source + target pair per scenario
-(FlowPair and the convergence checks of test_apply_robustness.py, reused unchanged):
+(test_apply_robustness.py's FlowPair, as ContinuityPair, and its convergence checks, reused unchanged):
 
 - target_restored_from_an_older_backup_rewinds_and_converges: the target's data directory is
   copied while it is stopped (a physical backup: data, dedup rows and replication-origin progress
@@ -28,28 +28,31 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import CaptureFailure, TRELLARA_BIN, run_scenarios, scenario, wait_for, write_flow_config  # noqa: E402
+from capture_support import CaptureFailure, run_scenarios, scenario, wait_for  # noqa: E402
 from harness import PG_BIN  # noqa: E402
 from test_apply_robustness import (FlowPair, LEDGER_DDL, LEDGER_TABLES, assert_each_transaction_applied_once,  # noqa: E402
-                                   assert_ledger_has_no_duplicate_effects, assert_same_data, run_ledger_workload,
-                                   wait_log_covers_source)
+                                   assert_ledger_has_no_duplicate_effects, run_ledger_workload)
 from test_apply_transient_retry import start_again, stop_keeping_data  # noqa: E402
 
 
 EXIT_BLOCKED = 3
 
 
-def apply_until_caught_up(config, expect_code):
-    result = subprocess.run([TRELLARA_BIN, "apply", "--config", config, "--until-caught-up"], capture_output=True,
-                            text=True, timeout=300)
-    if result.returncode != expect_code:
-        raise CaptureFailure(f"trellara apply exited {result.returncode}, expected {expect_code}\n"
-                             f"stdout: {result.stdout[-1500:]}\nstderr: {result.stderr[-3000:]}")
-    return result
+class ContinuityPair(FlowPair):
+    """test_apply_robustness's pair (a consumer at the log's start, no [source]); write_config can
+    name another log directory for one file (a configuration pointing at another flow's log)."""
+
+    def write_config(self, path=None, target_conninfo=None, apply_settings=None, with_source=None, extra="",
+                     log_dir=None):
+        own_log_dir = self.log_dir
+        self.log_dir = log_dir or own_log_dir
+        try:
+            return super().write_config(path, target_conninfo, apply_settings, with_source, extra)
+        finally:
+            self.log_dir = own_log_dir
 
 
 def consumer_offset(log_dir):
@@ -85,10 +88,10 @@ def restore_older_backup(pair):
     """Applies 1 000 transactions, copies the stopped target, applies 1 000 more, puts the copy
     back. Returns the consumer offset the log claims."""
     first = run_ledger_workload(pair, 1000)
-    apply_until_caught_up(pair.config, 0)
+    pair.apply()
     backup = backup_target(pair)
     second = run_ledger_workload(pair, 1000)
-    apply_until_caught_up(pair.config, 0)
+    pair.apply()
     offset = consumer_offset(pair.log_dir)
     restore_target(pair, backup)
     have = int(pair.target.query("SELECT count(*) FROM public.ledger"))
@@ -101,7 +104,7 @@ def restore_older_backup(pair):
 
 def check_rewound_and_converged(pair, result, offset):
     # The data first: that is what a target left behind loses (the negative control must fail here).
-    assert_same_data(pair.source, pair.target, LEDGER_TABLES, "after the rewind")
+    pair.assert_same_data(LEDGER_TABLES, "after the rewind")
     assert_each_transaction_applied_once(pair.target, pair.log_dir, "after the rewind")
     assert_ledger_has_no_duplicate_effects(pair.target, "after the rewind")
     rewind = [line for line in result.stderr.splitlines() if "event=rewind" in line]
@@ -112,10 +115,10 @@ def check_rewound_and_converged(pair, result, offset):
 
 @scenario(suite="continuity", invariants=("origin progress behind the consumer offset rewinds", "every transaction applied once after the rewind"))
 def target_restored_from_an_older_backup_rewinds_and_converges():
-    with FlowPair("cont-rewind", LEDGER_DDL, LEDGER_TABLES) as pair:
+    with ContinuityPair("cont-rewind", LEDGER_DDL, LEDGER_TABLES) as pair:
         offset = restore_older_backup(pair)
-        check_rewound_and_converged(pair, apply_until_caught_up(pair.config, 0), offset)
-        again = apply_until_caught_up(pair.config, 0)
+        check_rewound_and_converged(pair, pair.apply(), offset)
+        again = pair.apply()
         if "event=rewind" in again.stderr:
             raise CaptureFailure("a second run rewound again: " + again.stderr[-1000:])
         pair.check_no_crashes()
@@ -126,11 +129,10 @@ def target_restored_from_an_older_backup_rewinds_and_converges():
 def negative_control_continuity_unchecked_is_caught():
     """With defect.apply_continuity_unchecked the applier trusts its consumer offset whatever the
     target holds: the restored-target scenario must fail (the target stays short)."""
-    with FlowPair("cont-negctl", LEDGER_DDL, LEDGER_TABLES) as pair:
+    with ContinuityPair("cont-negctl", LEDGER_DDL, LEDGER_TABLES) as pair:
         offset = restore_older_backup(pair)
         env = dict(os.environ, TRELLARA_FAULTS="defect.apply_continuity_unchecked:1:defect")
-        result = subprocess.run([TRELLARA_BIN, "--enable-test-defects", "apply", "--config", pair.config,
-                                 "--until-caught-up"], capture_output=True, text=True, timeout=300, env=env)
+        result = pair.apply(expect=None, env=env)
         if result.returncode == 2:  # refused before it ran: a harness failure, not a caught defect
             raise CaptureFailure(f"negative control: the applier did not run (exit 2): {result.stderr[-1000:]}")
         try:
@@ -153,9 +155,9 @@ def segments(log_dir):
 
 @scenario(suite="continuity", invariants=("refused naming the gap and the remedy", "nothing applied, origin and offset unmoved"))
 def target_behind_a_log_that_lost_its_early_segments_is_refused_with_the_gap():
-    with FlowPair("cont-refuse", BIG_DDL, BIG_TABLES) as pair:
+    with ContinuityPair("cont-refuse", BIG_DDL, BIG_TABLES) as pair:
         run_ledger_workload(pair, 300)
-        apply_until_caught_up(pair.config, 0)
+        pair.apply()
         backup = backup_target(pair)
         backup_progress = origin_progress(pair.target)
         backup_rows = dedup_rows(pair.target)
@@ -164,7 +166,7 @@ def target_behind_a_log_that_lost_its_early_segments_is_refused_with_the_gap():
             pair.source.psql(f"INSERT INTO public.big SELECT g, repeat(md5(g::text), 3200) "
                              f"FROM generate_series({batch * 10 + 1}, {batch * 10 + 10}) g")
         run_ledger_workload(pair, 300)
-        apply_until_caught_up(pair.config, 0)
+        pair.apply()
         wait_for("the log to roll to a second segment", lambda: len(segments(pair.log_dir)) >= 2, 60)
         pair.source.query("SELECT trellara.stop_flow('app')")
         first = segments(pair.log_dir)[0]
@@ -176,7 +178,7 @@ def target_behind_a_log_that_lost_its_early_segments_is_refused_with_the_gap():
         print(f"deleted {first} (and its index); the log now starts at {left[0]}")
         offset = consumer_offset(pair.log_dir)
         restore_target(pair, backup)
-        result = apply_until_caught_up(pair.config, 1)
+        result = pair.apply(expect=1)
         message = result.stderr.strip()
         print(f"refused: {message[:700]}")
         first_offset = int(left[0].split("-")[1].split(".")[0])
@@ -194,23 +196,22 @@ def target_behind_a_log_that_lost_its_early_segments_is_refused_with_the_gap():
 
 @scenario(suite="continuity", invariants=("another flow's log is refused before anything is applied",))
 def config_pointing_at_another_flows_log_is_refused():
-    with FlowPair("cont-otherflow", LEDGER_DDL + "CREATE TABLE public.other_t (id int PRIMARY KEY);\n",
-                  LEDGER_TABLES) as pair:
+    with ContinuityPair("cont-otherflow", LEDGER_DDL + "CREATE TABLE public.other_t (id int PRIMARY KEY);\n",
+                        LEDGER_TABLES) as pair:
         run_ledger_workload(pair, 200)
-        apply_until_caught_up(pair.config, 0)
+        pair.apply()
         pair.source.query("CREATE PUBLICATION pub2 FOR TABLE public.other_t")
         pair.source.query("SELECT trellara.create_flow('other', 'pub2')")
         other_log = pair.source.query("SELECT log_directory FROM trellara.flows WHERE name = 'other'")
         pair.source.psql("INSERT INTO public.other_t VALUES (1)")
-        wait_log_covers_source(pair.source)
+        pair.wait_log_covers_source()
         wait_for("the log of flow other to hold a record",
                  lambda: any(n.startswith("segment-") and os.path.getsize(os.path.join(other_log, n)) > 0
                              for n in os.listdir(other_log)), 60)
         progress, rows = origin_progress(pair.target), dedup_rows(pair.target)
         status_row = pair.target.query("SELECT state, updated_at FROM trellara.apply_status WHERE flow = 'app'")
-        wrong = os.path.join(pair.work.name, "wrong.toml")
-        write_flow_config(wrong, "app", other_log, pair.target.conninfo())
-        result = apply_until_caught_up(wrong, 1)
+        wrong = pair.write_config(os.path.join(pair.work.name, "wrong.toml"), log_dir=other_log)
+        result = pair.apply(expect=1, config=wrong)
         message = result.stderr.strip()
         print(f"refused: {message[:500]}")
         if "belongs to flow other, not to flow app" not in message or other_log not in message:
@@ -230,24 +231,22 @@ def database_restored_from_a_dump_on_the_same_server_fails_closed():
     # Replication origins belong to the server: a dump restored into a new database of the same
     # server keeps the origin's progress (past what the dump holds). Before issue 35 the applier
     # printed state=caught_up applied=0 and applied later transactions on top of the gap.
-    with FlowPair("cont-dump", LEDGER_DDL, LEDGER_TABLES) as pair:
+    with ContinuityPair("cont-dump", LEDGER_DDL, LEDGER_TABLES) as pair:
         first = run_ledger_workload(pair, 8)
-        wait_log_covers_source(pair.source)
-        apply_until_caught_up(pair.config, 0)
+        pair.wait_log_covers_source()
+        pair.apply()
         dump = subprocess.run([os.path.join(PG_BIN, "pg_dump"), "-h", pair.target.socket_dir, "-p",
                                str(pair.target.port), "-U", "postgres", "postgres"], capture_output=True, text=True,
                               check=True).stdout
         run_ledger_workload(pair, 12)
-        wait_log_covers_source(pair.source)
-        apply_until_caught_up(pair.config, 0)
+        pair.wait_log_covers_source()
+        pair.apply()
         pair.target.query("CREATE DATABASE restored")
         pair.target.psql(dump, dbname="restored")
-        restored = pair.config + ".restored.toml"
-        with open(pair.config) as original, open(restored, "w") as out:
-            out.write(original.read().replace(pair.target.conninfo(), pair.target.conninfo("restored")))
+        restored = pair.write_config(pair.config + ".restored.toml", target_conninfo=pair.target.conninfo("restored"))
         pair.source.query("INSERT INTO ledger VALUES (1, 100000, 1)")
-        wait_log_covers_source(pair.source)
-        result = apply_until_caught_up(restored, EXIT_BLOCKED)
+        pair.wait_log_covers_source()
+        result = pair.apply(expect=EXIT_BLOCKED, config=restored)
         if "state=caught_up" in result.stdout:
             raise CaptureFailure(f"the applier called the restored database caught up: {result.stdout[-800:]}")
         reasons = pair.target.query("SELECT string_agg(DISTINCT reason, ',') FROM trellara.quarantine", dbname="restored")

@@ -25,7 +25,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import TRELLARA_BIN, CaptureFailure, lsn_to_int, run_scenarios, scenario, wait_for  # noqa: E402
-from flow_pair import FlowPair  # noqa: E402
+from flow_pair import FlowPair, run_trellara  # noqa: E402
 from harness.cluster import PG_BIN  # noqa: E402
 from harness.nats_client import NatsClient  # noqa: E402
 from harness.nats_cluster import NatsCluster  # noqa: E402
@@ -60,13 +60,18 @@ def log_frames(log_dir):
 class BrokerPair(FlowPair):
     """A flow whose configuration names the cluster's stream ([transport] kind = "nats")."""
 
-    def __init__(self, name, cluster):
+    def __init__(self, name, cluster, schema=SCHEMA, tables=("items",), source_settings=None,
+                 whole_log_consumer=True):
         self.cluster = cluster
-        super().__init__(name, SCHEMA, tables=("items",), whole_log_consumer=True)
+        super().__init__(name, schema, tables=tables, source_settings=source_settings,
+                         whole_log_consumer=whole_log_consumer)
+
+    def transport(self):
+        """The [transport] table of every configuration this pair writes."""
+        return f'[transport]\nkind = "nats"\nservers = "{self.cluster.servers}"\nstream = "{STREAM}"\n'
 
     def write_config(self, path=None, target_conninfo=None, apply_settings=None, with_source=None, extra=""):
-        transport = f'[transport]\nkind = "nats"\nservers = "{self.cluster.servers}"\nstream = "{STREAM}"\n'
-        return super().write_config(path, target_conninfo, apply_settings, with_source, transport + extra)
+        return super().write_config(path, target_conninfo, apply_settings, with_source, self.transport() + extra)
 
     @staticmethod
     def statements(transactions, rows_each=3, start=0):
@@ -90,10 +95,8 @@ class BrokerPair(FlowPair):
                                  "postgres", "-f", script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
     def forward(self, *extra, timeout_s=300):
-        result = subprocess.run([TRELLARA_BIN, "forward", "--config", self.config, "--format", "json", *extra],
-                                capture_output=True, text=True, timeout=timeout_s)
-        if result.returncode != 0:
-            raise CaptureFailure(f"trellara forward exited {result.returncode}: {result.stderr[-3000:]}")
+        result = run_trellara(["forward", "--config", self.config, "--format", "json", *extra], timeout_s=timeout_s,
+                              what="trellara forward")
         return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
 
     def start_forwarder(self, stderr_path=None):

@@ -15,6 +15,7 @@ where the slot stood when broker_quorum took effect. Scenarios:
     points forward.before_publish and forward.after_ack_before_progress) with records still to
     publish; the slot stays behind the stream; a restart publishes every record once, the slot
     advances, the remote target is exact.
+The pair is test_broker_remote_apply.RemotePair (a FlowPair subclass) with source_ack = broker_quorum.
 """
 import json
 import os
@@ -24,8 +25,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (TRELLARA_BIN, CaptureFailure, checks_fail_under_defect, lsn_to_int,  # noqa: E402
-                             record_faults_from_output, run_scenarios, scenario, wait_for)
+from capture_support import (CaptureFailure, checks_fail_under_defect, lsn_to_int, record_faults_from_output,  # noqa: E402
+                             run_scenarios, scenario, wait_for)
+from flow_pair import run_trellara  # noqa: E402
 from harness.nats_client import NatsClient  # noqa: E402
 from harness.nats_cluster import NatsCluster  # noqa: E402
 from test_broker_forward import STREAM, assert_stream_is_the_log, log_frames  # noqa: E402
@@ -96,8 +98,8 @@ def quorum_loss_run(pair, env=None, outputs=None):
         held = pair.assert_slot_behind(acknowledged, "during quorum loss")
         if pair.last_logged_lsn() <= held:
             raise RuntimeError("harness failure: the local log holds nothing past the slot during the quorum loss")
-        alerts = subprocess.run([TRELLARA_BIN, "status", "--config", pair.config, "--view", "alerts", "--format",
-                                 "json"], capture_output=True, text=True, timeout=60)
+        alerts = run_trellara(["status", "--config", pair.config, "--view", "alerts", "--format", "json"], expect=None,
+                              timeout_s=60)
         fired = [a for a in json.loads(alerts.stdout).get("alerts", []) if a["name"] == "broker_quorum_unavailable"]
         if not fired or not fired[0]["firing"]:
             raise CaptureFailure(f"status --view alerts does not fire broker_quorum_unavailable: {alerts.stdout[-1500:]}")

@@ -10,6 +10,7 @@ server whose environment names a `defect.*` point in TRELLARA_FAULTS does not st
 trellara.enable_test_defects = on (superuser-only, postmaster-level), and the `trellara` command
 exits 2 unless given --enable-test-defects; each refusal names the variable, the point and the
 switch. This test must never leave a cluster running (the harness stops it by PID).
+Bare clusters, not FlowPair: no check here runs a flow (one server each, some must refuse to start).
 """
 
 import contextlib

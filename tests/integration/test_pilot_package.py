@@ -16,8 +16,9 @@ beside the scenarios (verify holds it at the source's point). Scenarios (in this
     replaced, the other file untouched); a missing --output is a usage error (exit 2);
   - verify_mismatch_is_recorded_not_hidden: a row deleted behind the applier's back on the target:
     exit 1, verify.json present with status mismatch, manifest verify result fail with exit code 1.
-It must never leave a cluster or an applier running (the harness stops clusters by PID; the applier
-is our child, stopped by its Popen handle).
+The pair is a FlowPair (tests/integration/flow_pair.py). It must never leave a cluster or an
+applier running (the harness stops clusters by PID; the applier is our child, stopped by its Popen
+handle).
 """
 
 import hashlib
@@ -25,12 +26,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import CaptureFailure, TRELLARA_BIN, log_records, run_scenarios, setup_flow, wait_for, write_flow_config  # noqa: E402
-from harness import Cluster  # noqa: E402
+from capture_support import CaptureFailure, TRELLARA_BIN, log_records, run_scenarios, wait_for  # noqa: E402
+from flow_pair import FlowPair, run_trellara  # noqa: E402
 
 SCHEMA = ("CREATE TABLE orders (id bigint PRIMARY KEY, note text); "
           "CREATE TABLE items (id bigint PRIMARY KEY, qty int); ")
@@ -232,37 +232,26 @@ def start_applier(config):
     def running():
         if applier.poll() is not None:
             raise CaptureFailure(f"the applier exited {applier.returncode}: {applier.stderr.read()[-1500:]}")
-        status = subprocess.run([TRELLARA_BIN, "status", "--config", config, "--format", "json"],
-                                capture_output=True, text=True, timeout=60)
+        status = run_trellara(["status", "--config", config, "--format", "json"], expect=None, timeout_s=60)
         return status.returncode == 0 and json.loads(status.stdout).get("applier_running")
     wait_for("the applier to run", running, 60)
     return applier
 
 
 if __name__ == "__main__":
-    with Cluster("pilot-source") as source, Cluster("pilot-target", preload=False) as target, \
-            tempfile.TemporaryDirectory(prefix="trellara-pilot-") as work:
-        source.query(SCHEMA)
-        target.query(SCHEMA)
-        log_dir = setup_flow(source, "CREATE PUBLICATION pub FOR TABLE orders, items", truth=False)
-        config = os.path.join(work, "flow.toml")
-        write_flow_config(config, "app", log_dir, target.conninfo(), source.conninfo())
-        source.query("INSERT INTO orders VALUES (1, 'a'), (2, 'b')")
-        source.query("INSERT INTO items VALUES (1, 3)")
-        source.query("UPDATE orders SET note = 'c' WHERE id = 2")
-        last_lsn = source.query("SELECT pg_current_wal_lsn()")
-        wait_for("the log to hold the transactions",
-                 lambda: source.query(f"SELECT log_durable_lsn >= '{last_lsn}' FROM trellara.status() "
-                                      "WHERE flow = 'app'") == "t", 60)
-        subprocess.run([TRELLARA_BIN, "apply", "--config", config, "--until-caught-up"], check=True,
-                       capture_output=True, timeout=120)
-        report = os.path.join(work, "report.html")
+    with FlowPair("pilot", source_sql=SCHEMA, tables=("orders", "items")) as pair:
+        pair.source.query("INSERT INTO orders VALUES (1, 'a'), (2, 'b')")
+        pair.source.query("INSERT INTO items VALUES (1, 3)")
+        pair.source.query("UPDATE orders SET note = 'c' WHERE id = 2")
+        pair.wait_log_covers_source()
+        pair.apply()
+        report = os.path.join(pair.work.name, "report.html")
         with open(report, "w") as f:
             f.write("<html><body>correctness report stand-in for the test</body></html>\n")
-        applier = start_applier(config)
+        applier = start_applier(pair.config)
         try:
-            env = {"source": source, "target": target, "work": work, "config": config, "report": report,
-                   "log_dir": log_dir}
+            env = {"source": pair.source, "target": pair.target, "work": pair.work.name, "config": pair.config,
+                   "report": report, "log_dir": pair.log_dir}
             run_scenarios([healthy_flow_bundle_passes,
                            missing_report_is_recorded_and_exits_1,
                            non_empty_output_is_refused,

@@ -17,6 +17,7 @@ Then the writer stops, the log covers the source, `trellara verify` (beside the 
 must exit 0, and after the applier is stopped source and target must hold exactly the same rows.
 No unresolved quarantine may remain (a transaction quarantined because the applier met a row the
 copy had not brought yet is retried once the table's copy is handoff-ready).
+The source/target pair is test_snapshot.Pair, a FlowPair subclass (tests/integration/flow_pair.py).
 """
 
 import os
@@ -29,9 +30,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (CaptureFailure, TRELLARA_BIN, record_fault_fired, run_scenarios, scenario,  # noqa: E402
-                             wait_for, worker_pid)
-from test_snapshot import ITEMS, TABLES, Pair, expect, snapshot_json, wait_log_covers_source  # noqa: E402
+from capture_support import (TRELLARA_BIN, record_fault_fired, run_scenarios, scenario, wait_for,  # noqa: E402
+                             worker_pid)
+from flow_pair import run_trellara  # noqa: E402
+from test_snapshot import ITEMS, TABLES, Pair, expect, snapshot_json  # noqa: E402
 
 EXTRA_ITEMS = 60_000
 STALL_MS = 4000
@@ -121,9 +123,8 @@ def crash_during_copy(kind):
             writer.stop()
         print(f"writer: {writer.committed} transactions committed, {writer.failed} failed around the crash")
         try:
-            wait_log_covers_source(p.source)
-            verify = subprocess.run([TRELLARA_BIN, "verify", "--config", p.config], capture_output=True, text=True,
-                                    timeout=300)
+            p.wait_log_covers_source()
+            verify = run_trellara(["verify", "--config", p.config], expect=None)
             print(verify.stdout.strip()[-1500:])
             expect(verify.returncode == 0, f"verify beside the running applier exits 0, got {verify.returncode}: "
                                            f"{verify.stdout[-1500:]} {verify.stderr[-1500:]}")

@@ -6,6 +6,7 @@
 - the source's trellara.check() warns (snapshot_holding) about a snapshot/verify/reseed session of
   the flow that has held a source snapshot for longer than trellara.snapshot_hold_warning, and
   says nothing about one that has not, or about a session of another application.
+The source/target pair is test_snapshot.Pair, a FlowPair subclass (tests/integration/flow_pair.py).
 """
 
 import json
@@ -18,13 +19,17 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import PsqlSession, TRELLARA_BIN, run_scenarios, wait_for  # noqa: E402
+from flow_pair import run_trellara  # noqa: E402
 from test_snapshot import Pair, expect, snapshot_json  # noqa: E402
 
 
 def status_json(p):
-    result = subprocess.run([TRELLARA_BIN, "status", "--config", p.config, "--format", "json"], capture_output=True,
-                            text=True, timeout=120)
+    result = run_trellara(["status", "--config", p.config, "--format", "json"], expect=None, timeout_s=120)
     return json.loads(result.stdout), result
+
+
+def status_text(p):
+    return run_trellara(["status", "--config", p.config], expect=None).stdout
 
 
 def snapshot_progress_shows_in_status_and_snapshot_status():
@@ -52,15 +57,14 @@ def snapshot_progress_shows_in_status_and_snapshot_status():
         expect(set(snap) == {"public.items", "public.nokey", "public.textkey"}, f"status lists every table: {status}")
         expect(sum(t["chunks_copied"] for t in snap.values()) == 2 and
                all(t["state"] != "handoff_ready" for t in snap.values()), f"status shows the partial copy: {snap}")
-        text = subprocess.run([TRELLARA_BIN, "status", "--config", p.config], capture_output=True, text=True).stdout
+        text = status_text(p)
         expect("snapshot:            public.items" in text, f"the text view shows the copy: {text}")
         summary, _ = snapshot_json(p.config, "--run-id", "s1")
         expect(summary["state"] == "handoff_ready", f"{summary}")
         status, _ = status_json(p)
         expect(all(t["state"] == "handoff_ready" and t["chunks_copied"] == t["chunks"] for t in status["snapshot"]),
                f"status after the rerun: {status['snapshot']}")
-        print("trellara status:\n" + subprocess.run([TRELLARA_BIN, "status", "--config", p.config],
-                                                    capture_output=True, text=True).stdout)
+        print("trellara status:\n" + status_text(p))
 
 
 def check_warns_about_a_long_held_snapshot():
