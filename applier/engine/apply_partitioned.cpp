@@ -24,41 +24,43 @@ PartitionGate Applier::WaitForPartitions(const ReadyTransaction& ready, Quaranti
   // publish without waiting for the partitions' evidence, which the visibility scenario must catch.
   if (fault::Hit("defect.partition_publish_before_evidence") == fault::Action::Defect) return PartitionGate::Publish;
   const std::vector<uint32_t> listed = partition::ListedPartitions(ready.manifest->chunks);
-  const std::vector<partition::PendingTransaction> pending{{ready.tx.commit_lsn, listed}};
-  // Checkpoints only move forward: evidence read for an earlier transaction may already cover this one.
-  {
-    auto cached = partition::GlobalWatermark(0, pending, partition_evidence_);
-    if (cached && !cached->held_at) return PartitionGate::Publish;
-  }
+  const uint64_t floor = applied_lsn_ < ready.tx.commit_lsn ? applied_lsn_ : 0;
+  // Checkpoints only move forward: evidence read for an earlier transaction may already cover this
+  // one (core DecidePublication decides, here and after every read below).
+  std::map<uint32_t, partition::PartitionBlocker> blockers;
   std::chrono::milliseconds idle = cadence::kApplierTail.min;
   bool reported = false;
-  for (;;) {
-    PgResult r = Must(conn_->ExecParams("SELECT partition, (commit_lsn - '0/0')::numeric::text, blocker, "
-                                        "(blocked_commit_lsn - '0/0')::numeric::text "
-                                        "FROM trellara.partition_checkpoints WHERE flow = $1",
-                                        {config_.flow_name}),
-                      "reading the partitions' checkpoints of flow " + config_.flow_name);
-    std::map<uint32_t, uint64_t> checkpoints;
-    std::map<uint32_t, std::string> blockers;
-    for (int i = 0; i < r.rows(); i++) {
-      const uint32_t p = static_cast<uint32_t>(std::stoul(r.Value(i, 0).value_or("0")));
-      checkpoints[p] = std::stoull(r.Value(i, 1).value_or("0"));
-      partition_evidence_[p] = std::max(partition_evidence_[p], checkpoints[p]);
-      if (r.Value(i, 2) && std::stoull(r.Value(i, 3).value_or("0")) == ready.tx.commit_lsn) blockers[p] = *r.Value(i, 2);
-    }
-    auto watermark = partition::GlobalWatermark(applied_lsn_ < ready.tx.commit_lsn ? applied_lsn_ : 0, pending,
-                                                checkpoints);
-    if (!watermark) Fail("internal: " + watermark.error().message);
-    if (!watermark->held_at) return PartitionGate::Publish;
-    for (uint32_t p : watermark->holding)
-      if (auto b = blockers.find(p); b != blockers.end()) {
-        cause.reason = QuarantineReason::BarrierFailure;
-        cause.detail = "partition " + std::to_string(p) + " refused it before staging anything: " + b->second;
-        return PartitionGate::Refused;
+  for (bool read = false;; read = true) {
+    if (read) {
+      PgResult r = Must(conn_->ExecParams("SELECT partition, (commit_lsn - '0/0')::numeric::text, blocker, "
+                                          "(blocked_commit_lsn - '0/0')::numeric::text "
+                                          "FROM trellara.partition_checkpoints WHERE flow = $1",
+                                          {config_.flow_name}),
+                        "reading the partitions' checkpoints of flow " + config_.flow_name);
+      blockers.clear();
+      for (int i = 0; i < r.rows(); i++) {
+        const uint32_t p = static_cast<uint32_t>(std::stoul(r.Value(i, 0).value_or("0")));
+        partition_evidence_[p] = std::max<uint64_t>(partition_evidence_[p], std::stoull(r.Value(i, 1).value_or("0")));
+        if (r.Value(i, 2)) blockers[p] = {std::stoull(r.Value(i, 3).value_or("0")), *r.Value(i, 2)};
       }
+    }
+    auto decision = partition::DecidePublication(floor, ready.tx.commit_lsn, listed, partition_evidence_, blockers);
+    if (!decision) Fail("internal: " + decision.error().message);
+    switch (decision->action) {
+      case partition::PublishAction::Publish:
+        return PartitionGate::Publish;
+      case partition::PublishAction::Quarantine:
+        cause.reason = QuarantineReason::BarrierFailure;
+        cause.detail = "partition " + std::to_string(decision->refusing) +
+                       " refused it before staging anything: " + decision->reason;
+        return PartitionGate::Refused;
+      case partition::PublishAction::Wait:
+        break;
+    }
+    if (!read) continue;  // what was cached did not suffice: read the partitions' checkpoints now
     if (!reported) {
       std::string holding;
-      for (uint32_t p : watermark->holding) holding += (holding.empty() ? "" : ", ") + std::to_string(p);
+      for (uint32_t p : decision->holding) holding += (holding.empty() ? "" : ", ") + std::to_string(p);
       WriteStatus("running", DescribeTransaction(ready.tx) + " waits for checkpoint evidence of partition(s) " + holding +
                                  " (trellara apply --partition K; trellara partition-watermarks)");
       reported = true;

@@ -188,8 +188,8 @@ void PartitionApplier::Pump() {
     if (auto refused = Stage(ready)) Halt(ready.tx.commit_lsn, refused->reason);
     seen_lsn_ = std::max(seen_lsn_, ready.tx.commit_lsn);
     seen_offset_ = std::max(seen_offset_, barrier_.RetainFromOffset().value_or(ready.end_offset));
-    if (batch_open_ && (batch_transactions_ >= kBatchTransactions ||
-                        std::chrono::steady_clock::now() - batch_started_ > kBatchAge))
+    if (batch_open_ && (batch_transactions_ >= cadence::kPartitionBatchTransactions ||
+                        std::chrono::steady_clock::now() - batch_started_ > cadence::kPartitionBatchAge))
       CommitBatch();
     if (!batch_open_ && std::chrono::steady_clock::now() - last_checkpoint_write > cadence::kApplierOffsetWrite) {
       RecordCheckpointOnly();

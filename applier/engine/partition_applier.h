@@ -70,10 +70,7 @@ class PartitionApplier {
   uint64_t seen_offset_ = 0;          // just after it
   uint64_t stop_offset_ = UINT64_MAX; // --until-caught-up: the log's published end at start
   // The open batch: one target transaction staging several source transactions' parts, committed
-  // with the checkpoint of its last one at kBatchTransactions, after kBatchAge, at the log's end,
-  // on a stop or before a refusal is recorded.
-  static constexpr uint64_t kBatchTransactions = 256;
-  static constexpr std::chrono::milliseconds kBatchAge{20};
+  // with the checkpoint of its last one (bounds: core cadence kPartitionBatchTransactions/Age).
   bool batch_open_ = false;
   std::chrono::steady_clock::time_point batch_started_;
   uint64_t batch_lsn_ = 0;

@@ -208,8 +208,10 @@ def run_kills(pair, env=None, defects=False, seed=39):
     parts = [Proc(pair, k) for k in range(pair.partitions)]
     publisher = Proc(pair)
     procs = parts + [publisher]
-    # The first runs of partitions 1 and 2 kill themselves at their fault points.
-    parts[0].start(env=env, defects=defects)
+    # The first runs of partitions 0, 1 and 2 kill themselves at their fault points: 0 with chunks
+    # staged in its open target transaction, 1 before its COMMIT, 2 after it (offset not written).
+    parts[0].start(env=dict(env or os.environ, TRELLARA_FAULTS="partition.after_stage_chunk:15:crash"),
+                   defects=defects, faulted=True)
     parts[1].start(env=dict(env or os.environ, TRELLARA_FAULTS="partition.before_commit:8:crash"), defects=defects,
                    faulted=True)
     parts[2].start(env=dict(env or os.environ, TRELLARA_FAULTS="partition.after_commit:12:crash"), defects=defects,
@@ -247,7 +249,7 @@ def run_kills(pair, env=None, defects=False, seed=39):
 
 
 @scenario(seed_rows=("partition_applier_before_ack",),
-          fault_points=("partition.before_commit", "partition.after_commit"),
+          fault_points=("partition.after_stage_chunk", "partition.before_commit", "partition.after_commit"),
           invariants=("no source transaction is ever partly visible in the user tables (a reader checks "
                       "balances and move counters at every snapshot)",
                       "after SIGKILLs of every partition applier and of the publisher, and crashes at the "
@@ -261,7 +263,7 @@ def partitioned_flow_survives_kills_with_nothing_partial_visible():
             for point, count in record_faults_from_output(proc.stderr()).items():
                 fired[point] = fired.get(point, 0) + count
         print(f"fault points fired: {fired}")
-        for point in ("partition.before_commit", "partition.after_commit"):
+        for point in ("partition.after_stage_chunk", "partition.before_commit", "partition.after_commit"):
             if not fired.get(point):
                 raise CaptureFailure(f"fault point {point} never fired: the run proves nothing about it")
         if reader.samples < 50 or len(reader.seen_ledger) < 5:

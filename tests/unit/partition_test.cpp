@@ -210,6 +210,31 @@ TEST_CASE("the_watermark_refuses_pending_transactions_out_of_order", "[partition
   CHECK(w.error().message.find("0/32") != std::string::npos);
 }
 
+TEST_CASE("the_publisher_publishes_waits_or_quarantines_from_evidence_and_blockers", "[partition]") {
+  const std::vector<uint32_t> listed = {0, 2};
+  // Every listed partition at or past the transaction: publish (a blocker elsewhere does not matter).
+  auto d = DecidePublication(50, 100, listed, {{0, 100}, {2, 150}}, {{1, {100, "routing_mismatch"}}});
+  REQUIRE(d.ok());
+  CHECK(d->action == PublishAction::Publish);
+  // Partition 2 without evidence and no blocker: wait for it, naming it.
+  d = DecidePublication(50, 100, listed, {{0, 100}}, {});
+  CHECK(*d == PublishDecision{PublishAction::Wait, {2}, 0, ""});
+  // Partition 2 refused this very transaction: quarantine, naming the partition and its reason.
+  d = DecidePublication(50, 100, listed, {{0, 100}}, {{2, {100, "missing_chunk"}}});
+  CHECK(*d == PublishDecision{PublishAction::Quarantine, {}, 2, "missing_chunk"});
+  // A blocker for another transaction (a later one) does not refuse this one: wait.
+  d = DecidePublication(50, 100, listed, {{0, 100}}, {{2, {300, "missing_chunk"}}});
+  CHECK(d->action == PublishAction::Wait);
+  // A blocker of a partition that holds evidence (it refused, was repaired and moved on) is stale.
+  d = DecidePublication(50, 100, listed, {{0, 100}, {2, 100}}, {{2, {100, "missing_chunk"}}});
+  CHECK(d->action == PublishAction::Publish);
+  // A transaction listing no partition (serial changes only) publishes at once.
+  d = DecidePublication(50, 100, std::vector<uint32_t>{}, {}, {});
+  CHECK(d->action == PublishAction::Publish);
+  // At or below what was published already: an error, never a publish.
+  CHECK_FALSE(DecidePublication(100, 100, listed, {{0, 100}, {2, 100}}, {}).ok());
+}
+
 TEST_CASE("the_watermark_never_passes_a_transaction_some_partition_lacks_randomized", "[partition]") {
   std::mt19937_64 rng(20261206);
   for (int round = 0; round < 200; round++) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "trellara/base/assert.h"
 #include "trellara/base/fault.h"
 #include "trellara/log/crc32c.h"
 
@@ -142,6 +143,32 @@ Result<Watermark> GlobalWatermark(uint64_t floor, std::span<const PendingTransac
     w.commit_lsn = tx.commit_lsn;
   }
   return w;
+}
+
+Result<PublishDecision> DecidePublication(uint64_t floor, uint64_t commit_lsn, std::span<const uint32_t> partitions,
+                                          const std::map<uint32_t, uint64_t>& checkpoints,
+                                          const std::map<uint32_t, PartitionBlocker>& blockers) {
+  const std::vector<PendingTransaction> pending{{commit_lsn, std::vector<uint32_t>(partitions.begin(), partitions.end())}};
+  auto watermark = GlobalWatermark(floor, pending, checkpoints);
+  if (!watermark) return watermark.error();
+  PublishDecision decision;
+  if (!watermark->held_at) {
+    TRELLARA_ASSERT(watermark->commit_lsn == commit_lsn, "a watermark with nothing held covers the transaction");
+    decision.action = PublishAction::Publish;
+    return decision;
+  }
+  TRELLARA_ASSERT(*watermark->held_at == commit_lsn && !watermark->holding.empty(),
+                  "a held watermark names the one pending transaction and the partitions holding it");
+  for (uint32_t p : watermark->holding)
+    if (auto b = blockers.find(p); b != blockers.end() && b->second.commit_lsn == commit_lsn) {
+      decision.action = PublishAction::Quarantine;
+      decision.refusing = p;
+      decision.reason = b->second.reason;
+      return decision;
+    }
+  decision.action = PublishAction::Wait;
+  decision.holding = std::move(watermark->holding);
+  return decision;
 }
 
 std::optional<std::string> CheckRowsRoute(const PartitionMap& map, const Chunk& chunk, uint32_t partition) {

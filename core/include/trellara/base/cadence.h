@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 
 namespace trellara::cadence {
 
@@ -53,6 +54,14 @@ inline constexpr milliseconds kHoldLockPoll{50};
 // The progress line of `trellara apply` (every 5 s) and a terminal's redraw (every second).
 inline constexpr milliseconds kApplyProgressLine{5000};
 inline constexpr milliseconds kTerminalRedraw{1000};
+
+// ---- partition appliers (trellara apply --partition K, docs/partitioned.md) ----
+// A partition applier stages several source transactions' parts in one target transaction and
+// commits it with the checkpoint of the last one: after kPartitionBatchTransactions transactions
+// or kPartitionBatchAge since the batch opened, whichever comes first (and at the log's end, on a
+// stop, before a refusal is recorded). The age bounds how long the publisher waits for evidence.
+inline constexpr uint64_t kPartitionBatchTransactions = 256;
+inline constexpr milliseconds kPartitionBatchAge{20};
 
 // ---- forwarder (trellara forward, docs/broker.md) ----
 // A publish the broker did not acknowledge (no quorum, unreachable) is tried again after 100 ms,

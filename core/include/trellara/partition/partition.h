@@ -104,6 +104,37 @@ struct Watermark {
 Result<Watermark> GlobalWatermark(uint64_t floor, std::span<const PendingTransaction> pending,
                                   const std::map<uint32_t, uint64_t>& checkpoints);
 
+// ---- the publisher's decision for one partitioned transaction ------------------------------
+// What a partition applier recorded when it refused a transaction (trellara.partition_checkpoints
+// blocker / blocked_commit_lsn): it staged nothing of it and will not move past it.
+struct PartitionBlocker {
+  uint64_t commit_lsn = 0;  // the refused transaction
+  std::string reason;       // the partition applier's message (a chunk verdict, a missing chunk, ...)
+};
+
+enum class PublishAction : uint8_t {
+  Publish,     // every listed partition holds evidence: apply it from the staged chunks
+  Wait,        // some listed partition has no evidence yet and refused nothing: wait for it
+  Quarantine,  // a listed partition without evidence refused this very transaction
+};
+
+struct PublishDecision {
+  PublishAction action = PublishAction::Wait;
+  std::vector<uint32_t> holding;  // Wait: the partitions without evidence (ascending)
+  uint32_t refusing = 0;          // Quarantine: the first holding partition that refused it
+  std::string reason;             // Quarantine: that partition's reason
+  bool operator==(const PublishDecision&) const = default;
+};
+
+// For the transaction at `commit_lsn` listing `partitions`: its watermark over `checkpoints`
+// (GlobalWatermark with this one transaction pending past `floor`), then the blockers of the
+// partitions holding it. A blocker for another transaction (an older one the partition retried
+// past, or a later one) does not refuse this one. Never publishes past a partition without
+// evidence. An error when `commit_lsn` is not past `floor`.
+Result<PublishDecision> DecidePublication(uint64_t floor, uint64_t commit_lsn, std::span<const uint32_t> partitions,
+                                          const std::map<uint32_t, uint64_t>& checkpoints,
+                                          const std::map<uint32_t, PartitionBlocker>& blockers);
+
 }  // namespace trellara::partition
 
 namespace trellara::partition {
