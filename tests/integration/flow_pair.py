@@ -82,7 +82,7 @@ def wait_log_covers_source(source, flow="app", timeout_s=120, fail_on_error=Fals
         if time.monotonic() > deadline:
             raise CaptureFailure(f"timed out after {timeout_s}s waiting for the log of flow {flow} to cover source "
                                  f"WAL position {target_lsn:X} (durable {durable}, state {state}: {error})")
-        time.sleep(0.1)
+        time.sleep(0.1 if time.monotonic() - started < 5 else 0.5)  # a long wait polls less often
 
 
 def log_has_records(log_dir):

@@ -15,7 +15,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (CaptureFailure, compare, log_records, log_transactions, run_pgbench,  # noqa: E402
-                             setup_flow, truth_transactions, wait_caught_up)
+                             truth_transactions, wait_caught_up)
 from flow_pair import FlowPair  # noqa: E402
 
 TRANSACTIONS_PER_CLIENT = int(os.environ.get("TRELLARA_PGBENCH_TRANSACTIONS", "500"))
@@ -28,14 +28,10 @@ class PgbenchCapture(FlowPair):
     created with it (no write to a published table between the two slots)."""
 
     def __init__(self, name):
-        super().__init__(name, tables=PGBENCH_TABLES, with_target=False)
+        super().__init__(name, tables=PGBENCH_TABLES, with_target=False, truth=True)
 
     def prepare(self):
         run_pgbench(self.source, ["-i", "-s", "1", "-q"])
-
-    def start_flow(self):
-        self.log_dir = setup_flow(self.source, self.publication, flow=self.flow, truth=True)
-        return self.log_dir
 
 
 def flow_captures_every_committed_pgbench_transaction_once_in_order():

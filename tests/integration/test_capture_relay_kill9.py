@@ -30,7 +30,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (CaptureFailure, LogFollower, PsqlSession, compare, int_to_lsn, log_records,  # noqa: E402
-                             log_transactions, lsn_to_int, run_pgbench, setup_flow, truth_transactions,
+                             log_transactions, lsn_to_int, run_pgbench, truth_transactions,
                              wait_caught_up, wait_for, worker_pid)
 from flow_pair import FlowPair  # noqa: E402
 
@@ -45,15 +45,11 @@ class Kill9Capture(FlowPair):
 
     def __init__(self, name):
         super().__init__(name, source_sql="CREATE TABLE bulk (id bigserial PRIMARY KEY, v int)",
-                         tables=PUBLISHED_TABLES, with_target=False)
+                         tables=PUBLISHED_TABLES, with_target=False, truth=True)
 
     def prepare(self):
         run_pgbench(self.source, ["-i", "-s", "1", "-q"])
         super().prepare()
-
-    def start_flow(self):
-        self.log_dir = setup_flow(self.source, self.publication, flow=self.flow, truth=True)
-        return self.log_dir
 
 
 class Sampler(threading.Thread):

@@ -34,7 +34,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (CaptureFailure, compare, log_records, log_transactions, lsn_to_int,  # noqa: E402
-                             record_fault_fired, run_scenarios, scenario, setup_flow, truth_transactions,
+                             record_fault_fired, run_scenarios, scenario, truth_transactions,
                              wait_caught_up, wait_for, worker_pid)
 from flow_pair import FlowPair  # noqa: E402
 from harness import PG_BIN  # noqa: E402
@@ -49,11 +49,8 @@ class CapturePair(FlowPair):
 
     def __init__(self, name, create_flow=True, source_settings=None, source_env=None):
         super().__init__(name, source_sql=ACCT_DDL if create_flow else "", tables=("acct",), with_target=False,
-                         create_flow=create_flow, source_settings=source_settings, source_env=source_env)
-
-    def start_flow(self):
-        self.log_dir = setup_flow(self.source, self.publication, flow=self.flow, truth=True)
-        return self.log_dir
+                         create_flow=create_flow, source_settings=source_settings, source_env=source_env,
+                         truth=True)
 
 
 def pg_recvlogical_receives_the_same_records_as_the_sql_interface(cluster):

@@ -30,8 +30,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import divergence_fuzz  # noqa: E402
-from capture_support import (CaptureFailure, TRELLARA_BIN, lsn_to_int, run_scenarios, scenario,  # noqa: E402
-                             wait_for)
+from capture_support import CaptureFailure, TRELLARA_BIN, run_scenarios, scenario  # noqa: E402
 from flow_pair import FlowPair  # noqa: E402
 from harness import PG_BIN  # noqa: E402
 
@@ -67,19 +66,6 @@ def seeds():
 def own_rows(cluster, table):
     return cluster.query(f"SELECT count(*) || ' ' || coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '-') "
                          f"FROM ONLY {table} t")
-
-
-def wait_log_covers(source):
-    lsn = lsn_to_int(source.query("SELECT pg_current_wal_lsn()"))
-
-    def covered():
-        row = source.query("SELECT coalesce(log_durable_lsn::text, '0/0') || ' ' || state || ' ' || "
-                           "coalesce(last_error, '') FROM trellara.status() WHERE flow = 'fz'")
-        durable, state, error = (row.split(" ", 2) + [""])[:3]
-        if state == "error":
-            raise CaptureFailure(f"the relay went to the error state: {error}")
-        return lsn_to_int(durable) >= lsn
-    wait_for("the log to cover the source", covered, 300, 0.2)
 
 
 def snapshot_beside_the_stream(config, tables, force=False):
@@ -148,7 +134,7 @@ def run_seed(seed, rounds):
             # date, then run the snapshot again.
             print(f"seed {seed}: snapshot of {snapshot_tables} beside the workload: {snapshot_note[:600]}; "
                   f"apply, then run it again")
-            wait_log_covers(source)
+            pair.wait_log_covers_source(timeout_s=300, fail_on_error=True)
             first = pair.apply(expect=None, timeout_s=900)
             if first.returncode == 0:
                 again = snapshot_beside_the_stream(config, snapshot_tables)
@@ -160,7 +146,7 @@ def run_seed(seed, rounds):
                 if again is not None:
                     raise CaptureFailure(f"seed {seed}: trellara snapshot of {snapshot_tables} failed again after "
                                          f"the workload and an apply: {again}")
-        wait_log_covers(source)
+        pair.wait_log_covers_source(timeout_s=300, fail_on_error=True)
         applied = pair.apply(expect=None, timeout_s=900)
         pair.check_no_crashes()
         tables = gen.all_tables()

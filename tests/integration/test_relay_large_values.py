@@ -21,7 +21,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import CaptureFailure, log_records, lsn_to_int, wait_for, worker_pid  # noqa: E402
+from capture_support import CaptureFailure, log_records, worker_pid  # noqa: E402
 from flow_pair import FlowPair  # noqa: E402
 
 VALUE_MIB = int(os.environ.get("TRELLARA_LARGE_VALUE_MIB", "256"))
@@ -53,26 +53,6 @@ def digest(cluster, table):
                          f"coalesce(md5(string_agg(id || ':' || md5(v), ',' ORDER BY id)), '-') FROM {table}")
 
 
-def wait_log_covers(source, what, timeout_s):
-    target_lsn = lsn_to_int(source.query("SELECT pg_current_wal_lsn()"))
-
-    failed = []
-
-    def covered():
-        row = source.query("SELECT coalesce(log_durable_lsn::text, '0/0') || ' ' || state || ' ' || "
-                           "coalesce(last_error, '') FROM trellara.status() WHERE flow = 'app'")
-        lsn, state, *error = row.split(" ", 2)
-        if state == "error":
-            failed.append(error)
-            return True
-        return lsn_to_int(lsn) >= target_lsn
-    started = time.monotonic()
-    wait_for(f"the log to cover {what}", covered, timeout_s, interval_s=0.5)
-    if failed:
-        raise CaptureFailure(f"the flow went to the error state while capturing {what}: {failed[0]}")
-    return time.monotonic() - started
-
-
 def run_apply(pair, what):
     print(f"apply of {what}")
     result = pair.apply(timeout_s=900)
@@ -91,7 +71,8 @@ def rows_of_any_size_replicate():
         source.query(f"INSERT INTO huge SELECT 1, string_agg(md5(g::text), '') "
                      f"FROM generate_series(1, {VALUE_MIB * 32768}) g")
         print(f"huge: one {VALUE_MIB} MiB value inserted in {time.monotonic() - started:.1f}s")
-        seconds = wait_log_covers(source, f"the {VALUE_MIB} MiB value", 600)
+        print(f"huge: waiting for the log to cover the {VALUE_MIB} MiB value")
+        seconds = pair.wait_log_covers_source(timeout_s=600, fail_on_error=True)
         print(f"huge: relay made it durable in {seconds:.1f}s; relay VmHWM {vm_hwm_kib(pid)} KiB")
         records = [r["type"] for r in log_records(log_dir) if r["type"] in ("envelope", "chunk")]
         print(f"huge: the log holds {records} (the value travels alone in one record)")
@@ -107,7 +88,8 @@ def rows_of_any_size_replicate():
                      "FROM generate_series(1, 32767) g; "
                      f"INSERT INTO wide SELECT i, lpad(i::text, 32, '0') || s FROM piece, generate_series(1, {ROWS}) i")
         print(f"wide: {ROWS} rows of 1 MiB in one transaction inserted in {time.monotonic() - started:.1f}s")
-        seconds = wait_log_covers(source, f"{ROWS} rows of 1 MiB", 900)
+        print(f"wide: waiting for the log to cover {ROWS} rows of 1 MiB")
+        seconds = pair.wait_log_covers_source(timeout_s=900, fail_on_error=True)
         print(f"wide: relay made it durable in {seconds:.1f}s; relay VmHWM {vm_hwm_kib(pid)} KiB")
         run_apply(pair, f"{ROWS} rows of 1 MiB")
         want, have = digest(source, "wide"), digest(target, "wide")

@@ -34,8 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import sql_mix  # noqa: E402
 from capture_support import (CaptureFailure, TRELLARA_BIN, assert_no_backend_crashes, compare,  # noqa: E402
-                             log_records, log_transactions, lsn_to_int, run_scenarios, scenario, setup_flow,
-                             truth_transactions, wait_for, worker_pid)
+                             log_records, log_transactions, run_scenarios, scenario, truth_transactions,
+                             worker_pid)
 from flow_pair import FlowPair  # noqa: E402
 from harness import PG_BIN  # noqa: E402
 
@@ -58,32 +58,16 @@ def relay_starts(cluster, flow="app"):
 
 class MixPair(FlowPair):
     """The sql_mix tables on both servers and a flow over their schema; the source also gets the
-    test_decoding truth slot, made between the publication and the flow (setup_flow with truth) so
-    both slots see the same transactions. `relay_pid`: the relay worker the flow started with."""
+    test_decoding truth slot, made between the publication and the flow (truth=True) so both slots
+    see the same transactions. `relay_pid`: the relay worker the flow started with."""
 
     def __init__(self, name):
         super().__init__(name, sql_mix.setup_sql(), publication="CREATE PUBLICATION pub FOR TABLES IN SCHEMA vw",
-                         source_settings=SETTINGS, shared_work_dir=True, create_flow=False)
+                         source_settings=SETTINGS, shared_work_dir=True, truth=True)
         self.relay_pid = None
 
     def ready(self):
-        self.log_dir = setup_flow(self.source, self.publication, flow=self.flow, truth=True)
         self.relay_pid = worker_pid(self.source, self.flow)
-        self.config = self.write_config()
-
-    def wait_log_covers_source(self, timeout_s=300):
-        """The harness's wait, failing at once if the flow goes to the error state."""
-        source = self.source
-        lsn = lsn_to_int(source.query("SELECT pg_current_wal_lsn()"))
-
-        def covered():
-            row = source.query("SELECT coalesce(log_durable_lsn::text, '0/0') || ' ' || state FROM trellara.status() "
-                               f"WHERE flow = '{self.flow}'")
-            durable, state = row.split(" ", 1)
-            if state == "error":
-                raise CaptureFailure(f"the flow went to the error state: {source.query('SELECT last_error FROM trellara.status()')}")
-            return lsn_to_int(durable) >= lsn
-        wait_for("the log to cover the source's WAL", covered, timeout_s, interval_s=0.5)
 
 
 def run_mix(source, rounds, sessions=3, first_session=1, published_ddl=False):
@@ -120,7 +104,7 @@ def varied_wal_records_never_crash_the_relay():
     with MixPair("mix") as pair:
         source, pid = pair.source, pair.relay_pid
         run_mix(source, ROUNDS)
-        pair.wait_log_covers_source()
+        pair.wait_log_covers_source(timeout_s=300, fail_on_error=True)
         check_relay_survived(source, pid)
         truth = truth_transactions(source, f"{sql_mix.SCHEMA}.")
         logged, stats = log_transactions(log_records(pair.log_dir))
@@ -147,7 +131,7 @@ def long_varied_workload_with_live_flow_and_applier():
             _, err = applier.communicate(timeout=120)
         if applier.returncode not in (0, -15):
             raise CaptureFailure(f"the daemon applier ended with {applier.returncode}: {err[-1500:]}")
-        pair.wait_log_covers_source()
+        pair.wait_log_covers_source(timeout_s=300, fail_on_error=True)
         pair.apply(timeout_s=900)
         pair.assert_same_data(sql_mix.published_tables(), "long varied workload")
         check_relay_survived(source, pid)

@@ -53,15 +53,13 @@ import signal
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (CaptureFailure, PsqlSession, TRELLARA_BIN, assert_no_backend_crashes,  # noqa: E402
-                             log_records, log_transactions, lsn_to_int, record_fault_fired, run_scenarios, scenario,
-                             setup_flow, wait_for, worker_pid)
-from harness import Cluster  # noqa: E402
+                             log_records, log_transactions, record_fault_fired, run_scenarios, scenario,
+                             wait_for, worker_pid)
 import flow_pair  # noqa: E402
 
 SOURCE_SETTINGS = {"trellara.relay_decoding_work_mem": "'64kB'", "max_wal_size": "'2GB'"}
@@ -115,16 +113,9 @@ def spill_frame_xids(path):
 
 
 def wait_log_covers_source(source, timeout_s=180):
-    target_lsn = lsn_to_int(source.query("SELECT pg_current_wal_lsn()"))
-
-    def covered():
-        row = source.query("SELECT coalesce(log_durable_lsn::text, '0/0') || ' ' || state || ' ' || "
-                           "coalesce(last_error, '') FROM trellara.status() WHERE flow = 'app'")
-        lsn, state, *error = row.split(" ", 2)
-        if state == "error":
-            raise CaptureFailure(f"the flow is in the error state: {error}")
-        return lsn_to_int(lsn) >= target_lsn
-    wait_for("the log of flow app to cover the source's WAL position", covered, timeout_s, interval_s=0.3)
+    """flow_pair's wait for flow app with this script's ceiling, failing at once on the error state
+    (no scenario that waits here expects the relay to fail). test_apply_early imports it."""
+    return flow_pair.wait_log_covers_source(source, "app", timeout_s, fail_on_error=True)
 
 
 def apply_until_caught_up(pair):
