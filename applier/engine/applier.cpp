@@ -425,7 +425,9 @@ void Applier::Loop() {
     accepted_chunks_.clear();
     // Everything below `retain` is finished with once what it holds is applied.
     const uint64_t retain = barrier_.RetainFromOffset().value_or(record.offset + 1);
-    if (*fed && (*fed)->envelope) {
+    // A partitioned transaction small enough to hold whole rides the batches too: merged from what
+    // the partition appliers staged once they all hold evidence for it (MaterializePartitioned).
+    if (*fed && ((*fed)->envelope || PipelinesPartitioned(**fed))) {
       pipeline_.ReadWhole(std::move(**fed), retain);
       // Negative control (defect.apply_ack_before_commit, apply_pipeline.cpp): also acknowledged
       // while read, every 16 transactions, so a kill loses those waiting for the next batch even

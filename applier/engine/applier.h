@@ -57,6 +57,7 @@
 #include "trellara/log/consumer_lock.h"
 #include "trellara/log/consumer_offsets.h"
 #include "trellara/log/reader.h"
+#include "trellara/partition/partition.h"
 
 namespace trellara::cli::apply {
 
@@ -195,6 +196,15 @@ class Applier {
   Result<Chunk> ReadStagedChunk(const ReadyTransaction& ready, const ChunkRef& ref,
                                 const std::map<uint32_t, std::string>* preloaded);
   std::optional<QuarantineCause> ApplyPartitionedChanges(const ReadyTransaction& ready);
+  // Reads trellara.partition_checkpoints into partition_evidence_ (and each partition's blocker).
+  std::map<uint32_t, partition::PartitionBlocker> ReadPartitionCheckpoints();
+  // Whether a partitioned transaction rides the batch pipeline (small enough to be held whole).
+  static bool PipelinesPartitioned(const ReadyTransaction& ready);
+  // The batch path: partitioned candidates covered by evidence become whole transactions
+  // (their staged chunks verified and merged into ready.envelope), see apply_partitioned.cpp.
+  void MaterializePartitioned(size_t candidates, const std::vector<Evidence>& evidence);
+  Result<Envelope> StagedEnvelope(const ReadyTransaction& ready, const std::map<uint32_t, std::string>& staged,
+                                  bool defect);
   std::map<uint32_t, uint64_t> partition_evidence_;  // the partitions' checkpoints as last read
 
   // ---- apply_early.cpp: a chunked transaction applied while the relay writes it ------------

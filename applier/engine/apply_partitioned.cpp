@@ -19,6 +19,21 @@
 
 namespace trellara::cli::apply {
 
+std::map<uint32_t, partition::PartitionBlocker> Applier::ReadPartitionCheckpoints() {
+  PgResult r = Must(conn_->ExecParams("SELECT partition, (commit_lsn - '0/0')::numeric::text, blocker, "
+                                      "(blocked_commit_lsn - '0/0')::numeric::text "
+                                      "FROM trellara.partition_checkpoints WHERE flow = $1",
+                                      {config_.flow_name}),
+                    "reading the partitions' checkpoints of flow " + config_.flow_name);
+  std::map<uint32_t, partition::PartitionBlocker> blockers;
+  for (int i = 0; i < r.rows(); i++) {
+    const uint32_t p = static_cast<uint32_t>(std::stoul(r.Value(i, 0).value_or("0")));
+    partition_evidence_[p] = std::max<uint64_t>(partition_evidence_[p], std::stoull(r.Value(i, 1).value_or("0")));
+    if (r.Value(i, 2)) blockers[p] = {std::stoull(r.Value(i, 3).value_or("0")), *r.Value(i, 2)};
+  }
+  return blockers;
+}
+
 PartitionGate Applier::WaitForPartitions(const ReadyTransaction& ready, QuarantineCause& cause) {
   // Negative control (tests only, TRELLARA_FAULTS=defect.partition_publish_before_evidence:1:defect):
   // publish without waiting for the partitions' evidence, which the visibility scenario must catch.
@@ -31,19 +46,7 @@ PartitionGate Applier::WaitForPartitions(const ReadyTransaction& ready, Quaranti
   std::chrono::milliseconds idle = cadence::kApplierTail.min;
   bool reported = false;
   for (bool read = false;; read = true) {
-    if (read) {
-      PgResult r = Must(conn_->ExecParams("SELECT partition, (commit_lsn - '0/0')::numeric::text, blocker, "
-                                          "(blocked_commit_lsn - '0/0')::numeric::text "
-                                          "FROM trellara.partition_checkpoints WHERE flow = $1",
-                                          {config_.flow_name}),
-                        "reading the partitions' checkpoints of flow " + config_.flow_name);
-      blockers.clear();
-      for (int i = 0; i < r.rows(); i++) {
-        const uint32_t p = static_cast<uint32_t>(std::stoul(r.Value(i, 0).value_or("0")));
-        partition_evidence_[p] = std::max<uint64_t>(partition_evidence_[p], std::stoull(r.Value(i, 1).value_or("0")));
-        if (r.Value(i, 2)) blockers[p] = {std::stoull(r.Value(i, 3).value_or("0")), *r.Value(i, 2)};
-      }
-    }
+    if (read) blockers = ReadPartitionCheckpoints();
     auto decision = partition::DecidePublication(floor, ready.tx.commit_lsn, listed, partition_evidence_, blockers);
     if (!decision) Fail("internal: " + decision.error().message);
     switch (decision->action) {
@@ -108,6 +111,121 @@ Result<Chunk> Applier::ReadStagedChunk(const ReadyTransaction& ready, const Chun
     return MakeError("staged " + name + " is not the chunk the log's manifest lists (checksum " +
                      HexEncode(chunk->checksum) + ", expected " + HexEncode(ref.checksum) + ")");
   return std::move(*chunk);
+}
+
+bool Applier::PipelinesPartitioned(const ReadyTransaction& ready) {
+  return ready.partitioned() && ready.total_changes <= kPreloadChangesMax;
+}
+
+// The batch path (apply_pipeline.cpp SendBatch, before the candidates are classified): the
+// partitioned candidates not applied yet that every listed partition holds evidence for (core
+// DecidePublication over the cached checkpoints, read once more when they do not cover the
+// candidates) get their staged chunks read in one round trip for all of them, each verified
+// against the manifest's entry and merged back into source order: from then on each is a whole
+// transaction of the batch (grouped with the others, its dedup row, its staged chunks deleted in
+// the same target transaction — SendBatch). The first one not covered, or whose staged chunks do
+// not verify, stays as it is and ends the batch before it; at the front it goes alone (Process),
+// which waits for its evidence or quarantines it with the exact cause.
+void Applier::MaterializePartitioned(size_t candidates, const std::vector<Evidence>& evidence) {
+  std::vector<size_t> wanted;
+  uint64_t changes = 0;
+  for (size_t i = 0; i < candidates; i++) {
+    PipelineTx& tx = pipeline_.at(i);
+    if (!tx.ready.partitioned() || tx.ready.envelope) continue;  // whole, or merged for an earlier batch
+    const ApplyDecision decision = DecideApply(tx.ready.tx, tx.ready.checksum, evidence[i].target);  // core, no fault point
+    if (decision.action == ApplyAction::SkipDuplicate) continue;
+    if (decision.action != ApplyAction::Apply || evidence[i].target.quarantine) break;  // goes alone
+    if (!wanted.empty() && changes + tx.ready.total_changes > kPreloadChangesMax) break;  // the next batch's
+    changes += tx.ready.total_changes;
+    wanted.push_back(i);
+  }
+  if (wanted.empty()) return;
+  // Negative control (tests only, defect.partition_publish_before_evidence): no evidence is asked
+  // for, and whatever is staged is merged — a partial transaction becomes visible.
+  const bool defect = fault::Hit("defect.partition_publish_before_evidence") == fault::Action::Defect;
+  size_t covered = 0;
+  for (bool read = false;; read = true) {
+    if (read) (void)ReadPartitionCheckpoints();
+    covered = 0;
+    for (size_t i : wanted) {
+      const ReadyTransaction& ready = pipeline_.at(i).ready;
+      auto decision = partition::DecidePublication(0, ready.tx.commit_lsn, partition::ListedPartitions(ready.manifest->chunks),
+                                                   partition_evidence_, {});
+      if (!decision) Fail("internal: " + decision.error().message);
+      if (!defect && decision->action != partition::PublishAction::Publish) break;
+      covered++;
+    }
+    if (covered == wanted.size() || read) break;
+  }
+  if (covered == 0) return;
+  wanted.resize(covered);
+  std::string lsns = "{";
+  for (size_t i : wanted) lsns += (lsns.size() > 1 ? "," : "") + FormatLsn(pipeline_.at(i).ready.tx.commit_lsn);
+  PgResult r = Must(conn_->ExecParams("SELECT (commit_lsn - '0/0')::numeric::text, seq, encode(record, 'hex') "
+                                      "FROM trellara.partition_stage WHERE flow = $1 AND commit_lsn = ANY($2::pg_lsn[])",
+                                      {config_.flow_name, lsns + "}"}),
+                    "reading the staged chunks of " + std::to_string(wanted.size()) + " partitioned transaction(s)");
+  std::map<uint64_t, std::map<uint32_t, std::string>> staged;
+  for (int row = 0; row < r.rows(); row++)
+    staged[std::stoull(r.Value(row, 0).value_or("0"))][static_cast<uint32_t>(std::stoul(r.Value(row, 1).value_or("0")))] =
+        r.Value(row, 2).value_or("");
+  for (size_t i : wanted) {
+    ReadyTransaction& ready = pipeline_.at(i).ready;
+    auto envelope = StagedEnvelope(ready, staged[ready.tx.commit_lsn], defect);
+    if (!envelope) break;  // goes alone: ApplyPartitionedChanges quarantines it with the cause
+    ready.envelope = std::move(*envelope);
+  }
+}
+
+// `ready`'s changes in source order from its staged chunks (each verified against the manifest),
+// with the relations they name. An error when a chunk is missing or does not verify, when the
+// positions do not reconstruct the transaction, or when two chunks describe one relation
+// differently (a shape change inside the transaction: the per-chunk path applies it).
+Result<Envelope> Applier::StagedEnvelope(const ReadyTransaction& ready, const std::map<uint32_t, std::string>& staged,
+                                         bool defect) {
+  Envelope e;
+  e.tx = ready.tx;
+  e.begin_lsn = ready.begin_lsn;
+  e.commit_time_us = ready.commit_time_us;
+  e.counts = ready.counts;
+  e.boundary_mode = BoundaryMode::Partitioned;
+  e.checksum = ready.checksum;
+  e.changes.reserve(ready.total_changes);
+  std::map<uint32_t, size_t> relation_at;  // oid -> index in e.relations
+  Status shapes = Status::Ok();
+  auto add_relations = [&](const Chunk& chunk) {
+    for (const RelationInfo& relation : chunk.relations) {
+      auto [at, added] = relation_at.emplace(relation.oid, e.relations.size());
+      if (added)
+        e.relations.push_back(relation);
+      else if (!(e.relations[at->second] == relation) && shapes.ok())
+        shapes = MakeError("relation " + relation.schema + "." + relation.name + " has two shapes in " +
+                           DescribeTransaction(ready.tx));
+    }
+  };
+  if (defect) {
+    for (const ChunkRef& ref : ready.manifest->chunks) {
+      auto chunk = ReadStagedChunk(ready, ref, &staged);
+      if (!chunk) continue;
+      add_relations(*chunk);
+      for (Change& change : chunk->changes) e.changes.push_back(std::move(change));
+    }
+    return e;
+  }
+  Status walked = partition::MergeByPosition(
+      ready.manifest->chunks, ready.total_changes,
+      [&](const ChunkRef& ref) -> Result<Chunk> {
+        auto chunk = ReadStagedChunk(ready, ref, &staged);
+        if (chunk) add_relations(*chunk);
+        return chunk;
+      },
+      [&](const Chunk& chunk, size_t i) -> Status {
+        e.changes.push_back(chunk.changes[i]);
+        return Status::Ok();
+      });
+  if (!walked.ok()) return walked.error();
+  if (!shapes.ok()) return shapes.error();
+  return e;
 }
 
 // Inside the open target transaction of `ready` (BEGIN, control check and dedup row done): its

@@ -59,6 +59,9 @@ Admission Applier::Classify(PipelineTx& tx, const Evidence& evidence) {
   // Anything but a plain first apply (a conflict, a quarantined or replay-ready boundary) takes the
   // one-at-a-time path, which re-reads the evidence and acts on it.
   if (decision.action != ApplyAction::Apply || evidence.target.quarantine) return Admission::Alone;
+  // A partitioned transaction MaterializePartitioned did not merge (no evidence yet, a staged chunk
+  // that does not verify): the one-at-a-time path waits for it or quarantines it.
+  if (!tx.ready.envelope) return Admission::Alone;
   tx.plans.clear();
   tx.snapshot_in_copy = 0;
   tx.superseded = 0;
@@ -98,6 +101,7 @@ void Applier::SendBatch() {
   std::vector<const TxIdentity*> ids;
   for (size_t i = 0; i < candidates; i++) ids.push_back(&pipeline_.at(i).ready.tx);
   const std::vector<Evidence> evidence = session_.ReadEvidence(ids);
+  MaterializePartitioned(candidates, evidence);
   // A requested hold at C: nothing after C joins (Pump stops at the hold before the front passes it).
   const std::optional<uint64_t> hold_lsn = registry_.first_hold_lsn();
   for (size_t i = 0; i < candidates; i++) {
@@ -172,6 +176,16 @@ void Applier::SendBatch() {
     expects_.push_back({k, What::Statement, {}});
     counters_.statements++;
   };
+  // A partitioned transaction's staged chunks go in the target transaction that publishes it.
+  const auto delete_staged = [&](size_t k, const std::vector<const ReadyTransaction*>& published) {
+    std::string lsns = "{";
+    for (const ReadyTransaction* ready : published)
+      if (ready->partitioned()) lsns += (lsns.size() > 1 ? "," : "") + FormatLsn(ready->tx.commit_lsn);
+    if (lsns.size() == 1) return;
+    queued(conn_->SendParams("DELETE FROM trellara.partition_stage WHERE flow = $1 AND commit_lsn = ANY($2::pg_lsn[])",
+                             {config_.flow_name, lsns + "}"}));
+    expects_.push_back({k, What::Statement, {}});
+  };
   std::optional<size_t> last_member;
   if (grouped) {
     // The group's dedup rows, one per member, in one statement right after the registry check (a
@@ -185,6 +199,7 @@ void Applier::SendBatch() {
       open_transaction(first);
       queued(conn_->SendPrepared("trellara_commit_records", session_.CommitRecordsParams(members)));
       expects_.push_back({first, What::Record, {}});
+      delete_staged(first, members);
     }
   }
   for (size_t k = 0; k < count; k++) {
@@ -202,6 +217,7 @@ void Applier::SendBatch() {
       open_transaction(k);
       queued(conn_->SendPrepared("trellara_commit_record", session_.CommitRecordParams(tx.ready)));
       expects_.push_back({k, What::Record, {}});
+      delete_staged(k, {&tx.ready});
     }
     for (size_t p = 0; p < tx.plans.size(); p++) {
       if (superseded.count > 0 && superseded.superseded[k][p]) {

@@ -298,6 +298,12 @@ Attempt Applier::ApplyInTransaction(const ReadyTransaction& ready, bool resolves
       failure = CreateAhead(change, failure, create, relations, tx,
                             [&] { return ExecuteChange(change, relations, tx); });
     }
+    // A partitioned transaction merged from its staged chunks (MaterializePartitioned): they go
+    // in the target transaction that publishes it.
+    if (!failure && ready.partitioned())
+      Step(conn_->ExecParams("DELETE FROM trellara.partition_stage WHERE flow = $1 AND commit_lsn = $2::pg_lsn",
+                             {config_.flow_name, FormatLsn(tx.commit_lsn)}),
+           "DELETE of the staged chunks", tx, failure);
   } else if (!failure && ready.partitioned()) {
     failure = ApplyPartitionedChanges(ready);
   } else if (!failure) {

@@ -61,6 +61,8 @@ PgResult PartitionApplier::Must(PgResult result, const std::string& what) {
 void PartitionApplier::Connect() {
   batch_open_ = false;  // a batch of a lost session was rolled back with it: resume re-reads it
   batch_transactions_ = batch_chunks_ = batch_duplicates_ = 0;
+  batch_rows_.clear();
+  batch_bytes_ = 0;
   conn_ = ConnectPinned(config_, config_.target_conninfo, "target",
                         "trellara partition " + std::to_string(partition_) + " " + config_.flow_name);
   Must(conn_->Exec(TargetSchemaScript()), "creating the trellara state schema (sql/trellara_target.sql)");
@@ -189,6 +191,7 @@ void PartitionApplier::Pump() {
     seen_lsn_ = std::max(seen_lsn_, ready.tx.commit_lsn);
     seen_offset_ = std::max(seen_offset_, barrier_.RetainFromOffset().value_or(ready.end_offset));
     if (batch_open_ && (batch_transactions_ >= cadence::kPartitionBatchTransactions ||
+                        batch_bytes_ >= cadence::kPartitionBatchBytes ||
                         std::chrono::steady_clock::now() - batch_started_ > cadence::kPartitionBatchAge))
       CommitBatch();
     if (!batch_open_ && std::chrono::steady_clock::now() - last_checkpoint_write > cadence::kApplierOffsetWrite) {
@@ -237,20 +240,13 @@ std::optional<PartitionApplier::Refusal> PartitionApplier::Stage(const ReadyTran
          "recording the checkpoint of " + Name());
     fault::Hit("partition.after_checkpoint_before_stage");
   }
-  // Staged into the open batch (a target transaction holding the part of several source
-  // transactions, committed with the checkpoint of the last one: CommitBatch), behind a savepoint
-  // so that a refusal takes back only this transaction's part.
-  if (!batch_open_) {
-    Must(conn_->Exec("BEGIN"), "BEGIN for " + tx);
-    batch_open_ = true;
-    batch_started_ = std::chrono::steady_clock::now();
-  }
-  Must(conn_->Exec("SAVEPOINT trellara_tx"), "SAVEPOINT for " + tx);
+  // Every chunk of this partition is checked before anything of the transaction is staged: a
+  // refusal leaves nothing of it behind (the transactions before it keep their evidence).
   std::map<uint32_t, ChunkRef> accepted;
+  std::vector<StagedRow> rows;
   uint64_t duplicates = 0;
   auto refuse = [&](const std::string& why) {
-    Must(conn_->Exec("ROLLBACK TO SAVEPOINT trellara_tx"), "ROLLBACK TO SAVEPOINT of " + tx);
-    CommitBatch();  // the transactions before it keep their evidence
+    CommitBatch();
     return std::optional<Refusal>(Refusal{why});
   };
   for (const ChunkLocation* loc : mine) {
@@ -283,20 +279,23 @@ std::optional<PartitionApplier::Refusal> PartitionApplier::Stage(const ReadyTran
     if (auto mismatch = partition::CheckRowsRoute(map, *chunk, partition_))
       return refuse(*mismatch + " (" + tx + ")");
     accepted.emplace(chunk->seq, ref);
-    // Fault point (tests): a chunk of this partition is staged in the open target transaction.
-    fault::Hit("partition.after_stage_chunk");
-    Must(conn_->ExecParams("INSERT INTO trellara.partition_stage (flow, commit_lsn, seq, partition, xid, record) "
-                           "VALUES ($1, $2::pg_lsn, $3, $4, $5, $6::bytea)",
-                           {config_.flow_name, Lsn(ready.tx.commit_lsn), std::to_string(chunk->seq),
-                            std::to_string(partition_), std::to_string(ready.tx.xid),
-                            "\\x" + HexEncode(bytes.data(), bytes.size())}),
-         "staging chunk " + std::to_string(chunk->seq) + " of " + tx);
+    rows.push_back(StagedRow{Lsn(ready.tx.commit_lsn), chunk->seq, ready.tx.xid, HexEncode(bytes.data(), bytes.size())});
   }
   if (const auto missing = partition::MissingChunks(partition_, manifest.chunks, accepted); !missing.empty()) {
     std::string seqs;
     for (uint32_t s : missing) seqs += (seqs.empty() ? "" : ", ") + std::to_string(s);
     return refuse("the manifest of " + tx + " lists chunk(s) " + seqs + " for partition " + std::to_string(partition_) +
                   " that it did not accept: missing_chunk");
+  }
+  // Into the open batch: staged on the target, with the checkpoint of its last transaction, in
+  // one target transaction when the batch commits (CommitBatch).
+  if (!batch_open_) {
+    batch_open_ = true;
+    batch_started_ = std::chrono::steady_clock::now();
+  }
+  for (StagedRow& row : rows) {
+    batch_bytes_ += row.record_hex.size();
+    batch_rows_.push_back(std::move(row));
   }
   batch_lsn_ = ready.tx.commit_lsn;
   batch_offset_ = std::stoull(resume);
@@ -312,6 +311,28 @@ std::optional<PartitionApplier::Refusal> PartitionApplier::Stage(const ReadyTran
 // evidence for them become durable together, or neither does.
 void PartitionApplier::CommitBatch() {
   if (!batch_open_) return;
+  Must(conn_->Exec("BEGIN"), "BEGIN of the staged chunks of " + Name());
+  if (!batch_rows_.empty()) {
+    // Every chunk of the batch in one statement (arrays of hex digits, LSNs and integers need no
+    // quoting in an array literal).
+    std::string lsns = "{", seqs = "{", xids = "{", records = "{";
+    for (const StagedRow& row : batch_rows_) {
+      const char* sep = lsns.size() > 1 ? "," : "";
+      lsns += sep + row.commit_lsn;
+      seqs += sep + std::to_string(row.seq);
+      xids += sep + std::to_string(row.xid);
+      records += sep + row.record_hex;
+    }
+    Must(conn_->ExecParams("INSERT INTO trellara.partition_stage (flow, commit_lsn, seq, partition, xid, record) "
+                           "SELECT $1, l::pg_lsn, s, $2::int, x, decode(r, 'hex') "
+                           "FROM unnest($3::text[], $4::int[], $5::bigint[], $6::text[]) AS t(l, s, x, r)",
+                           {config_.flow_name, std::to_string(partition_), lsns + "}", seqs + "}", xids + "}",
+                            records + "}"}),
+         "staging " + std::to_string(batch_rows_.size()) + " chunk(s) of " + Name());
+    // Fault point (tests): the chunks are staged in the open target transaction, the checkpoint
+    // not moved yet (one pass per chunk).
+    for (size_t i = 0; i < batch_rows_.size(); i++) fault::Hit("partition.after_stage_chunk");
+  }
   if (batch_transactions_ > 0) {
     const SqlParams checkpoint{config_.flow_name, std::to_string(partition_), Lsn(batch_lsn_),
                                std::to_string(batch_offset_), std::to_string(batch_map_version_),
@@ -340,6 +361,8 @@ void PartitionApplier::CommitBatch() {
     duplicate_chunks_ += batch_duplicates_;
   }
   batch_transactions_ = batch_chunks_ = batch_duplicates_ = 0;
+  batch_rows_.clear();
+  batch_bytes_ = 0;
 }
 
 void PartitionApplier::Halt(uint64_t commit_lsn, const std::string& reason) {

@@ -71,6 +71,14 @@ class PartitionApplier {
   uint64_t stop_offset_ = UINT64_MAX; // --until-caught-up: the log's published end at start
   // The open batch: one target transaction staging several source transactions' parts, committed
   // with the checkpoint of its last one (bounds: core cadence kPartitionBatchTransactions/Age).
+  struct StagedRow {
+    std::string commit_lsn;  // formatted
+    uint32_t seq = 0;
+    uint32_t xid = 0;
+    std::string record_hex;  // the chunk's log record, byte for byte
+  };
+  std::vector<StagedRow> batch_rows_;  // staged at the batch's commit, with its checkpoint
+  uint64_t batch_bytes_ = 0;
   bool batch_open_ = false;
   std::chrono::steady_clock::time_point batch_started_;
   uint64_t batch_lsn_ = 0;

@@ -62,6 +62,8 @@ inline constexpr milliseconds kTerminalRedraw{1000};
 // stop, before a refusal is recorded). The age bounds how long the publisher waits for evidence.
 inline constexpr uint64_t kPartitionBatchTransactions = 256;
 inline constexpr milliseconds kPartitionBatchAge{20};
+// ... or once the chunks it holds in memory (hex) reach this many bytes.
+inline constexpr uint64_t kPartitionBatchBytes = 16u << 20;
 
 // ---- forwarder (trellara forward, docs/broker.md) ----
 // A publish the broker did not acknowledge (no quorum, unreachable) is tried again after 100 ms,
