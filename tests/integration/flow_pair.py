@@ -37,7 +37,7 @@ import time
 
 from capture_support import (TRELLARA_BIN, CaptureFailure, assert_no_backend_crashes, log_records, lsn_to_int,
                              setup_flow, wait_for, write_flow_config)
-from harness import Cluster
+from harness import Cluster, ClusterError
 
 
 def table_digest(cluster, table, dbname="postgres"):
@@ -71,9 +71,12 @@ def wait_log_covers_source(source, flow="app", timeout_s=120, fail_on_error=Fals
     started = time.monotonic()
     deadline = started + timeout_s
     while True:
-        row = source.query("SELECT coalesce(log_durable_lsn::text, '0/0') || ' ' || state || ' ' || "
-                           f"coalesce(last_error, '') FROM trellara.status() WHERE flow = '{flow}'", dbname=dbname)
-        durable, state, error = (row.split(" ", 2) + ["", ""])[:3] if row else ("0/0", "absent", "")
+        try:
+            row = source.query("SELECT coalesce(log_durable_lsn::text, '0/0') || ' ' || state || ' ' || "
+                               f"coalesce(last_error, '') FROM trellara.status() WHERE flow = '{flow}'", dbname=dbname)
+            durable, state, error = (row.split(" ", 2) + ["", ""])[:3] if row else ("0/0", "absent", "")
+        except ClusterError as failed:  # the server restarting: asked again until the deadline
+            durable, state, error = "0/0", "unreachable", str(failed)[-300:]
         if lsn_to_int(durable) >= target_lsn:
             return time.monotonic() - started
         if fail_on_error and state == "error":

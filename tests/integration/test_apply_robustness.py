@@ -63,15 +63,14 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (CaptureFailure, assert_no_backend_crashes, TRELLARA_BIN, log_records, log_transactions, lsn_to_int,  # noqa: E402
-                             run_pgbench, setup_flow, wait_for, run_scenarios, scenario, record_fault_fired,
+from capture_support import (CaptureFailure, TRELLARA_BIN, log_records, log_transactions, lsn_to_int,  # noqa: E402
+                             run_pgbench, wait_for, run_scenarios, scenario, record_fault_fired,
                              record_faults_from_output)
-from harness import Cluster, PG_BIN  # noqa: E402
+from harness import PG_BIN  # noqa: E402
 import oracle  # noqa: E402
 import flow_pair  # noqa: E402
 
@@ -89,15 +88,10 @@ def quote_literal(text):
     return "'" + text.replace("'", "''") + "'"
 
 
-def table_digest(cluster, qualified):
-    return cluster.query(f"SELECT count(*) || ' ' || coalesce(md5(string_agg(md5(t::text), ',' ORDER BY md5(t::text))),"
-                         f" '-') FROM {qualified} t")
-
-
 def assert_same_data(source, target, tables, label):
     differing = []
     for table in tables:
-        want, have = table_digest(source, table), table_digest(target, table)
+        want, have = flow_pair.table_digest(source, table), flow_pair.table_digest(target, table)
         print(f"{label}: {table}: source {want}, target {have}")
         if want != have:
             differing.append(table)
@@ -128,12 +122,9 @@ def assert_each_transaction_applied_once(target, log_dir, label):
 
 
 def wait_log_covers_source(source, timeout_s=90):
-    target_lsn = lsn_to_int(source.query("SELECT pg_current_wal_lsn()"))
-
-    def covered():
-        text = source.query("SELECT log_durable_lsn FROM trellara.status() WHERE flow = 'app'")
-        return text and lsn_to_int(text) >= target_lsn
-    wait_for("the log of flow app to cover the source's WAL position", covered, timeout_s)
+    """flow_pair.wait_log_covers_source for flow app with this script's 90 s ceiling (kept under
+    this name: other scripts import it from here)."""
+    return flow_pair.wait_log_covers_source(source, timeout_s=timeout_s)
 
 
 def apply_command(config_path):
@@ -175,13 +166,6 @@ def kill9(proc):
 
 def applier_session_gone(target):
     return target.query("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'trellara/app'") == "0"
-
-
-def log_has_records(log_dir):
-    try:
-        return bool(log_records(log_dir))
-    except CaptureFailure:
-        return False
 
 
 class FlowPair(flow_pair.FlowPair):
@@ -555,12 +539,9 @@ def diagnostics(pair):
     """`trellara status --view diagnostics` of the pair's flow, as JSON and as text."""
     views = {}
     for fmt in ("json", "text"):
-        result = subprocess.run([TRELLARA_BIN, "status", "--config", pair.config, "--view", "diagnostics", "--format",
-                                 fmt], capture_output=True, text=True, timeout=60)
-        if result.returncode != 0:
-            raise CaptureFailure(f"status --view diagnostics --format {fmt} exited {result.returncode}: "
-                                 f"{result.stderr.strip()[-500:]}")
-        views[fmt] = result.stdout
+        views[fmt] = flow_pair.run_trellara(["status", "--config", pair.config, "--view", "diagnostics", "--format",
+                                             fmt], timeout_s=60,
+                                            what=f"status --view diagnostics --format {fmt}").stdout
     try:
         return json.loads(views["json"]), views["text"]
     except ValueError as e:

@@ -63,14 +63,13 @@ handle; clusters are stopped by the harness by PID) and never leave a cluster ru
 import os
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (CaptureFailure, TRELLARA_BIN, assert_no_backend_crashes, lsn_to_int,  # noqa: E402
-                             record_fault_fired, record_faults_from_output, run_pgbench, run_scenarios, scenario,
-                             setup_flow, verify_with_applier, wait_for, checks_fail_under_defect)
-from harness import Cluster, PG_BIN  # noqa: E402
+from capture_support import (CaptureFailure, TRELLARA_BIN, assert_no_backend_crashes,  # noqa: E402
+                             record_faults_from_output, run_scenarios, scenario, verify_with_applier, wait_for,
+                             checks_fail_under_defect)
+from harness import PG_BIN  # noqa: E402
 import flow_pair  # noqa: E402
 
 EXIT_BLOCKED = 3
@@ -119,18 +118,9 @@ def trellara_command(args, env):
     return [TRELLARA_BIN, *args]
 
 
-def wait_log_covers_source(source, timeout_s=90):
-    target_lsn = lsn_to_int(source.query("SELECT pg_current_wal_lsn()"))
-
-    def covered():
-        text = source.query("SELECT log_durable_lsn FROM trellara.status() WHERE flow = 'app'")
-        return text and lsn_to_int(text) >= target_lsn
-    wait_for("the log of flow app to cover the source's WAL position", covered, timeout_s)
-
-
 def apply_until_caught_up(pair, env=None):
-    result = subprocess.run(trellara_command(["apply", "--config", pair.config, "--until-caught-up"], env),
-                            capture_output=True, text=True, timeout=APPLY_TIMEOUT_S, env=env)
+    result = flow_pair.run_trellara(["apply", "--config", pair.config, "--until-caught-up"], expect=None, env=env,
+                                    timeout_s=APPLY_TIMEOUT_S)
     record_faults_from_output(result.stderr)
     last = [line for line in result.stdout.splitlines() if line.startswith("apply flow=")]
     print(f"apply --until-caught-up: exit {result.returncode}: {last[-1] if last else result.stderr.strip()[-600:]}")
@@ -216,7 +206,7 @@ def run_migration(pair, env=None, kills=True):
         if writer.poll() is None:
             writer.kill()
             writer.communicate(timeout=30)
-    wait_log_covers_source(pair.source)
+    pair.wait_log_covers_source(timeout_s=90)
     problems = []
     result = apply_until_caught_up(pair, env)
     stderr += result.stderr
@@ -299,10 +289,8 @@ def expect_quarantine(pair, reason, xid):
 
 
 def replay_ready(pair, xid, lsn):
-    result = subprocess.run([TRELLARA_BIN, "quarantine", "replay-ready", "--config", pair.config, "--xid", str(xid),
-                             "--commit-lsn", lsn], capture_output=True, text=True, timeout=60)
-    if result.returncode != 0:
-        raise CaptureFailure(f"quarantine replay-ready exited {result.returncode}: {result.stderr}")
+    flow_pair.run_trellara(["quarantine", "replay-ready", "--config", pair.config, "--xid", str(xid), "--commit-lsn", lsn],
+                           timeout_s=60, what="quarantine replay-ready")
 
 
 def assert_converged(pair, label, env=None):
@@ -313,9 +301,7 @@ def assert_converged(pair, label, env=None):
     if want != have:
         raise CaptureFailure(f"{label}: columns differ:\nsource:\n{want}\ntarget:\n{have}")
     for table in ("app.accounts", "app.events"):
-        digest = (f"SELECT count(*) || ' ' || coalesce(md5(string_agg(md5(t::text), ',' ORDER BY md5(t::text))), '-') "
-                  f"FROM {table} t")
-        if pair.source.query(digest) != pair.target.query(digest):
+        if flow_pair.table_digest(pair.source, table) != flow_pair.table_digest(pair.target, table):
             raise CaptureFailure(f"{label}: {table} differs between source and target")
     if pair.target.query("SELECT count(*) FROM trellara.quarantine WHERE state <> 'resolved'") != "0":
         raise CaptureFailure(f"{label}: open quarantine rows remain: {quarantine_rows(pair.target)}")
@@ -329,7 +315,7 @@ def ddl_halt_stops_at_the_ddl_transaction_and_resumes_after_repair():
         pair.source.psql("INSERT INTO app.events VALUES (1, 1, 10);")
         xid = source_tx(pair, "ALTER TABLE app.accounts ADD COLUMN region text")
         pair.source.psql("UPDATE app.accounts SET region = 'eu' WHERE id = 1; INSERT INTO app.events VALUES (2, 1, 20);")
-        wait_log_covers_source(pair.source)
+        pair.wait_log_covers_source(timeout_s=90)
         result = apply_until_caught_up(pair)
         if result.returncode != EXIT_BLOCKED:
             raise CaptureFailure(f"expected exit {EXIT_BLOCKED} at the DDL transaction, got {result.returncode}: "
@@ -352,7 +338,7 @@ def rolled_back_ddl_leaves_no_trace():
                          "CREATE TABLE app.junk (id int PRIMARY KEY); INSERT INTO app.junk VALUES (1); "
                          "INSERT INTO app.events VALUES (1, 1, 1); ROLLBACK;"
                          "INSERT INTO app.events VALUES (2, 2, 2);")
-        wait_log_covers_source(pair.source)
+        pair.wait_log_covers_source(timeout_s=90)
         assert_converged(pair, "after a rolled-back DDL")
         if "junk" in columns(pair.target):
             raise CaptureFailure("the rolled-back DDL left a trace on the target")
@@ -370,7 +356,7 @@ def check_drift_without_ddl_record(pair, env=None, outputs=None):
         return result
 
     pair.source.psql("INSERT INTO app.events VALUES (1, 1, 10); UPDATE app.accounts SET balance = 1 WHERE id = 1;")
-    wait_log_covers_source(pair.source)
+    pair.wait_log_covers_source(timeout_s=90)
     first = apply()
     if first.returncode != 0:
         raise CaptureFailure(f"the first run must apply: exit {first.returncode}: {first.stderr[-1500:]}")
@@ -380,7 +366,7 @@ def check_drift_without_ddl_record(pair, env=None, outputs=None):
     xid = source_tx(pair, "INSERT INTO app.events VALUES (2, 2, 20); "
                           "UPDATE app.accounts SET region = 'eu', balance = 2 WHERE id = 2")
     pair.source.psql("INSERT INTO app.events VALUES (3, 3, 30);")
-    wait_log_covers_source(pair.source)
+    pair.wait_log_covers_source(timeout_s=90)
     result = apply()
     if result.returncode != EXIT_BLOCKED:
         raise CaptureFailure(f"expected exit {EXIT_BLOCKED} at the drifted transaction, got {result.returncode}: "
@@ -420,7 +406,7 @@ def unsupported_ddl_is_quarantined():
     with SchemaPair("schema-unsupported") as pair:
         pair.source.psql("INSERT INTO app.events VALUES (1, 1, 10);")
         xid = source_tx(pair, "ALTER TABLE app.accounts ALTER COLUMN balance TYPE bigint USING balance * 2")
-        wait_log_covers_source(pair.source)
+        pair.wait_log_covers_source(timeout_s=90)
         result = apply_until_caught_up(pair)
         if result.returncode != EXIT_BLOCKED:
             raise CaptureFailure(f"expected exit {EXIT_BLOCKED}, got {result.returncode}: {result.stderr[-1500:]}")
@@ -442,11 +428,11 @@ def rewrites_planned_as_no_change_are_quarantined():
                       "ALTER COLUMN status SET DEFAULT 'new'"):
         with SchemaPair("schema-rewrite") as pair:
             pair.source.psql("INSERT INTO app.events VALUES (1, 1, 10), (2, 1, 20);")
-            wait_log_covers_source(pair.source)
+            pair.wait_log_covers_source(timeout_s=90)
             if apply_until_caught_up(pair).returncode != 0:
                 raise CaptureFailure("the rows before the DDL were not applied")
             xid = source_tx(pair, statement)
-            wait_log_covers_source(pair.source)
+            pair.wait_log_covers_source(timeout_s=90)
             result = apply_until_caught_up(pair)
             if result.returncode != EXIT_BLOCKED:
                 raise CaptureFailure(f"{statement}: expected exit {EXIT_BLOCKED}, got {result.returncode}: "
@@ -462,13 +448,13 @@ def drop_table_keeps_or_drops_the_target_table_by_policy():
     for policy, kept in (("keep", True), ("apply", False)):
         with SchemaPair(f"schema-drop-{policy}", apply_settings=f'ddl_drop_table = "{policy}"') as pair:
             pair.source.psql("INSERT INTO app.events VALUES (1, 1, 10);")
-            wait_log_covers_source(pair.source)
+            pair.wait_log_covers_source(timeout_s=90)
             if apply_until_caught_up(pair).returncode != 0 or pair.target.query(
                     "SELECT count(*) FROM trellara.relation_schemas WHERE name = 'events'") != "1":
                 raise CaptureFailure("the first write of app.events did not record it in trellara.relation_schemas")
             pair.source.psql("DROP TABLE app.events;")
             pair.source.psql("UPDATE app.accounts SET balance = 5 WHERE id = 1;")
-            wait_log_covers_source(pair.source)
+            pair.wait_log_covers_source(timeout_s=90)
             result = apply_until_caught_up(pair)
             if result.returncode != 0:
                 raise CaptureFailure(f"ddl_drop_table = {policy}: apply exited {result.returncode}: "
@@ -531,7 +517,7 @@ def declarative_partitioning_is_followed():
             "INSERT INTO app.orders_2025 VALUES (7000, '2030-01-01', 'eu', 3);"
             "UPDATE app.orders_2025 SET amount = 0 WHERE id % 4 = 0;"
             "INSERT INTO app.orders VALUES (7001, '2026-06-01', 'eu', 4), (7002, '2026-06-01', 'apac', 5);")
-        wait_log_covers_source(pair.source)
+        pair.wait_log_covers_source(timeout_s=90)
         result = apply_until_caught_up(pair)
         if result.returncode != 0:
             raise CaptureFailure(f"apply exited {result.returncode}: {result.stderr[-1500:]} "
@@ -583,14 +569,12 @@ def renamed_types_are_renamed_on_the_target():
 def assert_converged_without_quarantine(pair, tables):
     """`trellara apply --until-caught-up` exits 0, each of `tables` equals the source's row by row,
     their columns are the source's, and nothing is quarantined."""
-    wait_log_covers_source(pair.source)
+    pair.wait_log_covers_source(timeout_s=90)
     result = apply_until_caught_up(pair)
     if result.returncode != 0:
         raise CaptureFailure(f"apply exited {result.returncode}: {result.stderr[-1500:]} {quarantine_rows(pair.target)}")
     for table in tables:
-        digest = (f"SELECT count(*) || ' ' || coalesce(md5(string_agg(md5(t::text), ',' ORDER BY md5(t::text))), "
-                  f"'-') FROM {table} t")
-        source, target = pair.source.query(digest), pair.target.query(digest)
+        source, target = flow_pair.table_digest(pair.source, table), flow_pair.table_digest(pair.target, table)
         print(f"{table}: source {source}, target {target}")
         if source != target:
             raise CaptureFailure(f"{table} differs between source and target")
@@ -650,7 +634,7 @@ def ddl_during_snapshot_copy_withholds_handoff():
         # The DDL (and a write of the new column) reaches the target while the copy is unfinished.
         xid = source_tx(pair, "ALTER TABLE app.accounts ADD COLUMN tier text NOT NULL DEFAULT 'basic'")
         pair.source.psql("UPDATE app.accounts SET tier = 'gold' WHERE id % 5 = 0;")
-        wait_log_covers_source(pair.source)
+        pair.wait_log_covers_source(timeout_s=90)
         applied = apply_until_caught_up(pair)
         if applied.returncode != 0:
             raise CaptureFailure(f"apply exited {applied.returncode}: {applied.stderr[-1500:]}")

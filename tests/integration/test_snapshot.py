@@ -47,15 +47,13 @@ import random
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import (CaptureFailure, TRELLARA_BIN, assert_no_backend_crashes, lsn_to_int,  # noqa: E402
-                             record_faults_from_output, run_scenarios, scenario, setup_flow, wait_for)
-from harness import Cluster, PG_BIN  # noqa: E402
+from capture_support import (CaptureFailure, TRELLARA_BIN, assert_no_backend_crashes,  # noqa: E402
+                             record_faults_from_output, run_scenarios, scenario, wait_for)
 import flow_pair  # noqa: E402
 
 ITEMS = 6000
@@ -375,15 +373,6 @@ def negative_control_snapshot_failure_not_recorded_is_caught():
                              "the failed table left copying with no last_error")
 
 
-def wait_log_covers_source(source, flow="app", timeout_s=120):
-    target_lsn = lsn_to_int(source.query("SELECT pg_current_wal_lsn()"))
-
-    def covered():
-        text = source.query(f"SELECT log_durable_lsn FROM trellara.status() WHERE flow = '{flow}'")
-        return text and lsn_to_int(text) >= target_lsn
-    wait_for(f"the log of flow {flow} to cover the source's WAL", covered, timeout_s)
-
-
 def snapshot_kill9_repeated_while_source_writes():
     kill9_repeated_while_source_writes(applier_running=False)
 
@@ -460,7 +449,7 @@ def kill9_repeated_while_source_writes(applier_running):
                 with open(os.path.join(p.work.name, "apply.log")) as log:
                     raise CaptureFailure(f"the applier stopped during the snapshot: {log.read()[-2000:]}")
             # The ending: verify, live beside the applier, at one exact point.
-            wait_log_covers_source(p.source)
+            p.wait_log_covers_source()
             verify = subprocess.run([TRELLARA_BIN, "verify", "--config", p.config], capture_output=True, text=True,
                                     timeout=300)
             print(verify.stdout.strip()[-800:])
@@ -484,7 +473,7 @@ def kill9_repeated_while_source_writes(applier_running):
               + ", ".join(f"{t['table']} {t['chunks']} chunks ({t['chunks_skipped']} skipped)" for t in summary["tables"]))
         # Depends on the applier's handoff rule (docs/snapshot.md "The applier's rule"): the stream
         # applies exactly the changes each chunk's snapshot did not see.
-        wait_log_covers_source(p.source)
+        p.wait_log_covers_source()
         trellara("apply", "--config", p.config, "--until-caught-up", timeout=600)
         p.expect_same("after the snapshot and apply --until-caught-up")
 

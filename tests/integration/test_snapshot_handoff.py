@@ -56,14 +56,13 @@ import select
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (CaptureFailure, TRELLARA_BIN, assert_no_backend_crashes, lsn_to_int,  # noqa: E402
-                             run_scenarios, scenario, setup_flow, wait_for)
-from harness import Cluster, PG_BIN  # noqa: E402
+                             run_scenarios, scenario, wait_for)
+from harness import PG_BIN  # noqa: E402
 import flow_pair  # noqa: E402
 
 EXIT_BLOCKED = 3
@@ -226,15 +225,6 @@ def stop_applier(proc, expect_code=0):
     if proc.returncode != expect_code:
         raise CaptureFailure(f"the applier exited {proc.returncode}, expected {expect_code}: {err[-3000:]}")
     return out, err
-
-
-def wait_log_covers_source(source, timeout_s=90):
-    want = lsn_to_int(source.query("SELECT pg_current_wal_lsn()"))
-
-    def covered():
-        text = source.query(f"SELECT log_durable_lsn FROM trellara.status() WHERE flow = '{FLOW}'")
-        return text and lsn_to_int(text) >= want
-    wait_for("the log to cover the source's WAL position", covered, timeout_s)
 
 
 def items_digest(cluster, table="items"):
@@ -414,7 +404,7 @@ def boundary_run(label, env=None):
         src.query("BEGIN; INSERT INTO public.items VALUES (205, 5, 't4'); "
                   "UPDATE public.items SET id = 95 WHERE id = 210; UPDATE public.items SET note = NULL WHERE id = 1; "
                   "COMMIT;")
-        wait_log_covers_source(src)
+        flow_pair.wait_log_covers_source(src, FLOW, timeout_s=90)
         if pair.target.query("SELECT count(*) FROM trellara.applied_transactions") != "0":
             raise CaptureFailure("the applier applied something before the scenario ran it")
         result = apply_until_caught_up(pair, env, 0)
@@ -487,7 +477,7 @@ def snapshot_handoff_recorded_before_stream_start(env=None, label="snap-stream")
         # T8: after every copy: key moves across chunks both ways, an insert, a delete.
         src.query("BEGIN; UPDATE public.items SET id = 245 WHERE id = 40; UPDATE public.items SET id = 45 WHERE id = 240;"
                   " INSERT INTO public.items VALUES (5, 8, 't8'); DELETE FROM public.items WHERE id = 160; COMMIT;")
-        wait_log_covers_source(src)
+        flow_pair.wait_log_covers_source(src, FLOW, timeout_s=90)
         stop_applier(applier, 0)
         apply_until_caught_up(pair, env, 0)
         assert_identical(pair, label)
@@ -549,7 +539,7 @@ def snapshot_copy_beside_live_stream_converges():
             out, err = bench.communicate(timeout=60)
         processed = [line for line in out.splitlines() if "processed" in line]
         print(f"pgbench: {processed[0] if processed else err.strip()[-300:]}")
-        wait_log_covers_source(src)
+        flow_pair.wait_log_covers_source(src, FLOW, timeout_s=90)
         _, err = stop_applier(applier, 0)
         if "event=registry_loaded version=2" not in err:
             raise CaptureFailure(f"the running applier did not reload the registry when public.extra was registered: "
@@ -580,7 +570,7 @@ def truncate_of_a_table_under_snapshot_applies_per_chunk():
         src.query("BEGIN; TRUNCATE public.items; INSERT INTO public.items VALUES (5, 1, 'after'), (105, 1, 'after'); "
                   "COMMIT;")
         copier.copy(1)
-        wait_log_covers_source(src)
+        flow_pair.wait_log_covers_source(src, FLOW, timeout_s=90)
         apply_until_caught_up(pair, None, 0)
         if skips_of(pair, 2) != "1":
             raise CaptureFailure(f"the TRUNCATE should have left a skip in pending chunk 2, found {skips_of(pair, 2)}")
@@ -619,7 +609,7 @@ def registry_change_under_a_transaction_is_retried_not_quarantined():
                                  f"{skips_of(pair, 0)}")
         for no, _, _ in THREE_CHUNKS:
             copier.copy(no)
-        wait_log_covers_source(src)
+        flow_pair.wait_log_covers_source(src, FLOW, timeout_s=90)
         _, err = stop_applier(applier, 0)
         for version in ("version=2", "version=3"):
             if f"event=registry_loaded {version}" not in err:
@@ -664,7 +654,7 @@ def hold_stops_applier_at_its_lsn_then_releases():
         src.query("INSERT INTO public.items SELECT g, g, 'after' FROM generate_series(2000, 2019) g;")
         src.query("UPDATE public.items SET note = 'after too' WHERE id = 1000;")
         request_hold(holder, "h1", hold_lsn)
-        wait_log_covers_source(src)
+        flow_pair.wait_log_covers_source(src, FLOW, timeout_s=90)
         applier = start_applier(pair)
         wait_for("hold h1 to be reached", lambda: hold_state(pair, "h1").startswith("reached"), 60)
         state = hold_state(pair, "h1")
@@ -701,7 +691,7 @@ def hold_stops_applier_at_its_lsn_then_releases():
         wait_for("idle hold h3 to be reached through a progress marker",
                  lambda: hold_state(pair, "h3").startswith("reached"), 90, 0.5)
         src.query("INSERT INTO public.items VALUES (3000, 3, 'after idle hold');")
-        wait_log_covers_source(src)
+        flow_pair.wait_log_covers_source(src, FLOW, timeout_s=90)
         time.sleep(1.0)
         if pair.target.query("SELECT count(*) FROM public.items WHERE id = 3000") != "0":
             raise CaptureFailure("the applier applied a transaction after idle hold h3 while it was held")

@@ -52,16 +52,14 @@ import os
 import shlex
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import (CaptureFailure, PsqlSession, TRELLARA_BIN, assert_no_backend_crashes,  # noqa: E402
-                             lsn_to_int, run_pgbench, run_scenarios, scenario,
-                             setup_flow, wait_for, checks_fail_under_defect)
-from harness import Cluster, PG_BIN  # noqa: E402
+                             run_pgbench, run_scenarios, scenario, wait_for, checks_fail_under_defect)
+from harness import PG_BIN  # noqa: E402
 import flow_pair  # noqa: E402
 
 SIMULATE = os.environ.get("TRELLARA_HOLD_SIMULATION") == "1"
@@ -194,7 +192,7 @@ class VerifyPair(flow_pair.FlowPair):
         """Simulation only: the target applies everything the source committed before a verify."""
         if not SIMULATE:
             return
-        wait_log_covers_source(self.source)
+        self.wait_log_covers_source(timeout_s=90)
         standing_in = self.stand_in is not None
         if standing_in:  # it holds the applier's lock: `apply` would refuse to run beside it
             self.stop_applier()
@@ -210,15 +208,6 @@ class VerifyPair(flow_pair.FlowPair):
     def __exit__(self, exc_type, exc, tb):
         self.stop_applier()
         return super().__exit__(exc_type, exc, tb)
-
-
-def wait_log_covers_source(source, timeout_s=90):
-    wanted = lsn_to_int(source.query("SELECT pg_current_wal_lsn()"))
-
-    def covered():
-        text = source.query("SELECT log_durable_lsn FROM trellara.status() WHERE flow = 'app'")
-        return text and lsn_to_int(text) >= wanted
-    wait_for("the log of flow app to cover the source's WAL", covered, timeout_s)
 
 
 def table(report, name):
