@@ -12,6 +12,11 @@ divergence_fuzz.py; docs/apply.md "Divergence fuzzer"; issue 35 item 2).
       workload), then `trellara apply --until-caught-up`; then either every table equals the source's by
       its own rows (exit 0), or the flow halted at a quarantine naming its cause (exit 3). Exit 0
       with a difference is a silent divergence: the seed fails, named with its command.
+  divergence_fuzzer_partitioned_finds_no_silent_divergence
+      the same seeds with the flow partitioned (trellara.set_partitioning, 3 partitions) before the
+      workload: each apply runs the partition appliers (`trellara apply --partition K
+      --until-caught-up`), then the publisher; the same verdicts, and the partition appliers must
+      have staged transaction parts (the flow really ran partitioned).
 
 Budget: TRELLARA_FUZZ_SEEDS (default "1-5": CI's budget; seed 1 adds, uses and renames enum
 labels, seeds 1 and 4 apply with a daemon beside the snapshot, seed 3 one transaction at a time,
@@ -85,7 +90,18 @@ def snapshot_beside_the_stream(config, tables, force=False):
     return None
 
 
-def run_seed(seed, rounds):
+def apply_flow(pair, partitions):
+    """`trellara apply --until-caught-up`; a partitioned flow's partition appliers first, each until
+    it has staged what the log holds (exit 0, or 3 when it refused a transaction: the publisher
+    then quarantines it)."""
+    for k in range(partitions):
+        staged = pair.apply("--partition", str(k), "--until-caught-up", expect=None, timeout_s=900)
+        if staged.returncode not in (0, EXIT_BLOCKED):
+            raise CaptureFailure(f"partition applier {k} exited {staged.returncode}: {staged.stderr[-1500:]}")
+    return pair.apply(expect=None, timeout_s=900)
+
+
+def run_seed(seed, rounds, partitions=0):
     gen = divergence_fuzz.Generator(seed, rounds)
     # Chunked transactions at a few hundred changes: the chunked paths (COPY runs, batched UPDATEs,
     # early apply) without tables so large that a table matched on every column (REPLICA IDENTITY
@@ -95,10 +111,15 @@ def run_seed(seed, rounds):
     # applier running beside the second part of the workload and the snapshot (early apply of
     # chunked transactions, groups as they come), then --until-caught-up; or grouped batches
     # (merged statements, superseded updates) after the workload.
-    mode = ("one_at_a_time", "daemon", "grouped")[seed % 3]
-    with FuzzPair(f"fz{seed}", gen.schema_sql(), settings,
+    mode = ("one_at_a_time", "daemon", "grouped")[seed % 3] if not partitions else f"partitioned into {partitions}"
+    with FuzzPair(f"fz{seed}{'p' if partitions else ''}", gen.schema_sql(), settings,
                   {"group_transactions": "off"} if mode == "one_at_a_time" else None) as pair:
         source, target, config, work = pair.source, pair.target, pair.config, pair.work.name
+        if partitions:
+            # The documented re-partitioning step (docs/partitioned.md), before the workload.
+            source.query(f"SELECT trellara.set_partitioning('{pair.flow}', 'partitioned', {partitions})")
+            source.query(f"SELECT trellara.stop_flow('{pair.flow}')")
+            source.query(f"SELECT trellara.start_flow('{pair.flow}')")
         transactions = gen.workload()
         split, snapshot_tables = gen.snapshot_plan(len(transactions))
         psql = [os.path.join(PG_BIN, "psql"), "-X", "-q", "-h", source.socket_dir, "-p", str(source.port),
@@ -135,7 +156,7 @@ def run_seed(seed, rounds):
             print(f"seed {seed}: snapshot of {snapshot_tables} beside the workload: {snapshot_note[:600]}; "
                   f"apply, then run it again")
             pair.wait_log_covers_source(timeout_s=300, fail_on_error=True)
-            first = pair.apply(expect=None, timeout_s=900)
+            first = apply_flow(pair, partitions)
             if first.returncode == 0:
                 again = snapshot_beside_the_stream(config, snapshot_tables)
                 if again is not None and "--force" in again:
@@ -147,7 +168,7 @@ def run_seed(seed, rounds):
                     raise CaptureFailure(f"seed {seed}: trellara snapshot of {snapshot_tables} failed again after "
                                          f"the workload and an apply: {again}")
         pair.wait_log_covers_source(timeout_s=300, fail_on_error=True)
-        applied = pair.apply(expect=None, timeout_s=900)
+        applied = apply_flow(pair, partitions)
         pair.check_no_crashes()
         tables = gen.all_tables()
         if applied.returncode == EXIT_BLOCKED:
@@ -160,10 +181,17 @@ def run_seed(seed, rounds):
         if applied.returncode != 0:
             raise CaptureFailure(f"seed {seed}: trellara apply exited {applied.returncode}: {applied.stdout[-800:]} "
                                  f"{applied.stderr[-1500:]}")
+        if partitions:
+            staged = target.query("SELECT coalesce(sum(transactions), 0) || ' ' || count(*) FROM trellara.partition_checkpoints")
+            transactions_staged, partition_rows = (int(v) for v in staged.split())
+            if transactions_staged == 0 or partition_rows != partitions:
+                raise CaptureFailure(f"seed {seed}: the flow was not applied in partitioned mode: {partition_rows} "
+                                     f"partition checkpoint(s), {transactions_staged} transaction part(s) staged")
+            print(f"seed {seed}: {transactions_staged} transaction parts staged by {partition_rows} partition appliers")
         differ = [t for t in tables if own_rows(source, t) != own_rows(target, t)]
         if differ:
             details = "; ".join(f"{t}: source {own_rows(source, t)}, target {own_rows(target, t)}" for t in differ)
-            raise CaptureFailure(f"seed {seed}: SILENT DIVERGENCE — apply exited 0 (caught up) but {len(differ)} "
+            raise CaptureFailure(f"seed {seed} ({mode}): SILENT DIVERGENCE — apply exited 0 (caught up) but {len(differ)} "
                                  f"table(s) differ: {details}. Reproduce: TRELLARA_FUZZ_SEEDS={seed} "
                                  f"TRELLARA_FUZZ_ROUNDS={rounds} python3 tests/integration/test_divergence_fuzz.py")
         if gen.expected_halts:
@@ -174,18 +202,16 @@ def run_seed(seed, rounds):
         return "converged", None
 
 
-@scenario(suite="apply", invariants=("no seed ends caught up with a table that differs from the source",
-                                     "a halted seed names its cause in a quarantine"))
-def divergence_fuzzer_finds_no_silent_divergence():
+def fuzz(seed_list, partitions=0):
     minutes = float(os.environ.get("TRELLARA_FUZZ_MINUTES", "0") or 0)
     rounds = int(os.environ.get("TRELLARA_FUZZ_ROUNDS", "12"))
     began = time.monotonic()
     outcomes = {"converged": 0, "halted": 0}
     unexpected = []
-    for seed in seeds():
+    for seed in seed_list:
         if minutes and time.monotonic() - began > minutes * 60:
             break
-        outcome, note = run_seed(seed, rounds)
+        outcome, note = run_seed(seed, rounds, partitions)
         outcomes[outcome] += 1
         if note:
             unexpected.append((seed, note))
@@ -195,5 +221,19 @@ def divergence_fuzzer_finds_no_silent_divergence():
         print(f"  seed {seed}: {note[:300]}")
 
 
+@scenario(suite="apply", invariants=("no seed ends caught up with a table that differs from the source",
+                                     "a halted seed names its cause in a quarantine"))
+def divergence_fuzzer_finds_no_silent_divergence():
+    fuzz(seeds())
+
+
+@scenario(suite="apply", invariants=("partitioned mode (3 partitions, partition appliers then the publisher) on the "
+                                     "same generated schemas and workloads: no seed ends caught up with a table "
+                                     "that differs from the source",
+                                     "a halted seed names its cause in a quarantine"))
+def divergence_fuzzer_partitioned_finds_no_silent_divergence():
+    fuzz(seeds(), partitions=3)
+
+
 if __name__ == "__main__":
-    run_scenarios([divergence_fuzzer_finds_no_silent_divergence])
+    run_scenarios([divergence_fuzzer_finds_no_silent_divergence, divergence_fuzzer_partitioned_finds_no_silent_divergence])
