@@ -124,8 +124,9 @@ endif
 
 # The committed correctness report (docs/correctness.md, "The committed report"). Write it from
 # the results of a full `make test` of a committed tree, then commit it; CI runs
-# verify-correctness-report after `make test` (.ci/run): it fails when the committed report does
-# not describe this checkout (its source tree digest) and this run's results.
+# verify-correctness-report after `make test` (.ci/run): it fails when the committed report's
+# outcomes (matrix, set of scenarios, each row's status, faults fired, defect caught) are not this
+# run's results (docs/correctness.md section 4).
 CORRECTNESS_REPORT = docs/correctness-report.html
 correctness-report:
 	$(BUILD_DIR)/bin/trellara chaos report --results $(BUILD_DIR)/results --output $(CORRECTNESS_REPORT)

@@ -72,11 +72,9 @@ bool Applier::StartEarly(const TxIdentity& tx, uint32_t seq) {
 
 void Applier::EarlyChunk(uint64_t offset, Chunk&& chunk) {
   // A partitioned transaction is published from what the partition appliers staged, once they
-  // all hold evidence for it (apply_partitioned.cpp): never applied early from the log.
-  if (!chunk.positions.empty()) {
-    chunk_cache_.Offer(offset, std::move(chunk));
-    return;
-  }
+  // all hold evidence for it (apply_partitioned.cpp): never applied early from the log, and its
+  // chunks are not read from the log again (not kept in the chunk cache).
+  if (!chunk.positions.empty()) return;
   if (!early_.attempt.active() && !StartEarly(chunk.tx, chunk.seq)) {
     chunk_cache_.Offer(offset, std::move(chunk));
     return;
