@@ -1,6 +1,8 @@
 // main.cpp — entry point of the `trellara` command: parses arguments, dispatches to a command,
 // and turns failures into a message on stderr and a non-zero exit code. Never decides anything
 // about data; commands call core for that.
+#include <CLI/CLI.hpp>
+
 #include <array>
 #include <cstdio>
 #include <iostream>

@@ -1,6 +1,8 @@
 // apply_command.cpp — `trellara apply --config F [--until-caught-up] [--partition K]`: reads the configuration and
 // runs the applier (engine/applier.h) until it is stopped, blocked or (with --until-caught-up)
 // caught up with the log.
+#include <CLI/CLI.hpp>
+
 #include <memory>
 #include <string>
 

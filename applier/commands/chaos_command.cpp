@@ -6,6 +6,8 @@
 // the revision and the clock; every decision is core's. It must never write a report from a
 // matrix it could not read, nor from unreadable results (a missing result is shown as such, a
 // corrupt one stops the command).
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>

@@ -14,6 +14,8 @@
 //
 // Exit 0: nothing critical. 2: a critical finding (including a side that cannot be reached).
 // 1: the command line or the configuration file is wrong (no report is printed).
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <iostream>
 

@@ -5,7 +5,12 @@
 // it to stderr as "trellara: <message>" and exits with that code.
 #pragma once
 
-#include <CLI/CLI.hpp>
+// CLI11 is declared, not included: only the files that register options include <CLI/CLI.hpp>
+// (about 5 s of compile time per file that parses it).
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
 
 #include "kit/config.h"
 #include "kit/errors.h"

@@ -8,6 +8,8 @@
 //
 // Exit 0: nothing is an error. 1: something will fail or diverge. 2: it could not check (the
 // configuration, a connection or a catalog query failed) — never 1 for a check it did not make.
+#include <CLI/CLI.hpp>
+
 #include <iostream>
 #include <nlohmann/json.hpp>
 

@@ -15,6 +15,8 @@
 // again. It never skips a record and never signals a process it did not start.
 // Exit 0 stopped (SIGTERM/SIGINT) or caught up (--until-caught-up), 2 configuration or setup,
 // 1 the stream and the log disagree or the stream refused a record (the message says how).
+#include <CLI/CLI.hpp>
+
 #include "commands/forward_internal.h"
 
 namespace trellara::cli {

@@ -5,6 +5,8 @@
 // relay progress marker is shown as such. Never repairs, filters or re-encodes what it reads; a
 // record that does not decode is an error naming the file (or directory and offset) and what is
 // wrong.
+#include <CLI/CLI.hpp>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>

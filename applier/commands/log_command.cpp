@@ -4,6 +4,8 @@
 // torn, corrupt, durable, acknowledged) is made in core. Must never modify a log except through
 // LogWriter (write-test, bench), recovery (inspect --repair-index, under the writer lock) or
 // core retention (unregister-consumer, under the consumer's lock).
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>

@@ -6,6 +6,8 @@
 // run while the relay appends. It never writes or repairs the log and never skips a record: a
 // frame that cannot be read or a record that does not decode ends the listing with a non-zero
 // exit and a message naming the offset.
+#include <CLI/CLI.hpp>
+
 #include <iostream>
 #include <nlohmann/json.hpp>
 

@@ -5,6 +5,8 @@
 // what the publisher made visible) and what holds it back.
 //
 // Exit 0: read and shown (whatever the state); 3: a partition is blocked; 2: could not read.
+#include <CLI/CLI.hpp>
+
 #include <iostream>
 #include <map>
 #include <memory>

@@ -9,6 +9,8 @@
 // verdict, the exit code and the manifest / SHA256SUMS / proof-bundle.md renderings are core's
 // (core/include/trellara/report/pilot_package.h). A failing or missing artefact is recorded, never
 // hidden: the bundle is written and the command exits 1.
+#include <CLI/CLI.hpp>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>

@@ -6,6 +6,8 @@
 // on Mark calls trellara.quarantine_replay_ready(xid, commit_lsn, flow), which checks the boundary again
 // under a row lock. It never marks a boundary core refused, never marks anything but the one exact
 // (flow, xid, commit LSN) asked for, and never changes user data or the applier's progress.
+#include <CLI/CLI.hpp>
+
 #include <iostream>
 #include <nlohmann/json.hpp>
 

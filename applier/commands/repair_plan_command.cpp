@@ -12,6 +12,8 @@
 // Exit 0 with "nothing to repair" when nothing is open; 0 with the plan otherwise; 2 when the
 // flow's state on the target could not be read. A log or source that cannot be read does not stop
 // the plan: the plan says what could not be read.
+#include <CLI/CLI.hpp>
+
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>

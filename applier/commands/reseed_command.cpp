@@ -16,6 +16,8 @@
 // Without --where the table is copied again by the snapshot machinery: this process execs
 // `trellara snapshot --config F --table T --force` (a new run of that table; no hold is needed, each
 // chunk has its own exact boundary).
+#include <CLI/CLI.hpp>
+
 #include <unistd.h>
 
 #include <cerrno>

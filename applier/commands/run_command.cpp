@@ -11,6 +11,8 @@
 // Exit 0: caught up and the target equals the source; 1: verify found a mismatch; 3: the flow is
 // blocked (an applier or a partition applier halted, a quarantined transaction); 2: it could not
 // run (configuration, log, target, an applier that exited, --timeout reached).
+#include <CLI/CLI.hpp>
+
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>

@@ -17,6 +17,8 @@
 // chunks), snapshot_registration.cpp (registering each table), snapshot_state.cpp (the run's and
 // a finished table's state), snapshot_progress.cpp (the progress lines) and engine/snapshot_copy.cpp
 // (the copy workers).
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

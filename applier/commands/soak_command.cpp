@@ -17,6 +17,8 @@
 // when missing and the publication covers it); it never writes the target and never signals a
 // process it did not start (a --applier-pid process is only read).
 // Exit 0 every check passed, 1 a check failed, 2 usage, setup or a failure that stopped the run.
+#include <CLI/CLI.hpp>
+
 #include <sys/wait.h>
 
 #include <chrono>

@@ -3,6 +3,8 @@
 // quarantined, and the safe next action in words (DESIGN §7). What it reads is status_read.h, how it
 // shows it status_print.h; the state and the next action are core's DecideApplyStatus
 // (trellara/report/apply_status.h), the alerts core's DecideAlerts (trellara/report/status_views.h).
+#include <CLI/CLI.hpp>
+
 #include <iostream>
 #include <map>
 #include <memory>

@@ -15,6 +15,8 @@
 // command that repairs it. It never writes to either side but the hold row; it never reports a
 // match it did not compute: a table missing or unreadable on either side is a mismatch naming the
 // error. Exit 0 match, 1 mismatch, 2 could not verify.
+#include <CLI/CLI.hpp>
+
 #include <chrono>
 #include <condition_variable>
 #include <deque>

@@ -1,6 +1,8 @@
 // options.cpp — see options.h.
 #include "kit/options.h"
 
+#include <CLI/CLI.hpp>
+
 #include <map>
 
 namespace trellara::cli {

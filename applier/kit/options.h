@@ -1,7 +1,12 @@
 // options.h — the command-line options every command registers the same way.
 #pragma once
 
-#include <CLI/CLI.hpp>
+// CLI11 is declared, not included: only the files that register options include <CLI/CLI.hpp>
+// (about 5 s of compile time per file that parses it).
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
 
 #include <string>
 
