@@ -61,7 +61,7 @@ NO_BROKER = "the replicated broker hop (trellara forward → NATS JetStream, DES
 NO_FLEET = "fleet fan-in / lake epochs are not part of Trellara's design; not built"
 NO_STREAMING = ("protocol-v2 streaming of in-progress transactions with spill files (DESIGN §4) is not built "
                 "yet (large-transaction issue)")
-# The handoff's two paired defects (issue 10): apply a change the chunk's copy already holds, and
+# The handoff's two paired defects: apply a change the chunk's copy already holds, and
 # leave out one it does not. Rows whose failure they would not show stay unpaired (honest).
 APPLY_IN_COPY = {"name": "snapshot_apply_in_copy",
                  "scenario": it("negative_control_snapshot_apply_in_copy_is_caught", HANDOFF)}

@@ -1,5 +1,4 @@
-"""A seeded differential fuzzer for silent divergence (issue 35 item 2; docs/apply.md "Divergence
-fuzzer").
+"""A seeded differential fuzzer for silent divergence (docs/apply.md "Divergence fuzzer").
 
 For one seed it generates a schema — columns of every built-in type family with and without
 modifiers, a domain, arrays, a composite type, inheritance trees, declaratively partitioned

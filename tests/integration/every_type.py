@@ -1,4 +1,4 @@
-"""Every column type the output plugin can capture, with modifiers (issue 35 deliver 5): the column
+"""Every column type the output plugin can capture, with modifiers: the column
 lists of tests/integration/test_apply_type_modifiers.py every_capturable_type_survives_every_apply_path.
 
 Each entry is (column, type, value SQL of the row number `g`). SCALARS are every built-in scalar,

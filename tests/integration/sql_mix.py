@@ -3,8 +3,8 @@ records of every size the relay has to read.
 
 What it makes the relay read, and why each piece is here:
   - many small autocommit transactions per session, so one relay pass replays many transactions
-    and every later WAL read of that pass happens after a replay (the relay's crash of issue 34:
-    the reader's buffers were allocated in the memory context a replay left current);
+    and every later WAL read of that pass happens after a replay (a relay whose reader allocates
+    its buffers in the memory context a replay left current crashes here);
   - WAL records larger than the reader's 40 KiB record buffer and its 64 KiB decode buffer
     (records spanning pages, "oversized" decoded records): logical messages of growing size,
     transactional and not; index builds that WAL-log whole relations (GiST and SP-GiST on box and

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Integration: a transaction that fails AT COMMIT on the target (issue 9 item 2, DESIGN §2 "failed
-target transaction"), against real Postgres and real `trellara apply` processes.
+"""Integration: a transaction that fails AT COMMIT on the target (DESIGN §2 "failed target
+transaction"), against real Postgres and real `trellara apply` processes.
 
 The target holds a deferred constraint trigger, enabled ALWAYS (the apply session runs with
 session_replication_role = replica), that raises check_violation (SQLSTATE 23514) at COMMIT for an

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Continuity on the applier's side (issue 9 item 6; DESIGN §2 "continuity").
+"""Continuity on the applier's side (DESIGN §2 "continuity").
 
 Real clusters and the real `trellara apply --until-caught-up`, one source + target pair per scenario
 (test_apply_robustness.py's FlowPair, as ContinuityPair, and its convergence checks, reused unchanged):
@@ -229,8 +229,8 @@ def config_pointing_at_another_flows_log_is_refused():
                                           "missing_dedup_evidence, nothing applied over the gap"))
 def database_restored_from_a_dump_on_the_same_server_fails_closed():
     # Replication origins belong to the server: a dump restored into a new database of the same
-    # server keeps the origin's progress (past what the dump holds). Before issue 35 the applier
-    # printed state=caught_up applied=0 and applied later transactions on top of the gap.
+    # server keeps the origin's progress (past what the dump holds). An applier that trusts that
+    # progress alone prints state=caught_up applied=0 and applies later transactions on top of the gap.
     with ContinuityPair("cont-dump", LEDGER_DDL, LEDGER_TABLES) as pair:
         first = run_ledger_workload(pair, 8)
         pair.wait_log_covers_source()

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Integration: the applier's fail-closed rules and its ack-after-apply replay, against real
-Postgres and real `trellara apply` processes, under seed 000's names (issue 5):
+Postgres and real `trellara apply` processes, under seed 000's names:
 
   - key_changing_update_sets_new_key_and_matches_old_key: a source UPDATE of a primary-key value
     lands as the new key on the target, the old key gone;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Integration: statements the applier and the snapshot build for a table reach that table only,
-never its inheritance children (docs/apply.md "Inheritance and partitions"; issue 35 item 2).
+never its inheritance children (docs/apply.md "Inheritance and partitions").
 
 The source changes of a parent and of its children are decoded per table: a change of the parent
 is a change of the parent's own rows. On the target, `UPDATE parent`, `DELETE FROM parent`,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Integration: the operator commands around `trellara apply` — `status`, `verify` and
-`quarantine list|replay-ready` — against a source and a target cluster (issue 5 items 6, 8, 9).
+`quarantine list|replay-ready` — against a source and a target cluster.
 
 Source: pgbench tables (copied to the target with pg_dump), a flow on a publication of the four
 tables, a short pgbench run. Then:

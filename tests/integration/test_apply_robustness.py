@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Integration: `trellara apply` stays exactly-once when real processes die, and replicates hostile
-names and values exactly (issue 5, DESIGN §2, §6).
+names and values exactly (DESIGN §2, §6).
 
 Every scenario starts its own source cluster (with a flow) and target cluster (without the
 extension: the applier bootstraps its state), creates the same tables on both, and compares per
@@ -820,7 +820,7 @@ def table_scans(target, table):
     "a change addressed by key reaches its row through the key's index, not a sequential scan, on a "
     "small table whose dead versions a long read transaction on the target keeps",))
 def key_addressed_changes_use_the_index_under_a_long_read():
-    """Issue 14: on a table of a few rows the planner prefers a sequential scan for `WHERE id = $1`;
+    """On a table of a few rows the planner prefers a sequential scan for `WHERE id = $1`;
     while a report holds back pruning, every such scan reads every dead version. Each UPDATE and
     DELETE the applier sends must go through the primary key's index whatever the statistics say."""
     with FlowPair("apply-keylookup", KEY_LOOKUP_DDL, ("public.hot",)) as pair:

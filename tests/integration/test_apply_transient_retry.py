@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Transient target failures are retried, never quarantined; the daemon outlives target and source
-restarts (issue 9 item 3; DESIGN §2 "transient target errors").
+restarts (DESIGN §2 "transient target errors").
 
 Real clusters, the real `trellara apply` daemon (no --until-caught-up), one source + target pair
 per scenario (FlowPair of test_apply_robustness.py, whose helpers are reused, not changed):
@@ -22,8 +22,8 @@ per scenario (FlowPair of test_apply_robustness.py, whose helpers are reused, no
   detects the deadlock (40P01). The daemon retries (structured line, SQLSTATE 40P01), applies the
   transaction once the local session commits, and nothing is quarantined.
 - negative_control_transient_failure_quarantined_is_caught: the same deadlock with
-  defect.apply_transient_quarantined (a transient failure treated as the transaction's own, as
-  before issue 9) must fail those checks (it is quarantined).
+  defect.apply_transient_quarantined (a transient failure treated as the transaction's own) must
+  fail those checks (it is quarantined).
 - status_shows_reconnecting_and_retrying_with_the_last_error: the target stopped (kept) while the
   daemon follows: `trellara status` (which cannot reach the target either) says `reconnecting`
   with the last error; started again, the daemon catches up. Then the target is made read-only
@@ -42,8 +42,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -336,7 +334,7 @@ def deadlock_with_a_local_target_transaction_is_retried_and_applied():
 @scenario(suite="transient_retry", defect="apply_transient_quarantined", pairs_with="deadlock_with_a_local_target_transaction_is_retried_and_applied", invariants=("the deadlock checks fail when a transient failure is quarantined",))
 def negative_control_transient_failure_quarantined_is_caught():
     """With defect.apply_transient_quarantined a transient failure is treated as the transaction's
-    own (what the applier did before issue 9): the same deadlock must fail the checks above."""
+    own: the same deadlock must fail the checks above."""
     with FlowPair("retry-negdeadlock", DEADLOCK_DDL, DEADLOCK_TABLES) as pair:
         daemon = local = gate = None
         try:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Integration: statements the applier builds for many rows at once keep every column's type
-modifier (docs/apply.md "Merged statements in a group", "Chunked transactions"; issue 35 item 1).
+modifier (docs/apply.md "Merged statements in a group", "Chunked transactions").
 
 A merged UPDATE (grouped batch) and a batched UPDATE (chunked transaction) send each column as a
 text array cast to a type (`UPDATE ... FROM unnest($1::T[], ...)`). The type must be the column's
@@ -17,7 +17,7 @@ applies its modifier as a bound parameter does.
   batched_updates_keep_type_modifiers
       the same tables with 3 000 rows, one transaction updating every row (logged as chunks): the
       UPDATE runs go as batches (batched_updates > 0); the target equals the source.
-  every_capturable_type_survives_every_apply_path (issue 35 deliver 5)
+  every_capturable_type_survives_every_apply_path
       every column type the plugin can capture, with modifiers (tests/integration/every_type.py:
       75 scalar, range, multirange, enum and domain columns in one table, 17 arrays, composites
       and vectors in another, all of them in a third without a key, REPLICA IDENTITY FULL), values

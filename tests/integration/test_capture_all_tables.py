@@ -2,8 +2,9 @@
 """Integration: a flow on a publication FOR ALL TABLES, end to end through `trellara apply`, never
 captures Trellara's own relations (schema trellara).
 
-Before issue 9 the first transaction of such a flow (create_flow's own INSERT into trellara.flows)
-was captured, and the applier quarantined it: "table trellara.flows does not exist on the target".
+A relay that captured them would capture the first transaction of such a flow (create_flow's own
+INSERT into trellara.flows), and the applier would quarantine it: "table trellara.flows does not
+exist on the target".
 Source: the extension, user tables in two schemas, `CREATE PUBLICATION pub FOR ALL TABLES`, a flow.
 The workload mixes user writes with writes to Trellara's own relations as an operator makes them:
 a second flow created and dropped (trellara.flows rows), stop_flow/start_flow (trellara.flows

@@ -7,7 +7,7 @@ The transaction inserts narrow rows into a published table. The log (read from d
 with seqs 0..n-1 whose change counts sum to 1,000,000 and whose checksums match, then one manifest
 listing them, then one commit marker with the same totals, and no envelope. A sampler reads
 VmHWM/VmRSS of the relay worker (PID from status(), identified by its command line) from /proc
-every 50 ms while it decodes; the peak must stay under 64 MiB (streamed and spilled, issue 12).
+every 50 ms while it decodes; the peak must stay under 64 MiB (streamed and spilled).
 Then `trellara apply --until-caught-up` applies it to a fresh target, its VmHWM sampled the same
 way: under 64 MiB too, and the target holds every row. It prints the peak. It must never
 leave a cluster running.
@@ -28,7 +28,7 @@ from flow_pair import FlowPair  # noqa: E402
 # TRELLARA_LARGE_TX_ROWS=10000000 runs the 10M-row figure of docs/relay.md by hand (not in CI: minutes).
 ROWS = int(os.environ.get("TRELLARA_LARGE_TX_ROWS", "1000000"))
 CHUNK_CHANGES = 1024
-# The relay's memory ceiling (issue 12): 64 MiB, at the relay's default trellara.relay_decoding_work_mem.
+# The relay's memory ceiling: 64 MiB, at the relay's default trellara.relay_decoding_work_mem.
 RSS_LIMIT_KIB = 64 * 1024
 
 

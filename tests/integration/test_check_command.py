@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Integration: `trellara check --config F [--format text|json]`, the preflight of one flow
-(issue 13 item 5), against a real source and target cluster.
+"""Integration: `trellara check --config F [--format text|json]`, the preflight of one flow,
+against a real source and target cluster.
 
 Source: four tables (orders, items, notes, ghosts) in publication pub, flow app. Target: the same
 four tables. Scenarios (one cluster pair, in this order):

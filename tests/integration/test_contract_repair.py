@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Integration: `trellara contract-test` and `trellara repair-plan` against real clusters (issue 11
-items 4 and 5, docs/schema-changes.md "Operator commands in detail").
+"""Integration: `trellara contract-test` and `trellara repair-plan` against real clusters
+(docs/schema-changes.md "Operator commands in detail").
 
 Each scenario starts its own source (with a flow) and target (without the extension) through
 FlowPair (test_apply_robustness.py), with [source] conninfo added to the flow's configuration.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Integration: the seeded differential fuzzer for silent divergence (tests/integration/
-divergence_fuzz.py; docs/apply.md "Divergence fuzzer"; issue 35 item 2).
+divergence_fuzz.py; docs/apply.md "Divergence fuzzer").
 
   divergence_fuzzer_finds_no_silent_divergence
       for each seed of the budget: a generated schema on a fresh source, restored on a fresh target

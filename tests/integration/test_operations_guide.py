@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Integration: docs/operations.md, followed step by step on a fresh pair of clusters (issue 13 item 6).
+"""Integration: docs/operations.md, followed step by step on a fresh pair of clusters.
 
 The test reads every `<!-- step: NAME -->` block of docs/operations.md and carries it out in the
 document's order, so the guide and what works cannot drift apart:

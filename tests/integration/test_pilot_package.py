@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Integration: `trellara pilot-package --config F --output DIR`, the proof bundle a DBA hands to a
-reviewer (issue 13, deliverable 5; docs/pilot-package.md), against a real source and target.
+reviewer (docs/pilot-package.md), against a real source and target.
 
 Source: two tables (orders, items) in publication pub, flow app; the target has the same tables.
 A few transactions are applied with `trellara apply --until-caught-up`, then a daemon applier runs

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Integration: the relay refuses to run when its log covers less than the slot's confirmed
-position (DESIGN §2 "continuity", issue 9 item 6), with a real server and relay worker:
+position (DESIGN §2 "continuity"), with a real server and relay worker:
 
   1. log restored from an older copy: the directory is replaced, while the flow is stopped, by a
      copy taken earlier; the slot has since been confirmed past what the copy holds;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Integration: rows of any size replicate (issue 9 item 5), with real processes end to end:
+"""Integration: rows of any size replicate, with real processes end to end:
 source -> relay worker -> local log -> `trellara apply` -> target, verified equal.
 
   1. one row holding a 256 MiB text value (incompressible, so the WAL, the decoded text and the

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Integration: the relay worker notices SIGTERM and postmaster death promptly wherever it is
-(issue 9 item 8): waiting for WAL, and busy decoding a large transaction.
+"""Integration: the relay worker notices SIGTERM and postmaster death promptly wherever it is:
+waiting for WAL, and busy decoding a large transaction.
 
   1. idle (waiting for WAL): stop_flow returns, and the worker process is gone, quickly;
   2. idle: SIGTERM straight to the worker (as the postmaster's shutdown does);

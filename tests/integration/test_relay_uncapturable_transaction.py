@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Integration: a transaction the relay cannot capture puts the flow in the error state instead of
-a restart loop (issue 9 item 5).
+a restart loop.
 
 trellara.record_bytes_max is lowered to 1 MB (a setting, reloaded), then a row with a 2 MiB value
 is committed: its record is above the limit. Asserted:

@@ -17,9 +17,9 @@ restarts, and the server never restarts its backends (docs/relay.md "Memory cont
       the standing check: the same mix, longer and with the daemon applier running the whole
       time; zero relay restarts, zero server restarts, and the target equals the source.
 
-Before the fix of issue 34 the first scenario crashed the relay (signal 11 / "could not find
-block containing chunk"): the reader allocated its buffers in the context a replay left current,
-which the end of the relay's pass transaction freed.
+The first scenario guards against a relay crash (signal 11 / "could not find block containing
+chunk") when the reader allocates its buffers in the context a replay left current, which the end
+of the relay's pass transaction frees.
 
 TRELLARA_MIX_ROUNDS / TRELLARA_MIX_SEED change the length and the seed. It must never signal a
 process it did not start and never leave a cluster running.

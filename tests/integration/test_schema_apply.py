@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Integration: the applier carries captured DDL to the target in the source's transaction order,
-halts at it by policy, and fails closed on drift (issue 11, docs/schema-changes.md).
+halts at it by policy, and fails closed on drift (docs/schema-changes.md).
 
 Every scenario starts its own source cluster (the trellara extension, its DDL event triggers, a
 flow on `FOR TABLES IN SCHEMA app`) and target cluster (no extension: the applier bootstraps its
@@ -34,17 +34,17 @@ state), with the same schema `app` on both.
   drop_table_keeps_or_drops_the_target_table_by_policy
       DROP TABLE on the source: under ddl_drop_table = "keep" (default) the target keeps the table
       and its rows and the flow forgets the relation; under "apply" the target's table is dropped.
-  create_table_as_and_select_into_are_followed (issue 35, "ordinary DDL followed, not halted")
+  create_table_as_and_select_into_are_followed
       CREATE TABLE AS and SELECT INTO in the published schema write their rows before their DDL
       record: a small one (one envelope), one beside other writes, and one of 5 000 rows (a chunked
       transaction); each table is created on the target before its rows and holds the source's
       rows, nothing is quarantined, and the tables are followed afterwards (UPDATE, ALTER).
-  declarative_partitioning_is_followed (issue 35, "ordinary DDL followed, not halted")
+  declarative_partitioning_is_followed
       CREATE TABLE ... PARTITION BY RANGE, partitions created with PARTITION OF (one itself
       partitioned by LIST), a table created standalone then ATTACHed, a partition DETACHed and
       written afterwards as a table of its own, a DEFAULT partition; rows in every partition
       before and after each step. Every table equals the source's, nothing is quarantined.
-  renamed_types_are_renamed_on_the_target (issue 35, "type renames")
+  renamed_types_are_renamed_on_the_target
       An enum used by a column and by an array column of two tables, and a domain: ALTER TYPE ...
       RENAME TO and ALTER DOMAIN ... RENAME TO on the source, then writes of both tables; the target's
       type and domain carry the new names, the rows equal the source's, nothing is quarantined
@@ -420,9 +420,9 @@ def unsupported_ddl_is_quarantined():
                                               "ADD COLUMN ... DEFAULT a, ALTER COLUMN ... SET DEFAULT b in one "
                                               "statement is quarantined, never backfilled with b"))
 def rewrites_planned_as_no_change_are_quarantined():
-    # Before issue 35 both were applied: the target kept the old values (USING lower(note) on a
-    # text column that stays text), and the new column's rows got 'new' where the source's hold
-    # 'legacy' — with apply reporting caught_up.
+    # Planned as no change, both would diverge silently: the target would keep the old values (USING
+    # lower(note) on a text column that stays text), and the new column's rows would get 'new' where
+    # the source's hold 'legacy' — with apply reporting caught_up.
     for statement in ("ALTER TABLE app.events ALTER COLUMN amount TYPE integer USING amount * 3",
                       "ALTER TABLE app.events ADD COLUMN status text DEFAULT 'legacy', "
                       "ALTER COLUMN status SET DEFAULT 'new'"):

@@ -1,6 +1,5 @@
 #!/usr/bin/env python3
-"""Integration: `trellara snapshot` — the initial copy, resumable by chunk (issue 10 items 1-2 and the
-copy side of item 3; docs/snapshot.md).
+"""Integration: `trellara snapshot` — the initial copy, resumable by chunk (docs/snapshot.md).
 
 Real source and target clusters per scenario. The source holds data before the flow exists:
   public.items   (id bigint PRIMARY KEY, n int, payload text, g int GENERATED ALWAYS AS (n * 2) STORED)
@@ -448,7 +447,7 @@ def kill9_repeated_while_source_writes(applier_running):
             if applier.poll() is not None:
                 with open(os.path.join(p.work.name, "apply.log")) as log:
                     raise CaptureFailure(f"the applier stopped during the snapshot: {log.read()[-2000:]}")
-            # The issue's ending: verify, live beside the applier, at one exact point.
+            # The end state: verify, live beside the applier, at one exact point.
             p.wait_log_covers_source()
             verify = subprocess.run([TRELLARA_BIN, "verify", "--config", p.config], capture_output=True, text=True,
                                     timeout=300)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Integration: the source and the relay crash while `trellara snapshot` copies (issue 10, seed
+"""Integration: the source and the relay crash while `trellara snapshot` copies (seed
 snapshot_source_crash_during_copy and snapshot_relay_crash_during_copy).
 
 As a DBA onboards a live database: the source holds data and takes writes all along (a writer

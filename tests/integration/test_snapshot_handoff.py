@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Integration: the applier's side of the exact snapshot handoff and of holds (issue 10 item 3,
-docs/snapshot.md "The applier's rule", "Verify and filtered reseed: holds"), with real processes.
+"""Integration: the applier's side of the exact snapshot handoff and of holds (docs/snapshot.md
+"The applier's rule", "Verify and filtered reseed: holds"), with real processes.
 
 The source holds data before its flow exists; the target starts with empty tables. The copy of
 each chunk is driven from here, statement by statement, with the copy protocol's own SQL

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Integration: `trellara snapshot` copies table shapes native logical replication copies (issue 35
-item 7), then the stream applies on top.
+"""Integration: `trellara snapshot` copies table shapes native logical replication copies,
+then the stream applies on top.
 
   snapshot_copies_zero_column_tables_unkeyed_tables_and_other_replica_identities
       - a table with zero columns (CREATE TABLE t (), rows allowed): copied (before, a syntax
@@ -14,14 +14,14 @@ item 7), then the stream applies on top.
         only) are applied (before, chunked on the primary key and every DELETE quarantined).
     Each table's rows equal the source's after the snapshot and after the stream.
 
-  snapshot_beside_a_commit_waiting_for_a_synchronous_standby_keeps_its_row (issue 35 item 4)
+  snapshot_beside_a_commit_waiting_for_a_synchronous_standby_keeps_its_row
       A source transaction commits locally while its synchronous standby is absent: it is decoded,
       logged and applied by the stream, but stays invisible to new snapshots. A snapshot of its
       table then waits (saying why) until the source shows the commit, instead of deleting the
       applied row and copying without it (before: the row was lost on the target, the dedup row
       keeping the stream from applying it again).
 
-  a_key_column_renamed_after_the_snapshot_leaves_the_stream_running (issue 35 item 5)
+  a_key_column_renamed_after_the_snapshot_leaves_the_stream_running
       After a chunked snapshot is handed off, its chunk key column is renamed on the source; later
       UPDATEs, DELETEs and INSERTs apply (before: every change was judged against the finished
       copy by the old key name and quarantined as plan_error until a full reseed). The copy's
@@ -29,8 +29,8 @@ item 7), then the stream applies on top.
       is applied as if the table had never been copied (the 32-bit xid comparison, which wraps
       after 2^31 transactions, is no longer needed for it).
 
-  a_truncate_of_a_partitioned_table_before_the_copy_of_its_partitions_keeps_them (issue 35,
-  found by the divergence fuzzer's seed 29)
+  a_truncate_of_a_partitioned_table_before_the_copy_of_its_partitions_keeps_them (found by
+  the divergence fuzzer's seed 29)
       A range-partitioned table of three partitions: rows, TRUNCATE of the partitioned table, new
       rows, then `trellara snapshot` of two of the partitions, more rows and UPDATEs, the whole
       stream applied afterwards. The TRUNCATE names the partitioned table, which the target

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Integration: what an operator sees of a snapshot (issue 10 item 6).
+"""Integration: what an operator sees of a snapshot.
 
 - the target's trellara.snapshot_status() and `trellara status` (text and JSON) show each table's
   copy: state, chunks copied of chunks, rows; a killed run shows exactly the chunks that survived;

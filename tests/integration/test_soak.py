@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Integration: `trellara soak` drives large transactions through a live flow and reports memory,
-lag and consistency (issue 12 part 4, docs/soak.md).
+lag and consistency (docs/soak.md).
 
 Each scenario starts a source cluster (the trellara extension, a flow on `FOR ALL TABLES`, so the
 soak table soak creates is captured and its CREATE TABLE carried to the target by DDL capture)
@@ -35,13 +35,10 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from capture_support import CaptureFailure, TRELLARA_BIN, assert_no_backend_crashes, run_scenarios, scenario, \
-    setup_flow  # noqa: E402
-from harness import Cluster  # noqa: E402
+from capture_support import CaptureFailure, TRELLARA_BIN, assert_no_backend_crashes, run_scenarios, scenario  # noqa: E402
 import flow_pair  # noqa: E402
 
 SOAK_TABLE = "public.trellara_soak"

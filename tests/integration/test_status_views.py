@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Integration: `trellara status --config F --view dashboard|diagnostics|alerts|report --format
-text|json` (issue 13, deliverable 5; docs/status.md) against a real source and target cluster.
+text|json` (docs/status.md) against a real source and target cluster.
 
 Source: orders and items in publication pub, flow app. Target: the same two tables. Every scenario
 runs all four views in both formats (alerts exit 0 none firing, 3 a critical alert fires, 4 only

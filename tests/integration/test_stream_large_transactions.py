@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Integration: large transactions are streamed while in progress, spilled by the relay until their
-commit, discarded exactly on abort, and applied exactly once across relay kills (issue 12,
-docs/relay.md "Large transactions").
+commit, discarded exactly on abort, and applied exactly once across relay kills (docs/relay.md
+"Large transactions").
 
 Every scenario starts a source cluster (trellara preloaded; `trellara.relay_decoding_work_mem =
 64kB`, so PostgreSQL streams any transaction past a few hundred rows to the relay) with a flow on

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Integration: `trellara verify` at an exact held point and `trellara reseed --where` (issue 10
-items 4 and 5, docs/snapshot.md "Verify and filtered reseed: holds").
+"""Integration: `trellara verify` at an exact held point and `trellara reseed --where` (docs/snapshot.md
+"Verify and filtered reseed: holds").
 
 Each scenario starts a source (pgbench scale 1 plus `items` (int key) and `tags` (text key)) and a
 target with the same tables — the target's `items` has a target-owned column `note` the source
