@@ -198,7 +198,7 @@ class Applier {
   std::optional<QuarantineCause> ApplyPartitionedChanges(const ReadyTransaction& ready);
   // Reads trellara.partition_checkpoints into partition_evidence_ (and each partition's blocker).
   std::map<uint32_t, partition::PartitionBlocker> ReadPartitionCheckpoints();
-  // Whether a partitioned transaction rides the batch pipeline (small enough to be held whole).
+  // Whether a partitioned transaction rides the batch pipeline (no larger than a strict whole one).
   static bool PipelinesPartitioned(const ReadyTransaction& ready);
   // The batch path: partitioned candidates covered by evidence become whole transactions
   // (their staged chunks verified and merged into ready.envelope), see apply_partitioned.cpp.
