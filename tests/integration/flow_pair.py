@@ -186,12 +186,14 @@ class FlowPair:
 
     # ---- the flow's configuration ----
 
-    def write_config(self, path=None, target_conninfo=None, apply_settings=None, with_source=None, extra=""):
+    def write_config(self, path=None, target_conninfo=None, apply_settings=None, with_source=None, extra="",
+                     log_dir=None):
         """Writes this pair's flow configuration (by default the pair's own flow.toml) and returns
-        its path; the arguments override the pair's settings for this one file."""
+        its path; the arguments override the pair's settings for this one file (`log_dir`: another
+        log directory, e.g. a remote applier's replica or another flow's log)."""
         path = path or os.path.join(self.work.name, "flow.toml")
         with_source = self.with_source if with_source is None else with_source
-        return write_flow_config(path, self.flow, self.log_dir, target_conninfo or self.target.conninfo(),
+        return write_flow_config(path, self.flow, log_dir or self.log_dir, target_conninfo or self.target.conninfo(),
                                  self.source.conninfo() if with_source else None,
                                  self.apply_settings if apply_settings is None else apply_settings, extra,
                                  mode=0o644 if self.shared_work_dir else None)

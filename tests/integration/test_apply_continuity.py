@@ -2,7 +2,7 @@
 """Continuity on the applier's side (DESIGN §2 "continuity").
 
 Real clusters and the real `trellara apply --until-caught-up`, one source + target pair per scenario
-(test_apply_robustness.py's FlowPair, as ContinuityPair, and its convergence checks, reused unchanged):
+(test_apply_robustness.py's FlowPair and its convergence checks, reused unchanged):
 
 - target_restored_from_an_older_backup_rewinds_and_converges: the target's data directory is
   copied while it is stopped (a physical backup: data, dedup rows and replication-origin progress
@@ -39,20 +39,6 @@ from test_apply_transient_retry import start_again, stop_keeping_data  # noqa: E
 
 
 EXIT_BLOCKED = 3
-
-
-class ContinuityPair(FlowPair):
-    """test_apply_robustness's pair (a consumer at the log's start, no [source]); write_config can
-    name another log directory for one file (a configuration pointing at another flow's log)."""
-
-    def write_config(self, path=None, target_conninfo=None, apply_settings=None, with_source=None, extra="",
-                     log_dir=None):
-        own_log_dir = self.log_dir
-        self.log_dir = log_dir or own_log_dir
-        try:
-            return super().write_config(path, target_conninfo, apply_settings, with_source, extra)
-        finally:
-            self.log_dir = own_log_dir
 
 
 def consumer_offset(log_dir):
@@ -115,7 +101,7 @@ def check_rewound_and_converged(pair, result, offset):
 
 @scenario(suite="continuity", invariants=("origin progress behind the consumer offset rewinds", "every transaction applied once after the rewind"))
 def target_restored_from_an_older_backup_rewinds_and_converges():
-    with ContinuityPair("cont-rewind", LEDGER_DDL, LEDGER_TABLES) as pair:
+    with FlowPair("cont-rewind", LEDGER_DDL, LEDGER_TABLES) as pair:
         offset = restore_older_backup(pair)
         check_rewound_and_converged(pair, pair.apply(), offset)
         again = pair.apply()
@@ -129,7 +115,7 @@ def target_restored_from_an_older_backup_rewinds_and_converges():
 def negative_control_continuity_unchecked_is_caught():
     """With defect.apply_continuity_unchecked the applier trusts its consumer offset whatever the
     target holds: the restored-target scenario must fail (the target stays short)."""
-    with ContinuityPair("cont-negctl", LEDGER_DDL, LEDGER_TABLES) as pair:
+    with FlowPair("cont-negctl", LEDGER_DDL, LEDGER_TABLES) as pair:
         offset = restore_older_backup(pair)
         env = dict(os.environ, TRELLARA_FAULTS="defect.apply_continuity_unchecked:1:defect")
         result = pair.apply(expect=None, env=env)
@@ -155,7 +141,7 @@ def segments(log_dir):
 
 @scenario(suite="continuity", invariants=("refused naming the gap and the remedy", "nothing applied, origin and offset unmoved"))
 def target_behind_a_log_that_lost_its_early_segments_is_refused_with_the_gap():
-    with ContinuityPair("cont-refuse", BIG_DDL, BIG_TABLES) as pair:
+    with FlowPair("cont-refuse", BIG_DDL, BIG_TABLES) as pair:
         run_ledger_workload(pair, 300)
         pair.apply()
         backup = backup_target(pair)
@@ -196,7 +182,7 @@ def target_behind_a_log_that_lost_its_early_segments_is_refused_with_the_gap():
 
 @scenario(suite="continuity", invariants=("another flow's log is refused before anything is applied",))
 def config_pointing_at_another_flows_log_is_refused():
-    with ContinuityPair("cont-otherflow", LEDGER_DDL + "CREATE TABLE public.other_t (id int PRIMARY KEY);\n",
+    with FlowPair("cont-otherflow", LEDGER_DDL + "CREATE TABLE public.other_t (id int PRIMARY KEY);\n",
                         LEDGER_TABLES) as pair:
         run_ledger_workload(pair, 200)
         pair.apply()
@@ -231,7 +217,7 @@ def database_restored_from_a_dump_on_the_same_server_fails_closed():
     # Replication origins belong to the server: a dump restored into a new database of the same
     # server keeps the origin's progress (past what the dump holds). An applier that trusts that
     # progress alone prints state=caught_up applied=0 and applies later transactions on top of the gap.
-    with ContinuityPair("cont-dump", LEDGER_DDL, LEDGER_TABLES) as pair:
+    with FlowPair("cont-dump", LEDGER_DDL, LEDGER_TABLES) as pair:
         first = run_ledger_workload(pair, 8)
         pair.wait_log_covers_source()
         pair.apply()

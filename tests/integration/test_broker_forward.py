@@ -70,8 +70,10 @@ class BrokerPair(FlowPair):
         """The [transport] table of every configuration this pair writes."""
         return f'[transport]\nkind = "nats"\nservers = "{self.cluster.servers}"\nstream = "{STREAM}"\n'
 
-    def write_config(self, path=None, target_conninfo=None, apply_settings=None, with_source=None, extra=""):
-        return super().write_config(path, target_conninfo, apply_settings, with_source, self.transport() + extra)
+    def write_config(self, path=None, target_conninfo=None, apply_settings=None, with_source=None, extra="",
+                     log_dir=None):
+        return super().write_config(path, target_conninfo, apply_settings, with_source, self.transport() + extra,
+                                    log_dir)
 
     @staticmethod
     def statements(transactions, rows_each=3, start=0):

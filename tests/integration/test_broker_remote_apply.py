@@ -82,17 +82,6 @@ class RemotePair(BrokerPair):
     def transport(self):
         return super().transport() + 'applier = "eu"\nremote_appliers = "eu"\n'
 
-    def write_config(self, path=None, target_conninfo=None, apply_settings=None, with_source=None, extra="",
-                     log_dir=None):
-        """BrokerPair.write_config; `log_dir`, when given, is the log directory this one file names
-        (the remote applier's replica) instead of the source's."""
-        own_log_dir = self.log_dir
-        self.log_dir = log_dir or own_log_dir
-        try:
-            return super().write_config(path, target_conninfo, apply_settings, with_source, extra)
-        finally:
-            self.log_dir = own_log_dir
-
     def ready(self):
         self.replica_dir = os.path.join(self.work.name, "replica")
         # Each process serves GET /metrics and /readyz on its own port.
