@@ -29,7 +29,8 @@
 #include "trellara/report/chaos_report.h"
 
 namespace trellara::cli {
-
+// Named, not anonymous: the command files compile as unity batches (CMakeLists.txt).
+namespace chaos_command {
 namespace {
 
 namespace fs = std::filesystem;
@@ -237,8 +238,10 @@ void RunReport(const ReportOptions& options) {
 }
 
 }  // namespace
+}  // namespace chaos_command
 
 void RegisterChaos(CLI::App& app) {
+  using namespace chaos_command;
   auto* chaos = app.add_subcommand("chaos", "the correctness suite's report");
   chaos->require_subcommand(1);
   auto options = std::make_shared<ReportOptions>();

@@ -24,6 +24,8 @@
 #include "trellara/report/preflight.h"
 
 namespace trellara::cli {
+// Named, not anonymous: the command files compile as unity batches (CMakeLists.txt).
+namespace check_command {
 namespace {
 
 
@@ -423,8 +425,10 @@ void CheckTarget(const FlowConfig& config, const std::optional<std::vector<Sourc
 }
 
 }  // namespace
+}  // namespace check_command
 
 void RegisterCheck(CLI::App& app) {
+  using namespace check_command;
   auto* cmd = app.add_subcommand("check", "preflight of one flow: source safety (trellara.check) and whether apply can "
                                           "run on the target (--config F); exit 0 ok, 2 critical, 1 usage");
   auto config_path = std::make_shared<std::string>();

@@ -18,6 +18,8 @@
 #include "trellara/report/contract.h"
 
 namespace trellara::cli {
+// Named, not anonymous: the command files compile as unity batches (CMakeLists.txt).
+namespace contract_test_command {
 namespace {
 
 
@@ -180,10 +182,12 @@ void Print(const ContractFacts& facts, const ContractReport& report, OutputForma
 }
 
 }  // namespace
+}  // namespace contract_test_command
 
 // The flow's contract facts; only `tables` (schema.table) when not empty (repair-plan uses that).
 // Throws CommandFailed.
 ContractFacts ReadContractFacts(const FlowConfig& config, const std::vector<std::string>& tables) {
+  using namespace contract_test_command;
   if (config.source_conninfo.empty())
     throw CommandFailed("the source is not configured: set conninfo under [source] in " + config.path, kExitCouldNotCheck);
   ContractFacts facts;
@@ -203,6 +207,7 @@ ContractFacts ReadContractFacts(const FlowConfig& config, const std::vector<std:
 }
 
 void RegisterContractTest(CLI::App& app) {
+  using namespace contract_test_command;
   auto* cmd = app.add_subcommand("contract-test",
                                  "whether source and target can run the flow, relation by relation (--config F)");
   auto config_path = std::make_shared<std::string>();

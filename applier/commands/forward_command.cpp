@@ -109,6 +109,8 @@ void Forwarder::Run() {
 
 }  // namespace forward
 
+// Named, not anonymous: the command files compile as unity batches (CMakeLists.txt).
+namespace forward_command {
 namespace {
 
 using forward::Options;
@@ -168,8 +170,10 @@ void Run(const Options& options) {
 }
 
 }  // namespace
+}  // namespace forward_command
 
 void RegisterForward(CLI::App& app) {
+  using namespace forward_command;
   auto options = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("forward", "publish the flow's local log to its NATS JetStream stream "
                                             "([transport] kind = \"nats\"), each record once, in order");

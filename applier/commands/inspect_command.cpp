@@ -22,7 +22,8 @@
 #include "trellara/record/render.h"
 
 namespace trellara::cli {
-
+// Named, not anonymous: the command files compile as unity batches (CMakeLists.txt).
+namespace inspect_command {
 namespace {
 
 struct InspectOptions {
@@ -99,8 +100,10 @@ void RunInspect(const InspectOptions& opt) {
 }
 
 }  // namespace
+}  // namespace inspect_command
 
 void RegisterInspectTransaction(CLI::App& app) {
+  using namespace inspect_command;
   auto opt = std::make_shared<InspectOptions>();
   auto* cmd = app.add_subcommand("inspect-transaction", "render one log record (envelope, chunk, manifest, "
                                                         "commit marker, progress marker) with its checksum status");

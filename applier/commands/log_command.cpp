@@ -28,6 +28,8 @@
 #include "trellara/log/writer.h"
 
 namespace trellara::cli {
+// Named, not anonymous: the command files compile as unity batches (CMakeLists.txt).
+namespace log_command {
 namespace {
 
 using nlohmann::json;
@@ -482,8 +484,10 @@ void RegisterRegisterConsumer(CLI::App* log) {
 }
 
 }  // namespace
+}  // namespace log_command
 
 void RegisterLogCommands(CLI::App& app) {
+  using namespace log_command;
   auto* log = app.add_subcommand("log", "inspect and exercise a flow's local log directory");
   log->require_subcommand(1);
   RegisterInspect(log);

@@ -18,6 +18,8 @@
 #include "trellara/capture/relay_progress.h"
 
 namespace trellara::cli {
+// Named, not anonymous: the command files compile as unity batches (CMakeLists.txt).
+namespace log_records_command {
 namespace {
 
 using nlohmann::ordered_json;
@@ -124,8 +126,10 @@ void RunRecords(const RecordsOptions& opt) {
 }
 
 }  // namespace
+}  // namespace log_records_command
 
 void RegisterLogRecords(CLI::App& app) {
+  using namespace log_records_command;
   CLI::App* log = app.get_subcommand("log");
   auto opt = std::make_shared<RecordsOptions>();
   auto* cmd = log->add_subcommand("records", "list the durable records of a log, one line each: offset, type, "

@@ -19,6 +19,8 @@
 #include "trellara/partition/partition.h"
 
 namespace trellara::cli {
+// Named, not anonymous: the command files compile as unity batches (CMakeLists.txt).
+namespace partition_watermarks_command {
 namespace {
 
 using json = nlohmann::json;
@@ -166,8 +168,10 @@ int Run(const std::string& config_path, OutputFormat format) {
 }
 
 }  // namespace
+}  // namespace partition_watermarks_command
 
 void RegisterPartitionWatermarks(CLI::App& app) {
+  using namespace partition_watermarks_command;
   auto* cmd = app.add_subcommand("partition-watermarks",
                                  "a partitioned flow's partition checkpoints, global watermark and what holds it back");
   auto config_path = std::make_shared<std::string>();

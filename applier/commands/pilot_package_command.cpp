@@ -36,6 +36,8 @@
 extern char** environ;
 
 namespace trellara::cli {
+// Named, not anonymous: the command files compile as unity batches (CMakeLists.txt).
+namespace pilot_package_command {
 namespace {
 
 namespace fs = std::filesystem;
@@ -405,8 +407,10 @@ void Run(const Options& opt) {
 }
 
 }  // namespace
+}  // namespace pilot_package_command
 
 void RegisterPilotPackage(CLI::App& app) {
+  using namespace pilot_package_command;
   auto* cmd = app.add_subcommand("pilot-package",
                                  "write the proof bundle of one flow for a reviewer (--config F --output DIR); exit 0 "
                                  "every artefact passed, 1 any failed or missing, 2 usage");

@@ -16,6 +16,8 @@
 #include "trellara/record/envelope.h"
 
 namespace trellara::cli {
+// Named, not anonymous: the command files compile as unity batches (CMakeLists.txt).
+namespace quarantine_command {
 namespace {
 
 struct Row {
@@ -158,8 +160,10 @@ void ReplayReady(const FlowConfig& config, const std::string& xid_text, const st
 }
 
 }  // namespace
+}  // namespace quarantine_command
 
 void RegisterQuarantine(CLI::App& app) {
+  using namespace quarantine_command;
   auto* cmd = app.add_subcommand("quarantine", "list quarantined transactions / mark one replay-ready (--config F)");
   cmd->require_subcommand(1);
 

@@ -33,6 +33,8 @@ namespace trellara::cli {
 // empty. Throws CommandFailed.
 ContractFacts ReadContractFacts(const FlowConfig& config, const std::vector<std::string>& tables);
 
+// Named, not anonymous: the command files compile as unity batches (CMakeLists.txt).
+namespace repair_plan_command {
 namespace {
 
 constexpr const char* kConsumerName = log::kApplierConsumer;
@@ -276,8 +278,10 @@ void Print(const RepairFacts& facts, const RepairPlan& plan, OutputFormat format
 }
 
 }  // namespace
+}  // namespace repair_plan_command
 
 void RegisterRepairPlan(CLI::App& app) {
+  using namespace repair_plan_command;
   auto* cmd = app.add_subcommand("repair-plan",
                                  "the numbered commands that repair a halted flow and resume it (--config F)");
   auto config_path = std::make_shared<std::string>();

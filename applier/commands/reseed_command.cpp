@@ -34,6 +34,8 @@
 #include "trellara/base/fault.h"
 
 namespace trellara::cli {
+// Named, not anonymous: the command files compile as unity batches (CMakeLists.txt).
+namespace reseed_command {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -218,8 +220,10 @@ void Run(const Options& o) {
 }
 
 }  // namespace
+}  // namespace reseed_command
 
 void RegisterReseed(CLI::App& app) {
+  using namespace reseed_command;
   auto* cmd = app.add_subcommand("reseed", "copy a table's rows, or those a filter selects, again from the source (--config F --table T)");
   auto o = std::make_shared<Options>();
   AddConfigOption(cmd, o->config_path);

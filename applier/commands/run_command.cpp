@@ -31,6 +31,8 @@
 extern char** environ;
 
 namespace trellara::cli {
+// Named, not anonymous: the command files compile as unity batches (CMakeLists.txt).
+namespace run_command {
 namespace {
 
 std::string SelfPath() {
@@ -144,8 +146,10 @@ int Run(const std::string& config_path, int timeout_s) {
 }
 
 }  // namespace
+}  // namespace run_command
 
 void RegisterRun(CLI::App& app) {
+  using namespace run_command;
   auto* cmd = app.add_subcommand("run", "apply a local flow until caught up, then verify it (--local --verify --config F)");
   auto config_path = std::make_shared<std::string>();
   auto local = std::make_shared<bool>(false);

@@ -35,6 +35,8 @@
 #include "snapshot_command_internal.h"
 
 namespace trellara::cli {
+// Named, not anonymous: the command files compile as unity batches (CMakeLists.txt).
+namespace snapshot_command {
 namespace {
 
 using namespace snapshot_detail;
@@ -206,8 +208,10 @@ void Run(const Options& o) {
 }
 
 }  // namespace
+}  // namespace snapshot_command
 
 void RegisterSnapshot(CLI::App& app) {
+  using namespace snapshot_command;
   auto* cmd = app.add_subcommand("snapshot", "copy the flow's tables to the target, resumably, by key-range chunks "
                                              "(--config F)");
   auto o = std::make_shared<Options>();

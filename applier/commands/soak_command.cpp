@@ -29,6 +29,8 @@
 #include "soak_command_internal.h"
 
 namespace trellara::cli {
+// Named, not anonymous: the command files compile as unity batches (CMakeLists.txt).
+namespace soak_command {
 namespace {
 
 using namespace soak_detail;
@@ -177,8 +179,10 @@ int Run(const Options& options) {
 }
 
 }  // namespace
+}  // namespace soak_command
 
 void RegisterSoak(CLI::App& app) {
+  using namespace soak_command;
   auto* cmd = app.add_subcommand(
       "soak", "drive large transactions through a running flow; report memory, lag and consistency (--config F --duration D)");
   auto options = std::make_shared<Options>();

@@ -15,14 +15,17 @@
 #include "commands/status_read.h"
 
 namespace trellara::cli {
-
+// Named, not anonymous: the command files compile as unity batches (CMakeLists.txt).
+namespace status_command {
 namespace {
 enum class StatusView { Dashboard, Diagnostics, Alerts, Report };
 }  // namespace
+}  // namespace status_command
 
 using namespace status;
 
 void RegisterStatus(CLI::App& app) {
+  using namespace status_command;
   auto* cmd = app.add_subcommand("status", "flow state, lag, quarantine and the safe next action (--config F); "
                                            "--view dashboard|diagnostics|alerts|report (docs/status.md)");
   auto config_path = std::make_shared<std::string>();

@@ -34,6 +34,8 @@
 #include "trellara/apply/snapshot.h"
 
 namespace trellara::cli {
+// Named, not anonymous: the command files compile as unity batches (CMakeLists.txt).
+namespace verify_command {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -453,8 +455,10 @@ std::optional<std::string> Run(const Options& options) {
 }
 
 }  // namespace
+}  // namespace verify_command
 
 void RegisterVerify(CLI::App& app) {
+  using namespace verify_command;
   auto* cmd = app.add_subcommand("verify", "compare source and target at one exact point while both are live (--config F)");
   auto options = std::make_shared<Options>();
   AddConfigOption(cmd, options->config_path);

@@ -12,6 +12,9 @@
 #include "trellara/apply/apply_decision.h"
 #include "trellara/base/fault.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_apply_decision_test {
+
 using namespace trellara;
 
 namespace {
@@ -375,3 +378,5 @@ TEST_CASE("consumer_offset_never_passes_an_unflushed_transaction_under_random_fl
     }
   }
 }
+
+}  // namespace unit_apply_decision_test

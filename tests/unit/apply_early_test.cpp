@@ -5,6 +5,9 @@
 
 #include "trellara/apply/apply_early.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_apply_early_test {
+
 using namespace trellara;
 
 namespace {
@@ -163,3 +166,5 @@ TEST_CASE("an_early_attempt_commits_only_what_the_barrier_verified", "[early]") 
   attempt.End();
   CHECK(attempt.RefuseCommit(Ready(tx, {100, 200, 300}), fresh).value().find("no early attempt") != std::string::npos);
 }
+
+}  // namespace unit_apply_early_test

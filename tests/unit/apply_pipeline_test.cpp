@@ -19,6 +19,9 @@
 #include "trellara/apply/apply_pipeline.h"
 #include "trellara/base/assert.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_apply_pipeline_test {
+
 using namespace trellara;
 
 namespace {
@@ -983,3 +986,5 @@ TEST_CASE("merged_insert_binds_every_rows_values_in_order_and_checks_the_inserte
   CHECK_FALSE(MergedInsertSql({&a, &update}));
   CHECK_FALSE(MergedInsertSql({}));
 }
+
+}  // namespace unit_apply_pipeline_test

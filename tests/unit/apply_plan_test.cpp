@@ -11,6 +11,9 @@
 #include "trellara/record/checksum.h"
 #include "trellara/base/fault.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_apply_plan_test {
+
 using namespace trellara;
 
 namespace {
@@ -645,3 +648,5 @@ TEST_CASE("plan_cache_serves_only_a_relation_equal_to_the_one_it_quoted", "[plan
   // The original relation still plans as before.
   CHECK(PlanChange(insert, {orders}, cache)->sql == first->sql);
 }
+
+}  // namespace unit_apply_plan_test

@@ -6,6 +6,9 @@
 #include "trellara/apply/apply_retry.h"
 #include "trellara/record/envelope.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_apply_retry_test {
+
 using namespace trellara;
 
 TEST_CASE("transient_sqlstates_are_retried_and_everything_else_is_not", "[retry]") {
@@ -116,3 +119,5 @@ TEST_CASE("target_behind_refuses_with_the_gap_when_the_log_was_reclaimed", "[ret
   f.log_first_lsn = 0x1001;
   CHECK(DecideContinuity(f).action == ContinuityAction::Refuse);
 }
+
+}  // namespace unit_apply_retry_test

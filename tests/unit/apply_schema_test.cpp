@@ -5,6 +5,9 @@
 #include "samples.h"
 #include "trellara/apply/apply_schema.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_apply_schema_test {
+
 using namespace trellara;
 
 namespace {
@@ -113,3 +116,5 @@ TEST_CASE("generated_or_unfillable_target_columns_are_a_schema_mismatch", "[sche
   CHECK(s->column == "region");
   CHECK_THAT(s->detail, Catch::Contains("NOT NULL without a default on the target, and the source does not have it"));
 }
+
+}  // namespace unit_apply_schema_test

@@ -3,6 +3,9 @@
 
 #include "trellara/report/apply_status.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_apply_status_test {
+
 using namespace trellara;
 
 namespace {
@@ -124,3 +127,5 @@ TEST_CASE("an_unfinished_initial_copy_is_named_with_its_rerun", "[status]") {
   f.snapshot_tables_unfinished = 0;
   CHECK(DecideApplyStatus(f).next_action.find("snapshot") == std::string::npos);
 }
+
+}  // namespace unit_apply_status_test

@@ -7,6 +7,9 @@
 #include "trellara/record/checksum.h"
 #include "trellara/record/codec.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_assembler_test {
+
 using namespace trellara;
 
 namespace {
@@ -234,3 +237,5 @@ TEST_CASE("record_above_the_limit_is_uncapturable_and_names_transaction_and_rela
   a.Begin(778, 0x3000, 0x4000, 6);
   CHECK_FALSE(a.uncapturable_failure());
 }
+
+}  // namespace unit_assembler_test

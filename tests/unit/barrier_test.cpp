@@ -18,6 +18,9 @@
 #include "trellara/record/codec.h"
 #include "trellara/capture/relay_progress.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_barrier_test {
+
 using namespace trellara;
 
 namespace {
@@ -944,3 +947,5 @@ TEST_CASE("barrier_property_with_a_barrier_that_trusts_the_manifest_negative_con
   for (const std::string& v : violations) tamper_caught |= v.find("shape tamper_resealed") != std::string::npos;
   CHECK(tamper_caught);
 }
+
+}  // namespace unit_barrier_test

@@ -3,6 +3,9 @@
 
 #include "trellara/broker/broker.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_broker_test {
+
 using namespace trellara::broker;
 
 TEST_CASE("a_record_is_named_by_flow_log_identity_and_offset", "[broker]") {
@@ -100,3 +103,5 @@ TEST_CASE("refill_requests_answers_and_positions_are_parsed_strictly", "[broker]
   CHECK_FALSE(ParsePosition("position eu x y").ok());
   CHECK(RemoteConsumerName("eu") == "remote.eu");
 }
+
+}  // namespace unit_broker_test

@@ -3,6 +3,9 @@
 
 #include "trellara/base/cadence.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_cadence_test {
+
 using namespace trellara::cadence;
 using std::chrono::milliseconds;
 
@@ -20,3 +23,5 @@ TEST_CASE("an_idle_backoff_doubles_to_its_bound_and_drops_back_on_work", "[caden
   CHECK(kRelayPass.After(kRelayPass.max, true) == milliseconds(5));
   CHECK(kRelayPass.After(milliseconds(0), false) == kRelayPass.min);  // never below the minimum
 }
+
+}  // namespace unit_cadence_test

@@ -14,6 +14,9 @@
 
 #include "cli_support.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_chaos_cli_test {
+
 namespace fs = std::filesystem;
 using trellara::testing::RunTrellara;
 
@@ -170,3 +173,5 @@ TEST_CASE("chaos_verify_passes_only_for_the_outcomes_the_committed_report_descri
   CHECK(stale.exit_code == 1);
   CHECK_THAT(stale.all, Catch::Contains("matrix: \"sha256:"));
 }
+
+}  // namespace unit_chaos_cli_test

@@ -14,6 +14,9 @@
 
 #include "trellara/report/chaos_report.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_chaos_report_test {
+
 using namespace trellara::chaos;
 
 namespace {
@@ -375,3 +378,5 @@ TEST_CASE("verify_names_every_row_and_field_that_differs", "[chaos_report]") {
   CHECK_FALSE(ExtractVerifiedProjection("<html><body>old report</body></html>", "old.html").ok());
   CHECK_FALSE(CompareVerifiedProjections("not json", committed).ok());
 }
+
+}  // namespace unit_chaos_report_test

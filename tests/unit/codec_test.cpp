@@ -15,6 +15,9 @@
 #include "trellara/log/crc32c.h"
 #include "trellara/record/render.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_codec_test {
+
 using namespace trellara;
 using namespace trellara::testing;
 
@@ -569,3 +572,5 @@ TEST_CASE("verified_relations_skip_only_a_field_for_field_equal_relation", "[cod
   // The original still verifies from the cache.
   REQUIRE(VerifyRecordChecksum(Record(base), verified).ok());
 }
+
+}  // namespace unit_codec_test

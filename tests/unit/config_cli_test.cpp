@@ -9,6 +9,9 @@
 
 #include "cli_support.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_config_cli_test {
+
 using trellara::testing::RunTrellara;
 
 namespace {
@@ -149,3 +152,5 @@ TEST_CASE("a_stop_signal_while_apply_waits_for_its_log_directory_ends_it_cleanly
   CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
   std::remove(path.c_str());
 }
+
+}  // namespace unit_config_cli_test

@@ -8,6 +8,9 @@
 #include "trellara/report/contract.h"
 #include "trellara/base/fault.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_contract_test {
+
 using namespace trellara;
 
 namespace {
@@ -257,3 +260,5 @@ TEST_CASE("contract_warns_on_skipped_actions_and_refuses_filtered_publications",
   // A column left out by the list is not reported missing on the target as well.
   CHECK(WithCode(report, "missing_column").empty());
 }
+
+}  // namespace unit_contract_test

@@ -5,6 +5,9 @@
 #include "trellara/record/checksum.h"
 #include "trellara/apply/ddl_apply.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_ddl_apply_test {
+
 using namespace trellara;
 
 namespace {
@@ -803,3 +806,5 @@ TEST_CASE("a_finished_copy_read_in_a_snapshot_that_saw_the_ddl_fails_closed", "[
   chunks.erase(chunks.begin() + 1);
   CHECK_FALSE(FinishedCopySawDdl(chunks, 99, 4000, "public.t", "d", "f"));
 }
+
+}  // namespace unit_ddl_apply_test

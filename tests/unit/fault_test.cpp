@@ -7,6 +7,9 @@
 
 #include "trellara/base/fault.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_fault_test {
+
 using namespace trellara;
 
 TEST_CASE("error_fires_once_and_defect_fires_from_the_nth_pass_on", "[fault]") {
@@ -85,3 +88,5 @@ TEST_CASE("fired_counts_list_only_points_that_fired_summed_per_point", "[fault]"
   CHECK(fired[0].second == 2);
   fault::Clear();
 }
+
+}  // namespace unit_fault_test

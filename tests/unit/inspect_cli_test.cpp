@@ -12,6 +12,9 @@
 #include "samples.h"
 #include "trellara/record/codec.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_inspect_cli_test {
+
 using namespace trellara;
 
 namespace {
@@ -86,3 +89,5 @@ TEST_CASE("check_refuses_a_missing_config_and_bad_options_with_exit_1", "[cli]")
   CHECK(format.exit_code == 1);
   CHECK(format.all.find("--format") != std::string::npos);
 }
+
+}  // namespace unit_inspect_cli_test

@@ -15,6 +15,9 @@
 #include "trellara/log/scan.h"
 #include "trellara/log/simulated_device.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_log_consumer_test {
+
 using namespace trellara::log;
 using namespace trellara::log::testing;
 
@@ -144,3 +147,5 @@ TEST_CASE("one_process_per_consumer_through_the_directory_lock", "[log][consumer
   CHECK_THAT(missing.error().message, Catch::Contains("not-created-yet/consumers") && Catch::Contains("No such file"));
   std::filesystem::remove_all(dir);
 }
+
+}  // namespace unit_log_consumer_test

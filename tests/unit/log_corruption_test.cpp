@@ -7,6 +7,9 @@
 #include "trellara/log/reader.h"
 #include "trellara/log/scan.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_log_corruption_test {
+
 using namespace trellara::log;
 using namespace trellara::log::testing;
 
@@ -129,3 +132,5 @@ TEST_CASE("bit_flip_in_sealed_segment_is_corruption", "[log][corruption]") {
   REQUIRE_FALSE(writer.ok());
   CHECK_THAT(writer.error().message, Catch::Contains("offset 7") && Catch::Contains("not in the last segment"));
 }
+
+}  // namespace unit_log_corruption_test

@@ -17,6 +17,9 @@
 #include "log_support/log_test_support.h"
 #include "trellara/log/scan.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_log_crash_test {
+
 using namespace trellara::log;
 using namespace trellara::log::testing;
 
@@ -166,3 +169,5 @@ TEST_CASE("log_survives_writer_sigkill_at_random_moments", "[log][crash]") {
             << " left a torn tail, " << acked_end << " offsets acknowledged, " << seconds << " s\n";
   CHECK(kills_mid_stream >= kills / 3);  // the schedule really killed writers mid-stream
 }
+
+}  // namespace unit_log_crash_test

@@ -7,6 +7,9 @@
 #include "trellara/log/reader.h"
 #include "trellara/log/scan.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_log_format_test {
+
 using namespace trellara::log;
 using namespace trellara::log::testing;
 
@@ -108,3 +111,5 @@ TEST_CASE("log_writer_is_exclusive_per_directory", "[log]") {
   REQUIRE_FALSE(second.ok());
   CHECK_THAT(second.error().message, Catch::Contains("locked by another writer"));
 }
+
+}  // namespace unit_log_format_test

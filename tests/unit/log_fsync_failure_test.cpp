@@ -24,6 +24,9 @@
 #include "trellara/log/writer.h"
 #include "trellara/log/writer_failure.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_log_fsync_failure_test {
+
 using namespace trellara;
 using namespace trellara::log;
 
@@ -278,3 +281,5 @@ TEST_CASE("log_fsync_failure_in_a_writer_process_recovers_to_its_last_acknowledg
   CHECK(verified["mismatches"] == 0);
   CHECK(RunTrellaraJson({"log", "inspect", "--dir", dir.flow(), "--format", "json"})["writer_failed"].is_null());
 }
+
+}  // namespace unit_log_fsync_failure_test

@@ -10,6 +10,9 @@
 #include "trellara/log/reader.h"
 #include "trellara/log/scan.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_log_index_test {
+
 using namespace trellara::log;
 using namespace trellara::log::testing;
 
@@ -352,3 +355,5 @@ TEST_CASE("an_active_segment_with_bytes_but_no_index_header_is_still_reported", 
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().message.find("of the active segment is corrupt") != std::string::npos);
 }
+
+}  // namespace unit_log_index_test

@@ -14,6 +14,9 @@
 #include "trellara/log/test_records.h"
 #include "trellara/log/writer.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_log_power_loss_test {
+
 using namespace trellara::log;
 
 namespace {
@@ -178,3 +181,5 @@ TEST_CASE("log_power_loss_without_fsync_loses_acknowledged_records_negative_cont
   CHECK(acknowledged > 0);
   CHECK(lost > 0);
 }
+
+}  // namespace unit_log_power_loss_test

@@ -18,6 +18,9 @@
 #include "trellara/record/codec.h"
 #include "trellara/capture/relay_progress.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_log_records_cli_test {
+
 using namespace trellara;
 using trellara::log::LogWriter;
 using trellara::log::WriterOptions;
@@ -198,3 +201,5 @@ TEST_CASE("inspect_transaction_needs_exactly_one_of_file_or_dir_with_offset", "[
     CHECK(r.all.find("exactly one source") != std::string::npos);
   }
 }
+
+}  // namespace unit_log_records_cli_test

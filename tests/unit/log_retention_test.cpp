@@ -12,6 +12,9 @@
 #include "trellara/log/retention.h"
 #include "trellara/log/simulated_device.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_log_retention_test {
+
 using namespace trellara::log;
 using namespace trellara::log::testing;
 
@@ -297,3 +300,5 @@ TEST_CASE("describing_retention_while_the_oldest_segment_is_reclaimed_lists_agai
   CHECK(status->segments == 6);
   CHECK(status->first_offset == 8);
 }
+
+}  // namespace unit_log_retention_test

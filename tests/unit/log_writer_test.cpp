@@ -13,6 +13,9 @@
 #include "trellara/log/inspect.h"
 #include "trellara/log/simulated_device.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_log_writer_test {
+
 using namespace trellara;
 using namespace trellara::log;
 using namespace trellara::log::testing;
@@ -340,3 +343,5 @@ TEST_CASE("a_segment_file_appears_only_after_its_index_has_its_header", "[log][w
     CHECK((*record)->offset == offset);
   }
 }
+
+}  // namespace unit_log_writer_test

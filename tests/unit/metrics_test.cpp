@@ -7,6 +7,9 @@
 
 #include "trellara/report/metrics.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_metrics_test {
+
 using namespace trellara::metrics;
 
 TEST_CASE("label_values_escape_backslash_quote_and_newline", "[metrics]") {
@@ -161,3 +164,5 @@ TEST_CASE("forward_families_render_and_readiness_follows_the_broker_quorum", "[m
   a.state = ApplyState::kCaughtUp;
   CHECK(ApplyReadiness(a, true).ready);
 }
+
+}  // namespace unit_metrics_test

@@ -12,6 +12,9 @@
 #include "trellara/record/checksum.h"
 #include "trellara/record/codec.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_partition_test {
+
 using namespace trellara;
 using namespace trellara::partition;
 
@@ -631,3 +634,5 @@ TEST_CASE("a_chunk_whose_rows_route_elsewhere_passes_an_unchecked_router_negativ
   CHECK(fired >= 1);
   CHECK(passed_a_lie);  // the clean test's REQUIRE(mismatch.has_value()) fails: the defect is caught
 }
+
+}  // namespace unit_partition_test

@@ -7,6 +7,9 @@
 
 #include "trellara/report/pilot_package.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_pilot_package_test {
+
 using namespace trellara::pilot;
 
 namespace {
@@ -171,3 +174,5 @@ TEST_CASE("commands are quoted so they can be re-run as written", "[pilot_packag
   CHECK(QuoteCommand({"trellara", "--config", "/tmp/my flow.toml", ""}) == "trellara --config '/tmp/my flow.toml' ''");
   CHECK(QuoteCommand({"a'b", "$HOME"}) == "'a'\\''b' '$HOME'");
 }
+
+}  // namespace unit_pilot_package_test

@@ -8,6 +8,9 @@
 
 #include "trellara/report/preflight.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_preflight_test {
+
 using namespace trellara;
 
 namespace {
@@ -138,3 +141,5 @@ TEST_CASE("preflight_text_keeps_one_finding_per_line_and_json_keeps_the_text_unc
   const auto j = nlohmann::json::parse(RenderPreflightJson(report));
   CHECK(j["source"]["findings"][0]["detail"] == "connection failed: No such file\n\tIs the server running?");
 }
+
+}  // namespace unit_preflight_test

@@ -8,6 +8,9 @@
 #include "trellara/apply/relation_drift.h"
 #include "trellara/record/checksum.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_relation_drift_test {
+
 using namespace trellara;
 
 namespace {
@@ -170,3 +173,5 @@ TEST_CASE("only_described_known_row_changes_take_the_fast_path", "[drift]") {
   CHECK_FALSE(ShapesKnown(Row(Op::Update, 8), relations, Flow({{7, KnownAs(a)}})));     // not described
   CHECK_FALSE(ShapesKnown(DdlOf(7, 7), relations, Flow({{7, KnownAs(a)}})));            // DDL goes alone
 }
+
+}  // namespace unit_relation_drift_test

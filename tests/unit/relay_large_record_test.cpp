@@ -7,6 +7,9 @@
 #include "trellara/log/reader.h"
 #include "trellara/log/simulated_device.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_relay_large_record_test {
+
 using namespace trellara;
 using namespace trellara::log;
 using namespace trellara::log::testing;
@@ -60,3 +63,5 @@ TEST_CASE("frame_limit_is_one_gib", "[relay][log][large]") {
   header[8] = 1;  // 1 GiB + 1
   CHECK_FALSE(DecodeFrameHeader(header));
 }
+
+}  // namespace unit_relay_large_record_test

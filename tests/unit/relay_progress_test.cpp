@@ -4,6 +4,9 @@
 
 #include "trellara/capture/relay_progress.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_relay_progress_test {
+
 using namespace trellara;
 
 TEST_CASE("confirm_follows_last_fully_durable_transaction", "[relay]") {
@@ -168,3 +171,5 @@ TEST_CASE("continuity_refuses_a_left_over_log_of_an_earlier_flow", "[relay][rest
   // A log from before log_started_lsn existed, ahead of the slot: resumed as before.
   CHECK(DecideRestart(tail, 0x4000, LogStartRecord{}, "app").kind == RestartDecision::Kind::kResume);
 }
+
+}  // namespace unit_relay_progress_test

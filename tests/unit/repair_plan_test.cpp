@@ -7,6 +7,9 @@
 
 #include "trellara/report/repair_plan.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_repair_plan_test {
+
 using namespace trellara;
 
 namespace {
@@ -239,3 +242,5 @@ TEST_CASE("repair_plan_for_a_halted_add_column_prints_what_core_plan_ddl_runs", 
   CHECK(Has(Step(plan, "mark the exact boundary replay-ready"),
             "trellara quarantine replay-ready --config '/etc/trellara/app.toml' --xid 7421 --commit-lsn 0/3A1F2B0"));
 }
+
+}  // namespace unit_repair_plan_test

@@ -4,6 +4,9 @@
 
 #include "trellara/broker/replica_intake.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_replica_intake_test {
+
 using namespace trellara::broker;
 
 TEST_CASE("a_hole_is_asked_once_passed_over_asked_again_later_and_closed_only_by_its_own_offset", "[broker]") {
@@ -107,3 +110,5 @@ TEST_CASE("the_forwarder_republishes_a_tail_the_broker_lost", "[broker]") {
   CHECK(DecideTailRepublish(5u, 40, 12) == 12u);
   CHECK_FALSE(DecideTailRepublish(5u, 40, 40).has_value());
 }
+
+}  // namespace unit_replica_intake_test

@@ -8,6 +8,9 @@
 #include "trellara/record/checksum.h"
 #include "trellara/apply/snapshot_apply.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_snapshot_apply_test {
+
 using namespace trellara;
 
 namespace {
@@ -242,3 +245,5 @@ TEST_CASE("truncate_of_a_partitioned_table_keeps_the_partition_copies_that_hold_
   CHECK(plan->expect == RowExpectation::Any);
   CHECK_FALSE(PlanDeleteOutsidePartitions(root, {}).ok());
 }
+
+}  // namespace unit_snapshot_apply_test

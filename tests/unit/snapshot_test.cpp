@@ -14,6 +14,9 @@
 
 #include "trellara/apply/snapshot.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_snapshot_test {
+
 using namespace trellara;
 
 TEST_CASE("snapshot_text_parses_and_visibility_follows_mvcc", "[snapshot]") {
@@ -563,3 +566,5 @@ TEST_CASE("a_table_is_registered_resumed_skipped_or_copied_again_only_when_allow
   CHECK(*decide(RegisteredTable{"ddl@0/16B3748", SnapshotState::FailedRecoverable}, forced) ==
         SnapshotRegistration::Reregister);
 }
+
+}  // namespace unit_snapshot_test

@@ -5,6 +5,9 @@
 #include "trellara/report/soak.h"
 #include "trellara/base/duration.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_soak_test {
+
 using namespace trellara::soak;
 
 TEST_CASE("soak_duration_accepts_seconds_minutes_hours_and_plain_seconds", "[soak]") {
@@ -146,3 +149,5 @@ TEST_CASE("durations_one_parser_for_settings_and_options", "[duration]") {
   CHECK(*ParseDurationSeconds("2000ms", "--duration") == 2);
   CHECK_FALSE(ParseDurationSeconds("1500ms", "--duration").ok());
 }
+
+}  // namespace unit_soak_test

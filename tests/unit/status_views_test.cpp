@@ -4,6 +4,9 @@
 
 #include "trellara/report/status_views.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_status_views_test {
+
 using namespace trellara;
 
 namespace {
@@ -215,3 +218,5 @@ TEST_CASE("a_broker_flow_reports_broker_quorum_unavailable_from_the_process_that
   CHECK(firing.why.find("since 2026-12-06T14:00:00Z") != std::string::npos);
   CHECK(firing.next_action.find("docs/broker.md") != std::string::npos);
 }
+
+}  // namespace unit_status_views_test

@@ -16,6 +16,9 @@
 #include "trellara/record/codec.h"
 #include "trellara/capture/stream_spill.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_stream_spill_test {
+
 using namespace trellara;
 
 namespace {
@@ -450,3 +453,5 @@ TEST_CASE("replay_refuses_a_log_record_in_place_of_a_stream_record", "[stream_sp
   CHECK(out.records.empty());
   CHECK_FALSE(a.in_transaction());
 }
+
+}  // namespace unit_stream_spill_test

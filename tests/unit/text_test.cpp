@@ -3,6 +3,9 @@
 
 #include "trellara/base/text.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_text_test {
+
 using namespace trellara;
 
 TEST_CASE("utf8_validation_follows_rfc3629", "[text]") {
@@ -21,3 +24,5 @@ TEST_CASE("invalid_utf8_is_escaped_visibly_never_dropped", "[text]") {
   CHECK(EscapeInvalidUtf8("a\xff" "b") == "a\\xffb");
   CHECK(EscapeInvalidUtf8("€\xe2\x82") == "€\\xe2\\x82");
 }
+
+}  // namespace unit_text_test

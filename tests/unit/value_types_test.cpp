@@ -17,6 +17,9 @@
 
 #include "trellara/apply/value_types.h"
 
+// Its own namespace: the unit tests compile as unity batches (CMakeLists.txt).
+namespace unit_value_types_test {
+
 using namespace trellara;
 
 namespace {
@@ -102,3 +105,5 @@ TEST_CASE("a_full_row_match_compares_by_equality_only_where_it_is_identity", "[v
   CHECK(WithoutModifier("public.\"odd(name)\"[]") == "public.\"odd(name)\"[]");
   CHECK(WithoutModifier("interval day to second(3)[]") == "interval[]");
 }
+
+}  // namespace unit_value_types_test
