@@ -192,10 +192,14 @@ class Applier {
 
   // ---- apply_partitioned.cpp: the publisher of partitioned transactions ---------------------
   PartitionGate WaitForPartitions(const ReadyTransaction& ready, QuarantineCause& cause);
+  std::vector<uint32_t> PartitionsWithoutApplier(const std::vector<uint32_t>& partitions);
   // A staged chunk: from `preloaded` (seq -> hex of the record) when given, else read by itself.
   Result<Chunk> ReadStagedChunk(const ReadyTransaction& ready, const ChunkRef& ref,
                                 const std::map<uint32_t, std::string>* preloaded);
   std::optional<QuarantineCause> ApplyPartitionedChanges(const ReadyTransaction& ready);
+  // commit LSN -> seq -> hex of the staged record, for the transactions asked for (one round trip).
+  using StagedChunks = std::map<uint64_t, std::map<uint32_t, std::string>>;
+  StagedChunks ReadStaged(const std::vector<uint64_t>& commit_lsns, const std::string& what);
   // Reads trellara.partition_checkpoints into partition_evidence_ (and each partition's blocker).
   std::map<uint32_t, partition::PartitionBlocker> ReadPartitionCheckpoints();
   // Whether a partitioned transaction rides the batch pipeline (no larger than a strict whole one).

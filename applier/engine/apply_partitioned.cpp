@@ -9,6 +9,7 @@
 // of it. A partition that refused the transaction makes it quarantined here, like any transaction
 // the flow cannot apply safely.
 #include <iostream>
+#include <set>
 #include <thread>
 
 #include "engine/applier.h"
@@ -35,6 +36,22 @@ std::map<uint32_t, partition::PartitionBlocker> Applier::ReadPartitionCheckpoint
   return blockers;
 }
 
+// Of `partitions`, those with no partition applier session on the target (application_name
+// "trellara partition K <flow>", set by PartitionApplier::Connect).
+std::vector<uint32_t> Applier::PartitionsWithoutApplier(const std::vector<uint32_t>& partitions) {
+  PgResult r = Must(conn_->Exec("SELECT DISTINCT application_name FROM pg_stat_activity "
+                                "WHERE application_name LIKE 'trellara partition %'"),
+                    "looking for the partition appliers of flow " + config_.flow_name + " on the target");
+  std::set<std::string> connected;
+  for (int i = 0; i < r.rows(); i++) connected.insert(r.Value(i, 0).value_or(""));
+  std::vector<uint32_t> absent;
+  for (uint32_t p : partitions)
+    // The server keeps application_name to NAMEDATALEN - 1 (63) bytes.
+    if (!connected.count(("trellara partition " + std::to_string(p) + " " + config_.flow_name).substr(0, 63)))
+      absent.push_back(p);
+  return absent;
+}
+
 PartitionGate Applier::WaitForPartitions(const ReadyTransaction& ready, QuarantineCause& cause) {
   // Negative control (tests only, TRELLARA_FAULTS=defect.partition_publish_before_evidence:1:defect):
   // publish without waiting for the partitions' evidence, which the visibility scenario must catch.
@@ -46,6 +63,8 @@ PartitionGate Applier::WaitForPartitions(const ReadyTransaction& ready, Quaranti
   std::map<uint32_t, partition::PartitionBlocker> blockers;
   std::chrono::milliseconds idle = cadence::kApplierTail.min;
   bool reported = false;
+  // Since when a partition it waits for has had no applier connected (max(): none missing).
+  auto absent_since = std::chrono::steady_clock::time_point::max();
   for (bool read = false;; read = true) {
     if (read) blockers = ReadPartitionCheckpoints();
     auto decision = partition::DecidePublication(floor, ready.tx.commit_lsn, listed, partition_evidence_, blockers);
@@ -62,12 +81,31 @@ PartitionGate Applier::WaitForPartitions(const ReadyTransaction& ready, Quaranti
         break;
     }
     if (!read) continue;  // what was cached did not suffice: read the partitions' checkpoints now
+    std::string holding;
+    for (uint32_t p : decision->holding) holding += (holding.empty() ? "" : ", ") + std::to_string(p);
     if (!reported) {
-      std::string holding;
-      for (uint32_t p : decision->holding) holding += (holding.empty() ? "" : ", ") + std::to_string(p);
       WriteStatus("running", DescribeTransaction(ready.tx) + " waits for checkpoint evidence of partition(s) " + holding +
                                  " (trellara apply --partition K; trellara partition-watermarks)");
       reported = true;
+    }
+    // A run until caught up waits only for partitions whose applier is there to give the evidence:
+    // after a grace (an applier started beside this one is still connecting) it ends as blocked.
+    if (until_caught_up_) {
+      const std::vector<uint32_t> absent = PartitionsWithoutApplier(decision->holding);
+      const auto now = std::chrono::steady_clock::now();
+      if (absent.empty()) {
+        absent_since = std::chrono::steady_clock::time_point::max();
+      } else if (absent_since == std::chrono::steady_clock::time_point::max()) {
+        absent_since = now;
+      } else if (now - absent_since > cadence::kHoldNotRunningGrace) {
+        std::string names;
+        for (uint32_t p : absent) names += (names.empty() ? "" : ", ") + std::to_string(p);
+        Fail(DescribeTransaction(ready.tx) + " waits for checkpoint evidence of partition(s) " + holding +
+                 "; no partition applier of partition(s) " + names + " is connected to the target " +
+                 conn_->Describe() + ": start `trellara apply --config " + config_.path + " --partition K` for each "
+                 "(or `trellara run --local --verify --config " + config_.path + "`); nothing past it was applied",
+             kExitFlowBlocked);
+      }
     }
     if (StopRequested()) return PartitionGate::Stopped;
     std::this_thread::sleep_for(idle);
@@ -112,6 +150,22 @@ Result<Chunk> Applier::ReadStagedChunk(const ReadyTransaction& ready, const Chun
     return MakeError("staged " + name + " is not the chunk the log's manifest lists (checksum " +
                      HexEncode(chunk->checksum) + ", expected " + HexEncode(ref.checksum) + ")");
   return std::move(*chunk);
+}
+
+// The staged chunks (hex of each record by seq) of the partitioned transactions committed at
+// `commit_lsns`, in one round trip.
+Applier::StagedChunks Applier::ReadStaged(const std::vector<uint64_t>& commit_lsns, const std::string& what) {
+  std::string lsns = "{";
+  for (uint64_t lsn : commit_lsns) lsns += (lsns.size() > 1 ? "," : "") + FormatLsn(lsn);
+  PgResult r = Must(conn_->ExecParams("SELECT (commit_lsn - '0/0')::numeric::text, seq, encode(record, 'hex') "
+                                      "FROM trellara.partition_stage WHERE flow = $1 AND commit_lsn = ANY($2::pg_lsn[])",
+                                      {config_.flow_name, lsns + "}"}),
+                    "reading the staged chunks of " + what);
+  StagedChunks staged;
+  for (int row = 0; row < r.rows(); row++)
+    staged[std::stoull(r.Value(row, 0).value_or("0"))][static_cast<uint32_t>(std::stoul(r.Value(row, 1).value_or("0")))] =
+        r.Value(row, 2).value_or("");
+  return staged;
 }
 
 // Up to the size of a strict whole transaction (the relay's default trellara.chunk_changes): a
@@ -164,16 +218,9 @@ void Applier::MaterializePartitioned(size_t candidates, const std::vector<Eviden
   }
   if (covered == 0) return;
   wanted.resize(covered);
-  std::string lsns = "{";
-  for (size_t i : wanted) lsns += (lsns.size() > 1 ? "," : "") + FormatLsn(pipeline_.at(i).ready.tx.commit_lsn);
-  PgResult r = Must(conn_->ExecParams("SELECT (commit_lsn - '0/0')::numeric::text, seq, encode(record, 'hex') "
-                                      "FROM trellara.partition_stage WHERE flow = $1 AND commit_lsn = ANY($2::pg_lsn[])",
-                                      {config_.flow_name, lsns + "}"}),
-                    "reading the staged chunks of " + std::to_string(wanted.size()) + " partitioned transaction(s)");
-  std::map<uint64_t, std::map<uint32_t, std::string>> staged;
-  for (int row = 0; row < r.rows(); row++)
-    staged[std::stoull(r.Value(row, 0).value_or("0"))][static_cast<uint32_t>(std::stoul(r.Value(row, 1).value_or("0")))] =
-        r.Value(row, 2).value_or("");
+  std::vector<uint64_t> commits;
+  for (size_t i : wanted) commits.push_back(pipeline_.at(i).ready.tx.commit_lsn);
+  StagedChunks staged = ReadStaged(commits, std::to_string(wanted.size()) + " partitioned transaction(s)");
   for (size_t i : wanted) {
     ReadyTransaction& ready = pipeline_.at(i).ready;
     auto envelope = StagedEnvelope(ready, staged[ready.tx.commit_lsn], defect);
@@ -242,15 +289,8 @@ std::optional<QuarantineCause> Applier::ApplyPartitionedChanges(const ReadyTrans
   Status walked = Status::Ok();
   // A transaction of up to kPreloadChangesMax changes: every staged chunk in one round trip.
   std::optional<std::map<uint32_t, std::string>> preloaded;
-  if (ready.total_changes <= kPreloadChangesMax) {
-    PgResult r = Must(conn_->ExecParams("SELECT seq, encode(record, 'hex') FROM trellara.partition_stage "
-                                        "WHERE flow = $1 AND commit_lsn = $2::pg_lsn",
-                                        {config_.flow_name, FormatLsn(tx.commit_lsn)}),
-                      "reading the staged chunks of " + DescribeTransaction(tx));
-    preloaded.emplace();
-    for (int i = 0; i < r.rows(); i++)
-      (*preloaded)[static_cast<uint32_t>(std::stoul(r.Value(i, 0).value_or("0")))] = r.Value(i, 1).value_or("");
-  }
+  if (ready.total_changes <= kPreloadChangesMax)
+    preloaded = std::move(ReadStaged({tx.commit_lsn}, DescribeTransaction(tx))[tx.commit_lsn]);
   const std::map<uint32_t, std::string>* staged = preloaded ? &*preloaded : nullptr;
   if (fault::Hit("defect.partition_publish_before_evidence") == fault::Action::Defect) {
     // The negative control's other half: whatever is staged is applied, in seq order; what is not

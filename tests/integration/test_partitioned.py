@@ -21,6 +21,10 @@ Scenarios:
     releases everything.
   - negative control defect.partition_publish_before_evidence: a publisher that does not wait for
     evidence exposes partial transactions, which the reader (or verify) catches.
+  - until_caught_up_publisher_without_partition_appliers_ends_blocked_then_catches_up: the publisher
+    run with --until-caught-up while no partition applier is connected ends as blocked (exit 3,
+    naming the partitions) instead of waiting without end; after the partition appliers ran until
+    caught up, the same command catches the flow up and the target equals the source.
 """
 import json
 import os
@@ -189,7 +193,8 @@ def watermarks(pair):
 
 
 def check_exact(pair, reader, label):
-    if reader.violations:
+    """`reader`: the Reader that ran during the replication, or None when none did."""
+    if reader is not None and reader.violations:
         raise CaptureFailure(f"{label}: the reader saw {len(reader.violations)} partial transaction(s) on the target, "
                              f"first (sum balance, sum moves, ledger rows): {reader.violations[:5]}")
     verify = verify_with_applier(pair.config)
@@ -478,6 +483,39 @@ def run_local_verify_applies_a_partitioned_flow_and_verifies_it():
         print("ok: run_local_verify_applies_a_partitioned_flow_and_verifies_it")
 
 
+@scenario(invariants=("`trellara apply --until-caught-up` (the publisher) with a partitioned transaction pending and no "
+                      "partition applier connected ends as blocked (exit 3) naming the partitions, having applied "
+                      "nothing past it",
+                      "partition appliers run with --until-caught-up, then the publisher, catch the flow up: exit 0, "
+                      "the target equals the source"))
+def until_caught_up_publisher_without_partition_appliers_ends_blocked_then_catches_up():
+    with PartitionedPair("partitioned-until") as pair:
+        run_pgbench(pair.source, ["-n", "--random-seed=39", "-c", "2", "-t", "40", "-f", pair.script])
+        pair.wait_log_covers_source()
+        publisher = [TRELLARA_BIN, "apply", "--config", pair.config, "--until-caught-up"]
+        alone = subprocess.run(publisher, capture_output=True, text=True, timeout=300)
+        if alone.returncode != 3 or "no partition applier of partition(s)" not in alone.stderr:
+            raise CaptureFailure(f"the publisher alone with --until-caught-up exited {alone.returncode}, expected 3 naming "
+                                 f"the partitions without an applier: {alone.stdout[-800:]} {alone.stderr[-1500:]}")
+        print(f"publisher alone: exit 3: {alone.stderr.strip().splitlines()[-1][:400]}")
+        ledger = pair.target.query("SELECT count(*) FROM ledger")
+        if ledger != "0":
+            raise CaptureFailure(f"the blocked publisher made {ledger} transfers visible without the partitions' evidence")
+        for k in range(pair.partitions):
+            part = subprocess.run([TRELLARA_BIN, "apply", "--config", pair.config, "--partition", str(k), "--until-caught-up"],
+                                  capture_output=True, text=True, timeout=300)
+            if part.returncode != 0:
+                raise CaptureFailure(f"partition applier {k} --until-caught-up exited {part.returncode}: {part.stderr[-1500:]}")
+        caught_up = subprocess.run(publisher, capture_output=True, text=True, timeout=300)
+        if caught_up.returncode != 0:
+            raise CaptureFailure(f"the publisher after the partition appliers exited {caught_up.returncode}: "
+                                 f"{caught_up.stderr[-1500:]}")
+        check_exact(pair, None, "after the partition appliers and the publisher ran until caught up")
+        if pair.target.query("SELECT count(*) FROM ledger") != pair.source.query("SELECT count(*) FROM ledger"):
+            raise CaptureFailure("the publisher exited 0 but the target does not hold every transfer")
+        print("ok: until_caught_up_publisher_without_partition_appliers_ends_blocked_then_catches_up")
+
+
 if __name__ == "__main__":
     run_scenarios([partitioned_flow_survives_kills_with_nothing_partial_visible,
                    the_watermark_holds_publication_until_every_listed_partition_has_evidence,
@@ -485,4 +523,5 @@ if __name__ == "__main__":
                    partitioned_relay_failing_before_the_manifest_does_not_advance_the_slot,
                    negative_control_partitioned_relay_confirming_before_the_marker_is_caught,
                    negative_control_partition_checkpoint_outside_the_staging_transaction_is_caught,
-                   run_local_verify_applies_a_partitioned_flow_and_verifies_it])
+                   run_local_verify_applies_a_partitioned_flow_and_verifies_it,
+                   until_caught_up_publisher_without_partition_appliers_ends_blocked_then_catches_up])
