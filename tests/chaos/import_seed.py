@@ -375,10 +375,13 @@ MAPPING = {
     "snapshot_handoff_recorded_before_stream_start": dict(
         proof=[it("snapshot_handoff_recorded_before_stream_start", HANDOFF)], defect=SKIP_AFTER_COPY),
     "repair_and_replay_ready": dict(
-        proof=[it("update_delete_zero_row_match_fails_closed", FAIL_CLOSED)],
-        note="repair + replay-ready then apply; no paired defect yet"),
+        proof=[it("update_delete_zero_row_match_fails_closed", FAIL_CLOSED),
+               it("partitioned_quarantine_is_repaired_and_replayed_at_the_exact_boundary", PARTITIONED)],
+        note="repair + replay-ready then apply, for a strict and for a partitioned transaction (quarantined whole "
+             "by the publisher, its staged chunks kept for the replay)"),
     "quarantine_replay_ready_requires_exact_boundary": dict(
         proof=[it("update_delete_zero_row_match_fails_closed", FAIL_CLOSED),
+               it("partitioned_quarantine_is_repaired_and_replayed_at_the_exact_boundary", PARTITIONED),
                ct("quarantine_replay_ready_refuses_unknown_transaction_boundary")],
         defect={"name": "replay_ready_xid_only",
                 "scenario": ct("quarantine_replay_ready_matched_on_the_xid_alone_negative_control")},

@@ -25,6 +25,10 @@ Scenarios:
     run with --until-caught-up while no partition applier is connected ends as blocked (exit 3,
     naming the partitions) instead of waiting without end; after the partition appliers ran until
     caught up, the same command catches the flow up and the target equals the source.
+  - partitioned_quarantine_is_repaired_and_replayed_at_the_exact_boundary: a transfer whose UPDATE
+    matches no row on the target (the row deleted behind the flow's back) is quarantined whole by
+    the publisher, its staged chunks kept; replay-ready of a wrong boundary is refused; after the
+    repair and replay-ready of the exact boundary it and the next transfer apply once.
 """
 import json
 import os
@@ -516,6 +520,79 @@ def until_caught_up_publisher_without_partition_appliers_ends_blocked_then_catch
         print("ok: until_caught_up_publisher_without_partition_appliers_ends_blocked_then_catches_up")
 
 
+def run_until_caught_up(pair, expect, partition=None):
+    argv = [TRELLARA_BIN, "apply", "--config", pair.config, "--until-caught-up"]
+    if partition is not None:
+        argv += ["--partition", str(partition)]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    if result.returncode != expect:
+        raise CaptureFailure(f"{' '.join(argv[1:])} exited {result.returncode}, expected {expect}: "
+                             f"{result.stdout[-800:]} {result.stderr[-1500:]}")
+    return result
+
+
+def partitioned_transfer(pair, a, b, amount):
+    """One transfer on the source; returns (xid, commit LSN) once its commit marker is in the log."""
+    xid = int(pair.source.query(f"BEGIN; UPDATE accounts SET balance = balance - {amount}, moves = moves + 1 WHERE id = {a}; "
+                                f"UPDATE accounts SET balance = balance + {amount}, moves = moves + 1 WHERE id = {b}; "
+                                f"INSERT INTO ledger (src, dst, amount) VALUES ({a}, {b}, {amount}); "
+                                "SELECT txid_current(); COMMIT").splitlines()[-1])
+    pair.wait_log_covers_source()
+    marker = next(r for r in log_records(pair.log_dir) if r["type"] == "commit_marker" and r["xid"] == xid)
+    return xid, marker["commit_lsn"]
+
+
+@scenario(seed_rows=("repair_and_replay_ready", "quarantine_replay_ready_requires_exact_boundary"),
+          invariants=("a partitioned transaction the publisher cannot apply (an UPDATE matching no row) is quarantined "
+                      "whole: none of its partitions' changes, no dedup row, nothing after it visible",
+                      "its staged chunks stay for the replay",
+                      "replay-ready of another boundary (the xid at another commit LSN, another xid at its commit "
+                      "LSN) is refused and marks nothing",
+                      "after the repair and replay-ready of the exact boundary the publisher applies it and what "
+                      "follows once: the target equals the source, no staged chunk left"))
+def partitioned_quarantine_is_repaired_and_replayed_at_the_exact_boundary():
+    with PartitionedPair("partitioned-quarantine") as pair:
+        for k in range(pair.partitions):
+            run_until_caught_up(pair, 0, k)
+        run_until_caught_up(pair, 0)
+        saved = pair.target.query("SELECT id, balance, moves FROM accounts WHERE id = 7")
+        pair.target.query("DELETE FROM accounts WHERE id = 7")  # behind the flow's back
+        xid, commit_lsn = partitioned_transfer(pair, 7, 8, 5)
+        partitioned_transfer(pair, 20, 21, 3)
+        for k in range(pair.partitions):
+            run_until_caught_up(pair, 0, k)
+        blocked = run_until_caught_up(pair, 3)
+        if "matched 0 rows" not in blocked.stderr or f"{xid}" not in blocked.stderr:
+            raise CaptureFailure(f"the quarantine message does not name the zero-row UPDATE of xid {xid}: "
+                                 f"{blocked.stderr[-1500:]}")
+        row = pair.target.query(f"SELECT reason || '|' || state FROM trellara.quarantine WHERE flow = 'app' AND xid = {xid} "
+                                f"AND commit_lsn = '{commit_lsn}'")
+        if row != "zero_rows_matched|quarantined":
+            raise CaptureFailure(f"quarantine row of xid {xid}: {row!r}, expected zero_rows_matched|quarantined")
+        visible = pair.target.query("SELECT (SELECT count(*) FROM ledger) || ' ' || (SELECT balance FROM accounts WHERE id = 8)"
+                                    f" || ' ' || (SELECT count(*) FROM trellara.applied_transactions WHERE commit_lsn >= '{commit_lsn}')")
+        if visible != f"0 {START_BALANCE} 0":
+            raise CaptureFailure(f"part of the quarantined transaction or what follows it is visible (ledger rows, "
+                                 f"balance of account 8, dedup rows at or past it): {visible}")
+        staged = pair.target.query(f"SELECT count(*) FROM trellara.partition_stage WHERE commit_lsn = '{commit_lsn}'")
+        if staged == "0":
+            raise CaptureFailure("the quarantined transaction's staged chunks are gone: a replay could not apply it")
+        v = lsn_to_int(commit_lsn) + 1
+        for wrong_xid, wrong_lsn in ((xid, int_to_lsn(v)), (xid + 1, commit_lsn)):
+            refused = pair.target.psql(f"SELECT trellara.quarantine_replay_ready({wrong_xid}, '{wrong_lsn}')", check=False)
+            state = pair.target.query(f"SELECT state FROM trellara.quarantine WHERE flow = 'app' AND xid = {xid}")
+            if refused.returncode == 0 or "refused: no quarantined transaction" not in refused.stderr or state != "quarantined":
+                raise CaptureFailure(f"replay-ready of ({wrong_xid}, {wrong_lsn}) was not refused or changed the "
+                                     f"boundary ({xid}, {commit_lsn}): {refused.stderr} state {state}")
+        vid, balance, moves = saved.split("|")
+        pair.target.query(f"INSERT INTO accounts VALUES ({vid}, {balance}, {moves})")
+        pair.target.query(f"SELECT trellara.quarantine_replay_ready({xid}, '{commit_lsn}')")
+        run_until_caught_up(pair, 0)
+        check_exact(pair, None, "after the repair and the replay")
+        print(f"ok: partitioned_quarantine_is_repaired_and_replayed_at_the_exact_boundary (xid {xid}, {staged} staged "
+              f"chunk(s) kept while quarantined)")
+
+
 if __name__ == "__main__":
     run_scenarios([partitioned_flow_survives_kills_with_nothing_partial_visible,
                    the_watermark_holds_publication_until_every_listed_partition_has_evidence,
@@ -524,4 +601,5 @@ if __name__ == "__main__":
                    negative_control_partitioned_relay_confirming_before_the_marker_is_caught,
                    negative_control_partition_checkpoint_outside_the_staging_transaction_is_caught,
                    run_local_verify_applies_a_partitioned_flow_and_verifies_it,
-                   until_caught_up_publisher_without_partition_appliers_ends_blocked_then_catches_up])
+                   until_caught_up_publisher_without_partition_appliers_ends_blocked_then_catches_up,
+                   partitioned_quarantine_is_repaired_and_replayed_at_the_exact_boundary])
