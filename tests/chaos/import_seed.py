@@ -269,13 +269,16 @@ MAPPING = {
                                                   defect=APPLY_IN_COPY),
     "partition_manifest_missing_chunk": dict(
         proof=[ct("a_partitioned_transaction_missing_a_chunk_is_refused_before_apply"),
-               it("the_watermark_holds_publication_until_every_listed_partition_has_evidence", PARTITIONED)],
+               it("the_watermark_holds_publication_until_every_listed_partition_has_evidence", PARTITIONED),
+               {"kind": "simulation", "name": "partition_manifest_missing_chunk"}],
         defect={"name": "partition_publish_before_evidence",
                 "scenario": it("negative_control_publish_before_evidence_is_caught", PARTITIONED)},
         note="the barrier (every applier of a partitioned flow reads through it) refuses a missing, repeated or "
              "re-sequenced chunk; a real publisher never applies a transaction while a listed partition has not "
              "staged its part (partition 1's applier not running); paired defect: a publisher that does not wait "
-             "for every partition's evidence, caught by the reader seeing partial transactions"),
+             "for every partition's evidence, caught by the reader seeing partial transactions; the partition world "
+             "of the simulator (partition_manifest_missing_chunk) drops a chunk and holds a partition applier "
+             "down, its paired defect caught by the no-partial-visibility invariant"),
     "partition_chunk_routing_header_mismatch": dict(
         proof=[ct("a_chunk_whose_rows_route_elsewhere_than_its_header_is_refused"),
                ct("a_partition_applier_accepts_only_listed_chunks_of_its_own_partition")],
@@ -331,13 +334,16 @@ MAPPING = {
         note="the paired defect recognises a duplicate chunk by (transaction, seq) alone and keeps the first copy"),
     "partition_applier_before_ack": dict(
         proof=[it("partitioned_flow_survives_kills_with_nothing_partial_visible", PARTITIONED),
-               it("the_watermark_holds_publication_until_every_listed_partition_has_evidence", PARTITIONED)],
+               it("the_watermark_holds_publication_until_every_listed_partition_has_evidence", PARTITIONED),
+               {"kind": "simulation", "name": "partition_applier_before_ack"}],
         defect={"name": "partition_checkpoint_outside",
                 "scenario": it("negative_control_partition_checkpoint_outside_the_staging_transaction_is_caught",
                                PARTITIONED)},
         note="real partition appliers and publisher killed (SIGKILL and at partition.before_commit / "
              "partition.after_commit) under transfers while a reader checks every snapshot of the target; paired "
-             "defect: the checkpoint committed outside the staging transaction"),
+             "defect: the checkpoint committed outside the staging transaction; the partition world of the "
+             "simulator (partition_applier_before_ack) crashes partition appliers and the publisher at every "
+             "boundary, its paired defect (partition_checkpoint_outside) caught by the evidence invariant"),
     "fleet_fanin_offline_stores_publish_with_gaps": dict(not_built=NO_FLEET),
     "fleet_fanin_late_store_recovery": dict(not_built=NO_FLEET),
     "fleet_fanin_duplicate_store_replay": dict(not_built=NO_FLEET),

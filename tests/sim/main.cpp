@@ -11,6 +11,7 @@
 //
 // Exit status: 0 when every clean run passed its invariants and every paired defect was caught,
 // 1 otherwise, 2 on a usage error.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -270,6 +271,34 @@ std::vector<Named> NamedSimulations() {
         c.transactions = 12;
         c.faults.fire_at["relay.power_loss_after_append"] = {2, 4, 6, 8};
       });
+  // ---- partitioned scale mode (partition_world.cpp): partition appliers and the publisher ----
+  add("partition_applier_before_ack", {"partition_applier_before_ack"}, 20261901,
+      "a partitioned flow in 3 partitions: partition appliers die before and after committing their staged chunks "
+      "with their checkpoint, the publisher dies inside its target transaction and between its COMMIT and its "
+      "offset; each restarts from what the target holds: no transaction is ever partly visible, none is applied "
+      "twice, every one is applied",
+      "partition_checkpoint_outside", {"a partition's evidence covers only what it staged",
+                                       "no acknowledged transaction lost", "no partial transaction visible"},
+      [](SimConfig& c) {
+        c.partitioned = true;
+        c.transactions = 12;
+        c.faults.fire_at["partition.crash_before_commit"] = {2, 5, 9};
+        c.faults.fire_at["partition.crash_after_commit"] = {3, 7};
+        c.faults.fire_at["publisher.crash_before_commit"] = {2};
+        c.faults.fire_at["publisher.crash_after_commit_before_offset"] = {4};
+      });
+  add("partition_manifest_missing_chunk", {"partition_manifest_missing_chunk"}, 20261902,
+      "a partitioned flow in 3 partitions whose last partition applier is down for a stretch while the publisher "
+      "waits for its evidence; the transport then drops a chunk of the last transaction: the barriers refuse it, "
+      "the publisher quarantines it and halts, with everything before it applied whole and nothing of it visible",
+      "partition_publish_before_evidence", {"no partial transaction visible"},
+      [](SimConfig& c) {
+        c.partitioned = true;
+        c.transactions = 10;
+        c.expect_halt = true;
+        c.remote_outage = std::make_pair(5, 60);
+        c.faults.fire_at["transport.drop_chunk"] = {1};
+      });
   return all;
 }
 
@@ -365,6 +394,10 @@ nlohmann::json Invariants(const SimConfig& c) {
             "the replica matches the source log offset for offset", "the source is confirmed only to what the broker "
             "acknowledged (source_ack = broker_quorum)"};
   }
+  if (c.partitioned) {
+    return {"no partial transaction visible", "none applied twice", "a partition's evidence covers only what it staged",
+            "no acknowledged transaction lost", "a quarantine halts", "no staged chunk left"};
+  }
   if (c.snapshot) {
     return {"handoff only when every table is complete", "handoff under the current contract",
             "a chunk copied once per registration", "no insert of an existing row or delete of a missing one",
@@ -381,6 +414,10 @@ nlohmann::json AllInvariants() {
   snapshot.snapshot = true;
   nlohmann::json all = Invariants(broker);
   for (const auto& i : Invariants(snapshot)) all.push_back(i);
+  SimConfig partitioned;
+  partitioned.partitioned = true;
+  for (const auto& i : Invariants(partitioned))
+    if (std::find(all.begin(), all.end(), i) == all.end()) all.push_back(i);
   return all;
 }
 
@@ -447,6 +484,7 @@ SimConfig RandomConfig(uint64_t seed) {
   c.snapshot = shape() % 4 == 0;  // a quarter of the seeds run the snapshot world
   c.broker = !c.snapshot && shape() % 3 == 0;  // a third of the others go through the broker hop
   c.broker_quorum = c.broker && shape() % 2 == 0;
+  c.partitioned = !c.snapshot && !c.broker && shape() % 4 == 0;  // and a quarter of the rest the partition world
   return c;
 }
 

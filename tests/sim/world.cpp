@@ -116,6 +116,7 @@ bool SimOutcome::Defect(const std::string& configured, const std::string& name) 
 
 SimOutcome RunSimulation(const SimConfig& config) {
   if (config.snapshot) return RunSnapshotSimulation(config);
+  if (config.partitioned) return RunPartitionSimulation(config);
   world_detail::World world(config);
   return world.Run();
 }

@@ -56,6 +56,11 @@ inline const std::vector<std::string>& AllFaultPoints() {
       "snapshot.ddl_during_copy",             // the table's definition changes while it is being copied
       "snapshot.duplicate_copy_attempt",      // `trellara snapshot` runs again after the handoff
       "snapshot.applier_crash_after_handoff", // the applier dies right after the handoff was recorded
+      // the partition world (partition_world.cpp)
+      "partition.crash_before_commit",        // a partition applier dies with its chunks not yet committed
+      "partition.crash_after_commit",         // a partition applier dies right after staging with its checkpoint
+      "publisher.crash_before_commit",        // the publisher dies inside its open target transaction
+      "publisher.crash_after_commit_before_offset",  // the publisher committed; its consumer offset not written
   };
   return points;
 }
@@ -82,6 +87,8 @@ inline const std::vector<std::string>& AllDefects() {
       "apply_hole_check_skipped",           // a record past a hole in the stream is taken as the next one
       "forward_progress_before_ack",        // the forwarder records progress before the broker acknowledged
       "forward_retention_by_forwarder",     // the source log is held only for the forwarder, not the remote applier
+      "partition_publish_before_evidence",  // the publisher does not wait for every listed partition's evidence
+      "partition_checkpoint_outside",       // a partition applier commits its checkpoint before its staged chunks
   };
   return defects;
 }
@@ -108,8 +115,10 @@ struct SimConfig {
   int max_steps = 400;
   bool snapshot = false;      // the snapshot world (initial copy beside the stream) instead of the log world
   bool broker = false;        // the log travels through the broker to a remote applier (broker_hop.h)
+  bool partitioned = false;   // the partition world (partition_world.cpp): partition appliers and the publisher
   bool broker_quorum = false; // source_ack = broker_quorum: the slot waits for the broker's acknowledgement
-  std::optional<std::pair<int, int>> remote_outage;  // broker: the remote applier's host is down for (from step, steps)
+  std::optional<std::pair<int, int>> remote_outage;  // broker: the remote applier's host is down for (from step, steps);
+                                                     // partitioned: the last partition applier's
   std::string defect;         // "" = clean
   FaultPlan faults;
 };
@@ -187,5 +196,6 @@ class FaultScheduler {
 
 SimOutcome RunSimulation(const SimConfig& config);
 SimOutcome RunSnapshotSimulation(const SimConfig& config);  // snapshot_world.cpp
+SimOutcome RunPartitionSimulation(const SimConfig& config);  // partition_world.cpp
 
 }  // namespace trellara::sim
