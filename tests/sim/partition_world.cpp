@@ -14,6 +14,7 @@
 // it did not stage (evidence without data); at the end: every transaction applied once, or — when
 // the scenario expects it — the run halted at a quarantine with nothing of it or after it visible.
 #include "world.h"
+#include "world_internal.h"
 
 #include <algorithm>
 #include <set>
@@ -30,18 +31,11 @@ namespace {
 
 constexpr const char* kFlow = "sim";
 constexpr uint64_t kSysid = 7000000000000000003ull;
-constexpr uint32_t kOid = 16384;
 constexpr uint32_t kPartitions = 3;
 
-RelationInfo Events() {
-  RelationInfo r;
-  r.oid = kOid;
-  r.schema = "public";
-  r.name = "events";
-  r.columns = {{"tx", 20, "bigint", -1, true}, {"k", 23, "integer", -1, true}, {"v", 25, "text", -1, false}};
-  r.fingerprint = ComputeFingerprint(r);
-  return r;
-}
+// The events table of the strict world (world_internal.h): inserts keyed by (tx, k), routed by key.
+RelationInfo Events() { return world_detail::EventsRelation(); }
+constexpr uint32_t kOid = world_detail::kEventsOid;
 
 struct SourceTx {
   uint32_t xid = 0;
