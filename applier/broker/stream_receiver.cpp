@@ -14,6 +14,7 @@
 #include "trellara/broker/broker.h"
 #include "trellara/broker/replica_intake.h"
 #include "trellara/log/atomic_file.h"
+#include "trellara/log/consumer_offsets.h"
 #include "trellara/record/envelope.h"
 
 namespace trellara::cli {
@@ -471,10 +472,25 @@ void StreamReceiver::SendPosition(uint64_t next_offset) {
   position_ = next_offset;
   position_sent_at_ = Clock::now();
   if (stream_ && !identity_.empty()) {
-    fault::Hit("receive.before_position_sent");
-    Status sent = stream_->Send(core::PositionSubject(config_.flow_name),
-                                core::EncodePosition({config_.transport.applier, identity_, next_offset}));
-    if (!sent.ok()) Unavailable(sent.error().message);  // sent again later; the source keeps its log meanwhile
+    // What this host holds durably downstream is the least offset any consumer of the replica
+    // still needs: the applier's and, for a partitioned flow, each partition applier's checkpoint
+    // (they read this replica too, docs/partitioned.md "Through a broker"). The source keeps its
+    // log from there, so a replica lost with this host can be refilled for every one of them.
+    uint64_t durable = next_offset;
+    auto consumers = log::ReadConsumerOffsets(device_, config_.log_directory);
+    if (!consumers) {
+      Event("warning", "reason=\"position not sent: cannot read the replica's consumers in " + config_.log_directory +
+                           ": " + consumers.error().message + "; the source keeps its log until it is sent\"");
+    } else {
+      // Negative control (tests only, TRELLARA_FAULTS=defect.receive_position_ignores_partitions:1:defect):
+      // the applier's own offset is sent, which lets the source go past a partition applier's checkpoint.
+      if (fault::Hit("defect.receive_position_ignores_partitions") != fault::Action::Defect)
+        for (const auto& [name, offset] : *consumers) durable = std::min(durable, offset);
+      fault::Hit("receive.before_position_sent");
+      Status sent = stream_->Send(core::PositionSubject(config_.flow_name),
+                                  core::EncodePosition({config_.transport.applier, identity_, durable}));
+      if (!sent.ok()) Unavailable(sent.error().message);  // sent again later; the source keeps its log meanwhile
+    }
   }
   auto reclaimed = writer_->ReclaimSegments();
   if (!reclaimed)

@@ -74,6 +74,7 @@ ordered_json DescribeRecord(const std::string& dir, const log::LogRecord& frame)
     j["checksum"] = HexEncode(e->checksum);
   } else if (const auto* c = std::get_if<Chunk>(&*record)) {
     j["seq"] = c->seq;
+    j["partition_id"] = c->partition_id;  // 0 in a strict chunk
     j["event_count"] = c->event_count;
     j["change_count"] = c->changes.size();
     j["checksum"] = HexEncode(c->checksum);

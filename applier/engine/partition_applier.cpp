@@ -111,10 +111,36 @@ void PartitionApplier::Resume() {
   (void)log::WriteConsumerOffset(*device_, config_.log_directory, consumer_, checkpoint_offset_);
 }
 
+// Through a broker, flow.log_directory is the replica the flow's applier (the publisher) keeps
+// from the stream on this host: it may not exist yet when the partition appliers start first.
+bool PartitionApplier::WaitForReplica() {
+  if (config_.transport.kind == TransportKind::Local) return true;
+  bool announced = false;
+  for (;;) {
+    if (log::LogReader::Open(*device_, config_.log_directory)) return true;
+    const std::string why = "the replica of the log at " + config_.log_directory + " (flow.log_directory) of flow " +
+                            config_.flow_name + " does not hold a log yet";
+    if (until_caught_up_)
+      throw CommandFailed(Name() + " reads " + why + "; start the flow's applier (trellara apply --config " +
+                              config_.path + ") first: it keeps the replica from the stream " +
+                              config_.transport.stream,
+                          kExitCouldNotRun);
+    if (!announced) {
+      std::cerr << "trellara apply: " << Name() << " event=waiting reason=\"" << why
+                << "; the flow's applier (trellara apply --config " << config_.path
+                << ") creates it from the stream\"" << std::endl;
+      announced = true;
+    }
+    for (int i = 0; i < 10 && !StopRequested(); i++) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (StopRequested()) return false;
+  }
+}
+
 void PartitionApplier::Run() {
   auto device = log::OpenUringDevice();
   if (!device) throw CommandFailed("cannot open io_uring for the log: " + device.error().message, kExitCouldNotRun);
   device_ = std::move(device.value());
+  if (!WaitForReplica()) return;
   if (Status registered = log::RegisterConsumer(*device_, config_.log_directory, consumer_); !registered.ok())
     throw CommandFailed(registered.error().message, kExitCouldNotRun);
   bool held = false;

@@ -43,6 +43,7 @@ class PartitionApplier {
   struct Refusal {
     std::string reason;
   };
+  bool WaitForReplica();  // false: stopped while waiting
   void Connect();
   void Resume();
   // One pass over the log from the checkpoint; returns normally when stopped or caught up.

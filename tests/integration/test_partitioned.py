@@ -29,6 +29,12 @@ Scenarios:
     matches no row on the target (the row deleted behind the flow's back) is quarantined whole by
     the publisher, its staged chunks kept; replay-ready of a wrong boundary is refused; after the
     repair and replay-ready of the exact boundary it and the next transfer apply once.
+  - partition_appliers_through_the_broker_apply_exactly_once: the flow through a 3-node JetStream
+    cluster; the publisher keeps the replica, two partition appliers read it; kill -9s of all three
+    under the transfer workload; then partition 1 stopped while the publisher publishes past its
+    checkpoint: the position the source records for the applier's host stays at that checkpoint.
+    Paired with defect.receive_position_ignores_partitions
+    (negative_control_position_past_a_partition_checkpoint_is_caught).
 """
 import json
 import os
@@ -45,6 +51,9 @@ from capture_support import (TRELLARA_BIN, CaptureFailure, PsqlSession, checks_f
                              int_to_lsn, log_records, lsn_to_int, record_fault_fired, record_faults_from_output,
                              run_pgbench, run_scenarios, scenario, verify_with_applier, wait_for)
 from flow_pair import FlowPair  # noqa: E402
+from harness.nats_cluster import NatsCluster  # noqa: E402
+from test_broker_forward import STREAM  # noqa: E402
+from test_broker_remote_apply import consumer_offset  # noqa: E402
 
 ACCOUNTS = 300
 START_BALANCE = 1000
@@ -99,16 +108,18 @@ class Proc:
     """One `trellara apply` process (a partition applier with `partition`, else the publisher), our
     child: killed by its Popen handle, restarted on demand; its stderr kept per run."""
 
-    def __init__(self, pair, partition=None):
+    def __init__(self, pair, partition=None, config=None):
         self.pair, self.partition, self.runs, self.process, self.faulted = pair, partition, 0, None, False
+        self.config = config  # None: the pair's flow.toml
         self.name = "publisher" if partition is None else f"partition-{partition}"
         self.outputs = []
 
     def start(self, env=None, defects=False, faulted=False):
         self.runs += 1
+        self.env, self.defects = env, defects
         self.faulted = faulted  # this run waits for its own fault point: not a victim of the random kills
         self.err_path = os.path.join(self.pair.work.name, f"{self.name}-{self.runs}.err")
-        argv = [TRELLARA_BIN] + (["--enable-test-defects"] if defects else []) + ["apply", "--config", self.pair.config]
+        argv = [TRELLARA_BIN] + (["--enable-test-defects"] if defects else []) + ["apply", "--config", self.config or self.pair.config]
         if self.partition is not None:
             argv += ["--partition", str(self.partition)]
         with open(self.err_path, "w") as err:
@@ -196,12 +207,13 @@ def watermarks(pair):
     return json.loads(result.stdout)
 
 
-def check_exact(pair, reader, label):
-    """`reader`: the Reader that ran during the replication, or None when none did."""
+def check_exact(pair, reader, label, config=None):
+    """`reader`: the Reader that ran during the replication, or None when none did; `config`: the
+    configuration verify runs with (the pair's flow.toml when None)."""
     if reader is not None and reader.violations:
         raise CaptureFailure(f"{label}: the reader saw {len(reader.violations)} partial transaction(s) on the target, "
                              f"first (sum balance, sum moves, ledger rows): {reader.violations[:5]}")
-    verify = verify_with_applier(pair.config)
+    verify = verify_with_applier(config or pair.config)
     if verify.returncode != 0:
         raise CaptureFailure(f"{label}: verify exited {verify.returncode}: {verify.stdout[-1500:]} {verify.stderr[-1500:]}")
     staged = pair.target.query("SELECT count(*) FROM trellara.partition_stage")
@@ -593,6 +605,175 @@ def partitioned_quarantine_is_repaired_and_replayed_at_the_exact_boundary():
               f"chunk(s) kept while quarantined)")
 
 
+
+class BrokerPartitionedPair(PartitionedPair):
+    """A partitioned flow through the broker: `trellara forward` publishes the source's log
+    (forward.toml) to a 3-node JetStream cluster; on the applier's side (remote.toml) the publisher
+    keeps the replica of the log from the stream and the partition appliers read that replica."""
+
+    def __init__(self, name, cluster, partitions=2):
+        super().__init__(name, partitions=partitions)
+        self.cluster = cluster
+
+    def ready(self):
+        super().ready()
+        transport = (f'[transport]\nkind = "nats"\nservers = "{self.cluster.servers}"\nstream = "{STREAM}"\n'
+                     'applier = "eu"\nremote_appliers = "eu"\n')
+        self.forward_config = self.write_config(os.path.join(self.work.name, "forward.toml"), extra=transport)
+        self.replica_dir = os.path.join(self.work.name, "replica")
+        self.remote = self.write_config(os.path.join(self.work.name, "remote.toml"), extra=transport,
+                                        log_dir=self.replica_dir)
+
+
+def source_remote_offset(pair):
+    """The next offset the forwarder recorded for remote applier "eu" in the source's log, or None."""
+    path = os.path.join(pair.log_dir, "consumers", "remote.eu")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        for word in f.read().split():
+            if word.startswith("next_offset="):
+                return int(word.split("=", 1)[1])
+    return None
+
+
+def held_for_a_stopped_partition(pair, parts, publisher):
+    """Partition 1's applier stopped while transactions listing only partition 0 are published: the
+    publisher's own offset in the replica passes partition 1's checkpoint, and for longer than the
+    receiver's position resend (5 s) the position the source records for the applier's host must
+    stay at or below that checkpoint. Returns (partition 1's checkpoint, the publisher's offset)."""
+    account = None
+    for candidate in range(1, 40):  # an account whose row routes to partition 0 (no-op updates)
+        xid = int(pair.source.query(f"BEGIN; UPDATE accounts SET balance = balance WHERE id = {candidate}; "
+                                    "SELECT txid_current(); COMMIT").splitlines()[-1])
+        pair.wait_log_covers_source()
+        chunks = [r for r in log_records(pair.log_dir) if r["type"] == "chunk" and r["xid"] == xid]
+        if chunks and all(chunk["partition_id"] == 0 for chunk in chunks):
+            account = candidate
+            break
+    if account is None:
+        raise CaptureFailure("no account among the first 39 routes to partition 0")
+    wait_converged(pair, parts + [publisher])
+    parts[1].stop()
+    floor = int(pair.target.query("SELECT log_offset FROM trellara.partition_checkpoints "
+                                  f"WHERE flow = '{pair.flow}' AND partition = 1"))
+    for _ in range(30):
+        xid = pair.source.query(f"BEGIN; UPDATE accounts SET balance = balance WHERE id = {account}; "
+                                "SELECT txid_current(); COMMIT").splitlines()[-1]
+    wait_for("the publisher to apply the transactions listing only partition 0",
+             lambda: pair.target.query(f"SELECT count(*) FROM trellara.applied_transactions WHERE xid = {xid}") == "1",
+             120)
+    wait_for("the publisher to record its offset past partition 1's checkpoint",
+             lambda: consumer_offset(pair.replica_dir, "applier") > floor, 120)
+    ahead = consumer_offset(pair.replica_dir, "applier")
+    watch_until = time.monotonic() + 8  # longer than the receiver's resend of its position (5 s)
+    while time.monotonic() < watch_until:
+        reported = source_remote_offset(pair)
+        if reported is not None and reported > floor:
+            raise CaptureFailure(f"the source was told offset {reported} is durable on the applier's host while "
+                                 f"partition 1's applier (stopped) still needs the log from offset {floor}")
+        time.sleep(0.2)
+    parts[1].start(env=parts[1].env, defects=parts[1].defects)
+    return floor, ahead
+
+
+def broker_partitioned_run(pair, env=None, defects=False, outputs=None, kills=True):
+    """Forwarder, publisher and two partition appliers through the broker; a transfer workload with
+    random kill -9s (kills=True), the position phase, convergence and verify; stderr into `outputs`."""
+    forward_err = open(os.path.join(pair.work.name, "forward.err"), "w")
+    forwarder = subprocess.Popen([TRELLARA_BIN, "forward", "--config", pair.forward_config],
+                                 stdout=subprocess.DEVNULL, stderr=forward_err)
+    forward_err.close()
+    parts = [Proc(pair, k, config=pair.remote) for k in range(pair.partitions)]
+    publisher = Proc(pair, config=pair.remote)
+    procs = parts + [publisher]
+    reader = Reader(pair)
+    rng = random.Random(38)
+    victims = checks = 0
+    try:
+        parts[0].start(env=env, defects=defects)  # before the replica exists: it waits for the publisher
+        publisher.start(env=env, defects=defects)
+        parts[1].start(env=env, defects=defects)
+        reader.start()
+        bench = threading.Thread(target=run_pgbench, args=(pair.source, [
+            "-n", "--random-seed=38", "-c", "2", "-t", "400" if kills else "60", "-R", "60", "-f", pair.script]))
+        bench.start()
+        while bench.is_alive():
+            time.sleep(0.4 + 0.6 * rng.random())
+            # The source's record of the reported position first, the checkpoints after: both only
+            # grow, so a position past a checkpoint read later was past it when it was sent.
+            reported = source_remote_offset(pair)
+            if reported is not None and pair.target.query(
+                    "SELECT to_regclass('trellara.partition_checkpoints') IS NOT NULL") == "t":
+                floor = pair.target.query(f"SELECT min(log_offset) FROM trellara.partition_checkpoints "
+                                          f"WHERE flow = '{pair.flow}'")
+                if floor and int(floor) < reported:
+                    raise CaptureFailure(f"the source was told offset {reported} is durable downstream while a "
+                                         f"partition applier's checkpoint is at log offset {floor}")
+                checks += 1
+            if kills:
+                victim = rng.choice(procs)
+                victim.kill()
+                victims += 1
+                victim.start(env=env, defects=defects)
+        bench.join()
+        wait_converged(pair, procs)
+        if kills and (reader.samples < 50 or len(reader.seen_ledger) < 5):
+            raise CaptureFailure(f"the reader took {reader.samples} samples over {len(reader.seen_ledger)} "
+                                 "states: too few to say anything about visibility")
+        floor, ahead = held_for_a_stopped_partition(pair, parts, publisher)
+        wait_converged(pair, procs)
+        print(f"{victims} SIGKILLs, {checks} position checks; reader took {reader.samples} samples over "
+              f"{len(reader.seen_ledger)} distinct states; with partition 1 stopped at log offset {floor} the "
+              f"publisher went on to {ahead} and the source kept the log from {source_remote_offset(pair)}")
+        reader.finish()
+        for proc in procs:
+            proc.stop()
+        # verify holds an applier at the source's consistent point: what the source logs from here
+        # must still travel, so the forwarder runs until verify has answered.
+        check_exact(pair, reader, "through the broker", config=pair.remote)
+        if not os.listdir(pair.replica_dir):
+            raise CaptureFailure("the replica directory is empty: the partition appliers did not read a replica")
+    finally:
+        reader.finish()
+        for proc in procs:
+            proc.stop()
+            if outputs is not None:
+                outputs.append(proc.stderr())
+        if forwarder.poll() is None:
+            forwarder.terminate()  # our own child, by its Popen handle
+        forwarder.wait(timeout=120)
+
+
+@scenario(suite="broker",
+          invariants=("partition appliers read the replica of the log that the publisher keeps from the JetStream "
+                      "stream (3 nodes, R3) and stage their chunks; the publisher makes each transfer visible whole",
+                      "kill -9 of either partition applier and of the publisher at random moments: no partial "
+                      "transaction visible (reader), the target equals the source (verify on the remote "
+                      "configuration), nothing staged twice or left staged",
+                      "the position reported to the source never passes a partition applier's checkpoint, also "
+                      "while that partition's applier is stopped and the publisher goes on past it: the source "
+                      "keeps its log for the slowest partition"))
+def partition_appliers_through_the_broker_apply_exactly_once():
+    with NatsCluster() as cluster, BrokerPartitionedPair("partitioned-broker", cluster) as pair:
+        broker_partitioned_run(pair)
+        pair.check_no_crashes()
+        print("ok: partition_appliers_through_the_broker_apply_exactly_once")
+
+
+@scenario(suite="broker", defect="defect.receive_position_ignores_partitions",
+          pairs_with="partition_appliers_through_the_broker_apply_exactly_once",
+          invariants=("a receiver that reports the publisher's own offset to the source, not the least offset of the "
+                      "replica's consumers, lets the source let go of log a stopped partition applier still needs: "
+                      "the position check catches it",))
+def negative_control_position_past_a_partition_checkpoint_is_caught():
+    with NatsCluster() as cluster, BrokerPartitionedPair("partitioned-broker-defect", cluster) as pair:
+        caught = checks_fail_under_defect("defect.receive_position_ignores_partitions", "retention position",
+                                          lambda env, outputs: broker_partitioned_run(pair, env, True, outputs,
+                                                                                      kills=False))
+        print(f"caught: {str(caught)[:300]}")
+        print("ok: negative_control_position_past_a_partition_checkpoint_is_caught")
+
 if __name__ == "__main__":
     run_scenarios([partitioned_flow_survives_kills_with_nothing_partial_visible,
                    the_watermark_holds_publication_until_every_listed_partition_has_evidence,
@@ -602,4 +783,6 @@ if __name__ == "__main__":
                    negative_control_partition_checkpoint_outside_the_staging_transaction_is_caught,
                    run_local_verify_applies_a_partitioned_flow_and_verifies_it,
                    until_caught_up_publisher_without_partition_appliers_ends_blocked_then_catches_up,
-                   partitioned_quarantine_is_repaired_and_replayed_at_the_exact_boundary])
+                   partitioned_quarantine_is_repaired_and_replayed_at_the_exact_boundary,
+                   partition_appliers_through_the_broker_apply_exactly_once,
+                   negative_control_position_past_a_partition_checkpoint_is_caught])
