@@ -58,7 +58,17 @@ NO_SIMULATOR = ("the deterministic simulator (tests/sim, DESIGN §8 layer 2) is 
 NO_FAILOVER = ("failover slots (synced, enabled) are PostgreSQL 17 features and source promotion is "
                "not supported by the PG15 relay; not built")
 NO_BROKER = "the replicated broker hop (trellara forward → NATS JetStream, DESIGN §9) is not built"
-NO_FLEET = "fleet fan-in / lake epochs are not part of Trellara's design; not built"
+FLEET_NOTE = ("the fleet world of the deterministic simulator drives core's epoch decisions (EpochLedger, DecideEpoch, "
+             "SettlePendingCommit, CompleteHorizon) over 12 simulated stores, an object store and a catalog; the "
+             "real-process fan-in (trellara lake fanin run, Iceberg files, 4 source clusters) is not built yet")
+
+
+def fleet_sim(sim, defect):
+    """A fleet row proven, for now, by the fleet world of the simulator: its named simulation (clean)
+    and its paired defect run."""
+    return dict(proof=[{"kind": "simulation", "name": sim}],
+                defect={"name": defect, "scenario": {"kind": "simulation", "name": f"{sim}__defect_{defect}"}},
+                note=FLEET_NOTE)
 NO_STREAMING = ("protocol-v2 streaming of in-progress transactions with spill files (DESIGN §4) is not built "
                 "yet (large-transaction issue)")
 # The handoff's two paired defects: apply a change the chunk's copy already holds, and
@@ -344,10 +354,14 @@ MAPPING = {
              "defect: the checkpoint committed outside the staging transaction; the partition world of the "
              "simulator (partition_applier_before_ack) crashes partition appliers and the publisher at every "
              "boundary, its paired defect (partition_checkpoint_outside) caught by the evidence invariant"),
-    "fleet_fanin_offline_stores_publish_with_gaps": dict(not_built=NO_FLEET),
-    "fleet_fanin_late_store_recovery": dict(not_built=NO_FLEET),
-    "fleet_fanin_duplicate_store_replay": dict(not_built=NO_FLEET),
-    "fleet_fanin_conflicting_duplicate_quarantine": dict(not_built=NO_FLEET),
+    "fleet_fanin_offline_stores_publish_with_gaps": fleet_sim("fleet_fanin_offline_stores_publish_with_gaps",
+                                                              "lake_complete_ignores_missing"),
+    "fleet_fanin_late_store_recovery": fleet_sim("fleet_fanin_late_store_recovery_completes_epoch",
+                                                 "lake_count_by_increment"),
+    "fleet_fanin_duplicate_store_replay": fleet_sim("fleet_fanin_duplicate_store_transaction_replay",
+                                                    "lake_count_by_increment"),
+    "fleet_fanin_conflicting_duplicate_quarantine": fleet_sim("fleet_fanin_conflicting_duplicate_quarantine",
+                                                              "lake_publish_on_conflict"),
     "qualification_source_promotion_while_relay_disconnected": dict(not_built=NO_FAILOVER),
     "qualification_broker_outage_quorum_loss": dict(
         proof=[it("source_feedback_is_withheld_during_quorum_loss", BROKER_ACK),
@@ -368,7 +382,8 @@ MAPPING = {
              "name the replay boundary (the log consumer offset, the target's origin progress, the pending "
              "transactions' last commit LSN) and `trellara apply --config`; the rerun converges exactly once. "
              "The paired defect records the offset as far as the target committed rather than flushed"),
-    "qualification_object_store_success_catalog_timeout": dict(not_built=NO_FLEET),
+    "qualification_object_store_success_catalog_timeout": fleet_sim(
+        "qualification_object_store_success_catalog_timeout", "lake_delete_files_on_unknown_commit"),
     "qualification_twenty_four_hour_soak_large_transaction_memory_ceiling": dict(
         evidence=SOAK_EVIDENCE,
         reason="proven by a 24-hour `make soak` run outside CI (its memory ceiling, lag and convergence checks "
@@ -459,9 +474,7 @@ SIM_SUITES = {
     "Fleet Fan-In Lake Simulation Suite": "simulation_fleet_fanin",
     "Lane D Qualification Suite": "simulation_qualification",
 }
-SIM_NOT_BUILT_EXTRA = {
-    "simulation_fleet_fanin": NO_FLEET,
-}
+SIM_NOT_BUILT_EXTRA = {}
 
 
 def sim_ref(name):
@@ -486,6 +499,12 @@ SIM_BOUND = {
     "qualification_target_restart_during_apply": "apply_offset_ignores_flush",
     # through the broker hop (tests/sim/broker_hop.cpp)
     "qualification_broker_outage_quorum_loss": "forward_progress_before_ack",
+    # the fleet world (tests/sim/fleet_world.cpp)
+    "fleet_fanin_offline_stores_publish_with_gaps": "lake_complete_ignores_missing",
+    "fleet_fanin_late_store_recovery_completes_epoch": "lake_count_by_increment",
+    "fleet_fanin_duplicate_store_transaction_replay": "lake_count_by_increment",
+    "fleet_fanin_conflicting_duplicate_quarantine": "lake_publish_on_conflict",
+    "qualification_object_store_success_catalog_timeout": "lake_delete_files_on_unknown_commit",
     # the snapshot world (tests/sim/snapshot_world.cpp)
     "snapshot_source_crash_during_table_copy": "snapshot_recopy_completed_chunk",
     "snapshot_relay_crash_during_table_copy": "snapshot_handoff_before_complete",
@@ -497,7 +516,6 @@ SIM_BOUND = {
 SIM_NOT_BUILT_ROWS = {
     "source_failover_after_publish_before_ack": NO_FAILOVER,
     "qualification_source_promotion_while_relay_disconnected": NO_FAILOVER,
-    "qualification_object_store_success_catalog_timeout": NO_FLEET,
 }
 SIM_UNTESTED_ROWS = {}
 # A 24-hour soak with a memory ceiling is a real-process measurement, not a simulation: the row is
@@ -549,6 +567,18 @@ DESIGN_ROWS = [
                 sim_ref("broker_retention_by_remote_appliers__defect_forward_retention_by_forwarder")],
          defect={"name": "forward_retention_by_forwarder",
                  "scenario": it("retention_defect_by_forwarder_is_caught", BROKER_REMOTE)}),
+    dict(name="partitioned_retention_through_the_broker",
+         boundary="source log → broker → the applier host's replica → partition appliers and publisher "
+                  "(docs/partitioned.md \"Through a broker\"; issues 38, 39)",
+         invariant="the position the applier's host reports to the source is the least next offset of the "
+                   "replica's consumers: the publisher's and every partition applier's checkpoint",
+         safety_property="the source keeps its log for the slowest partition, also while its applier is stopped and "
+                         "the publisher moves past it: a replica lost with the host can be refilled for every "
+                         "consumer of it",
+         recovery="automatic: the position follows the slowest partition as it catches up",
+         proof=[it("partition_appliers_through_the_broker_apply_exactly_once", PARTITIONED)],
+         defect={"name": "receive_position_ignores_partitions",
+                 "scenario": it("negative_control_position_past_a_partition_checkpoint_is_caught", PARTITIONED)}),
     dict(name="statement_types_from_one_place",
          boundary="log → target, every statement the applier builds (core value_types.h; issue 35)",
          invariant="a value of every capturable type, with its modifier, reaches the target column unchanged on "

@@ -299,6 +299,65 @@ std::vector<Named> NamedSimulations() {
         c.remote_outage = std::make_pair(5, 60);
         c.faults.fire_at["transport.drop_chunk"] = {1};
       });
+  // ---- fleet fan-in (fleet_world.cpp): 12 store flows into hourly lake epochs ----
+  auto fleet = [](SimConfig& c) {
+    c.fleet = true;
+    c.max_steps = 1500;
+  };
+  add("fleet_fanin_offline_stores_publish_with_gaps", {"fleet_fanin_offline_stores_publish_with_gaps"}, 20264001,
+      "12 stores, 3 of them unreachable the whole time: at the gap deadline the epoch is published "
+      "complete_with_gaps naming the 3 missing stores (9/12 complete, 3 missing, 0 quarantined; 9 transactions / "
+      "9 changes), its counts those of the 9 stores' transactions; the views do not reach it",
+      "lake_complete_ignores_missing", {"complete names every store"},
+      [fleet](SimConfig& c) {
+        fleet(c);
+        c.fleet_offline = 3;
+      });
+  add("fleet_fanin_late_store_recovery_completes_epoch", {"fleet_fanin_late_store_recovery_completes_epoch"}, 20264002,
+      "the 3 unreachable stores return after the epoch was published with gaps, while 2 stores deliver their logs "
+      "again: the late stores are appended to the same epoch, complete_with_gaps -> complete (12/12), the counts "
+      "recomputed from the dedup set (12 transactions, no replay counted twice); the views then reach it",
+      "lake_count_by_increment", {"published counts are the stores' transactions"},
+      [fleet](SimConfig& c) {
+        fleet(c);
+        c.fleet_offline = 3;
+        c.fleet_late = true;
+        c.fleet_replays = 2;
+      });
+  add("fleet_fanin_duplicate_store_transaction_replay", {"fleet_fanin_duplicate_store_transaction_replay"}, 20264003,
+      "3 stores unreachable, 2 stores deliver their logs again from the start: the identical replays are skipped, "
+      "the epoch publishes 9 transactions / 9 changes with gaps, exactly what the 9 stores committed",
+      "lake_count_by_increment", {"published counts are the stores' transactions"},
+      [fleet](SimConfig& c) {
+        fleet(c);
+        c.fleet_offline = 3;
+        c.fleet_replays = 2;
+      });
+  add("fleet_fanin_conflicting_duplicate_quarantine", {"fleet_fanin_conflicting_duplicate_quarantine"}, 20264004,
+      "3 stores unreachable; store-01 delivers its log again with one transaction altered (same store, LSN and xid, "
+      "another checksum): the epoch is quarantined (8/12 complete, 3 missing, 1 quarantined) naming the store, the "
+      "LSN and both checksums, and nothing of it is published, not even at the gap deadline",
+      "lake_publish_on_conflict", {"nothing of a quarantined epoch is published"},
+      [fleet](SimConfig& c) {
+        fleet(c);
+        c.fleet_offline = 3;
+        c.fleet_conflict = true;
+      });
+  add("qualification_object_store_success_catalog_timeout", {"qualification_object_store_success_catalog_timeout"},
+      20264005,
+      "12 stores, 2 epochs: the first catalog commit's reply is lost (the epoch is pending_catalog_commit until the "
+      "catalog is read: it holds the receipt), the fan-in dies once after writing files and once after recording a "
+      "pending receipt, and the catalog refuses a commit once: each retry commits the files already written, found "
+      "by their addresses; no file is ever deleted; the views reach each epoch only once its commit is settled",
+      "lake_delete_files_on_unknown_commit", {"every file the catalog references exists"},
+      [fleet](SimConfig& c) {
+        fleet(c);
+        c.fleet_epochs = 2;
+        c.faults.fire_at["catalog.reply_lost"] = {1};
+        c.faults.fire_at["fanin.crash_after_files_before_pending"] = {2};
+        c.faults.fire_at["fanin.crash_after_pending_before_commit"] = {2};
+        c.faults.fire_at["catalog.commit_fails"] = {2};
+      });
   return all;
 }
 
@@ -394,6 +453,12 @@ nlohmann::json Invariants(const SimConfig& c) {
             "the replica matches the source log offset for offset", "the source is confirmed only to what the broker "
             "acknowledged (source_ack = broker_quorum)"};
   }
+  if (c.fleet) {
+    return {"every file the catalog references exists", "a published epoch holds exactly its stores' transactions",
+            "published counts are the stores' transactions", "complete names every store",
+            "nothing of a quarantined epoch is published", "views reach only complete epochs",
+            "a conflict quarantines its epoch", "every epoch is published"};
+  }
   if (c.partitioned) {
     return {"no partial transaction visible", "none applied twice", "a partition's evidence covers only what it staged",
             "no acknowledged transaction lost", "a quarantine halts", "no staged chunk left"};
@@ -417,6 +482,10 @@ nlohmann::json AllInvariants() {
   SimConfig partitioned;
   partitioned.partitioned = true;
   for (const auto& i : Invariants(partitioned))
+    if (std::find(all.begin(), all.end(), i) == all.end()) all.push_back(i);
+  SimConfig fleet;
+  fleet.fleet = true;
+  for (const auto& i : Invariants(fleet))
     if (std::find(all.begin(), all.end(), i) == all.end()) all.push_back(i);
   return all;
 }
@@ -485,6 +554,16 @@ SimConfig RandomConfig(uint64_t seed) {
   c.broker = !c.snapshot && shape() % 3 == 0;  // a third of the others go through the broker hop
   c.broker_quorum = c.broker && shape() % 2 == 0;
   c.partitioned = !c.snapshot && !c.broker && shape() % 4 == 0;  // and a quarter of the rest the partition world
+  c.fleet = !c.snapshot && !c.broker && !c.partitioned && shape() % 4 == 0;  // and a quarter of the rest the fleet
+  if (c.fleet) {
+    c.max_steps = 1500;
+    c.fleet_stores = 4 + static_cast<int>(shape() % 9);
+    c.fleet_epochs = 1 + static_cast<int>(shape() % 2);
+    c.fleet_offline = static_cast<int>(shape() % 4);
+    c.fleet_late = shape() % 2 == 0;
+    c.fleet_replays = static_cast<int>(shape() % 3);
+    c.fleet_conflict = shape() % 5 == 0;
+  }
   return c;
 }
 

@@ -117,6 +117,7 @@ bool SimOutcome::Defect(const std::string& configured, const std::string& name) 
 SimOutcome RunSimulation(const SimConfig& config) {
   if (config.snapshot) return RunSnapshotSimulation(config);
   if (config.partitioned) return RunPartitionSimulation(config);
+  if (config.fleet) return RunFleetSimulation(config);
   world_detail::World world(config);
   return world.Run();
 }

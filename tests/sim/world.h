@@ -61,6 +61,12 @@ inline const std::vector<std::string>& AllFaultPoints() {
       "partition.crash_after_commit",         // a partition applier dies right after staging with its checkpoint
       "publisher.crash_before_commit",        // the publisher dies inside its open target transaction
       "publisher.crash_after_commit_before_offset",  // the publisher committed; its consumer offset not written
+      // the fleet world (fleet_world.cpp)
+      "fanin.crash_before_intake_commit",     // the fan-in dies with a store's records read, not committed
+      "fanin.crash_after_files_before_pending",  // data files written, their receipt not recorded
+      "fanin.crash_after_pending_before_commit", // the receipt recorded pending, the catalog not committed
+      "catalog.commit_fails",                 // the catalog refuses a commit (nothing committed)
+      "catalog.reply_lost",                   // the catalog committed; the reply never reaches the fan-in
   };
   return points;
 }
@@ -89,6 +95,10 @@ inline const std::vector<std::string>& AllDefects() {
       "forward_retention_by_forwarder",     // the source log is held only for the forwarder, not the remote applier
       "partition_publish_before_evidence",  // the publisher does not wait for every listed partition's evidence
       "partition_checkpoint_outside",       // a partition applier commits its checkpoint before its staged chunks
+      "lake_complete_ignores_missing",      // an epoch published at the gap deadline is called complete
+      "lake_count_by_increment",            // an epoch's counts are incremented per arrival, not recomputed
+      "lake_publish_on_conflict",           // an epoch with a conflicting duplicate is published anyway
+      "lake_delete_files_on_unknown_commit",  // the files of a commit whose reply was lost are deleted
   };
   return defects;
 }
@@ -119,6 +129,13 @@ struct SimConfig {
   bool broker_quorum = false; // source_ack = broker_quorum: the slot waits for the broker's acknowledgement
   std::optional<std::pair<int, int>> remote_outage;  // broker: the remote applier's host is down for (from step, steps);
                                                      // partitioned: the last partition applier's
+  bool fleet = false;         // the fleet world (fleet_world.cpp): store flows fanned in to lake epochs
+  int fleet_stores = 12;      // fleet: stores
+  int fleet_epochs = 1;       // fleet: epochs of one hour the stores write in
+  int fleet_offline = 0;      // fleet: stores unreachable from the start ...
+  bool fleet_late = false;    // ... that return after the first epoch's gap deadline (else never)
+  int fleet_replays = 0;      // fleet: stores whose log is delivered again from its start
+  bool fleet_conflict = false;  // fleet: the first store's replay carries one altered transaction
   std::string defect;         // "" = clean
   FaultPlan faults;
 };
@@ -197,5 +214,6 @@ class FaultScheduler {
 SimOutcome RunSimulation(const SimConfig& config);
 SimOutcome RunSnapshotSimulation(const SimConfig& config);  // snapshot_world.cpp
 SimOutcome RunPartitionSimulation(const SimConfig& config);  // partition_world.cpp
+SimOutcome RunFleetSimulation(const SimConfig& config);      // fleet_world.cpp
 
 }  // namespace trellara::sim
