@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Integration: every Parquet file the lake writer produces is read back by an independent reader
-(npm hyparquet + hyparquet-compressors, tests/lake/read_parquet.mjs), never by our own code, and
-agrees with what was written, value for value.
+"""Integration: every Parquet file the lake writer produces is read back by independent readers
+(npm hyparquet + hyparquet-compressors, tests/lake/read_parquet.mjs; and DuckDB through npm
+@duckdb/node-api, tests/lake/read_parquet_duckdb.mjs), never by our own code, and agrees with what
+was written, value for value.
 
 Each scenario writes one file with build/bin/trellara_parquet_probe (core's ParquetWriter driven by
 a JSON spec), reads it with node, and compares exactly: integers and timestamps as digits, floats
@@ -9,7 +10,10 @@ bit for bit (NaN, infinities, -0 included), decimals as their unscaled integers,
 as themselves. The footer hyparquet parsed is checked too: physical and logical types, field ids,
 repetition, codec, row groups, and each column chunk's null count and min/max against the values
 of its own rows. The writer's Iceberg metrics (counts, bounds in Iceberg's single-value
-serialization, split offsets, file size) are checked against values this script computes.
+serialization, split offsets, file size) are checked against values this script computes. DuckDB
+then reads the same file: the SQL types it infers from the footer and every value, exactly
+(it reads the int64 limits of a timestamp as ±infinity, so the extremes scenario gives it a copy of
+the file with those two values moved to 0001-01-01 and 9999-12-31).
 
   lake_parquet_every_type_reads_back_exactly
       All 13 column types, optional, ZSTD, three row groups, nulls in every column.
@@ -46,6 +50,7 @@ from capture_support import BUILD_DIR, SOURCE_DIR, CaptureFailure, run_scenarios
 PROBE = os.path.join(BUILD_DIR, "bin", "trellara_parquet_probe")
 READERS_DIR = os.path.join(SOURCE_DIR, "tests", "lake")
 READ_PARQUET = os.path.join(READERS_DIR, "read_parquet.mjs")
+READ_PARQUET_DUCKDB = os.path.join(READERS_DIR, "read_parquet_duckdb.mjs")
 
 PHYSICAL = {"boolean": "BOOLEAN", "int": "INT32", "long": "INT64", "float": "FLOAT", "double": "DOUBLE",
             "date": "INT32", "time": "INT64", "timestamp": "INT64", "timestamptz": "INT64",
@@ -62,8 +67,10 @@ def ensure_readers():
         if shutil.which(tool) is None:
             raise CaptureFailure(f"{tool} is not installed: the lake tests read files with npm hyparquet; "
                                  "install Node.js (with npm) and run again")
-    if not os.path.exists(os.path.join(READERS_DIR, "node_modules", "hyparquet", "package.json")):
-        print("npm ci in tests/lake (hyparquet, hyparquet-compressors)", flush=True)
+    modules = os.path.join(READERS_DIR, "node_modules")
+    if not all(os.path.exists(os.path.join(modules, package, "package.json"))
+               for package in ("hyparquet", "hyparquet-compressors", "@duckdb/node-api")):
+        print("npm ci in tests/lake (hyparquet, hyparquet-compressors, @duckdb/node-api)", flush=True)
         subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=READERS_DIR, check=True)
 
 
@@ -315,7 +322,54 @@ def stat_matches(column, key, got):
     return type(got) is type(key) and got == key
 
 
-def write_and_compare(spec, name):
+DUCKDB_TYPES = {"boolean": "BOOLEAN", "int": "INTEGER", "long": "BIGINT", "float": "FLOAT", "double": "DOUBLE",
+                "date": "DATE", "time": "TIME", "timestamp": "TIMESTAMP", "timestamptz": "TIMESTAMP WITH TIME ZONE",
+                "string": "VARCHAR", "binary": "BLOB", "uuid": "UUID"}
+
+
+def duckdb_cell(column, value):
+    """The value as read_parquet_duckdb.mjs prints what DuckDB returns for it."""
+    kind = column["type"]
+    if value is None or kind in ("boolean", "int", "string"):
+        return value
+    if kind in ("long", "date", "time", "timestamp", "timestamptz"):
+        return str(value)
+    if kind in ("float", "double"):
+        return printable_float(float_value(value, kind == "float"))
+    if kind == "decimal":
+        return unscaled_of(value, column["scale"])
+    if kind == "binary":
+        return value["hex"]
+    if kind == "uuid":
+        return value.lower()
+    raise ValueError(kind)
+
+
+def check_with_duckdb(spec, path):
+    """DuckDB's read_parquet: the types it infers from the footer and every value."""
+    done = subprocess.run(["node", READ_PARQUET_DUCKDB, path], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise CaptureFailure(f"DuckDB could not read {path}: {done.stderr.strip()[-3000:]}")
+    read = json.loads(done.stdout)
+    columns = spec["columns"]
+    types = [c["type"] for c in read["columns"]]
+    want_types = [f"DECIMAL({c['precision']},{c['scale']})" if c["type"] == "decimal" else DUCKDB_TYPES[c["type"]]
+                  for c in columns]
+    if types != want_types or [c["name"] for c in read["columns"]] != [c["name"] for c in columns]:
+        raise CaptureFailure(f"DuckDB read the columns as {read['columns']}, expected types {want_types}")
+    if len(read["rows"]) != len(spec["rows"]):
+        raise CaptureFailure(f"DuckDB read {len(read['rows'])} rows, {len(spec['rows'])} were written")
+    for r, (want_row, got_row) in enumerate(zip(spec["rows"], read["rows"])):
+        for column, want, got in zip(columns, want_row, got_row):
+            expected = duckdb_cell(column, want)
+            if column["type"] == "decimal" and got is not None:
+                got = unscaled_of(got, column["scale"])
+            if expected != got or isinstance(expected, bool) != isinstance(got, bool):
+                raise CaptureFailure(f"DuckDB: row {r} column {column['name']} ({column['type']}): wrote {want!r}, "
+                                     f"read {got!r} (expected {expected!r})")
+
+
+def write_and_compare(spec, name, duckdb=True):
     ensure_readers()
     workdir = tempfile.mkdtemp(prefix="trellara-lake-")
     try:
@@ -325,8 +379,12 @@ def write_and_compare(spec, name):
         metrics = json.loads(done.stdout)
         read = read_back(path)
         check_file(spec, path, metrics, read)
+        readers = "hyparquet"
+        if duckdb:
+            check_with_duckdb(spec, path)
+            readers += " and DuckDB"
         print(f"{name}: {len(spec['rows'])} rows, {len(read['footer']['row_groups'])} row groups, "
-              f"{os.path.getsize(path)} bytes, read back exactly by hyparquet")
+              f"{os.path.getsize(path)} bytes, read back exactly by {readers}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -349,7 +407,7 @@ EVERY_TYPE = [
 
 
 @scenario(suite="lake", invariants=(
-    "every Iceberg primitive type reads back exactly through an independent reader (hyparquet)",
+    "every Iceberg primitive type reads back exactly through independent readers (hyparquet, DuckDB)",
     "physical type, logical type, field id and repetition of every column are as Iceberg's spec maps them",
     "column chunk null counts and min/max are the true ones of each row group",
     "the writer's Iceberg metrics (counts, single-value bounds, split offsets, size) are exact"))
@@ -426,7 +484,16 @@ def lake_parquet_extreme_values():
         [None, None, 1.401298464324817e-45, 5e-324, "-0.5", "-128", "-129.5", "-32768", "-12.5", "e\u0301", None,
          None, None],
     ]
-    write_and_compare({"compression": "zstd", "row_group_rows_max": 4, "columns": columns, "rows": rows}, "extremes")
+    write_and_compare({"compression": "zstd", "row_group_rows_max": 4, "columns": columns, "rows": rows},
+                      "extremes", duckdb=False)
+    # DuckDB reads the int64 limits of a timestamp as -infinity/infinity (its own reserved values),
+    # so it checks the same file without them.
+    ts = [c["name"] for c in columns].index("ts")
+    for row in rows:
+        if row[ts] is not None and abs(row[ts]) >= i64 - 1:
+            row[ts] = 253_402_300_799_999_999 if row[ts] > 0 else -62_135_596_800_000_000  # 9999-12-31, 0001-01-01
+    write_and_compare({"compression": "zstd", "row_group_rows_max": 4, "columns": columns, "rows": rows},
+                      "extremes_duckdb_range")
 
 
 @scenario(suite="lake", invariants=(
