@@ -30,9 +30,9 @@ PG_CPPFLAGS = -isystem $(includedir_server) -Icore/include -Iextension -I$(BUILD
 PG_CXXFLAGS = -std=c++20 -fvisibility=hidden -Wall -Wextra -Werror -Wno-missing-field-initializers -g1
 # --exclude-libs: core's symbols stay private to trellara.so instead of being exported into the
 # backend's global namespace, where they could clash with another library's.
-# -lzstd: core's unity batches may put the lake's Parquet writer (ZSTD pages) into an object the
-# extension pulls in, and a .so with an unresolved ZSTD symbol would only fail when loaded.
-SHLIB_LINK  = $(CORE_LIB) -lprotobuf-c -lcrypto -lisal -luring -lzstd -lstdc++ -Wl,--exclude-libs,ALL
+# No -lzstd / -lavro: the lake's sources (core/src/lake, which use them) are objects of their own in
+# the archive (CMakeLists.txt) and the extension references none of them.
+SHLIB_LINK  = $(CORE_LIB) -lprotobuf-c -lcrypto -lisal -luring -lstdc++ -Wl,--exclude-libs,ALL
 
 # pg_regress suites (regress/sql/*.sql, regress/expected/*.out). `make test` runs them against a
 # throwaway cluster (tests/run-all); `make installcheck` runs them against the server that
