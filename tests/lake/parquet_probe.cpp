@@ -3,7 +3,13 @@
 // can read it back. It prints the writer's Iceberg metrics as JSON on stdout; on a writer error it
 // prints the error on stderr and exits 1 (the file is not written).
 //
-//   trellara_parquet_probe SPEC.json OUT.parquet
+//   trellara_parquet_probe SPEC.json OUT.parquet [MANIFEST.avro MANIFEST_LIST.avro]
+//
+// With the two Avro paths it also writes an Iceberg v2 manifest holding the file (as
+// spec["file_path"], default OUT.parquet, added by snapshot spec["snapshot_id"], default 1) and
+// the manifest list of that snapshot (spec["sequence_number"], default 1, and
+// spec["parent_snapshot_id"] when given, the manifest as MANIFEST.avro), for the Avro reader
+// (tests/lake/read_avro.mjs, npm avsc).
 //
 // SPEC: {"compression": "zstd" | "uncompressed", "row_group_rows_max": N, "page_rows_max": N,
 //        "columns": [{"name", "field_id", "type" (Iceberg name), "required", "precision", "scale"}],
@@ -22,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trellara/lake/decimal.h"
+#include "trellara/lake/iceberg_manifest.h"
 #include "trellara/lake/parquet_writer.h"
 
 namespace {
@@ -114,7 +121,50 @@ Result<CellValue> CellOf(const ParquetColumn& column, const Json& value) {
   return MakeError("unknown column type");
 }
 
-int Run(const std::string& spec_path, const std::string& out_path) {
+bool WriteBytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  if (!out) std::cerr << "parquet_probe: cannot write " << path << "\n";
+  return static_cast<bool>(out);
+}
+
+// A fixed sync marker: the probe's files are reproducible (a real writer picks its own).
+constexpr AvroSyncMarker kProbeSync = {0x54, 0x52, 0x45, 0x4c, 0x4c, 0x41, 0x52, 0x41,
+                                       0x2d, 0x50, 0x52, 0x4f, 0x42, 0x45, 0x2d, 0x31};
+
+int WriteManifests(const Json& spec, const std::vector<ParquetColumn>& columns, const ParquetFile& file,
+                   const std::string& out_path, const std::string& manifest_path, const std::string& list_path,
+                   Json& metrics) {
+  DataManifest manifest;
+  manifest.table_schema_json = IcebergSchemaJson(columns, 0);
+  manifest.snapshot_id = spec.value("snapshot_id", int64_t{1});
+  manifest.files.push_back(DataFileEntryOf(spec.value("file_path", out_path), file));
+  auto manifest_bytes = WriteDataManifest(manifest, kProbeSync);
+  if (!manifest_bytes.ok()) {
+    std::cerr << "parquet_probe: " << manifest_bytes.error().message << "\n";
+    return 1;
+  }
+  if (!WriteBytes(manifest_path, *manifest_bytes)) return 1;
+  ManifestList list;
+  list.snapshot_id = manifest.snapshot_id;
+  if (spec.contains("parent_snapshot_id")) list.parent_snapshot_id = spec.at("parent_snapshot_id").get<int64_t>();
+  list.sequence_number = spec.value("sequence_number", int64_t{1});
+  list.manifests.push_back({manifest_path, static_cast<int64_t>(manifest_bytes->size()), list.sequence_number,
+                            list.sequence_number, manifest.snapshot_id, 1, file.record_count});
+  auto list_bytes = WriteManifestList(list, kProbeSync);
+  if (!list_bytes.ok()) {
+    std::cerr << "parquet_probe: " << list_bytes.error().message << "\n";
+    return 1;
+  }
+  if (!WriteBytes(list_path, *list_bytes)) return 1;
+  metrics["manifest_length"] = manifest_bytes->size();
+  metrics["table_schema_json"] = manifest.table_schema_json;
+  return 0;
+}
+
+int Run(const std::string& spec_path, const std::string& out_path, const std::string& manifest_path,
+        const std::string& list_path) {
   std::ifstream in(spec_path);
   const Json spec = Json::parse(in);
   ParquetWriterOptions options;
@@ -163,13 +213,7 @@ int Run(const std::string& spec_path, const std::string& out_path) {
     std::cerr << "parquet_probe: " << file.error().message << "\n";
     return 1;
   }
-  std::ofstream out(out_path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(file->bytes.data()), static_cast<std::streamsize>(file->bytes.size()));
-  out.close();
-  if (!out) {
-    std::cerr << "parquet_probe: cannot write " << out_path << "\n";
-    return 1;
-  }
+  if (!WriteBytes(out_path, file->bytes)) return 1;
   Json metrics = {{"record_count", file->record_count},
                   {"file_size_bytes", file->file_size_bytes},
                   {"split_offsets", file->split_offsets},
@@ -184,6 +228,10 @@ int Run(const std::string& spec_path, const std::string& out_path) {
     if (m.upper_bound) column["upper_bound_hex"] = Hex(*m.upper_bound);
     metrics["columns"].push_back(column);
   }
+  if (!manifest_path.empty()) {
+    const int written = WriteManifests(spec, columns, *file, out_path, manifest_path, list_path, metrics);
+    if (written != 0) return written;
+  }
   std::cout << metrics.dump() << "\n";
   return 0;
 }
@@ -191,12 +239,12 @@ int Run(const std::string& spec_path, const std::string& out_path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::cerr << "usage: trellara_parquet_probe SPEC.json OUT.parquet\n";
+  if (argc != 3 && argc != 5) {
+    std::cerr << "usage: trellara_parquet_probe SPEC.json OUT.parquet [MANIFEST.avro MANIFEST_LIST.avro]\n";
     return 2;
   }
   try {
-    return Run(argv[1], argv[2]);
+    return Run(argv[1], argv[2], argc == 5 ? argv[3] : "", argc == 5 ? argv[4] : "");
   } catch (const std::exception& e) {
     std::cerr << "parquet_probe: " << e.what() << "\n";
     return 2;
