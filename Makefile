@@ -30,6 +30,8 @@ PG_CPPFLAGS = -isystem $(includedir_server) -Icore/include -Iextension -I$(BUILD
 PG_CXXFLAGS = -std=c++20 -fvisibility=hidden -Wall -Wextra -Werror -Wno-missing-field-initializers -g1
 # --exclude-libs: core's symbols stay private to trellara.so instead of being exported into the
 # backend's global namespace, where they could clash with another library's.
+# No -lzstd / -lavro: the lake's sources (core/src/lake, which use them) are objects of their own in
+# the archive (CMakeLists.txt) and the extension references none of them.
 SHLIB_LINK  = $(CORE_LIB) -lprotobuf-c -lcrypto -lisal -luring -lstdc++ -Wl,--exclude-libs,ALL
 
 # pg_regress suites (regress/sql/*.sql, regress/expected/*.out). `make test` runs them against a
