@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
   trellara::cli::RegisterForward(app);
   trellara::cli::RegisterPartitionWatermarks(app);
   trellara::cli::RegisterRun(app);
+  trellara::cli::RegisterLake(app);
   for (const auto& planned : kPlanned) {
     auto existing = app.get_subcommands([&](CLI::App* c) { return c->get_name() == planned.name; });
     if (!existing.empty()) continue;

@@ -55,5 +55,7 @@ void RegisterForward(CLI::App& app);
 void RegisterPartitionWatermarks(CLI::App& app);
 // `run --local --verify --config F [--timeout S]` (run_command.cpp).
 void RegisterRun(CLI::App& app);
+// `lake fanin run|verify --config F`, `lake plan --config F` (lake_command.cpp).
+void RegisterLake(CLI::App& app);
 
 }  // namespace trellara::cli

@@ -29,10 +29,10 @@ bool IsTransactionRecordType(uint8_t frame_type) {
 }
 
 std::optional<uint64_t> ProgressMarkerLsn(const log::LogRecord& record) {
-  if (record.type != kProgressRecordType || record.payload.size() != 8) return std::nullopt;
-  uint64_t lsn = 0;
-  for (int i = 0; i < 8; i++) lsn |= static_cast<uint64_t>(record.payload[i]) << (8 * i);
-  return lsn;
+  if (record.type != kProgressRecordType) return std::nullopt;
+  auto marker = DecodeProgressMarker(record.payload.data(), record.payload.size());
+  if (!marker) return std::nullopt;
+  return marker->lsn;
 }
 
 std::unique_ptr<log::LogDevice> OpenLogDeviceForReading() {

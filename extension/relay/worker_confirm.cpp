@@ -87,13 +87,15 @@ void Confirm(uint64_t lsn) {
 // Appends a progress marker covering the source through `lsn`, waits until it is durable and
 // returns the confirmable LSN.
 uint64_t AppendProgressMarker(uint64_t lsn) {
-  uint8_t payload[8];
-  for (int i = 0; i < 8; i++) payload[i] = static_cast<uint8_t>(lsn >> (8 * i));
-  auto offset = g_relay->writer->Append(kProgressRecordType, lsn, std::span<const uint8_t>(payload, 8));
+  // The source's clock beside the LSN: the fleet fan-in moves an idle store's time on with it.
+  const int64_t now_us = static_cast<int64_t>(GetCurrentTimestamp()) +
+                         static_cast<int64_t>(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC;
+  const std::vector<uint8_t> payload = EncodeProgressMarker(lsn, now_us);
+  auto offset = g_relay->writer->Append(kProgressRecordType, lsn, std::span<const uint8_t>(payload.data(), payload.size()));
   if (!offset.ok()) Fail("cannot append a progress marker", offset.error());
   TrackAppended(*offset, kProgressRecordType, lsn);
   g_relay->records_written++;
-  g_relay->payload_bytes_appended += sizeof payload;
+  g_relay->payload_bytes_appended += payload.size();
   WaitDurable(*offset + 1);
   return g_relay->ack->Durable(g_relay->writer->durable_end());
 }

@@ -15,6 +15,26 @@ bool CompletesTransaction(uint8_t frame_type) {
   return EndsTransaction(frame_type) || frame_type == kProgressRecordType;
 }
 
+std::vector<uint8_t> EncodeProgressMarker(uint64_t lsn, int64_t source_time_us) {
+  std::vector<uint8_t> out(16);
+  for (int i = 0; i < 8; i++) out[static_cast<size_t>(i)] = static_cast<uint8_t>(lsn >> (8 * i));
+  const uint64_t time = static_cast<uint64_t>(source_time_us);
+  for (int i = 0; i < 8; i++) out[static_cast<size_t>(8 + i)] = static_cast<uint8_t>(time >> (8 * i));
+  return out;
+}
+
+std::optional<ProgressMarker> DecodeProgressMarker(const uint8_t* payload, size_t size) {
+  if (size != 8 && size != 16) return std::nullopt;
+  ProgressMarker marker;
+  for (int i = 0; i < 8; i++) marker.lsn |= static_cast<uint64_t>(payload[i]) << (8 * i);
+  if (size == 16) {
+    uint64_t time = 0;
+    for (int i = 0; i < 8; i++) time |= static_cast<uint64_t>(payload[8 + i]) << (8 * i);
+    marker.source_time_us = static_cast<int64_t>(time);
+  }
+  return marker;
+}
+
 void AckTracker::Appended(uint64_t offset, uint8_t frame_type, uint64_t commit_lsn) {
   TRELLARA_ASSERT(pending_.empty() || pending_.back().offset < offset,
                   "the relay appended offset " + std::to_string(offset) + " after offset " +

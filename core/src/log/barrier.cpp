@@ -230,12 +230,13 @@ Result<std::optional<ReadyTransaction>> TransactionBarrier::Feed(const LogFrame&
 }
 
 Result<std::optional<ReadyTransaction>> TransactionBarrier::State::Progress(const LogFrame& frame) {
-  if (frame.payload.size() != 8)
+  auto marker = DecodeProgressMarker(frame.payload.data(), frame.payload.size());
+  if (!marker)
     return Fail(std::nullopt, frame.offset,
                 "progress marker" + At(frame.offset) + " has " + std::to_string(frame.payload.size()) +
-                    " payload bytes, expected 8");
-  uint64_t lsn = 0;
-  for (int i = 0; i < 8; i++) lsn |= static_cast<uint64_t>(frame.payload[i]) << (8 * i);
+                    " payload bytes, expected 8 or 16");
+  const uint64_t lsn = marker->lsn;
+  if (marker->source_time_us) stats.last_progress_time_us = marker->source_time_us;
   if (auto e = CheckOrphans(lsn, nullptr, frame.offset, "a relay progress marker covers the log up to " + FormatLsn(lsn)))
     return *e;
   stats.progress_markers++;

@@ -28,6 +28,17 @@ inline constexpr uint8_t kProgressRecordType = static_cast<uint8_t>(RecordType::
 // only with its CommitMarker.
 bool CompletesTransaction(uint8_t frame_type);
 
+// A progress marker's payload: the LSN it covers (8 bytes, little-endian) and, since the fleet
+// fan-in (docs/lake.md "Store progress"), the source's clock when the relay wrote it (8 more bytes:
+// microseconds since the Unix epoch). Markers written before carry the LSN only.
+struct ProgressMarker {
+  uint64_t lsn = 0;
+  std::optional<int64_t> source_time_us;
+};
+std::vector<uint8_t> EncodeProgressMarker(uint64_t lsn, int64_t source_time_us);
+// nullopt when the payload is neither 8 nor 16 bytes.
+std::optional<ProgressMarker> DecodeProgressMarker(const uint8_t* payload, size_t size);
+
 class AckTracker {
  public:
   // `covered_lsn`: what the log already covers when the relay starts (see CoveredLsnOfLog).

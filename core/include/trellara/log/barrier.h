@@ -111,6 +111,8 @@ struct BarrierStats {
   uint64_t duplicate_chunks = 0;    // identical re-emitted chunks tolerated
   uint64_t duplicate_manifests = 0;
   uint64_t progress_markers = 0;
+  // The source's clock in the newest progress marker that carried one (capture/relay_progress.h).
+  std::optional<int64_t> last_progress_time_us;
 };
 
 // What the barrier is waiting for (for `status` and for --until-caught-up at a live tail).
