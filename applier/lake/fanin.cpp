@@ -281,7 +281,8 @@ class Fanin {
       bool read_any = false;
       for (const auto& store : config_.stores) read_any = Intake(store) || read_any;
       Publish();
-      if (options_.until_caught_up && !read_any) break;
+      // --until-caught-up ends once nothing was read and no commit's outcome is unknown.
+      if (options_.until_caught_up && !read_any && unknown_.empty()) break;
       if (apply::StopRequested()) break;
       if (!read_any) std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
