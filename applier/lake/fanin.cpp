@@ -152,7 +152,7 @@ bool WriteFileOnce(const std::string& path, const std::vector<uint8_t>& bytes) {
   if (fs::exists(path)) {
     std::ifstream in(path, std::ios::binary);
     std::string held((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (held.size() == bytes.size() && std::equal(held.begin(), held.end(), bytes.begin())) return true;
+    if (held.size() == bytes.size() && std::memcmp(held.data(), bytes.data(), bytes.size()) == 0) return true;
     throw CommandFailed("the lake file " + path + " exists with other content than this publication writes; it was "
                         "changed outside the fan-in: move it away (never delete a file the catalog may reference) "
                         "and run again");
@@ -230,7 +230,7 @@ class Catalog {
                           PgConnection::DescribeConninfo(config_.catalog_conninfo) + ", [lake] catalog of " +
                           config_.path + "): " + conn.error().message);
     conn_ = std::move(conn.value());
-    Must(conn_->Exec("SET synchronous_commit = on"), "setting the catalog session");
+    Must(conn_->Exec("SET synchronous_commit = on; SET client_min_messages = warning"), "setting the catalog session");
   }
   void CreateSchema() { Must(conn_->Exec(kCatalogSchema), "creating the catalog's tables"); }
   PgResult Must(PgResult r, const std::string& what) {
