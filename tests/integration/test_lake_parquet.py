@@ -69,8 +69,8 @@ def ensure_readers():
                                  "install Node.js (with npm) and run again")
     modules = os.path.join(READERS_DIR, "node_modules")
     if not all(os.path.exists(os.path.join(modules, package, "package.json"))
-               for package in ("hyparquet", "hyparquet-compressors", "@duckdb/node-api", "avsc")):
-        print("npm ci in tests/lake (hyparquet, hyparquet-compressors, @duckdb/node-api, avsc)", flush=True)
+               for package in ("hyparquet", "hyparquet-compressors", "@duckdb/node-api", "avsc", "icebird")):
+        print("npm ci in tests/lake (hyparquet, hyparquet-compressors, @duckdb/node-api, avsc, icebird)", flush=True)
         subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=READERS_DIR, check=True)
 
 

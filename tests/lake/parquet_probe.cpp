@@ -18,8 +18,14 @@
 // "NaN" / "Infinity" / "-Infinity" (float, double); decimal text ("-12.30"); strings (string);
 // {"hex": "..."} for raw bytes (binary always, string to pass bytes that are not UTF-8); uuid text.
 // It converts JSON to cells and nothing more: every check on the values is the writer's.
+//
+//   trellara_parquet_probe --table TABLE_SPEC.json DIR
+//
+// writes a whole Iceberg table of 1..N append snapshots into DIR (see RunTable) for the table
+// reader (tests/lake/read_iceberg.mjs), without the fan-in.
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -29,6 +35,7 @@
 
 #include "trellara/lake/decimal.h"
 #include "trellara/lake/iceberg_manifest.h"
+#include "trellara/lake/iceberg_table.h"
 #include "trellara/lake/parquet_writer.h"
 
 namespace {
@@ -163,52 +170,60 @@ int WriteManifests(const Json& spec, const std::vector<ParquetColumn>& columns, 
   return 0;
 }
 
-int Run(const std::string& spec_path, const std::string& out_path, const std::string& manifest_path,
-        const std::string& list_path) {
-  std::ifstream in(spec_path);
-  const Json spec = Json::parse(in);
+// The writer's options and columns from a spec; exit code 2 (a bad spec) on an error.
+Result<ParquetWriterOptions> OptionsOf(const Json& spec) {
   ParquetWriterOptions options;
   const std::string compression = spec.value("compression", "zstd");
   if (compression == "uncompressed") {
     options.compression = ParquetCompression::kUncompressed;
   } else if (compression != "zstd") {
-    std::cerr << "parquet_probe: compression '" << compression << "' is not zstd or uncompressed\n";
-    return 2;
+    return MakeError("compression '" + compression + "' is not zstd or uncompressed");
   }
   options.row_group_rows_max = spec.value("row_group_rows_max", kRowGroupRowsMaxDefault);
   options.page_rows_max = spec.value("page_rows_max", kPageRowsMaxDefault);
+  return options;
+}
+
+Result<std::vector<ParquetColumn>> ColumnsOf(const Json& spec) {
   std::vector<ParquetColumn> columns;
   for (const Json& c : spec.at("columns")) {
     auto type = ParseColumnTypeName(c.at("type").get<std::string>());
-    if (!type.ok()) {
-      std::cerr << "parquet_probe: " << type.error().message << "\n";
-      return 2;
-    }
+    if (!type.ok()) return type.error();
     columns.push_back({c.at("name").get<std::string>(), c.at("field_id").get<int32_t>(), *type,
                        c.value("required", false), c.value("precision", 0), c.value("scale", 0)});
   }
+  return columns;
+}
+
+// The Parquet file of ROWS; an error is the writer's (or a value the probe cannot convert).
+Result<ParquetFile> WriteRows(const std::vector<ParquetColumn>& columns, const ParquetWriterOptions& options,
+                              const Json& rows) {
   auto writer = ParquetWriter::Create(columns, options);
-  if (!writer.ok()) {
-    std::cerr << "parquet_probe: " << writer.error().message << "\n";
-    return 1;
-  }
-  for (const Json& row : spec.at("rows")) {
+  if (!writer.ok()) return writer.error();
+  for (const Json& row : rows) {
     std::vector<CellValue> cells;
     for (size_t i = 0; i < row.size() && i < columns.size(); i++) {
       auto cell = CellOf(columns[i], row[i]);
-      if (!cell.ok()) {
-        std::cerr << "parquet_probe: " << cell.error().message << "\n";
-        return 1;
-      }
+      if (!cell.ok()) return cell.error();
       cells.push_back(std::move(*cell));
     }
     trellara::Status appended = writer->AppendRow(cells);
-    if (!appended.ok()) {
-      std::cerr << "parquet_probe: " << appended.error().message << "\n";
-      return 1;
-    }
+    if (!appended.ok()) return appended.error();
   }
-  auto file = std::move(*writer).Finish();
+  return std::move(*writer).Finish();
+}
+
+int Run(const std::string& spec_path, const std::string& out_path, const std::string& manifest_path,
+        const std::string& list_path) {
+  std::ifstream in(spec_path);
+  const Json spec = Json::parse(in);
+  auto options = OptionsOf(spec);
+  auto columns = ColumnsOf(spec);
+  if (!options.ok() || !columns.ok()) {
+    std::cerr << "parquet_probe: " << (options.ok() ? columns.error() : options.error()).message << "\n";
+    return 2;
+  }
+  auto file = WriteRows(*columns, *options, spec.at("rows"));
   if (!file.ok()) {
     std::cerr << "parquet_probe: " << file.error().message << "\n";
     return 1;
@@ -229,21 +244,139 @@ int Run(const std::string& spec_path, const std::string& out_path, const std::st
     metrics["columns"].push_back(column);
   }
   if (!manifest_path.empty()) {
-    const int written = WriteManifests(spec, columns, *file, out_path, manifest_path, list_path, metrics);
+    const int written = WriteManifests(spec, *columns, *file, out_path, manifest_path, list_path, metrics);
     if (written != 0) return written;
   }
   std::cout << metrics.dump() << "\n";
   return 0;
 }
 
+// --table: a whole Iceberg table, laid out as the fan-in lays out its tables (applier/lake/):
+//   DIR/data/snap-<i>.parquet          the one data file snapshot i adds
+//   DIR/metadata/snap-<i>-m0.avro      the manifest of snapshot i (its file, ADDED)
+//   DIR/metadata/snap-<id>.avro        snapshot i's manifest list: the manifests of snapshots 0..i,
+//                                      each with the sequence number and snapshot that added it
+//   DIR/metadata/v<i+1>.metadata.json  the table after snapshot i (core's TableMetadataJson), its
+//                                      metadata-log naming v1..v<i>
+// Snapshot i has sequence number i+1 and the previous snapshot as its parent. Its summary is
+// operation append, added-data-files, added-records, added-files-size, total-data-files,
+// total-records, total-files-size, and the spec's own "summary" keys. Prints
+// {"metadata": [path of each metadata file], "snapshots": [{"snapshot_id", "data_file",
+// "manifest", "manifest_list", "record_count", "file_size_bytes", "summary"}]}.
+//
+// TABLE SPEC: {"table_uuid", "compression", "row_group_rows_max", "page_rows_max", "columns",
+//              "properties": {..}, "snapshots": [{"snapshot_id", "timestamp_ms", "rows", "summary": {..}}]}
+int RunTable(const std::string& spec_path, const std::string& dir) {
+  std::ifstream in(spec_path);
+  const Json spec = Json::parse(in);
+  auto options = OptionsOf(spec);
+  auto columns = ColumnsOf(spec);
+  if (!options.ok() || !columns.ok()) {
+    std::cerr << "parquet_probe: " << (options.ok() ? columns.error() : options.error()).message << "\n";
+    return 2;
+  }
+  if (spec.at("snapshots").empty()) {
+    std::cerr << "parquet_probe: a table spec needs at least one snapshot\n";
+    return 2;
+  }
+  std::filesystem::create_directories(dir + "/data");
+  std::filesystem::create_directories(dir + "/metadata");
+  IcebergTableMetadata table;
+  table.table_uuid = spec.at("table_uuid").get<std::string>();
+  table.location = dir;
+  table.columns = *columns;
+  const Json properties = spec.value("properties", Json::object());  // items() of a temporary would dangle
+  for (const auto& [key, value] : properties.items()) table.properties[key] = value.get<std::string>();
+  const std::string schema_json = IcebergSchemaJson(*columns, 0);
+  std::vector<ManifestListEntry> manifests;  // every snapshot's manifest so far
+  int64_t total_files = 0, total_records = 0, total_bytes = 0;
+  Json out = {{"metadata", Json::array()}, {"snapshots", Json::array()}};
+  for (size_t i = 0; i < spec.at("snapshots").size(); i++) {
+    const Json& s = spec.at("snapshots")[i];
+    const int64_t snapshot_id = s.at("snapshot_id").get<int64_t>();
+    const int64_t sequence = static_cast<int64_t>(i) + 1;
+    auto file = WriteRows(*columns, *options, s.at("rows"));
+    if (!file.ok()) {
+      std::cerr << "parquet_probe: snapshot " << i << ": " << file.error().message << "\n";
+      return 1;
+    }
+    const std::string data_path = dir + "/data/snap-" + std::to_string(i) + ".parquet";
+    if (!WriteBytes(data_path, file->bytes)) return 1;
+
+    DataManifest manifest{schema_json, 0, snapshot_id, {DataFileEntryOf(data_path, *file)}};
+    auto manifest_bytes = WriteDataManifest(manifest, kProbeSync);
+    if (!manifest_bytes.ok()) {
+      std::cerr << "parquet_probe: " << manifest_bytes.error().message << "\n";
+      return 1;
+    }
+    const std::string manifest_path = dir + "/metadata/snap-" + std::to_string(i) + "-m0.avro";
+    if (!WriteBytes(manifest_path, *manifest_bytes)) return 1;
+    manifests.push_back({manifest_path, static_cast<int64_t>(manifest_bytes->size()), sequence, sequence,
+                         snapshot_id, 1, file->record_count});
+
+    ManifestList list;
+    list.snapshot_id = snapshot_id;
+    if (i > 0) list.parent_snapshot_id = table.snapshots.back().snapshot_id;
+    list.sequence_number = sequence;
+    list.manifests = manifests;
+    auto list_bytes = WriteManifestList(list, kProbeSync);
+    if (!list_bytes.ok()) {
+      std::cerr << "parquet_probe: " << list_bytes.error().message << "\n";
+      return 1;
+    }
+    const std::string list_path = dir + "/metadata/snap-" + std::to_string(snapshot_id) + ".avro";
+    if (!WriteBytes(list_path, *list_bytes)) return 1;
+
+    total_files += 1;
+    total_records += file->record_count;
+    total_bytes += file->file_size_bytes;
+    IcebergSnapshot snapshot;
+    snapshot.snapshot_id = snapshot_id;
+    snapshot.parent_snapshot_id = list.parent_snapshot_id;
+    snapshot.sequence_number = sequence;
+    snapshot.timestamp_ms = s.at("timestamp_ms").get<int64_t>();
+    snapshot.manifest_list = list_path;
+    snapshot.summary = {{"operation", "append"},
+                        {"added-data-files", "1"},
+                        {"added-records", std::to_string(file->record_count)},
+                        {"added-files-size", std::to_string(file->file_size_bytes)},
+                        {"total-data-files", std::to_string(total_files)},
+                        {"total-records", std::to_string(total_records)},
+                        {"total-files-size", std::to_string(total_bytes)}};
+    const Json extra_summary = s.value("summary", Json::object());  // items() of a temporary would dangle
+    for (const auto& [key, value] : extra_summary.items()) snapshot.summary[key] = value.get<std::string>();
+    if (i > 0) {
+      table.metadata_log.push_back({table.last_updated_ms, out["metadata"].back().get<std::string>()});
+    }
+    table.snapshots.push_back(snapshot);
+    table.last_updated_ms = snapshot.timestamp_ms;
+    const std::string metadata_path = dir + "/metadata/v" + std::to_string(i + 1) + ".metadata.json";
+    const std::string text = TableMetadataJson(table);
+    if (!WriteBytes(metadata_path, std::vector<uint8_t>(text.begin(), text.end()))) return 1;
+    out["metadata"].push_back(metadata_path);
+    out["snapshots"].push_back({{"snapshot_id", snapshot_id},
+                                {"data_file", data_path},
+                                {"manifest", manifest_path},
+                                {"manifest_list", list_path},
+                                {"record_count", file->record_count},
+                                {"file_size_bytes", file->file_size_bytes},
+                                {"summary", snapshot.summary}});
+  }
+  std::cout << out.dump() << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3 && argc != 5) {
-    std::cerr << "usage: trellara_parquet_probe SPEC.json OUT.parquet [MANIFEST.avro MANIFEST_LIST.avro]\n";
+  const bool table = argc == 4 && std::string(argv[1]) == "--table";
+  if (argc != 3 && argc != 5 && !table) {
+    std::cerr << "usage: trellara_parquet_probe SPEC.json OUT.parquet [MANIFEST.avro MANIFEST_LIST.avro]\n"
+                 "       trellara_parquet_probe --table TABLE_SPEC.json DIR\n";
     return 2;
   }
   try {
+    if (table) return RunTable(argv[2], argv[3]);
     return Run(argv[1], argv[2], argc == 5 ? argv[3] : "", argc == 5 ? argv[4] : "");
   } catch (const std::exception& e) {
     std::cerr << "parquet_probe: " << e.what() << "\n";
