@@ -52,6 +52,7 @@ STREAM = "test_stream_large_transactions.py"
 SOAK = "test_soak.py"
 CONTRACT = "test_contract_repair.py"
 PARTITIONED = "test_partitioned.py"
+LAKE = "test_lake_fanin.py"
 
 NO_SIMULATOR = ("the deterministic simulator (tests/sim, DESIGN §8 layer 2) is not built yet; "
                 "this row becomes a named seeded simulation there")
@@ -59,16 +60,20 @@ NO_FAILOVER = ("failover slots (synced, enabled) are PostgreSQL 17 features and 
                "not supported by the PG15 relay; not built")
 NO_BROKER = "the replicated broker hop (trellara forward → NATS JetStream, DESIGN §9) is not built"
 FLEET_NOTE = ("the fleet world of the deterministic simulator drives core's epoch decisions (EpochLedger, DecideEpoch, "
-             "SettlePendingCommit, CompleteHorizon) over 12 simulated stores, an object store and a catalog; the "
-             "real-process fan-in (trellara lake fanin run, Iceberg files, 4 source clusters) is not built yet")
+              "SettlePendingCommit, CompleteHorizon) over 12 simulated stores, an object store and a catalog, its paired "
+              "defect caught there; the real-process scenario runs `trellara lake fanin run` over four store clusters "
+              "into an Iceberg lake (Parquet, Avro manifests, JDBC-catalog tables in PostgreSQL) read back by npm "
+              "avsc, hyparquet and icebird")
 
 
-def fleet_sim(sim, defect):
-    """A fleet row proven, for now, by the fleet world of the simulator: its named simulation (clean)
-    and its paired defect run."""
-    return dict(proof=[{"kind": "simulation", "name": sim}],
-                defect={"name": defect, "scenario": {"kind": "simulation", "name": f"{sim}__defect_{defect}"}},
-                note=FLEET_NOTE)
+def fleet_sim(sim, defect, real=(), real_defect=None):
+    """A fleet row: its named simulation (clean) and real-process scenarios of test_lake_fanin.py as
+    proof; the paired defect run of the simulation, or a real-process negative control, as its defect."""
+    scenario = (it(real_defect, LAKE) if real_defect else {"kind": "simulation", "name": f"{sim}__defect_{defect}"})
+    return dict(proof=[{"kind": "simulation", "name": sim}] + [it(name, LAKE) for name in real],
+                defect={"name": defect, "scenario": scenario}, note=FLEET_NOTE)
+
+
 NO_STREAMING = ("protocol-v2 streaming of in-progress transactions with spill files (DESIGN §4) is not built "
                 "yet (large-transaction issue)")
 # The handoff's two paired defects: apply a change the chunk's copy already holds, and
@@ -355,13 +360,17 @@ MAPPING = {
              "simulator (partition_applier_before_ack) crashes partition appliers and the publisher at every "
              "boundary, its paired defect (partition_checkpoint_outside) caught by the evidence invariant"),
     "fleet_fanin_offline_stores_publish_with_gaps": fleet_sim("fleet_fanin_offline_stores_publish_with_gaps",
-                                                              "lake_complete_ignores_missing"),
+                                                              "lake_complete_ignores_missing",
+                                                              ["offline_store_publishes_with_gaps_then_late_store_completes"]),
     "fleet_fanin_late_store_recovery": fleet_sim("fleet_fanin_late_store_recovery_completes_epoch",
-                                                 "lake_count_by_increment"),
+                                                 "lake_count_by_increment",
+                                                 ["offline_store_publishes_with_gaps_then_late_store_completes"]),
     "fleet_fanin_duplicate_store_replay": fleet_sim("fleet_fanin_duplicate_store_transaction_replay",
-                                                    "lake_count_by_increment"),
+                                                    "lake_count_by_increment",
+                                                    ["replayed_store_is_skipped_and_a_conflicting_duplicate_quarantines"]),
     "fleet_fanin_conflicting_duplicate_quarantine": fleet_sim("fleet_fanin_conflicting_duplicate_quarantine",
-                                                              "lake_publish_on_conflict"),
+                                                              "lake_publish_on_conflict",
+                                                              ["replayed_store_is_skipped_and_a_conflicting_duplicate_quarantines"]),
     "qualification_source_promotion_while_relay_disconnected": dict(not_built=NO_FAILOVER),
     "qualification_broker_outage_quorum_loss": dict(
         proof=[it("source_feedback_is_withheld_during_quorum_loss", BROKER_ACK),
@@ -383,7 +392,9 @@ MAPPING = {
              "transactions' last commit LSN) and `trellara apply --config`; the rerun converges exactly once. "
              "The paired defect records the offset as far as the target committed rather than flushed"),
     "qualification_object_store_success_catalog_timeout": fleet_sim(
-        "qualification_object_store_success_catalog_timeout", "lake_delete_files_on_unknown_commit"),
+        "qualification_object_store_success_catalog_timeout", "lake_delete_files_on_unknown_commit",
+        ["catalog_commit_outcomes_are_settled_by_reading_the_catalog"],
+        "negative_control_deleting_files_of_an_unknown_commit_is_caught"),
     "qualification_twenty_four_hour_soak_large_transaction_memory_ceiling": dict(
         evidence=SOAK_EVIDENCE,
         reason="proven by a 24-hour `make soak` run outside CI (its memory ceiling, lag and convergence checks "

@@ -62,7 +62,7 @@ def ensure_readers():
             raise CaptureFailure(f"{tool} is not installed: the lake tests read the lake with npm hyparquet and avsc; "
                                  "install Node.js (with npm) and run again")
     modules = os.path.join(READERS_DIR, "node_modules")
-    if not all(os.path.exists(os.path.join(modules, p, "package.json")) for p in ("hyparquet", "hyparquet-compressors", "avsc")):
+    if not all(os.path.exists(os.path.join(modules, p, "package.json")) for p in ("hyparquet", "hyparquet-compressors", "avsc", "icebird")):
         subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=READERS_DIR, check=True)
 
 
@@ -76,6 +76,10 @@ def node(script, path):
     if done.returncode != 0:
         raise CaptureFailure(f"{script} could not read {path}: {done.stderr.strip()[-2000:]}")
     return json.loads(done.stdout)
+
+
+def table_name_of(metadata_location):
+    return metadata_location.split("/metadata/")[0].rsplit("/", 1)[-1]
 
 
 class Fleet:
@@ -187,6 +191,13 @@ class Fleet:
                     raise CaptureFailure(f"{entry['data_file']['file_path']}: {data['footer']['num_rows']} rows, its "
                                          f"manifest says {entry['data_file']['record_count']}")
                 rows.extend(data["rows"])
+        # The whole table again through read_iceberg.mjs, which reads it with a second reader, npm
+        # icebird (its own Avro decoder and walk of the snapshot), and compares the two.
+        table = node("read_iceberg.mjs", location)
+        if len(table["rows"]) != len(rows) or table.get("icebird_agrees") is not True:
+            raise CaptureFailure(f"{table_name_of(location)}: read_iceberg.mjs read {len(table['rows'])} rows (avsc + "
+                                 f"hyparquet: {len(rows)}), icebird "
+                                 f"{table.get('icebird_error') or ('agrees' if table.get('icebird_agrees') else 'disagrees')}")
         return current["summary"], rows
 
     def assert_lake_equals_stores(self, label, stores=range(STORES)):
