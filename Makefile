@@ -51,7 +51,7 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-.PHONY: deps core install-cli install-ext test check demo demo-cluster soak unit regress integration correctness-report \
+.PHONY: deps core install-cli install-ext test check demo demo-cluster demo-lake soak unit regress integration correctness-report \
         verify-correctness-report
 
 deps:
@@ -100,6 +100,13 @@ demo-cluster: deps
 	$(MAKE) -j$$(nproc) all CMAKE_TARGETS="trellara"
 	$(MAKE) install CMAKE_TARGETS="trellara"
 	@scripts/demo-cluster
+
+# Four store clusters fanned in to one Iceberg lake in epochs (docs/lake.md): an epoch published
+# with a gap, the late store completing it, the table read by independent readers (needs node/npm).
+demo-lake: deps
+	$(MAKE) -j$$(nproc) all CMAKE_TARGETS="trellara"
+	$(MAKE) install CMAKE_TARGETS="trellara"
+	@scripts/demo-lake
 
 # A long qualification run outside CI (docs/soak.md, docs/correctness.md "Evidence of long runs"):
 # `trellara soak` on throwaway clusters for SOAK_DURATION, its result appended to evidence/, which

@@ -223,6 +223,13 @@ class Fleet:
         return summary, rows
 
 
+def wait_epoch_start():
+    """Until an epoch has just begun (this host's clock, as the stores' are): writes made right
+    after fall into one epoch."""
+    while time.time() % EPOCH_S > 0.3:
+        time.sleep(0.05)
+
+
 def wait_epoch_passed(fleet, k=0):
     """Until the epoch of store k's last commit has ended (plus the allowed commit skew)."""
     last = float(fleet.stores[k].source.query("SELECT extract(epoch FROM now())"))
@@ -270,6 +277,7 @@ def fanin_publishes_complete_epochs_read_back_exactly():
 def offline_store_publishes_with_gaps_then_late_store_completes():
     with Fleet("lake-gaps") as fleet:
         fleet.stores[3].source.query("SELECT trellara.stop_flow('app')")
+        wait_epoch_start()
         for k in range(STORES):
             fleet.write(k, 1, 8)
         wait_epoch_passed(fleet)
