@@ -444,22 +444,38 @@ class Fanin {
     }
   }
 
-  // One catalog transaction: the transactions into their epochs' dedup sets (with their changes),
-  // conflicts recorded, the store's position and time.
+  // One catalog transaction: the transactions into their epochs' dedup sets (one statement), the
+  // changes of those that are new (one COPY), conflicts recorded, the store's position and time.
   void Admit(const LakeStoreConfig& store, const std::vector<std::pair<ReadyTransaction, std::vector<StagedChange>>>& ready,
              uint64_t resume, uint64_t through) {
     catalog_.Must(catalog_.conn().Exec("BEGIN"), "BEGIN of the intake of store " + store.name);
     uint64_t added = 0, replays = 0;
+    std::string lsns = "{", xids = "{", epochs = "{", times = "{", checksums = "{", counts = "{";
+    for (size_t i = 0; i < ready.size(); i++) {
+      const ReadyTransaction& tx = ready[i].first;
+      const char* sep = i ? "," : "";
+      lsns += sep + Lsn(tx.tx.commit_lsn);
+      xids += sep + std::to_string(tx.tx.xid);
+      epochs += sep + std::to_string(core::EpochIndexOf(static_cast<uint64_t>(tx.commit_time_us), config_.policy.epoch_length_us));
+      times += sep + std::to_string(tx.commit_time_us);
+      checksums += sep + HexEncode(tx.checksum);
+      counts += sep + std::to_string(tx.total_changes);
+    }
+    std::set<std::pair<std::string, std::string>> fresh;  // (commit LSN, xid) admitted now
+    if (!ready.empty()) {
+      PgResult ins = catalog_.Run(
+          "INSERT INTO trellara_lake.transactions (lake, store, commit_lsn, xid, epoch, commit_time_us, checksum, changes) "
+          "SELECT $1, $2, l::pg_lsn, x, e, t, c, n FROM unnest($3::text[], $4::bigint[], $5::bigint[], $6::bigint[], "
+          "$7::text[], $8::bigint[]) AS u(l, x, e, t, c, n) ON CONFLICT DO NOTHING RETURNING commit_lsn::text, xid::text",
+          {config_.name, store.name, lsns + "}", xids + "}", epochs + "}", times + "}", checksums + "}", counts + "}"},
+          "admitting " + std::to_string(ready.size()) + " transaction(s) of store " + store.name);
+      for (int i = 0; i < ins.rows(); i++) fresh.insert({*ins.Value(i, 0), *ins.Value(i, 1)});
+    }
+    std::string copy;
     for (const auto& [tx, changes] : ready) {
       const uint64_t epoch = core::EpochIndexOf(static_cast<uint64_t>(tx.commit_time_us), config_.policy.epoch_length_us);
       const std::string checksum = HexEncode(tx.checksum);
-      PgResult ins = catalog_.Run(
-          "INSERT INTO trellara_lake.transactions (lake, store, commit_lsn, xid, epoch, commit_time_us, checksum, changes) "
-          "VALUES ($1, $2, $3::pg_lsn, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING RETURNING 1",
-          {config_.name, store.name, Lsn(tx.tx.commit_lsn), std::to_string(tx.tx.xid), std::to_string(epoch),
-           std::to_string(tx.commit_time_us), checksum, std::to_string(tx.total_changes)},
-          "admitting a transaction of store " + store.name);
-      if (ins.rows() == 0) {
+      if (!fresh.count({Lsn(tx.tx.commit_lsn), std::to_string(tx.tx.xid)})) {
         PgResult held = catalog_.Run(
             "SELECT checksum, changes, epoch FROM trellara_lake.transactions WHERE lake = $1 AND store = $2 AND "
             "commit_lsn = $3::pg_lsn AND xid = $4",
@@ -471,31 +487,39 @@ class Fanin {
           continue;
         }
         const core::Conflict conflict{store.name, tx.tx.commit_lsn, tx.tx.xid, held_checksum, checksum};
-        const std::string why = core::DescribeConflict(conflict, core::EpochName(held_epoch));
-        Quarantine(held_epoch, store.name, why);
+        Quarantine(held_epoch, store.name, core::DescribeConflict(conflict, core::EpochName(held_epoch)));
         continue;
       }
       added++;
       // A transaction of a store the epoch was already published with: it arrived too late for it.
-      PgResult late = catalog_.Run("SELECT $3 = ANY(stores) FROM trellara_lake.epochs WHERE lake = $1 AND epoch = $2",
-                                   {config_.name, std::to_string(epoch), store.name}, "checking a late arrival");
-      if (late.rows() == 1 && late.Value(0, 0) == std::optional<std::string>("t"))
+      auto published = published_with_.find(epoch);
+      if (published == published_with_.end()) {
+        PgResult late = catalog_.Run("SELECT stores FROM trellara_lake.epochs WHERE lake = $1 AND epoch = $2",
+                                     {config_.name, std::to_string(epoch)}, "checking a late arrival");
+        published = published_with_.emplace(epoch, ParseNameArray(late.rows() == 1 ? late.Value(0, 0) : std::nullopt)).first;
+      }
+      if (published->second.count(store.name))
         Quarantine(epoch, store.name,
                    "store " + store.name + " transaction " + std::to_string(tx.tx.xid) + " at commit LSN " +
                        Lsn(tx.tx.commit_lsn) + " (commit time " + std::to_string(tx.commit_time_us) + " us) arrived after " +
                        core::EpochName(epoch) + " was published with the store: its commit time is older than the "
                        "store's progress by more than [lake] commit_skew");
-      std::string lsns = "{", xids = "{", positions = "{";
-      std::vector<std::string> relations, ops, columns, values, unchanged;
-      for (const StagedChange& s : changes) {
-        catalog_.Run("INSERT INTO trellara_lake.changes (lake, store, commit_lsn, xid, position, epoch, relation, op, "
-                     "columns, vals, unchanged) VALUES ($1, $2, $3::pg_lsn, $4, $5, $6, $7, $8, $9::text[], $10::text[], "
-                     "$11::text[]) ON CONFLICT DO NOTHING",
-                     {config_.name, store.name, Lsn(tx.tx.commit_lsn), std::to_string(tx.tx.xid),
-                      std::to_string(s.position), std::to_string(epoch), s.relation, s.op, ArrayLiteral(s.columns),
-                      ArrayLiteral(s.values), ArrayLiteral(s.unchanged)},
-                     "staging a change of store " + store.name);
+      for (const StagedChange& c : changes) {
+        copy += CopyField(config_.name) + '\t' + CopyField(store.name) + '\t' + Lsn(tx.tx.commit_lsn) + '\t' +
+                std::to_string(tx.tx.xid) + '\t' + std::to_string(c.position) + '\t' + std::to_string(epoch) + '\t' +
+                CopyField(c.relation) + '\t' + c.op + '\t' + CopyField(ArrayLiteral(c.columns)) + '\t' +
+                CopyField(ArrayLiteral(c.values)) + '\t' + CopyField(ArrayLiteral(c.unchanged)) + '\n';
       }
+    }
+    if (!copy.empty()) {
+      catalog_.Must(catalog_.conn().StartCopy("COPY trellara_lake.changes (lake, store, commit_lsn, xid, position, epoch, "
+                                              "relation, op, columns, vals, unchanged) FROM STDIN"),
+                    "staging the changes of store " + store.name);
+      if (Status put = catalog_.conn().PutCopyData(copy.data(), copy.size()); !put.ok())
+        throw CommandFailed("staging the changes of store " + store.name + ": " + put.error().message);
+      if (Status end = catalog_.conn().PutCopyEnd(); !end.ok())
+        throw CommandFailed("staging the changes of store " + store.name + ": " + end.error().message);
+      catalog_.Must(catalog_.conn().FinishCopy(), "staging the changes of store " + store.name);
     }
     catalog_.Run("UPDATE trellara_lake.stores SET next_offset = $3, through_us = greatest(through_us, $4) "
                  "WHERE lake = $1 AND store = $2",
@@ -507,6 +531,20 @@ class Fanin {
     if (added || replays)
       Say(config_, "intake", "store=" + store.name + " admitted=" + std::to_string(added) + " replays_skipped=" +
                                  std::to_string(replays) + " next_offset=" + std::to_string(resume));
+  }
+
+  // A field of COPY's text format: backslash, tab, newline and carriage return escaped.
+  static std::string CopyField(const std::string& text) {
+    std::string out;
+    out.reserve(text.size());
+    for (char c : text) {
+      if (c == '\\') out += "\\\\";
+      else if (c == '\t') out += "\\t";
+      else if (c == '\n') out += "\\n";
+      else if (c == '\r') out += "\\r";
+      else out += c;
+    }
+    return out;
   }
 
   void Quarantine(uint64_t epoch, const std::string& store, const std::string& why) {
@@ -821,6 +859,7 @@ class Fanin {
                  {config_.name, std::to_string(epoch), std::string(core::EpochStateName(d.state)), ArrayLiteral(included),
                   ArrayLiteral(d.missing), receipt, *counts.Value(0, 0), *counts.Value(0, 1)},
                  "publishing " + name);
+    published_with_.clear();
     catalog_.Must(catalog_.conn().Exec("COMMIT"), "COMMIT of the catalog commit of " + name);
     // Fault point (tests): the commit happened and its reply is taken as lost.
     if (fault::Hit("lake.catalog_reply_lost") == fault::Action::Error) {
@@ -843,6 +882,7 @@ class Fanin {
   Catalog catalog_;
   std::unique_ptr<log::LogDevice> device_;
   std::map<uint64_t, std::string> unknown_;  // epoch -> receipt of a commit whose reply was lost
+  std::map<uint64_t, std::set<std::string>> published_with_;  // epoch -> stores published (a cache; cleared at each commit)
 };
 
 }  // namespace
