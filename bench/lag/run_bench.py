@@ -29,7 +29,10 @@ gnuplot-nox, scripts/install-deps), lag.svg and throughput.svg beside them. Chec
 both targets hold the source's rows. A benchmark, never a pass/fail test: the figures are what
 they are (docs/performance.md).
 
-Usage: bench/lag/run_bench.py [--scale S] [--clients C] [--duration SECONDS] [--load FRACTION] [--broker]
+--partitions N runs the flow in partitioned scale mode (docs/partitioned.md) with N partition appliers
+beside the publisher; a probe row is visible when the publisher commits it (visibility lag).
+
+Usage: bench/lag/run_bench.py [--scale S] [--clients C] [--duration SECONDS] [--load FRACTION] [--broker] [--partitions N]
            [--calibrate N] [--probe-interval MS] [--output DIR] [--runs R]
 """
 import argparse
@@ -132,6 +135,11 @@ def measure(run, args, out_dir, source, targets, stack):
         target.psql(SEEN_DDL)
     source.psql("CREATE PUBLICATION bench_pub FOR TABLE " + ", ".join(TABLES))
     source.psql("SELECT trellara.create_flow('bench', 'bench_pub')")
+    if args.partitions:
+        # Partitioned scale mode (docs/partitioned.md): the documented re-partitioning step.
+        source.query(f"SELECT trellara.set_partitioning('bench', 'partitioned', {args.partitions})")
+        source.query("SELECT trellara.stop_flow('bench')")
+        source.query("SELECT trellara.start_flow('bench')")
     log_dir = source.query("SELECT log_directory FROM trellara.flows WHERE name = 'bench'")
     conn = f"host={source.socket_dir} port={source.port} user=postgres dbname=postgres"
     native_target.psql(f"CREATE SUBSCRIPTION bench_sub CONNECTION '{conn}' PUBLICATION bench_pub "
@@ -164,6 +172,9 @@ def measure(run, args, out_dir, source, targets, stack):
         applier = subprocess.Popen([TRELLARA, "apply", "--config", config], stdout=applier_out,
                                    stderr=subprocess.STDOUT)
         processes.append(applier)
+        for k in range(args.partitions):  # partitioned: one partition applier per partition beside the publisher
+            processes.append(subprocess.Popen([TRELLARA, "apply", "--config", config, "--partition", str(k)],
+                                              stdout=applier_out, stderr=subprocess.STDOUT))
         if "broker" in targets:
             nats = stack.enter_context(NatsCluster(name=f"lag{run}"))
             transport = f'[transport]\nkind = "nats"\nservers = "{nats.servers}"\nstream = "LAG_{run}"\n'
@@ -288,6 +299,8 @@ def main():
     parser.add_argument("--calibrate", type=int, default=10000, help="transactions for native's maximum")
     parser.add_argument("--probe-interval", type=int, default=20, help="milliseconds between probe rows")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=0,
+                        help="partitioned scale mode with this many partition appliers (0: strict)")
     parser.add_argument("--broker", action="store_true",
                         help="a third consumer: trellara forward through a 3-node JetStream cluster to a remote applier")
     parser.add_argument("--output", default=os.path.join(REPO, "bench", "lag", "results"))
