@@ -15,6 +15,7 @@
 #include "commands/commands.h"
 #include "engine/applier.h"
 #include "lake/fanin.h"
+#include "lake/lake_metrics.h"
 
 namespace trellara::cli {
 // Named, not anonymous: the command files compile as unity batches (CMakeLists.txt).
@@ -54,9 +55,14 @@ void RegisterLake(CLI::App& app) {
   run->add_option("--config", *run_config, "the lake's configuration ([lake] and one [[store]] per store)")->required();
   run->add_flag("--until-caught-up", *until,
                 "read every store to its end, publish what may be published now, then exit");
-  run->callback([run_config, until] {
+  auto metrics_listen = std::make_shared<std::string>();
+  run->add_option("--metrics-listen", *metrics_listen,
+                  "serve GET /metrics and /readyz of the fan-in on HOST:PORT (from the catalog, once a second)");
+  run->callback([run_config, until, metrics_listen] {
     const lake::LakeConfig config = lake::LoadLakeConfig(*run_config);
     apply::InstallStopHandlers();
+    std::unique_ptr<lake::LakeMetrics> metrics;
+    if (!metrics_listen->empty()) metrics = std::make_unique<lake::LakeMetrics>(config, *metrics_listen);
     const int code = lake::RunFanin(config, lake::FaninOptions{*until});
     if (code != 0) throw CommandFailed("lake " + config.name + " has a quarantined epoch: trellara lake plan --config " +
                                            *run_config + " names it and why", code);

@@ -39,13 +39,15 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from capture_support import (SOURCE_DIR, TRELLARA_BIN, CaptureFailure, checks_fail_under_defect,  # noqa: E402
                              record_faults_from_output, run_scenarios, scenario)
 from flow_pair import FlowPair  # noqa: E402
-from harness.cluster import Cluster  # noqa: E402
+from harness.cluster import Cluster, _free_port  # noqa: E402
 
 READERS_DIR = os.path.join(SOURCE_DIR, "tests", "lake")
 EPOCH_S = 10
@@ -223,6 +225,37 @@ class Fleet:
         return summary, rows
 
 
+def served_metrics(fleet, want_ready):
+    """A fan-in daemon with --metrics-listen: (GET /readyz status and body, GET /metrics body) once
+    /readyz says `want_ready` (a status code); the daemon is stopped (SIGTERM) before returning."""
+    port = _free_port()
+    daemon = subprocess.Popen([TRELLARA_BIN, "lake", "fanin", "run", "--config", fleet.config, "--metrics-listen",
+                               f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
+                    ready = (r.status, r.read().decode())
+            except urllib.error.HTTPError as e:
+                ready = (e.code, e.read().decode())
+            except OSError:
+                ready = (None, "")
+            if ready[0] == want_ready:
+                break
+            if time.monotonic() > deadline or daemon.poll() is not None:
+                raise CaptureFailure(f"/readyz of the fan-in never answered {want_ready} (last {ready}); "
+                                     f"{daemon.stderr.read()[-1500:] if daemon.poll() is not None else ''}")
+            time.sleep(0.3)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            body = r.read().decode()
+        return ready, body
+    finally:
+        if daemon.poll() is None:
+            daemon.terminate()  # our own child, by its Popen handle
+        daemon.communicate(timeout=120)
+
+
 def wait_epoch_start():
     """Until an epoch has just begun (this host's clock, as the stores' are): writes made right
     after fall into one epoch."""
@@ -249,6 +282,7 @@ def require_verify(fleet, label):
 
 @scenario(suite="lake",
           invariants=("every epoch is published complete (4/4) once every store's progress passed its end",
+                      "a fan-in daemon serves GET /metrics (epochs by state, every store) and GET /readyz 200",
                       "lake fanin verify: counts against the dedup set and the stores' logs, every file present",
                       "the lake's change log, read by npm avsc and hyparquet and replayed per store, equals each "
                       "store's table"))
@@ -262,6 +296,11 @@ def fanin_publishes_complete_epochs_read_back_exactly():
             if e["completeness"] != "4/4 complete, 0 missing, 0 quarantined":
                 raise CaptureFailure(f"{e['epoch']}: {e['completeness']}")
         require_verify(fleet, "complete")
+        ready, body = served_metrics(fleet, 200)
+        if 'trellara_lake_epochs{lake="fleet",state="complete"} ' not in body or \
+                'trellara_lake_epochs{lake="fleet",state="complete"} 0' in body or "store=\"store-04\"" not in body:
+            raise CaptureFailure(f"GET /metrics of the fan-in: {body[:1500]}")
+        print(f"GET /readyz: {ready}; /metrics names every store and {len(plan['epochs'])} complete epoch(s)")
         summary, _rows = fleet.assert_lake_equals_stores("complete")
         if summary.get("trellara.epoch-state") != "complete":
             raise CaptureFailure(f"the current snapshot's summary says {summary}")
@@ -308,7 +347,8 @@ def offline_store_publishes_with_gaps_then_late_store_completes():
           suite="lake",
           invariants=("a store's log delivered again is skipped transaction by transaction: counts unchanged",
                       "the same transaction with another checksum quarantines its epoch, naming the store, the LSN "
-                      "and both checksums; fanin run exits 3 and nothing more of that epoch is published"))
+                      "and both checksums; fanin run exits 3 and nothing more of that epoch is published",
+                      "GET /readyz of a fan-in with a quarantined epoch: 503 lake_epoch_quarantined"))
 def replayed_store_is_skipped_and_a_conflicting_duplicate_quarantines():
     with Fleet("lake-replay", gap_deadline="1h") as fleet:
         for k in range(STORES):
@@ -337,6 +377,10 @@ def replayed_store_is_skipped_and_a_conflicting_duplicate_quarantines():
             raise CaptureFailure(f"the conflicting duplicate did not quarantine its epoch naming store, LSN and both "
                                  f"checksums: {quarantined} {blocked.stderr[-1500:]}")
         print(f"quarantined: {quarantined[0]['epoch']} {quarantined[0]['completeness']}: {quarantined[0]['quarantine'][:300]}")
+        ready, body = served_metrics(fleet, 503)
+        if "lake_epoch_quarantined" not in ready[1] or 'trellara_lake_epochs{lake="fleet",state="quarantined"} 1' not in body:
+            raise CaptureFailure(f"with a quarantined epoch: GET /readyz {ready}, /metrics {body[:1000]}")
+        print(f"GET /readyz with the epoch quarantined: {ready}")
         published_at = fleet.catalog.query(f"SELECT published_at FROM trellara_lake.epochs WHERE epoch = {victim[2]}")
         fleet.write(1, 100, 2)  # more for store-02: a later epoch, never the quarantined one
         wait_epoch_passed(fleet, 1)

@@ -177,3 +177,29 @@ TEST_CASE("a publication's receipt is canonical", "[lake]") {
 }
 
 }  // namespace unit_lake_epoch_test
+
+#include "trellara/lake/lake_metrics.h"
+
+namespace unit_lake_epoch_test {
+
+TEST_CASE("the fan-in's metrics and readiness", "[lake]") {
+  trellara::lake::LakeFigures f;
+  f.lake = "fleet";
+  f.epochs_by_state = {{"complete", 3}, {"complete_with_gaps", 1}};
+  f.transactions_admitted = 12;
+  f.changes_admitted = 30;
+  f.stores = {{"store-01", 42, 1.5}};
+  auto text = trellara::metrics::RenderExposition(trellara::lake::LakeFamilies(f));
+  REQUIRE(text);
+  CHECK(text->find("trellara_lake_epochs{lake=\"fleet\",state=\"complete\"} 3") != std::string::npos);
+  CHECK(text->find("trellara_lake_epochs{lake=\"fleet\",state=\"quarantined\"} 0") != std::string::npos);
+  CHECK(text->find("trellara_lake_store_next_offset{lake=\"fleet\",store=\"store-01\"} 42") != std::string::npos);
+  CHECK(text->find("trellara_lake_store_progress_lag_seconds{lake=\"fleet\",store=\"store-01\"} 1.5") != std::string::npos);
+  CHECK(trellara::lake::LakeReadiness(f).ready);
+  f.epochs_by_state["quarantined"] = 1;
+  CHECK(trellara::lake::LakeReadiness(f).reason == "lake_epoch_quarantined");
+  f.catalog_reachable = false;
+  CHECK(trellara::lake::LakeReadiness(f).reason == "lake_catalog_unreachable");
+}
+
+}  // namespace unit_lake_epoch_test
