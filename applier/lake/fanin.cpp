@@ -1008,11 +1008,15 @@ nlohmann::json PlanLake(const LakeConfig& config) {
       const uint64_t at = through.count(s.name) ? through[s.name] : 0;
       facts.stores.push_back({s.name, at >= config.commit_skew_us ? at - config.commit_skew_us : 0, false, q.count(s.name) > 0});
     }
-    const core::EpochDecision d = core::DecideEpoch(facts, config.policy);
-    const core::EpochState shown = facts.published.state != core::EpochState::Open && d.action != core::EpochAction::Quarantine &&
-                                           d.action != core::EpochAction::SettleCommit
-                                       ? (d.action == core::EpochAction::Publish ? facts.published.state : d.state)
-                                       : d.state;
+    core::EpochDecision d = core::DecideEpoch(facts, config.policy);
+    // What the catalog holds, not what the next pass will make of it: an epoch ready to publish is
+    // still waiting (or still published as before) until its catalog commit.
+    core::EpochState shown = d.state;
+    if (d.action == core::EpochAction::Publish) {
+      shown = facts.published.state == core::EpochState::Open ? core::EpochState::Waiting : facts.published.state;
+      d.reason = "ready to publish as " + std::string(core::EpochStateName(d.state)) +
+                 ": the fan-in's next pass commits it";
+    }
     states.push_back(shown);
     PgResult per = catalog.Run("SELECT store, count(*), sum(changes) FROM trellara_lake.transactions WHERE lake = $1 AND "
                                "epoch = $2 GROUP BY store", {config.name, std::to_string(index)}, "counting an epoch");

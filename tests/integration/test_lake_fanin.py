@@ -156,7 +156,7 @@ class Fleet:
         return subprocess.run([TRELLARA_BIN, "lake", "fanin", "verify", "--config", self.config, "--format", "json"],
                               capture_output=True, text=True, timeout=300)
 
-    def settle(self, states, stores=None, timeout_s=120, env=None, defects=False, outputs=None):
+    def settle(self, states, stores=None, timeout_s=300, env=None, defects=False, outputs=None):
         """Ticks the stores and runs the fan-in until every epoch holding transactions is in one of
         `states`; returns the plan."""
         deadline = time.monotonic() + timeout_s
