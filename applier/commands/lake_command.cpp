@@ -1,7 +1,9 @@
 // lake_command.cpp — `trellara lake fanin run|verify` and `trellara lake plan` (docs/lake.md): the
 // fleet fan-in of many store flows into one Iceberg lake (lake/fanin.h).
 //
-// Exit codes: run — 0 stopped or caught up, 3 an epoch is quarantined, 2 could not run;
+// Exit codes: run — 0 stopped or caught up, 3 an epoch is quarantined, 2 the configuration is
+// unusable, 1 a failure on the way (a store's log unreadable, the catalog or the object store
+// refusing; the message names it);
 // plan — 0 shown, 2 could not read; fanin verify — 0 the lake agrees with its catalog and the
 // stores' logs, 1 a difference (named), 2 could not verify.
 #include <CLI/CLI.hpp>

@@ -20,6 +20,7 @@
 
 #include "engine/applier.h"
 #include "kit/errors.h"
+#include "lake/object_store.h"
 #include "pg/pg_connection.h"
 #include "trellara/base/fault.h"
 #include "trellara/lake/iceberg_manifest.h"
@@ -142,52 +143,7 @@ std::set<std::string> ParseNameArray(const std::optional<std::string>& text) {
   return out;
 }
 
-// Writes `bytes` at `path` durably unless a file with the same content is there already (the
-// path names the content). Returns true when it was there.
-bool WriteFileOnce(const std::string& path, const std::vector<uint8_t>& bytes) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
-  if (ec) throw CommandFailed("cannot create the directory of " + path + ": " + ec.message());
-  if (fs::exists(path)) {
-    std::ifstream in(path, std::ios::binary);
-    std::string held((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (held.size() == bytes.size() && std::memcmp(held.data(), bytes.data(), bytes.size()) == 0) return true;
-    throw CommandFailed("the lake file " + path + " exists with other content than this publication writes; it was "
-                        "changed outside the fan-in: move it away (never delete a file the catalog may reference) "
-                        "and run again");
-  }
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw CommandFailed("cannot create " + tmp + ": " + std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      throw CommandFailed("cannot write " + tmp + ": " + std::strerror(err));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fdatasync(fd) != 0 || ::close(fd) != 0) throw CommandFailed("cannot fsync " + tmp + ": " + std::strerror(errno));
-  if (::rename(tmp.c_str(), path.c_str()) != 0)
-    throw CommandFailed("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
-  const int dir = ::open(fs::path(path).parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
-  }
-  return false;
-}
 std::vector<uint8_t> Bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
-
-std::string ReadFileText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return {};
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 // The lake table of a source relation ("public.items" -> "public__items").
 std::string TableNameOf(const std::string& relation) {
@@ -261,7 +217,8 @@ struct StagedChange {
 
 class Fanin {
  public:
-  Fanin(const LakeConfig& config, const FaninOptions& options) : config_(config), options_(options), catalog_(config) {}
+  Fanin(const LakeConfig& config, const FaninOptions& options)
+      : config_(config), options_(options), catalog_(config), store_(OpenObjectStore(config)) {}
 
   int Run() {
     auto device = log::OpenUringDevice();
@@ -635,7 +592,8 @@ class Fanin {
     json metadata_log = json::array();
     std::optional<std::string> previous_metadata;
     core::ParquetFile file;
-    std::string data_path;
+    std::string data_key;   // in the object store
+    std::string data_path;  // its location (what the manifests and the catalog hold)
     bool exists = false;
   };
 
@@ -714,7 +672,8 @@ class Fanin {
       if (!file) throw CommandFailed("lake table " + t.table + ": " + file.error().message);
       t.file = std::move(*file);
       const std::string address = pilot::Sha256Hex(std::span<const uint8_t>(t.file.bytes.data(), t.file.bytes.size()));
-      t.data_path = config_.warehouse + "/" + config_.name + "/" + t.table + "/data/" + name + "-" + address + ".parquet";
+      t.data_key = config_.name + "/" + t.table + "/data/" + name + "-" + address + ".parquet";
+      t.data_path = store_->Location(t.data_key);
       addresses.push_back(address);
       tables.push_back(std::move(t));
     }
@@ -722,7 +681,7 @@ class Fanin {
     const std::string receipt = core::PublicationReceipt(epoch, include, addresses);
     // 1. The data files, durable before anything refers to them (found again when already there).
     for (auto& t : tables) {
-      if (WriteFileOnce(t.data_path, t.file.bytes))
+      if (store_->PutOnce(t.data_key, t.file.bytes))
         Say(config_, "data_file_found", "epoch=" + name + " path=" + t.data_path);
     }
     if (fault::Hit("lake.after_files_before_pending") == fault::Action::Error)
@@ -742,7 +701,7 @@ class Fanin {
     };
     std::vector<Pointer> pointers;
     for (auto& t : tables) {
-      const std::string table_dir = config_.warehouse + "/" + config_.name + "/" + t.table;
+      const std::string table_key = config_.name + "/" + t.table;
       const std::string table_receipt = pilot::Sha256Hex(receipt + "/" + t.table);
       const int64_t snapshot_id = core::SnapshotIdOf(table_receipt);
       const int64_t sequence = static_cast<int64_t>(t.snapshots.size()) + 1;
@@ -753,8 +712,9 @@ class Fanin {
       for (size_t i = 0; i < sync.size(); i++) sync[i] = static_cast<uint8_t>(std::stoul(table_receipt.substr(i * 2, 2), nullptr, 16));
       auto manifest_bytes = core::WriteDataManifest(manifest, sync);
       if (!manifest_bytes) throw CommandFailed("lake table " + t.table + ": " + manifest_bytes.error().message);
-      const std::string manifest_path = table_dir + "/metadata/" + table_receipt.substr(0, 32) + "-m0.avro";
-      WriteFileOnce(manifest_path, *manifest_bytes);
+      const std::string manifest_key = table_key + "/metadata/" + table_receipt.substr(0, 32) + "-m0.avro";
+      const std::string manifest_path = store_->Location(manifest_key);
+      store_->PutOnce(manifest_key, *manifest_bytes);
       core::ManifestList list;
       list.snapshot_id = snapshot_id;
       if (!t.snapshots.empty()) list.parent_snapshot_id = t.snapshots.back()["snapshot-id"].get<int64_t>();
@@ -768,9 +728,10 @@ class Fanin {
                                 snapshot_id, 1, t.file.record_count});
       auto list_bytes = core::WriteManifestList(list, sync);
       if (!list_bytes) throw CommandFailed("lake table " + t.table + ": " + list_bytes.error().message);
-      const std::string list_path = table_dir + "/metadata/snap-" + std::to_string(snapshot_id) + "-" +
-                                    table_receipt.substr(0, 16) + ".avro";
-      WriteFileOnce(list_path, *list_bytes);
+      const std::string list_key = table_key + "/metadata/snap-" + std::to_string(snapshot_id) + "-" +
+                                   table_receipt.substr(0, 16) + ".avro";
+      const std::string list_path = store_->Location(list_key);
+      store_->PutOnce(list_key, *list_bytes);
       json snap = {{"snapshot-id", snapshot_id}, {"sequence", sequence}, {"timestamp-ms", now_ms},
                    {"manifest-list", list_path}, {"epoch", name}, {"receipt", receipt}, {"state", std::string(core::EpochStateName(d.state))},
                    {"stores", ArrayLiteral(std::vector<std::string>(include.begin(), include.end()))},
@@ -782,7 +743,7 @@ class Fanin {
       snapshots.push_back(snap);
       core::IcebergTableMetadata md;
       md.table_uuid = t.uuid;
-      md.location = table_dir;
+      md.location = store_->Location(table_key);
       md.last_updated_ms = now_ms;
       md.columns = columns;
       md.properties = {{"trellara.lake", config_.name}, {"trellara.source-relation", t.table}};
@@ -820,9 +781,10 @@ class Fanin {
         metadata_log.push_back({{"timestamp-ms", now_ms}, {"metadata-file", *previous}});
       }
       const std::string text = core::TableMetadataJson(md);
-      const std::string metadata_path = table_dir + "/metadata/" + std::to_string(sequence) + "-" +
-                                        pilot::Sha256Hex(text).substr(0, 32) + ".metadata.json";
-      WriteFileOnce(metadata_path, Bytes(text));
+      const std::string metadata_key = table_key + "/metadata/" + std::to_string(sequence) + "-" +
+                                       pilot::Sha256Hex(text).substr(0, 32) + ".metadata.json";
+      const std::string metadata_path = store_->Location(metadata_key);
+      store_->PutOnce(metadata_key, Bytes(text));
       pointers.push_back({t.table, metadata_path, previous.value_or(""), t.uuid, ArrayLiteral(t.source_columns),
                           snapshots, metadata_log, previous.has_value()});
     }
@@ -880,6 +842,7 @@ class Fanin {
   const LakeConfig& config_;
   FaninOptions options_;
   Catalog catalog_;
+  std::unique_ptr<ObjectStore> store_;
   std::unique_ptr<log::LogDevice> device_;
   std::map<uint64_t, std::string> unknown_;  // epoch -> receipt of a commit whose reply was lost
   std::map<uint64_t, std::set<std::string>> published_with_;  // epoch -> stores published (a cache; cleared at each commit)
@@ -888,6 +851,77 @@ class Fanin {
 }  // namespace
 
 // ---- configuration --------------------------------------------------------------------------
+
+namespace {
+
+// aws_access_key_id and aws_secret_access_key of the [default] profile of an AWS shared credentials
+// file (INI: "[profile]" lines, "key = value" lines, '#' and ';' comments).
+template <typename Bad>
+void ReadCredentialsFile(const std::string& file, LakeS3Config& s3, const Bad& bad) {
+  std::ifstream in(file);
+  if (!in) throw bad("lake.credentials", "names " + file + ", which cannot be read: " + std::strerror(errno));
+  std::string line, profile;
+  auto trim = [](std::string v) {
+    const size_t b = v.find_first_not_of(" \t\r");
+    const size_t e = v.find_last_not_of(" \t\r");
+    return b == std::string::npos ? std::string() : v.substr(b, e - b + 1);
+  };
+  while (std::getline(in, line)) {
+    line = trim(line);
+    if (line.empty() || line[0] == '#' || line[0] == ';') continue;
+    if (line.front() == '[') {
+      profile = trim(line.substr(1, line.find(']') - 1));
+      continue;
+    }
+    const size_t eq = line.find('=');
+    if (profile != "default" || eq == std::string::npos) continue;
+    const std::string k = trim(line.substr(0, eq)), v = trim(line.substr(eq + 1));
+    if (k == "aws_access_key_id") s3.access_key_id = v;
+    else if (k == "aws_secret_access_key") s3.secret_access_key = v;
+  }
+  if (s3.access_key_id.empty() || s3.secret_access_key.empty())
+    throw bad("lake.credentials", "file " + file + " has no aws_access_key_id and aws_secret_access_key under [default]");
+}
+
+template <typename Get, typename Bad>
+LakeS3Config LoadS3Settings(const std::string& warehouse, const Get& get, const Bad& bad) {
+  LakeS3Config s3;
+  const std::string rest = warehouse.substr(5);
+  const size_t slash = rest.find('/');
+  s3.bucket = rest.substr(0, slash);
+  if (slash != std::string::npos) s3.prefix = rest.substr(slash + 1);
+  while (!s3.prefix.empty() && s3.prefix.back() == '/') s3.prefix.pop_back();
+  while (!s3.prefix.empty() && s3.prefix.front() == '/') s3.prefix.erase(0, 1);
+  bool bucket_ok = s3.bucket.size() >= 3 && s3.bucket.size() <= 63;
+  for (char ch : s3.bucket)
+    if (!std::islower(static_cast<unsigned char>(ch)) && !std::isdigit(static_cast<unsigned char>(ch)) && ch != '-' && ch != '.')
+      bucket_ok = false;
+  if (!bucket_ok)
+    throw bad("lake.warehouse", "\"" + warehouse + "\" must be s3://bucket/prefix with a bucket name of 3..63 of [a-z0-9.-]");
+  s3.endpoint = get("s3_endpoint").value_or("");
+  while (!s3.endpoint.empty() && s3.endpoint.back() == '/') s3.endpoint.pop_back();
+  const size_t scheme = s3.endpoint.find("://");
+  if ((s3.endpoint.rfind("http://", 0) != 0 && s3.endpoint.rfind("https://", 0) != 0) ||
+      s3.endpoint.find('/', scheme + 3) != std::string::npos || s3.endpoint.size() <= scheme + 3)
+    throw bad("lake.s3_endpoint", "must be http://host[:port] or https://host[:port] (no path: requests are path-style) "
+                                  "for the s3:// warehouse " + warehouse);
+  s3.region = get("s3_region").value_or("us-east-1");
+  if (s3.region.empty()) throw bad("lake.s3_region", "is empty (the default is us-east-1)");
+  const auto key_id = get("s3_access_key_id"), secret = get("s3_secret_access_key"), file = get("credentials");
+  if (file) {
+    if (key_id || secret)
+      throw bad("lake.credentials", "and lake.s3_access_key_id / lake.s3_secret_access_key are both set; keep one");
+    ReadCredentialsFile(*file, s3, bad);
+  } else {
+    if (!key_id || key_id->empty()) throw bad("lake.s3_access_key_id", "is missing (or set lake.credentials)");
+    if (!secret || secret->empty()) throw bad("lake.s3_secret_access_key", "is missing (or set lake.credentials)");
+    s3.access_key_id = *key_id;
+    s3.secret_access_key = *secret;
+  }
+  return s3;
+}
+
+}  // namespace
 
 LakeConfig LoadLakeConfig(const std::string& path) {
   auto bad = [&](const std::string& setting, const std::string& what) -> CommandFailed {
@@ -909,12 +943,15 @@ LakeConfig LoadLakeConfig(const std::string& path) {
   const toml::table* lake = root["lake"].as_table();
   if (lake == nullptr) throw bad("[lake]", "is missing");
   static const std::set<std::string> lake_keys = {"name", "warehouse", "catalog", "epoch", "gap_policy", "gap_deadline",
-                                                  "commit_skew"};
+                                                  "commit_skew", "s3_endpoint", "s3_region", "s3_access_key_id",
+                                                  "s3_secret_access_key", "credentials"};
   for (const auto& [key, value] : *lake) {
     const std::string k(key.str());
     if (!lake_keys.count(k))
       throw bad("lake." + k, "is not a setting; the accepted ones are lake.name, lake.warehouse, lake.catalog, "
-                             "lake.epoch, lake.gap_policy, lake.gap_deadline and lake.commit_skew");
+                             "lake.epoch, lake.gap_policy, lake.gap_deadline, lake.commit_skew and, for an s3:// "
+                             "warehouse, lake.s3_endpoint, lake.s3_region, lake.s3_access_key_id, "
+                             "lake.s3_secret_access_key and lake.credentials");
     if (!value.is_string()) throw bad("lake." + k, "must be a string");
   }
   auto get = [&](const std::string& key) { return (*lake)[key].value<std::string>(); };
@@ -925,7 +962,14 @@ LakeConfig LoadLakeConfig(const std::string& path) {
   for (char ch : c.name)
     if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_') throw bad("lake.name", "may hold only letters, digits and _");
   c.warehouse = get("warehouse").value_or("");
-  if (c.warehouse.empty() || c.warehouse.front() != '/') throw bad("lake.warehouse", "must be an absolute directory");
+  if (c.warehouse.rfind("s3://", 0) == 0) {
+    c.s3 = LoadS3Settings(c.warehouse, get, bad);
+  } else {
+    if (c.warehouse.empty() || c.warehouse.front() != '/')
+      throw bad("lake.warehouse", "must be an absolute directory or s3://bucket/prefix");
+    for (const char* k : {"s3_endpoint", "s3_region", "s3_access_key_id", "s3_secret_access_key", "credentials"})
+      if (get(k)) throw bad(std::string("lake.") + k, "is a setting of an s3:// warehouse; lake.warehouse is a directory");
+  }
   c.catalog_conninfo = get("catalog").value_or("");
   if (c.catalog_conninfo.empty()) throw bad("lake.catalog", "is missing (the catalog database's conninfo)");
   auto duration = [&](const std::string& key, const std::string& fallback) {
@@ -1051,6 +1095,7 @@ int VerifyLake(const LakeConfig& config, nlohmann::json& report) {
   Catalog catalog(config);
   catalog.Connect();
   catalog.CreateSchema();
+  const std::unique_ptr<ObjectStore> store = OpenObjectStore(config);
   json problems = json::array();
   json epochs_out = json::array();
   // The stores' logs, read again: how many transactions each store committed in each epoch.
@@ -1126,14 +1171,20 @@ int VerifyLake(const LakeConfig& config, nlohmann::json& report) {
         if (snap["epoch"] != name) continue;
         const std::string path = snap["data-file"];
         files_checked++;
-        const std::string content = ReadFileText(path);
-        const std::string file_name = std::filesystem::path(path).filename().string();
-        const std::string address = pilot::Sha256Hex(content);
-        if (content.empty() || file_name.find(address) == std::string::npos)
-          problems.push_back(name + ": data file " + path + (content.empty() ? " is missing" : " does not hold the content its name addresses"));
-        for (const auto& key : {"manifest-list"})
-          if (!std::filesystem::exists(snap[key].get<std::string>()))
-            problems.push_back(name + ": " + key + " " + snap[key].get<std::string>() + " is missing");
+        const auto data_key = store->KeyOf(path);
+        const std::optional<std::string> content = data_key ? store->Get(*data_key) : std::nullopt;
+        const std::string file_name = path.substr(path.rfind('/') + 1);
+        if (!data_key)
+          problems.push_back(name + ": data file " + path + " is not in the warehouse " + config.warehouse);
+        else if (!content || content->empty())
+          problems.push_back(name + ": data file " + path + " is missing");
+        else if (file_name.find(pilot::Sha256Hex(*content)) == std::string::npos)
+          problems.push_back(name + ": data file " + path + " does not hold the content its name addresses");
+        for (const auto& key : {"manifest-list"}) {
+          const std::string location = snap[key].get<std::string>();
+          const auto object = store->KeyOf(location);
+          if (!object || !store->Exists(*object)) problems.push_back(name + ": " + key + " " + location + " is missing");
+        }
         rows_in_files += snap["records"].get<uint64_t>();
       }
     }
@@ -1146,7 +1197,8 @@ int VerifyLake(const LakeConfig& config, nlohmann::json& report) {
   }
   for (int t = 0; t < tables.rows(); t++) {
     const auto location = tables.Value(t, 2);
-    if (!location || !std::filesystem::exists(*location))
+    const auto object = location ? store->KeyOf(*location) : std::nullopt;
+    if (!object || !store->Exists(*object))
       problems.push_back("lake table " + *tables.Value(t, 0) + ": the catalog's metadata file " + location.value_or("(none)") +
                          " is missing");
   }

@@ -2,7 +2,8 @@
 // flow logs into one Iceberg lake, in epochs of source commit time. The decisions are core's
 // (trellara/lake/epoch.h); this is the adapter: it reads each store's log through the same barrier
 // as every applier, keeps its state and the lake's catalog in one PostgreSQL database (the Iceberg
-// JDBC catalog's tables beside schema trellara_lake), and writes the lake's files to a directory.
+// JDBC catalog's tables beside schema trellara_lake), and writes the lake's files to an object store
+// (object_store.h: a directory or an S3-compatible bucket).
 //
 // Intake: for each store, the verified transactions read since its position are admitted to their
 // epoch's dedup set (trellara_lake.transactions) with their changes (trellara_lake.changes), the
@@ -20,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,10 +36,21 @@ struct LakeStoreConfig {
   std::string log_directory;  // [[store]] log_directory: the store flow's log (absolute)
 };
 
+// An S3-compatible warehouse ([lake] warehouse = "s3://bucket/prefix", docs/lake.md "Object stores").
+struct LakeS3Config {
+  std::string bucket;             // of the warehouse URI
+  std::string prefix;             // of the warehouse URI, without slashes at either end ("" for none)
+  std::string endpoint;           // [lake] s3_endpoint: http(s)://host[:port], path-style requests
+  std::string region = "us-east-1";  // [lake] s3_region
+  std::string access_key_id;      // [lake] s3_access_key_id, or aws_access_key_id of [lake] credentials
+  std::string secret_access_key;  // [lake] s3_secret_access_key, or aws_secret_access_key of [lake] credentials
+};
+
 struct LakeConfig {
   std::string path;
   std::string name;              // [lake] name: the catalog name and the tables' namespace
-  std::string warehouse;         // [lake] warehouse: the directory the lake's files go to (absolute)
+  std::string warehouse;         // [lake] warehouse: an absolute directory or s3://bucket/prefix
+  std::optional<LakeS3Config> s3;  // set for an s3:// warehouse
   std::string catalog_conninfo;  // [lake] catalog: the PostgreSQL database holding the catalog
   trellara::lake::FaninPolicy policy;  // [lake] epoch, gap_policy, gap_deadline
   uint64_t commit_skew_us = 5 * trellara::lake::kMicrosPerSecond;  // [lake] commit_skew

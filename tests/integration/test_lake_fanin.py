@@ -87,8 +87,11 @@ def table_name_of(metadata_location):
 class Fleet:
     """Four store clusters with a flow each, a catalog cluster, a warehouse directory and lake.toml."""
 
-    def __init__(self, name, gap_deadline="4s"):
+    def __init__(self, name, gap_deadline="4s", warehouse=None, lake_settings=""):
+        """warehouse: the [lake] warehouse (default: a directory in the fleet's temp directory);
+        lake_settings: more [lake] lines (an S3 warehouse's s3_* settings, tests/integration/test_lake_s3.py)."""
         self.name, self.gap_deadline = name, gap_deadline
+        self.warehouse_setting, self.lake_settings = warehouse, lake_settings
         self.stack = contextlib.ExitStack()
 
     def __enter__(self):
@@ -102,12 +105,12 @@ class Fleet:
             self.catalog = self.stack.enter_context(Cluster(f"{self.name}-catalog", preload=False))
             self.work = tempfile.mkdtemp(prefix=f"trellara-{self.name}-")
             self.stack.callback(shutil.rmtree, self.work, True)
-            self.warehouse = os.path.join(self.work, "warehouse")
+            self.warehouse = self.warehouse_setting or os.path.join(self.work, "warehouse")
             self.config = os.path.join(self.work, "lake.toml")
             with open(self.config, "w") as f:
                 f.write(f'[lake]\nname = "fleet"\nwarehouse = "{self.warehouse}"\ncatalog = "{self.catalog.conninfo()}"\n'
                         f'epoch = "{EPOCH_S}s"\ngap_policy = "publish_with_gaps"\ngap_deadline = "{self.gap_deadline}"\n'
-                        'commit_skew = "1s"\n')
+                        'commit_skew = "1s"\n' + self.lake_settings)
                 for k, pair in enumerate(self.stores):
                     f.write(f'\n[[store]]\nname = "store-0{k + 1}"\nlog_directory = "{pair.log_dir}"\n')
         except BaseException:
