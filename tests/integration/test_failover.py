@@ -18,8 +18,14 @@ Scenario:
     slot's confirmed position; every transaction the promoted server holds (rows of t, each with
     its xid) is in the old primary's durable log or in the new log (none missed), the new log holds
     no transaction twice, and commits made on the promoted server are captured in the new log.
-It does not run the applier across the promotion (not built yet) and must never leave a cluster
-running or signal a process it has not identified.
+    The applier continues across the promotion: the standby's replay is paused before the last
+    batch (its slot, capped at replay, stays behind it), `trellara apply` applies the old primary's
+    whole log (the last batch included) into a target, then, after the promotion, the new log at
+    the same flow: it skips exactly the 100 redelivered transactions (dedup by commit LSN),
+    applies the 50 new ones, and the target's table equals the promoted server's.
+What it does not prove: a target ahead of what the standby received (failing closed), a standby
+slot held at the target's position, a planned switchover, load during the promotion. It must never
+leave a cluster running or signal a process it has not identified.
 """
 
 import os
@@ -32,7 +38,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from capture_support import (CaptureFailure, assert_no_backend_crashes, int_to_lsn, log_records,  # noqa: E402
                              log_transactions, lsn_to_int, run_scenarios, scenario, wait_caught_up,
-                             wait_for, worker_pid)
+                             wait_for, worker_pid, write_flow_config)
+from flow_pair import run_trellara, table_digest  # noqa: E402
 from harness import Cluster  # noqa: E402
 
 PRIMARY_SETTINGS = {"trellara.progress_interval": "'100ms'"}
@@ -67,13 +74,16 @@ def standby_slot(cluster):
     "check() on the standby reports the slot synced",
     "after promotion the relay runs from the synced slot; the old log copy is set aside, not appended to",
     "every transaction on the promoted server is in the old durable log or the new log; none twice in the new log",
-    "commits on the promoted server are captured in the new log"])
+    "commits on the promoted server are captured in the new log",
+    "the applier skips the redelivered transactions and the target equals the promoted server"])
 def standby_slot_synced_then_promoted_relay_starts_new_log_from_it():
     standby = Cluster("failover-standby", settings=STANDBY_SETTINGS)  # started from a base backup below
     link_root = tempfile.mkdtemp(prefix="trellara-failover-link-")
     try:
-        with Cluster("failover-primary", settings=PRIMARY_SETTINGS) as primary:
-            promote_and_check(primary, standby, link_root)
+        with Cluster("failover-primary", settings=PRIMARY_SETTINGS) as primary, \
+                Cluster("failover-target", preload=False) as target:
+            target.query("CREATE TABLE t (id int PRIMARY KEY, label text)")
+            promote_and_check(primary, standby, target, link_root)
     except BaseException:
         if standby.base_dir:
             standby.print_log_tail(f"cluster {standby.name}: server log after failure")
@@ -83,7 +93,7 @@ def standby_slot_synced_then_promoted_relay_starts_new_log_from_it():
         shutil.rmtree(link_root, ignore_errors=True)
 
 
-def promote_and_check(primary, standby, link_root):
+def promote_and_check(primary, standby, target, link_root):
     """The scenario's steps on a running primary and a standby not started yet."""
     # The flow's log_directory is an absolute path in trellara.flows, replicated to the standby.
     # On two machines with the same PGDATA path it names each server's own copy; on this one
@@ -126,8 +136,22 @@ def promote_and_check(primary, standby, link_root):
           f"replay {int_to_lsn(replay)}; check: {check}")
 
     # A last batch, then the primary goes away at once; the standby keeps what it received.
+    # The standby's replay pauses, so its slot (capped at replay) stays behind the last batch,
+    # which the target then applies from the old primary's log: the new log redelivers it and dedup
+    # by commit LSN must skip it. The standby still receives the WAL (walreceiver runs).
+    standby.query("SELECT pg_wal_replay_pause()")
+    wait_for("the standby's replay to pause", lambda: standby.query(
+        "SELECT pg_get_wal_replay_pause_state()") == "paused", 30)
     xids.update(commit_rows(primary, 301, 100, "just before the crash"))
+    wait_caught_up(primary, lsn_to_int(primary.query("SELECT pg_current_wal_lsn()")))
+    config_old = write_flow_config(os.path.join(link_root, "old.toml"), "app", log_dir, target.conninfo())
+    before = run_trellara(["apply", "--config", config_old, "--until-caught-up"], what="trellara apply (old log)")
+    print("apply from the old primary's log: " + [l for l in before.stdout.splitlines() if l.startswith("apply flow=")][-1])
+    received = lsn_to_int(primary.query("SELECT pg_current_wal_lsn()"))
+    wait_for("the standby to receive the last batch", lambda: lsn_to_int(
+        standby.query("SELECT pg_last_wal_receive_lsn()")) >= received, 60)
     primary.stop_immediate()
+    standby.query("SELECT pg_wal_replay_resume()")
     old_log_dir = os.path.join(primary.data_dir, "pg_trellara", "app")
     os.symlink(standby.data_dir, link + ".new")
     os.replace(link + ".new", link)
@@ -174,7 +198,19 @@ def promote_and_check(primary, standby, link_root):
           f"({redelivered} also in the old primary's log, for downstream dedup); {len(on_promoted)} rows on the "
           f"promoted server all logged; {len(lost_with_primary)} commit(s) of the old primary never reached "
           f"the standby")
-    assert_no_backend_crashes(primary, standby)
+    config_new = write_flow_config(os.path.join(link_root, "new.toml"), "app", new_dir, target.conninfo())
+    after_run = run_trellara(["apply", "--config", config_new, "--until-caught-up"], what="trellara apply (new log)")
+    summary = [l for l in after_run.stdout.splitlines() if l.startswith("apply flow=")][-1]
+    print("apply from the new log: " + summary)
+    want, have = table_digest(standby, "t"), table_digest(target, "t")
+    if want != have:
+        raise CaptureFailure(f"after the promotion the target differs from the promoted server: {have} vs {want}")
+    if redelivered != 100:
+        raise CaptureFailure(f"the new log redelivers {redelivered} transactions of the old log, not the 100 of the "
+                             f"last batch: the scenario did not put the target ahead of the standby's slot")
+    if f"skipped_duplicates={redelivered}" not in summary:
+        raise CaptureFailure(f"the applier did not skip exactly the {redelivered} redelivered transactions: {summary}")
+    assert_no_backend_crashes(primary, standby, target)
 
 
 if __name__ == "__main__":
