@@ -32,7 +32,8 @@ PG_CXXFLAGS = -std=c++20 -fvisibility=hidden -Wall -Wextra -Werror -Wno-missing-
 # backend's global namespace, where they could clash with another library's.
 # No -lzstd / -lavro: the lake's sources (core/src/lake, which use them) are objects of their own in
 # the archive (CMakeLists.txt) and the extension references none of them.
-SHLIB_LINK  = $(CORE_LIB) -lprotobuf-c -lcrypto -lisal -luring -lstdc++ -Wl,--exclude-libs,ALL
+# -lpq: the standby's slot sync worker (extension/failover/slot_sync.cpp) reads the primary's slots.
+SHLIB_LINK  = $(CORE_LIB) -lprotobuf-c -lpq -lcrypto -lisal -luring -lstdc++ -Wl,--exclude-libs,ALL
 
 # pg_regress suites (regress/sql/*.sql, regress/expected/*.out). `make test` runs them against a
 # throwaway cluster (tests/run-all); `make installcheck` runs them against the server that
@@ -50,6 +51,10 @@ override autodepend = yes
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# libpq's client headers for the slot sync worker only, searched after the server's (the client
+# directory has its own pg_config.h, which must never shadow the server's).
+extension/failover/slot_sync.o: override CPPFLAGS += -isystem $(shell $(PG_CONFIG) --includedir)
 
 .PHONY: deps core install-cli install-ext test check demo demo-cluster demo-lake soak unit regress integration correctness-report \
         verify-correctness-report

@@ -17,6 +17,7 @@ PG_MODULE_MAGIC;
 PGDLLEXPORT void _PG_init(void);
 }
 
+#include "failover/failover.h"
 #include "module.h"
 #include "pg/guard.h"
 #include "plugin/plugin.h"
@@ -81,6 +82,9 @@ extern "C" void _PG_init(void) {
       // The relay (launcher, workers, status board) exists only when preloaded.
       trellara::relay::DefineRelayGucs();
       trellara::relay::RegisterRelay();
+      // The standby's slot sync worker, only with trellara.standby_slot_sync = on (issue 41).
+      trellara::failover::DefineFailoverGucs();
+      trellara::failover::RegisterSlotSync();
     }
   });
 }

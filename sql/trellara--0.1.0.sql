@@ -587,6 +587,34 @@ BEGIN
       format('CREATE PUBLICATION %I FOR TABLE ...', f.publication);
   END IF;
 
+  -- A physical standby (issue 41): no relay runs here; what matters is whether the flow's slot is
+  -- kept in step with the primary's (trellara.standby_slot_sync), so a promotion can resume the flow.
+  IF pg_is_in_recovery() THEN
+    SELECT * INTO slot FROM pg_replication_slots WHERE slot_name = f.slot_name;
+    IF coalesce(current_setting('trellara.standby_slot_sync', true), 'off') <> 'on' THEN
+      RETURN QUERY SELECT 'warning', 'standby_slot', f.slot_name::text,
+        'not synced: trellara.standby_slot_sync is off on this standby; after a promotion the flow has no slot',
+        'on the standby: ALTER SYSTEM SET trellara.standby_slot_sync = on; restart it (needs primary_slot_name and hot_standby_feedback = on)';
+    ELSIF NOT FOUND THEN
+      RETURN QUERY SELECT 'warning', 'standby_slot', f.slot_name::text,
+        'not synced: the slot does not exist on this standby yet; a promotion now would lose the flow',
+        'read the standby''s server log (trellara slot sync: waiting ...); check primary_conninfo, primary_slot_name, hot_standby_feedback';
+    ELSE
+      RETURN QUERY SELECT 'ok', 'standby_slot', f.slot_name::text,
+        format('slot synced: confirmed %s, restart %s, catalog_xmin %s; %s behind this standby''s replay (%s)',
+               slot.confirmed_flush_lsn, slot.restart_lsn, slot.catalog_xmin,
+               pg_size_pretty(pg_wal_lsn_diff(pg_last_wal_replay_lsn(), slot.confirmed_flush_lsn)),
+               pg_last_wal_replay_lsn()), NULL::text;
+    END IF;
+    IF current_setting('hot_standby_feedback') <> 'on' OR current_setting('primary_slot_name') = '' THEN
+      RETURN QUERY SELECT 'warning', 'standby_feedback', 'hot_standby_feedback',
+        format('hot_standby_feedback is %s, primary_slot_name is ''%s'': the slot is not synced without both',
+               current_setting('hot_standby_feedback'), current_setting('primary_slot_name')),
+        'create a physical slot for this standby on the primary, set primary_slot_name and hot_standby_feedback = on';
+    END IF;
+    RETURN;
+  END IF;
+
   SELECT * INTO slot FROM pg_replication_slots WHERE slot_name = f.slot_name;
   IF NOT FOUND THEN
     RETURN QUERY SELECT 'critical', 'slot', f.slot_name::text, 'replication slot is missing: nothing is captured',

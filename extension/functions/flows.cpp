@@ -252,7 +252,8 @@ bool IsNumberedName(const char* name, const char* prefix, const char* suffix) {
 bool IsOwnLogFile(const char* name) {
   return IsNumberedName(name, "segment-", ".log") || IsNumberedName(name, "index-", ".idx") ||
          std::strcmp(name, "LOCK") == 0 || std::strcmp(name, "WRITER_FAILED") == 0 ||  // writer_failure.h
-         std::strcmp(name, "WRITER_FAILED.tmp") == 0;
+         std::strcmp(name, "WRITER_FAILED.tmp") == 0 ||
+         std::strcmp(name, "TIMELINE") == 0 || std::strcmp(name, "TIMELINE.tmp") == 0;  // failover/log_timeline.cpp
 }
 
 bool IsDotEntry(const char* name) { return std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0; }

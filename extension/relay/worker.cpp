@@ -80,6 +80,7 @@ PGDLLEXPORT void trellara_relay_main(Datum main_arg);
 #include <cstdio>
 #include <string>
 
+#include "failover/failover.h"
 #include "pg/guard.h"
 #include "plugin/plugin.h"
 #include "relay/relay.h"
@@ -217,6 +218,19 @@ void trellara_relay_main(Datum) {
     proc_exit(0);
   }
   pgstat_report_appname(flow_name);
+  // After a promotion the directory holds the standby's copy of the old primary's log: never
+  // append to it (failover/log_timeline.cpp). A new log starts from the slot and replaces the
+  // catalog's log_started_lsn.
+  static char timeline_refusal[kLastErrorBytes];
+  bool replace_log_start = false;
+  switch (failover::PrepareLogForTimeline(flow_name, log_directory, timeline_refusal, sizeof timeline_refusal)) {
+    case failover::LogTimeline::kRefuse: EnterErrorState(timeline_refusal);
+    case failover::LogTimeline::kNewLogAfterPromotion:
+      has_log_started_lsn = false;
+      replace_log_start = true;
+      break;
+    case failover::LogTimeline::kOwn: break;
+  }
   if (pg_mkdir_p(log_directory, S_IRWXU) != 0 && errno != EEXIST)
     ereport(ERROR, (errcode_for_file_access(),
                     errmsg("trellara relay of flow \"%s\" cannot create log directory \"%s\": %m", flow_name,
@@ -242,7 +256,8 @@ void trellara_relay_main(Datum) {
     ReplicationSlotRelease();
     EnterErrorState(refusal);
   }
-  if (log_started_now || !has_log_started_lsn) RecordLogStart(log_started_now ? slot_confirmed : covered);
+  if (log_started_now || !has_log_started_lsn)
+    RecordLogStart(log_started_now ? slot_confirmed : covered, replace_log_start);
   char skip_lsn[32];
   snprintf(skip_lsn, sizeof skip_lsn, "%X/%X", LSN_ARGS(covered));
   List* options = NIL;

@@ -69,21 +69,22 @@ bool ReadFlow() {
 }
 
 // Records in the catalog that this flow's log was started (covering the source from `lsn`), so a
-// later start can tell a deleted log directory from a new flow. Plain C frame.
-void RecordLogStart(XLogRecPtr lsn) {
+// later start can tell a deleted log directory from a new flow. `replace`: a new log replaces the
+// one recorded (after a promotion, failover/log_timeline.cpp). Plain C frame.
+void RecordLogStart(XLogRecPtr lsn, bool replace) {
   SetCurrentStatementStartTimestamp();
   StartTransactionCommand();
   SPI_connect();
   PushActiveSnapshot(GetTransactionSnapshot());
-  Oid argtypes[2] = {TEXTOID, PG_LSNOID};
-  Datum args[2] = {CStringGetTextDatum(flow_name), LSNGetDatum(lsn)};
+  Oid argtypes[3] = {TEXTOID, PG_LSNOID, BOOLOID};
+  Datum args[3] = {CStringGetTextDatum(flow_name), LSNGetDatum(lsn), BoolGetDatum(replace)};
   // SKIP LOCKED: stop_flow/drop_flow hold the row while they wait for this worker to exit, and a
   // lock wait does not see SIGTERM, so waiting here would hold stop_flow for its whole timeout.
   // A skipped row is recorded at the next start (has_log_started_lsn stays false).
   int rc = SPI_execute_with_args(
       "UPDATE trellara.flows SET log_started_lsn = $2 WHERE name IN (SELECT name FROM trellara.flows WHERE name = $1 "
-      "AND log_started_lsn IS NULL FOR UPDATE SKIP LOCKED)",
-      2, argtypes, args, nullptr, false, 0);
+      "AND (log_started_lsn IS NULL OR $3) FOR UPDATE SKIP LOCKED)",
+      3, argtypes, args, nullptr, false, 0);
   const bool recorded = rc == SPI_OK_UPDATE && SPI_processed == 1;
   SPI_finish();
   PopActiveSnapshot();

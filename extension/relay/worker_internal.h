@@ -75,7 +75,7 @@ extern char log_directory[MAXPGPATH];
 // Reads this flow's row; false if it is gone or disabled.
 bool ReadFlow();
 // Records in trellara.flows.log_started_lsn that this flow's log covers the source from `lsn`.
-void RecordLogStart(XLogRecPtr lsn);
+void RecordLogStart(XLogRecPtr lsn, bool replace);
 
 // --- the flow's slot on the status board (worker_board.cpp) ---------------------------------------
 enum class Claim { kClaimed, kAlreadyRunning, kStopping };

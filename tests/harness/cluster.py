@@ -329,6 +329,64 @@ class Cluster:
             raise
         return self
 
+    def start_standby_of(self, primary, slot_name):
+        """Starts this cluster as a streaming physical standby of `primary` (a running Cluster):
+        pg_basebackup -R through a new physical slot `slot_name` on the primary (-C -S), so
+        primary_conninfo and primary_slot_name point at it, then this cluster's settings (port,
+        socket, and what the caller gave) on top of the copied postgresql.conf."""
+        if self.pid is not None:
+            raise ClusterError(f"cluster {self.name} in {self.base_dir} is already running (pid {self.pid})")
+        if not self.detached:
+            _install_cleanup_handlers()
+        self.base_dir = tempfile.mkdtemp(prefix=f"trellara-{self.name}-")
+        os.chmod(self.base_dir, 0o700)
+        os.makedirs(self.socket_dir, mode=0o700)
+        if os.geteuid() == 0:
+            pg = pwd.getpwnam(PG_USER)
+            for path in (self.base_dir, self.socket_dir):
+                os.chown(path, pg.pw_uid, pg.pw_gid)
+        self.port = _free_port()
+        try:
+            self._run_as_postgres(
+                [f"{PG_BIN}/pg_basebackup", "-D", self.data_dir, "-h", primary.socket_dir, "-p", str(primary.port),
+                 "-U", PG_USER, "-R", "-C", "-S", slot_name, "-X", "stream", "-c", "fast", "--no-sync"],
+                what=f"pg_basebackup from cluster {primary.name}")
+            self._write_settings()
+            self._write_state()
+            with _live_lock:
+                if not self.detached:
+                    _live_clusters[id(self)] = self
+            self._run_as_postgres(
+                [f"{PG_BIN}/pg_ctl", "start", "-D", self.data_dir, "-l", self.log_path, "-w",
+                 "-t", str(START_TIMEOUT_S)],
+                what="pg_ctl start of the standby")
+            self.pid = self._read_postmaster_pid()
+            if self.pid is None:
+                raise ClusterError(f"cluster {self.name}: pg_ctl reported a start but postmaster.pid names no postmaster")
+            self._write_state()
+        except BaseException:
+            self.print_log_tail(f"cluster {self.name}: server log after failed standby start")
+            self.stop()
+            raise
+        return self
+
+    def promote(self):
+        """pg_ctl promote -w: the standby ends recovery and becomes a primary on a new timeline."""
+        self._run_as_postgres([f"{PG_BIN}/pg_ctl", "promote", "-D", self.data_dir, "-w", "-t", str(START_TIMEOUT_S)],
+                              what="pg_ctl promote")
+
+    def stop_immediate(self):
+        """Immediate shutdown (SIGQUIT to our postmaster, by PID), as a crash of the machine looks to
+        its peers; the data directory stays until stop()."""
+        pid = self._read_postmaster_pid() or self.pid
+        if pid is None or not self._is_our_postmaster(pid):
+            raise ClusterError(f"cluster {self.name}: no running postmaster of {self.data_dir} to stop")
+        os.kill(pid, signal.SIGQUIT)
+        if not _wait_gone(pid, QUIT_TIMEOUT_S):
+            raise ClusterError(f"cluster {self.name}: postmaster {pid} did not exit {QUIT_TIMEOUT_S}s after SIGQUIT")
+        self.pid = None
+        return pid
+
     def stop(self):
         """Stops the postmaster by PID (SIGINT, then SIGQUIT, then SIGKILL) and removes the
         cluster's directory unless keep is set. Safe to call more than once."""
