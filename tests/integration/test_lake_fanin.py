@@ -87,7 +87,7 @@ def table_name_of(metadata_location):
 class Fleet:
     """Four store clusters with a flow each, a catalog cluster, a warehouse directory and lake.toml."""
 
-    def __init__(self, name, gap_deadline="4s", warehouse=None, lake_settings=""):
+    def __init__(self, name, gap_deadline="1h", warehouse=None, lake_settings=""):
         """warehouse: the [lake] warehouse (default: a directory in the fleet's temp directory);
         lake_settings: more [lake] lines (an S3 warehouse's s3_* settings, tests/integration/test_lake_s3.py)."""
         self.name, self.gap_deadline = name, gap_deadline
@@ -158,6 +158,30 @@ class Fleet:
     def verify(self):
         return subprocess.run([TRELLARA_BIN, "lake", "fanin", "verify", "--config", self.config, "--format", "json"],
                               capture_output=True, text=True, timeout=300)
+
+    def set_gap_deadline(self, value):
+        """The operator changes [lake] gap_deadline (read by every run of the fan-in)."""
+        with open(self.config) as f:
+            text = f.read()
+        with open(self.config, "w") as f:
+            f.write(text.replace(f'gap_deadline = "{self.gap_deadline}"', f'gap_deadline = "{value}"'))
+        self.gap_deadline = value
+
+    def wait_stores_complete(self, stores, timeout_s=300):
+        """Ticks `stores` and runs the fan-in until, in every epoch holding transactions, exactly
+        those stores are complete (the others missing) — on the fan-in's own evidence, not the clock."""
+        names = {f"store-0{k + 1}" for k in stores}
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.tick(stores)
+            self.run(expect=(0,))
+            epochs = [e for e in self.plan()["epochs"] if any(s["transactions"] for s in e["stores"])]
+            if epochs and all({s["store"] for s in e["stores"] if s["state"] == "complete"} == names for e in epochs):
+                return
+            if time.monotonic() > deadline:
+                raise CaptureFailure(f"timed out waiting for {sorted(names)} to be complete: "
+                                     f"{[(e['epoch'], e['completeness']) for e in epochs]}")
+            time.sleep(0.3)
 
     def settle(self, states, stores=None, timeout_s=300, env=None, defects=False, outputs=None):
         """Ticks the stores and runs the fan-in until every epoch holding transactions is in one of
@@ -323,7 +347,10 @@ def offline_store_publishes_with_gaps_then_late_store_completes():
         for k in range(STORES):
             fleet.write(k, 1, 8)
         wait_epoch_passed(fleet)
-        time.sleep(4.5)  # the gap deadline (4 s) after the epoch's end, on the fan-in's clock
+        # Stores 1-3 through the epoch on the fan-in's evidence (the deadline an hour away), then the
+        # operator shortens the deadline: the next run publishes without exactly store-04.
+        fleet.wait_stores_complete(range(3))
+        fleet.set_gap_deadline("1s")
         plan = fleet.settle({"complete_with_gaps"}, stores=range(3))
         for e in plan["epochs"]:
             if e["missing"] != ["store-04"] or e["completeness"] != "3/4 complete, 1 missing, 0 quarantined":
@@ -353,7 +380,7 @@ def offline_store_publishes_with_gaps_then_late_store_completes():
                       "and both checksums; fanin run exits 3 and nothing more of that epoch is published",
                       "GET /readyz of a fan-in with a quarantined epoch: 503 lake_epoch_quarantined"))
 def replayed_store_is_skipped_and_a_conflicting_duplicate_quarantines():
-    with Fleet("lake-replay", gap_deadline="1h") as fleet:
+    with Fleet("lake-replay") as fleet:
         for k in range(STORES):
             fleet.write(k, 1, 6)
         wait_epoch_passed(fleet)
