@@ -428,18 +428,27 @@ def catalog_outcomes_run(fleet, env=None, defects=False, outputs=None):
         fleet.write(k, 1, 5)
     wait_epoch_passed(fleet)
     fleet.tick()
-    # Dies before its first intake commit: nothing of it was admitted.
-    died = fleet.run(env=faulted("lake.before_intake_commit:1:error"), defects=defects, expect=(1, 2))
-    record_faults_from_output(died.stderr)
-    if outputs is not None:
-        outputs.append(died.stderr)
-    # The first catalog commit's reply is lost: settled by reading the catalog in the same run.
-    lost = fleet.run(env=faulted("lake.catalog_reply_lost:1:error"), defects=defects, expect=None)
-    record_faults_from_output(lost.stderr)
-    if outputs is not None:
-        outputs.append(lost.stderr)
-    if "event=catalog_reply_lost" not in lost.stderr:
-        fleet.settle({"complete"}, env=faulted("lake.catalog_reply_lost:1:error"), defects=defects, outputs=outputs)
+    # Each fault below is run until it has fired (a run with nothing to do for it never reaches it):
+    # every run's stderr is kept and its fault lines recorded.
+    def until_fired(spec, event, expect):
+        deadline = time.monotonic() + 300
+        while True:
+            fleet.tick()
+            done = fleet.run(env=faulted(spec), defects=defects, expect=None)
+            record_faults_from_output(done.stderr)
+            if outputs is not None:
+                outputs.append(done.stderr)
+            if done.returncode not in expect:
+                raise CaptureFailure(f"lake fanin run with {spec} exited {done.returncode}: {done.stderr[-2000:]}")
+            if event in done.stderr:
+                return done
+            if time.monotonic() > deadline:
+                raise CaptureFailure(f"{spec} never fired in 300 s: {done.stderr[-1500:]}")
+            time.sleep(0.3)
+    # Dies before an intake commit: nothing of that batch was admitted.
+    until_fired("lake.before_intake_commit:1:error", "fault point lake.before_intake_commit", (0, 1))
+    # A catalog commit's reply is lost: the run settles it by reading the catalog.
+    lost = until_fired("lake.catalog_reply_lost:1:error", "event=catalog_reply_lost", (0,))
     plan = fleet.settle({"complete"}, env=env, defects=defects, outputs=outputs)
     text = "".join(outputs or []) + lost.stderr
     if "event=catalog_reply_lost" in text and "catalog_holds_receipt=true" not in text:
@@ -449,16 +458,7 @@ def catalog_outcomes_run(fleet, env=None, defects=False, outputs=None):
         fleet.write(k, 50, 3)
     wait_epoch_passed(fleet)
     fleet.tick()
-    pending = None
-    for _ in range(30):
-        fleet.tick()
-        pending = fleet.run(env=faulted("lake.after_pending_before_commit:1:error"), defects=defects, expect=None)
-        if outputs is not None:
-            outputs.append(pending.stderr)
-        if "lake.after_pending_before_commit" in pending.stderr:
-            break
-        time.sleep(0.5)
-    record_faults_from_output(pending.stderr)
+    pending = until_fired("lake.after_pending_before_commit:1:error", "lake.after_pending_before_commit", (0, 1))
     held = fleet.catalog.query("SELECT count(*) FROM trellara_lake.epochs WHERE pending_receipt IS NOT NULL")
     if held != "1":
         raise CaptureFailure(f"after dying between the pending receipt and the commit, {held} epochs hold a pending "
