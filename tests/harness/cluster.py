@@ -286,7 +286,8 @@ class Cluster:
         self.stop()
         return False
 
-    def start(self):
+    def _make_base_dir(self):
+        """A fresh base directory and socket directory (owned by the postgres OS user) and a port."""
         if self.pid is not None:
             raise ClusterError(f"cluster {self.name} in {self.base_dir} is already running (pid {self.pid})")
         if not self.detached:
@@ -299,6 +300,27 @@ class Cluster:
             for path in (self.base_dir, self.socket_dir):
                 os.chown(path, pg.pw_uid, pg.pw_gid)
         self.port = _free_port()
+
+    def _launch(self, what):
+        """Writes the settings and starts the server on the data directory in place. pg_ctl -w waits
+        until the server accepts connections; the PID comes from postmaster.pid, which is the only
+        thing stop() trusts."""
+        self._write_settings()
+        self._write_state()
+        with _live_lock:
+            if not self.detached:
+                _live_clusters[id(self)] = self
+        self._run_as_postgres(
+            [f"{PG_BIN}/pg_ctl", "start", "-D", self.data_dir, "-l", self.log_path, "-w", "-t", str(START_TIMEOUT_S)],
+            what=what)
+        self.pid = self._read_postmaster_pid()
+        if self.pid is None:
+            raise ClusterError(f"cluster {self.name}: pg_ctl reported a start but {self.data_dir}/postmaster.pid names "
+                               "no running postmaster")
+        self._write_state()
+
+    def start(self):
+        self._make_base_dir()
         try:
             template = os.environ.get(TEMPLATE_ENV)
             if template and os.path.isfile(os.path.join(template, "PG_VERSION")):
@@ -308,21 +330,7 @@ class Cluster:
                 self._run_as_postgres([f"{PG_BIN}/pg_resetwal", "-D", self.data_dir], what="pg_resetwal of the copy")
             else:
                 self._run_as_postgres([f"{PG_BIN}/initdb", "-D", self.data_dir] + INITDB_ARGS, what="initdb")
-            self._write_settings()
-            self._write_state()
-            # pg_ctl -w waits until the server accepts connections; the PID comes from
-            # postmaster.pid, which is the only thing stop() trusts.
-            with _live_lock:
-                if not self.detached:
-                    _live_clusters[id(self)] = self
-            self._run_as_postgres(
-                [f"{PG_BIN}/pg_ctl", "start", "-D", self.data_dir, "-l", self.log_path, "-w",
-                 "-t", str(START_TIMEOUT_S)],
-                what="pg_ctl start")
-            self.pid = self._read_postmaster_pid()
-            if self.pid is None:
-                raise ClusterError(f"cluster {self.name}: pg_ctl reported a start but {self.data_dir}/postmaster.pid names no running postmaster")
-            self._write_state()
+            self._launch("pg_ctl start")
         except BaseException:
             self.print_log_tail(f"cluster {self.name}: server log after failed start")
             self.stop()
@@ -334,36 +342,13 @@ class Cluster:
         pg_basebackup -R through a new physical slot `slot_name` on the primary (-C -S), so
         primary_conninfo and primary_slot_name point at it, then this cluster's settings (port,
         socket, and what the caller gave) on top of the copied postgresql.conf."""
-        if self.pid is not None:
-            raise ClusterError(f"cluster {self.name} in {self.base_dir} is already running (pid {self.pid})")
-        if not self.detached:
-            _install_cleanup_handlers()
-        self.base_dir = tempfile.mkdtemp(prefix=f"trellara-{self.name}-")
-        os.chmod(self.base_dir, 0o700)
-        os.makedirs(self.socket_dir, mode=0o700)
-        if os.geteuid() == 0:
-            pg = pwd.getpwnam(PG_USER)
-            for path in (self.base_dir, self.socket_dir):
-                os.chown(path, pg.pw_uid, pg.pw_gid)
-        self.port = _free_port()
+        self._make_base_dir()
         try:
             self._run_as_postgres(
                 [f"{PG_BIN}/pg_basebackup", "-D", self.data_dir, "-h", primary.socket_dir, "-p", str(primary.port),
                  "-U", PG_USER, "-R", "-C", "-S", slot_name, "-X", "stream", "-c", "fast", "--no-sync"],
                 what=f"pg_basebackup from cluster {primary.name}")
-            self._write_settings()
-            self._write_state()
-            with _live_lock:
-                if not self.detached:
-                    _live_clusters[id(self)] = self
-            self._run_as_postgres(
-                [f"{PG_BIN}/pg_ctl", "start", "-D", self.data_dir, "-l", self.log_path, "-w",
-                 "-t", str(START_TIMEOUT_S)],
-                what="pg_ctl start of the standby")
-            self.pid = self._read_postmaster_pid()
-            if self.pid is None:
-                raise ClusterError(f"cluster {self.name}: pg_ctl reported a start but postmaster.pid names no postmaster")
-            self._write_state()
+            self._launch("pg_ctl start of the standby")
         except BaseException:
             self.print_log_tail(f"cluster {self.name}: server log after failed standby start")
             self.stop()
