@@ -60,6 +60,16 @@ def copy_schema(source, target, tables):
     target.psql(dump)
 
 
+def copy_rows(source, target, tables):
+    """The tables' rows from `source` into `target` (COPY, outside any timing), then ANALYZE."""
+    for t in tables:
+        data = subprocess.run([os.path.join(PG_BIN, "psql"), "-X", "-q", "-c", f"COPY {t} TO STDOUT"],
+                              env=source.env(), check=True, capture_output=True).stdout
+        subprocess.run([os.path.join(PG_BIN, "psql"), "-X", "-q", "-c", f"COPY {t} FROM STDIN"],
+                       env=target.env(), input=data, check=True, capture_output=True)
+    target.psql("ANALYZE")
+
+
 def digest(cluster, tables):
     return cluster.query(" UNION ALL ".join(
         f"SELECT '{t}', count(*)::text, md5(coalesce(string_agg(x::text, ',' ORDER BY x::text), '')) FROM {t} x"
@@ -284,12 +294,7 @@ def one_run(run, args):
         # Every target starts from the source's initial rows (copied once, outside the timing), then
         # is analyzed as autovacuum would leave it.
         for target in all_targets:
-            for t in tables:
-                data = subprocess.run([os.path.join(PG_BIN, "psql"), "-X", "-q", "-c", f"COPY {t} TO STDOUT"],
-                                      env=source.env(), check=True, capture_output=True).stdout
-                subprocess.run([os.path.join(PG_BIN, "psql"), "-X", "-q", "-c", f"COPY {t} FROM STDIN"],
-                               env=target.env(), input=data, check=True, capture_output=True)
-            target.psql("ANALYZE")
+            copy_rows(source, target, tables)
         source.psql("CREATE PUBLICATION bench_pub FOR TABLE " + ", ".join(tables))
         source.psql("SELECT trellara.create_flow('bench', 'bench_pub')")
         log_dir = source.query("SELECT log_directory FROM trellara.flows WHERE name = 'bench'")

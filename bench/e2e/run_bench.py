@@ -33,8 +33,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests"))
 sys.path.insert(0, os.path.join(HERE, "..", "apply"))
-from harness import PG_BIN, Cluster  # noqa: E402
-from run_bench import INSERT_SCRIPT, TRELLARA, Poller, copy_schema, digest, hold_snapshot, pgbench, \
+from harness import Cluster  # noqa: E402
+from run_bench import INSERT_SCRIPT, TRELLARA, Poller, copy_rows, copy_schema, digest, hold_snapshot, pgbench, \
     release_snapshot, wait_until  # noqa: E402
 
 SETTINGS = {"autovacuum": "off", "max_wal_size": "'8GB'", "shared_buffers": "'512MB'"}
@@ -78,12 +78,7 @@ def one_run(run, args):
         source.psql("CREATE TABLE bench_marker (id int PRIMARY KEY)")
         for target in (t_target, n_target):
             copy_schema(source, target, tables + ["bench_marker"])
-            for t in tables:
-                data = subprocess.run([os.path.join(PG_BIN, "psql"), "-X", "-q", "-c", f"COPY {t} TO STDOUT"],
-                                      env=source.env(), check=True, capture_output=True).stdout
-                subprocess.run([os.path.join(PG_BIN, "psql"), "-X", "-q", "-c", f"COPY {t} FROM STDIN"],
-                               env=target.env(), input=data, check=True, capture_output=True)
-            target.psql("ANALYZE")
+            copy_rows(source, target, tables)
         source.psql("CREATE PUBLICATION bench_pub FOR TABLE " + ", ".join(tables + ["bench_marker"]))
         source.psql("SELECT trellara.create_flow('bench', 'bench_pub')")
         conn = f"host={source.socket_dir} port={source.port} user=postgres dbname=postgres"
