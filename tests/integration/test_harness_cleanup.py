@@ -31,10 +31,14 @@ with Cluster("child-raises") as c:
     print(c.pid, c.base_dir, flush=True)
     raise RuntimeError("deliberate failure inside the test")
 """,
+    # Short sleeps, not one long one: a SIGTERM that lands after Python's last check for signals and
+    # before the sleep's system call is noticed only when that call returns (CPython runs the handler
+    # at the next bytecode boundary) — with time.sleep(600) the child slept on (seen in CI, ciH).
     "test_gets_sigterm": """
 with Cluster("child-sigterm") as c:
     print(c.pid, c.base_dir, flush=True)
-    time.sleep(600)
+    for _ in range(6000):
+        time.sleep(0.1)
 """,
     "test_exits_without_stop": """
 c = Cluster("child-no-stop").start()
