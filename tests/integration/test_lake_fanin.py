@@ -48,6 +48,7 @@ from capture_support import (SOURCE_DIR, TRELLARA_BIN, CaptureFailure, checks_fa
                              record_faults_from_output, run_scenarios, scenario)
 from flow_pair import FlowPair  # noqa: E402
 from harness.cluster import Cluster, _free_port  # noqa: E402
+from lake_readers import ensure_readers  # noqa: E402
 
 READERS_DIR = os.path.join(SOURCE_DIR, "tests", "lake")
 EPOCH_S = 10
@@ -55,17 +56,6 @@ STORES = 4
 SCHEMA = """
 CREATE TABLE items (id int PRIMARY KEY, note text, amount numeric(10,2));
 """
-
-
-def ensure_readers():
-    """node and the pinned npm readers (`npm ci` when node_modules is missing). Never skips."""
-    for tool in ("node", "npm"):
-        if shutil.which(tool) is None:
-            raise CaptureFailure(f"{tool} is not installed: the lake tests read the lake with npm hyparquet and avsc; "
-                                 "install Node.js (with npm) and run again")
-    modules = os.path.join(READERS_DIR, "node_modules")
-    if not all(os.path.exists(os.path.join(modules, p, "package.json")) for p in ("hyparquet", "hyparquet-compressors", "avsc", "icebird")):
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=READERS_DIR, check=True)
 
 
 def num(value):

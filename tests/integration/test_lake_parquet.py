@@ -46,6 +46,7 @@ from decimal import Decimal, localcontext
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from capture_support import BUILD_DIR, SOURCE_DIR, CaptureFailure, run_scenarios, scenario  # noqa: E402
+from lake_readers import ensure_readers  # noqa: E402,F401
 
 PROBE = os.path.join(BUILD_DIR, "bin", "trellara_parquet_probe")
 READERS_DIR = os.path.join(SOURCE_DIR, "tests", "lake")
@@ -59,19 +60,6 @@ LOGICAL = {"date": {"type": "DATE"}, "string": {"type": "STRING"}, "uuid": {"typ
            "time": {"type": "TIME", "isAdjustedToUTC": False, "unit": "MICROS"},
            "timestamp": {"type": "TIMESTAMP", "isAdjustedToUTC": False, "unit": "MICROS"},
            "timestamptz": {"type": "TIMESTAMP", "isAdjustedToUTC": True, "unit": "MICROS"}}
-
-
-def ensure_readers():
-    """node and the pinned npm readers; `npm ci` when node_modules is missing. Never skips."""
-    for tool in ("node", "npm"):
-        if shutil.which(tool) is None:
-            raise CaptureFailure(f"{tool} is not installed: the lake tests read files with npm hyparquet; "
-                                 "install Node.js (with npm) and run again")
-    modules = os.path.join(READERS_DIR, "node_modules")
-    if not all(os.path.exists(os.path.join(modules, package, "package.json"))
-               for package in ("hyparquet", "hyparquet-compressors", "@duckdb/node-api", "avsc", "icebird")):
-        print("npm ci in tests/lake (hyparquet, hyparquet-compressors, @duckdb/node-api, avsc, icebird)", flush=True)
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=READERS_DIR, check=True)
 
 
 def probe(spec, workdir, name):

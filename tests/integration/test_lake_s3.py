@@ -49,9 +49,7 @@ WRITES_PER_STORE = 12
 
 
 def ensure_s3rver():
-    ensure_readers()
-    if not os.path.exists(os.path.join(READERS_DIR, "node_modules", "s3rver", "package.json")):
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=READERS_DIR, check=True)
+    ensure_readers()  # lake_readers.py: s3rver is one of the pinned packages, installed under a lock
 
 
 class S3rver:
