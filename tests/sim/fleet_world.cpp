@@ -2,8 +2,8 @@
 // docs/simulator.md "The fleet world"): N store databases whose flows' logs the fan-in reads into
 // one lake in epochs of source commit time, around the REAL core decisions — the epoch's dedup set
 // and its recomputed counts (EpochLedger), what an epoch is and what to do with it (DecideEpoch),
-// how a catalog commit whose reply was lost is settled (SettlePendingCommit), which files may be
-// deleted (MayDeleteDataFile), the publication's receipt (PublicationReceipt) and how far the
+// how a catalog commit whose reply was lost is settled (SettlePendingCommit), the publication's
+// receipt (PublicationReceipt) and how far the
 // current-state views reach (CompleteHorizon). Simulated: the stores (each a log of transactions
 // and progress records, some unreachable for a while), the object store (content-addressed files
 // that survive everything), the catalog database (the fan-in's durable state and the lake's
