@@ -39,7 +39,7 @@ namespace trellara::cli::forward {
 using Clock = std::chrono::steady_clock;
 using apply::InstallStopHandlers;
 using apply::StopRequested;
-inline constexpr const char* kForwarderConsumer = "forwarder";
+inline constexpr const char* kForwarderConsumer = log::kForwarderConsumer;
 inline constexpr uint64_t kOffsetWriteEvery = 512;  // records; and at least every kApplierOffsetWrite
 // While publishing, refill requests and remote appliers' positions are read at least this often.
 inline constexpr auto kAnswerInterval = std::chrono::milliseconds(20);

@@ -69,7 +69,7 @@ uint64_t BrokerConfirmable() {
     g_relay->forwarded_read_us = now;
     auto offsets = log::ReadConsumerOffsets(*g_relay->device, log_directory);
     if (offsets.ok()) {
-      auto it = offsets->find("forwarder");
+      auto it = offsets->find(log::kForwarderConsumer);
       if (it != offsets->end()) g_relay->forwarded_end = it->second;
     }
   }

@@ -75,4 +75,82 @@ TEST_CASE("log_of_earlier_timeline_is_set_aside_after_promotion", "[slot_sync]")
   CHECK(SetAsideLogDirectory("/pg/pg_trellara/app/", 1) == "/pg/pg_trellara/app.timeline1");
 }
 
+using Continuity = TimelineContinuity::Kind;
+
+TEST_CASE("timeline_file_round_trips_and_reads_first_slice_files", "[slot_sync]") {
+  LogTimeline branched{.timeline = 2, .parent_timeline = 1, .branch_lsn = 0x3000148};
+  CHECK(FormatLogTimeline(branched) == "2\nbranched_from 1 at 0/3000148\n");
+  auto parsed = ParseLogTimeline(FormatLogTimeline(branched));
+  REQUIRE(parsed.ok());
+  CHECK(parsed->timeline == 2);
+  CHECK(parsed->parent_timeline == 1);
+  CHECK(parsed->branch_lsn == 0x3000148);
+  auto first_slice = ParseLogTimeline("1\n");
+  REQUIRE(first_slice.ok());
+  CHECK(first_slice->timeline == 1);
+  CHECK(first_slice->parent_timeline == 0);
+  CHECK_FALSE(ParseLogTimeline("").ok());
+  CHECK_FALSE(ParseLogTimeline("two\n").ok());
+  CHECK_FALSE(ParseLogTimeline("2\nbranched_from 2 at 0/1\n").ok());  // a parent must be earlier
+  CHECK_FALSE(ParseLogTimeline("2\nsomething else\n").ok());
+}
+
+TEST_CASE("target_following_the_log_timeline_proceeds", "[slot_sync]") {
+  LogTimeline log{.timeline = 2, .parent_timeline = 1, .branch_lsn = 0x5000};
+  TargetTimelineFacts target{.applied_timeline = 2u, .applied_past_branch = 40, .first_past_branch = 0x5100,
+                             .last_past_branch = 0x9000, .max_applied_lsn = 0x9000};
+  CHECK(DecideTimelineContinuity(log, target, "app").kind == Continuity::kProceed);
+  CHECK(DecideTimelineContinuity(std::nullopt, target, "app").kind == Continuity::kProceed);
+}
+
+TEST_CASE("target_within_the_branch_point_records_the_new_timeline", "[slot_sync]") {
+  LogTimeline log{.timeline = 2, .parent_timeline = 1, .branch_lsn = 0x5000};
+  TargetTimelineFacts target{.applied_timeline = 1u, .max_applied_lsn = 0x4f00};
+  auto d = DecideTimelineContinuity(log, target, "app");
+  CHECK(d.kind == Continuity::kRecord);
+  CHECK(d.reason.find("timeline 2") != std::string::npos);
+  TargetTimelineFacts fresh{};  // nothing applied, nothing recorded
+  CHECK(DecideTimelineContinuity(log, fresh, "app").kind == Continuity::kRecord);
+}
+
+TEST_CASE("target_ahead_of_the_promoted_server_fails_closed_naming_the_range", "[slot_sync]") {
+  LogTimeline log{.timeline = 2, .parent_timeline = 1, .branch_lsn = 0x5000};
+  TargetTimelineFacts target{.applied_timeline = 1u, .applied_past_branch = 3, .first_past_branch = 0x5010,
+                             .last_past_branch = 0x5300, .max_applied_lsn = 0x5300};
+  auto d = DecideTimelineContinuity(log, target, "app");
+  REQUIRE(d.kind == Continuity::kFailClosed);
+  CHECK(d.reason.find("3 transaction(s) with commit LSN 0/5010 .. 0/5300") != std::string::npos);
+  CHECK(d.reason.find("past 0/5000") != std::string::npos);
+  CHECK(d.next_step.find("repair-plan") != std::string::npos);
+  // Not recorded (a target of an older version): the same evidence fails closed the same way.
+  target.applied_timeline.reset();
+  CHECK(DecideTimelineContinuity(log, target, "app").kind == Continuity::kFailClosed);
+}
+
+TEST_CASE("log_of_a_superseded_timeline_is_refused", "[slot_sync]") {
+  LogTimeline old_primary{.timeline = 1};
+  TargetTimelineFacts target{.applied_timeline = 2u, .max_applied_lsn = 0x9000};
+  auto d = DecideTimelineContinuity(old_primary, target, "app");
+  REQUIRE(d.kind == Continuity::kFailClosed);
+  CHECK(d.reason.find("superseded") != std::string::npos);
+}
+
+TEST_CASE("later_timeline_without_branch_point_cannot_be_checked_once_anything_applied", "[slot_sync]") {
+  LogTimeline unknown{.timeline = 3};
+  CHECK(DecideTimelineContinuity(unknown, TargetTimelineFacts{.max_applied_lsn = 0x10}, "app").kind ==
+        Continuity::kFailClosed);
+  CHECK(DecideTimelineContinuity(unknown, TargetTimelineFacts{}, "app").kind == Continuity::kRecord);
+}
+
+TEST_CASE("applied_offset_is_the_least_downstream_consumer_not_the_forwarder", "[slot_sync]") {
+  std::map<std::string, log::ConsumerState> consumers;
+  CHECK(AppliedConsumerOffset(consumers) == 0);
+  consumers["forwarder"] = {.next_offset = 900};
+  CHECK(AppliedConsumerOffset(consumers) == 0);  // a broker is not a target
+  consumers["applier"] = {.next_offset = 500};
+  consumers["remote.eu"] = {.next_offset = 420};
+  consumers["old"] = {.next_offset = 10, .lost = true, .lost_at_offset = 300};
+  CHECK(AppliedConsumerOffset(consumers) == 420);
+}
+
 }  // namespace unit_slot_sync_test

@@ -11,8 +11,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+
+#include "trellara/base/result.h"
+#include "trellara/log/retention.h"
 
 namespace trellara {
 
@@ -78,5 +82,62 @@ LogTimelineDecision DecideLogTimeline(std::optional<uint32_t> recorded_timeline,
 
 // The directory a set-aside log moves to: "<dir>.timeline<N>" (N: the timeline it was written on).
 std::string SetAsideLogDirectory(const std::string& log_directory, uint32_t written_timeline);
+
+// The TIMELINE file of a log directory: the timeline the log was started on and, for a log started
+// on a timeline that branched off another (a promoted standby's), where it branched. Text:
+//   "<timeline>\n"                                   (timeline 1, or no branch point known)
+//   "<timeline>\nbranched_from <parent> at <X/X>\n"  (the server's timeline history, at start)
+// Files of the first slice hold only the first line; they still parse.
+struct LogTimeline {
+  uint32_t timeline = 0;
+  uint32_t parent_timeline = 0;  // 0: no branch point recorded
+  uint64_t branch_lsn = 0;       // the switch point: WAL up to it is the same on both timelines
+};
+std::string FormatLogTimeline(const LogTimeline& timeline);
+// An error names what is wrong with `text` (the caller names the file).
+Result<LogTimeline> ParseLogTimeline(const std::string& text);
+
+// What the target says about a flow's timelines (sql/trellara_target.sql trellara.source_timelines
+// and trellara.applied_transactions), read by the applier before it applies from a log.
+struct TargetTimelineFacts {
+  std::optional<uint32_t> applied_timeline;  // the latest timeline the target recorded applying from
+  uint64_t applied_past_branch = 0;          // transactions applied with commit LSN past the log's branch point
+  uint64_t first_past_branch = 0;            // their least and greatest commit LSN
+  uint64_t last_past_branch = 0;
+  uint64_t max_applied_lsn = 0;              // the greatest commit LSN applied (0: none)
+};
+
+struct TimelineContinuity {
+  enum class Kind {
+    kProceed,     // the target follows this log's timeline already (or the log records none)
+    kRecord,      // apply, recording first that the target now follows the log's timeline
+    kFailClosed,  // the target holds what this log's server never had, or follows a later timeline
+  };
+  Kind kind = Kind::kProceed;
+  std::string reason;     // kFailClosed: what, on which flow, with the range; kRecord: the switch
+  std::string next_step;  // kFailClosed: what the operator does
+};
+
+// The rule (issue 41, "Promotion"): a commit LSN names a transaction only on one timeline's
+// history. A log started on timeline N that branched off N-1 at B holds, from B on, transactions the
+// old primary never had, and lacks what the old primary committed past B. So:
+//  * the log records no timeline: proceed (nothing to compare; a log of an older version);
+//  * the target already follows this timeline: proceed;
+//  * the target follows a LATER timeline: fail closed — this log is a server that was superseded
+//    (an old primary come back, or its copy);
+//  * otherwise (an earlier timeline, or none recorded): if the target applied any transaction with
+//    a commit LSN past B, those transactions are not on this server: fail closed naming their count
+//    and range, never apply on top of them; else record the new timeline and proceed. A log of
+//    timeline N with no branch point recorded (N > 1 from a first-slice relay) cannot be checked
+//    when the target has applied anything: fail closed rather than guess.
+TimelineContinuity DecideTimelineContinuity(const std::optional<LogTimeline>& log, const TargetTimelineFacts& target,
+                                            const std::string& flow);
+
+// source_ack = 'applied' (docs/decisions.md "A standby's slot at the target's position"): the next
+// log offset every downstream consumer has made durable on its target — the least next offset of
+// the log's registered consumers, not counting the forwarder (it holds records in a broker, not on a
+// target) and consumers marked lost (they are reseeded; the log no longer holds their offsets). No
+// such consumer: 0 (nothing is confirmable past what was confirmed before).
+uint64_t AppliedConsumerOffset(const std::map<std::string, log::ConsumerState>& consumers);
 
 }  // namespace trellara

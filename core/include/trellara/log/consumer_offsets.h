@@ -19,6 +19,9 @@ namespace trellara::log {
 
 // The consumer `trellara apply` registers for a flow (consumers/applier); one definition.
 inline constexpr const char* kApplierConsumer = "applier";
+// The consumer `trellara forward` registers (consumers/forwarder): it holds records in a broker,
+// not on a target. One definition.
+inline constexpr const char* kForwarderConsumer = "forwarder";
 // What a running `trellara apply` says about its retries and reconnects, for `trellara status`
 // (relative to the log directory; its leading '.' keeps it out of the consumer names). One
 // definition: the applier writes it, status reads it.
