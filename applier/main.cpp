@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     // `check` documents exit 1 for a usage error (2 is its "critical finding"; docs/apply.md).
-    if (code != 0 && app.got_subcommand("check")) return 1;
+    if (code != 0 && (app.got_subcommand("check") || app.got_subcommand("source-safety"))) return 1;
     // `pilot-package` documents exit 2 for a usage error (1: the bundle records a failure).
     if (code != 0 && app.got_subcommand("pilot-package")) return 2;
     return code;

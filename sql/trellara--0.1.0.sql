@@ -67,7 +67,7 @@ CREATE TABLE trellara.flows (
   -- How far the relay confirms the slot (docs/broker.md "Source acknowledgement"): 'local', what
   -- the local log holds durably; 'broker_quorum', only what trellara forward has also seen the
   -- broker's quorum acknowledge. Read when the relay starts.
-  source_ack    text NOT NULL DEFAULT 'local' CHECK (source_ack IN ('local', 'broker_quorum')),
+  source_ack    text NOT NULL DEFAULT 'local' CHECK (source_ack IN ('local', 'broker_quorum', 'applied')),
   -- Partitioned scale mode (docs/partitioned.md): 'strict' (one applier, whole transactions) or
   -- 'partitioned' (each change routed to one of `partitions` by relation and key, with the map
   -- version `partition_map_version`). Changed only by trellara.set_partitioning; read when the
@@ -80,6 +80,44 @@ COMMENT ON TABLE trellara.flows IS 'Trellara flows: publication, slot and log di
 SELECT pg_catalog.pg_extension_config_dump('trellara.flows', '');
 REVOKE ALL ON trellara.flows FROM PUBLIC;
 GRANT SELECT ON trellara.flows TO pg_monitor, trellara_admin;
+
+-- What each physical standby's slot sync worker (trellara.standby_slot_sync) last reported about a
+-- flow's slot there (issue 41; docs/operations.md section 12): written by the standby over its
+-- primary_conninfo through trellara.report_standby_slot, read by check() on the primary to say,
+-- per standby, whether a promotion would keep the flow. `standby_slot` is the standby's
+-- primary_slot_name (the physical slot on this primary). Not dumped: it is state, not configuration.
+CREATE TABLE trellara.standby_slots (
+  standby_slot   name NOT NULL,
+  flow_slot      name NOT NULL,
+  state          text NOT NULL CHECK (state IN ('synced', 'waiting', 'unprotected')),
+  confirmed_lsn  pg_lsn,
+  restart_lsn    pg_lsn,
+  replay_lsn     pg_lsn,
+  detail         text NOT NULL,
+  reported_at    timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (standby_slot, flow_slot)
+);
+REVOKE ALL ON trellara.standby_slots FROM PUBLIC;
+GRANT SELECT ON trellara.standby_slots TO pg_monitor, trellara_admin;
+
+-- Called by a standby's slot sync worker on the primary, once per change (and at least every
+-- 10 s): upserts its row. The role in the standby's primary_conninfo needs trellara_admin.
+CREATE FUNCTION trellara.report_standby_slot(standby_slot name, flow_slot name, state text,
+                                             confirmed_lsn pg_lsn, restart_lsn pg_lsn, replay_lsn pg_lsn,
+                                             detail text)
+RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+  INSERT INTO trellara.standby_slots AS s (standby_slot, flow_slot, state, confirmed_lsn, restart_lsn, replay_lsn,
+                                           detail, reported_at)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, now())
+  ON CONFLICT (standby_slot, flow_slot) DO UPDATE
+    SET state = excluded.state, confirmed_lsn = excluded.confirmed_lsn, restart_lsn = excluded.restart_lsn,
+        replay_lsn = excluded.replay_lsn, detail = excluded.detail, reported_at = excluded.reported_at;
+$$;
+REVOKE ALL ON FUNCTION trellara.report_standby_slot(name, name, text, pg_lsn, pg_lsn, pg_lsn, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION trellara.report_standby_slot(name, name, text, pg_lsn, pg_lsn, pg_lsn, text)
+  TO trellara_admin;
 
 CREATE FUNCTION trellara._relay_status(
   OUT flow text, OUT state text, OUT worker_pid int, OUT log_durable_offset bigint,
@@ -289,7 +327,7 @@ BEGIN
 END
 $$;
 
--- Sets how far the relay of a flow confirms its slot ('local' or 'broker_quorum'); it takes effect
+-- Sets how far the relay of a flow confirms its slot ('local', 'broker_quorum' or 'applied'); it takes effect
 -- when the relay starts next (stop_flow, then start_flow, each in its own transaction).
 CREATE FUNCTION trellara.set_source_ack(name text, mode text)
 RETURNS void
@@ -297,11 +335,12 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   PERFORM trellara._flow(set_source_ack.name);
-  IF mode IS NULL OR mode NOT IN ('local', 'broker_quorum') THEN
+  IF mode IS NULL OR mode NOT IN ('local', 'broker_quorum', 'applied') THEN
     RAISE EXCEPTION 'invalid source_ack "%" for flow "%"', mode, set_source_ack.name
       USING ERRCODE = 'invalid_parameter_value',
-            HINT = '''local'' (the slot follows the local log) or ''broker_quorum'' (the slot follows what '
-                   'the broker''s quorum acknowledged to trellara forward).';
+            HINT = '''local'' (the slot follows the local log), ''broker_quorum'' (the slot follows what '
+                   'the broker''s quorum acknowledged to trellara forward) or ''applied'' (the slot follows '
+                   'what every applier committed on its target: for flows kept on physical standbys).';
   END IF;
   UPDATE trellara.flows SET source_ack = set_source_ack.mode WHERE flows.name = set_source_ack.name;
   RAISE NOTICE 'flow "%": source_ack = % takes effect when its relay starts next', set_source_ack.name, mode
@@ -500,14 +539,35 @@ AS 'MODULE_PATHNAME', 'trellara_relay_metrics'
 LANGUAGE C STRICT VOLATILE;
 REVOKE ALL ON FUNCTION trellara._relay_metrics() FROM PUBLIC;
 
+-- After the relay's counters, three rows read from the server itself, so they are there while no
+-- relay runs (issue 41, seed qualification_source_promotion_while_relay_disconnected):
+-- source_ack_lag_bytes (WAL written past the slot's confirmed position: what a promotion or a relay
+-- restart would replay), source_timeline (this server's timeline) and
+-- source_failover_promotion_detected (1 on a server that was promoted: timeline > 1).
 CREATE FUNCTION trellara.relay_metrics()
 RETURNS TABLE (flow text, metric text, value numeric)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT m.flow, m.metric, m.value
-    FROM trellara._relay_metrics() WITH ORDINALITY AS m(flow, metric, value, n)
-   WHERE m.flow IN (SELECT f.name FROM trellara.flows f)
-   ORDER BY m.flow, m.n
+  WITH server AS (
+    SELECT CASE WHEN pg_is_in_recovery() THEN (SELECT timeline_id FROM pg_control_checkpoint())
+                ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END AS timeline,
+           CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END AS wal_lsn)
+  SELECT u.flow, u.metric, u.value FROM (
+    SELECT m.flow, m.metric, m.value, 0 AS part, m.n
+      FROM trellara._relay_metrics() WITH ORDINALITY AS m(flow, metric, value, n)
+     WHERE m.flow IN (SELECT f.name FROM trellara.flows f)
+    UNION ALL
+    SELECT f.name, x.metric, x.value, 1, x.n
+      FROM trellara.flows f
+      LEFT JOIN pg_replication_slots rs ON rs.slot_name = f.slot_name AND rs.slot_type = 'logical'
+      CROSS JOIN server
+      CROSS JOIN LATERAL (VALUES
+        (1::bigint, 'source_ack_lag_bytes', greatest(pg_wal_lsn_diff(server.wal_lsn, rs.confirmed_flush_lsn), 0)),
+        (2::bigint, 'source_timeline', server.timeline::numeric),
+        (3::bigint, 'source_failover_promotion_detected', CASE WHEN server.timeline > 1 THEN 1 ELSE 0 END::numeric))
+        AS x(n, metric, value)
+     WHERE x.value IS NOT NULL) u
+   ORDER BY u.flow, u.part, u.n
 $$;
 REVOKE ALL ON FUNCTION trellara.relay_metrics() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION trellara.relay_metrics() TO pg_monitor, trellara_admin;
@@ -708,6 +768,8 @@ BEGIN
 
   RETURN QUERY SELECT * FROM trellara._check_log_retention(f);
 
+  RETURN QUERY SELECT * FROM trellara._check_failover(f);
+
   RETURN QUERY SELECT 'warning', 'own_relations', o.relation,
       'the publication names this trellara relation; trellara never captures its own relations (schema trellara)',
       format('ALTER PUBLICATION %I DROP %s', f.publication,
@@ -746,11 +808,6 @@ BEGIN
                                          '10 minutes')::interval
    ORDER BY a.pid;
 
-  RETURN QUERY SELECT 'warning', 'failover', f.slot_name::text,
-    'PostgreSQL 15 has no failover slots: the slot exists only on this server; after a failover to a '
-    'standby the flow stops and the new primary has no slot, so changes committed there are not captured',
-    'after a failover: SELECT trellara.create_flow(...) on the new primary and reseed the target '
-    '(trellara snapshot); upgrading to PostgreSQL 17 gives failover slots';
 END
 $$;
 REVOKE ALL ON FUNCTION trellara.check(text) FROM PUBLIC;
@@ -819,6 +876,95 @@ END
 $$;
 REVOKE ALL ON FUNCTION trellara.unregister_consumer(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION trellara.unregister_consumer(text, text) TO trellara_admin;
+
+-- Whether the negative control defect.<point> is on in this backend (functions/test_defects.cpp):
+-- only with TRELLARA_FAULTS and trellara.enable_test_defects, i.e. never in production.
+CREATE FUNCTION trellara._test_defect(point text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'trellara_test_defect'
+LANGUAGE C STRICT VOLATILE;
+REVOKE ALL ON FUNCTION trellara._test_defect(text) FROM PUBLIC;
+
+-- check() rows on a primary about promotion (issue 41; docs/operations.md section 12), per physical
+-- standby slot of this primary: failover_slot ok (the standby keeps the flow's slot, synced within
+-- the last minute), or warning "disabled" (no report from it: trellara.standby_slot_sync is off there,
+-- or trellara is not preloaded — a promotion of it ends the flow) or "unsynced" (its worker waits, has
+-- no feedback, or stopped reporting — a promotion now may not retain the CDC boundary). Then the
+-- flow's posture: source_ack (only 'applied' keeps the standby's slot at what the targets hold) and
+-- trellara.standby_slot_names (without it a target can get ahead of a promoted standby). No standby:
+-- one ok row saying so.
+CREATE FUNCTION trellara._check_failover(f trellara.flows)
+RETURNS TABLE (severity text, "check" text, subject text, detail text, remedy text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  ps record;
+  r trellara.standby_slots;
+  primary_confirmed pg_lsn;
+  hold text := coalesce(current_setting('trellara.standby_slot_names', true), '');
+  standbys int := 0;
+BEGIN
+  SELECT confirmed_flush_lsn INTO primary_confirmed FROM pg_replication_slots WHERE slot_name = f.slot_name;
+  FOR ps IN SELECT slot_name, active, restart_lsn FROM pg_replication_slots WHERE slot_type = 'physical' ORDER BY 1
+  LOOP
+    standbys := standbys + 1;
+    SELECT * INTO r FROM trellara.standby_slots s WHERE s.standby_slot = ps.slot_name AND s.flow_slot = f.slot_name;
+    IF trellara._test_defect('failover_posture_unchecked') THEN
+      -- Negative control (tests only): every standby reported synced, its report unread.
+      RETURN QUERY SELECT 'ok', 'failover_slot', ps.slot_name::text,
+        format('synced: the standby on physical slot %s keeps slot %s', ps.slot_name, f.slot_name), NULL::text;
+    ELSIF NOT FOUND THEN
+      RETURN QUERY SELECT 'warning', 'failover_slot', ps.slot_name::text,
+        format('disabled: the standby on physical slot %s (%s) keeps no copy of slot %s (trellara.standby_slot_sync is '
+               'off there, or trellara is not preloaded): a promotion of that standby ends flow %s, and nothing its '
+               'new primary commits is captured', ps.slot_name, CASE WHEN ps.active THEN 'streaming' ELSE 'not connected' END,
+               f.slot_name, f.name),
+        'on the standby: ALTER SYSTEM SET shared_preload_libraries = ''trellara''; ALTER SYSTEM SET '
+        'trellara.standby_slot_sync = on; hot_standby_feedback = on, primary_slot_name set; restart it; its role '
+        'in primary_conninfo needs trellara_admin here';
+    ELSIF r.state <> 'synced' OR r.reported_at < now() - interval '60 seconds' THEN
+      RETURN QUERY SELECT 'warning', 'failover_slot', ps.slot_name::text,
+        format('unsynced: the standby on physical slot %s last reported slot %s %s at %s (%s ago)%s: %s; a promotion '
+               'now may not retain the CDC boundary', ps.slot_name, f.slot_name, r.state, r.reported_at,
+               date_trunc('second', now() - r.reported_at),
+               CASE WHEN r.confirmed_lsn IS NOT NULL
+                    THEN format(', confirmed %s against %s here', r.confirmed_lsn, primary_confirmed) ELSE '' END,
+               r.detail),
+        'read the standby''s server log (trellara slot sync); check its primary_conninfo, primary_slot_name and '
+        'hot_standby_feedback; do not promote it until this row is ok';
+    ELSE
+      RETURN QUERY SELECT 'ok', 'failover_slot', ps.slot_name::text,
+        format('synced: the standby on physical slot %s keeps slot %s at confirmed %s (%s behind this primary''s %s), '
+               'reported %s ago', ps.slot_name, f.slot_name, r.confirmed_lsn,
+               pg_size_pretty(greatest(pg_wal_lsn_diff(primary_confirmed, r.confirmed_lsn), 0)), primary_confirmed,
+               date_trunc('second', now() - r.reported_at)), NULL::text;
+    END IF;
+  END LOOP;
+  IF standbys = 0 THEN
+    RETURN QUERY SELECT 'ok', 'failover_slot', f.slot_name::text,
+      'no physical standby slot on this server: no promotion to prepare for', NULL::text;
+    RETURN;
+  END IF;
+  IF f.source_ack <> 'applied' THEN
+    RETURN QUERY SELECT 'warning', 'failover_boundary', f.name,
+      format('source_ack is %s: the slot (and every standby''s copy of it) moves past what the local log holds, '
+             'before the targets have it; after an unplanned promotion what the old primary logged but no applier '
+             'committed is lost with its disk', f.source_ack),
+      format('SELECT trellara.set_source_ack(%L, ''applied''); then stop_flow / start_flow', f.name);
+  END IF;
+  IF hold = '' THEN
+    RETURN QUERY SELECT 'warning', 'failover_hold', 'trellara.standby_slot_names',
+      'trellara.standby_slot_names is empty: the relay captures WAL a standby has not flushed, so a target can get '
+      'ahead of a promoted standby (the applier then fails closed and the target must be reseeded)',
+      format('ALTER SYSTEM SET trellara.standby_slot_names = %L; SELECT pg_reload_conf()',
+             (SELECT string_agg(slot_name, ',') FROM pg_replication_slots WHERE slot_type = 'physical'));
+  ELSE
+    RETURN QUERY SELECT 'ok', 'failover_hold', 'trellara.standby_slot_names',
+      format('capture waits for standby slot(s) %s', hold), NULL::text;
+  END IF;
+END
+$$;
+REVOKE ALL ON FUNCTION trellara._check_failover(trellara.flows) FROM PUBLIC;
 
 -- check() rows about log retention: lost consumers (critical), a log over
 -- trellara.log_retention_warn_size (warning, naming the consumer holding it), otherwise ok.

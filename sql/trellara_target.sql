@@ -20,6 +20,19 @@ CREATE TABLE IF NOT EXISTS trellara.applied_transactions (
   PRIMARY KEY (flow, commit_lsn)
 );
 
+-- The source timelines the applier has applied a flow from (issue 41, docs/operations.md section 12):
+-- a row is written before the first transaction of a log started on that timeline is applied. A
+-- log of a promoted server (its TIMELINE names the branch point) is applied only if nothing was
+-- applied past that point from an earlier timeline (core DecideTimelineContinuity).
+CREATE TABLE IF NOT EXISTS trellara.source_timelines (
+  flow            text        NOT NULL,
+  timeline        integer     NOT NULL CHECK (timeline >= 1),
+  parent_timeline integer,
+  branch_lsn      pg_lsn,
+  recorded_at     timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (flow, timeline)
+);
+
 -- Transactions the applier could not apply safely. Written in its own transaction after the
 -- rollback; the applier halts at the first one until its state is replay_ready.
 CREATE TABLE IF NOT EXISTS trellara.quarantine (

@@ -453,6 +453,34 @@ void RegisterCheck(CLI::App& app) {
                           "then run trellara check again",
                           PreflightExitCode(report));
   });
+
+  // The source half alone (seed 000's `trellara source-safety`): slot, WAL retention, replica
+  // identity, and the failover posture per physical standby (trellara.check on the source). The
+  // target is not contacted; the same exit codes.
+  auto* safety = app.add_subcommand("source-safety", "the source's safety checks only (trellara.check): slot, WAL "
+                                                     "retention, replica identity, failover posture per standby "
+                                                     "(--config F); exit 0 ok, 2 critical, 1 usage");
+  auto safety_path = std::make_shared<std::string>();
+  auto safety_format = std::make_shared<OutputFormat>(OutputFormat::Text);
+  AddConfigOption(safety, *safety_path);
+  AddFormatOption(safety, *safety_format);
+  safety->callback([safety_path, safety_format] {
+    FlowConfig config;
+    try {
+      config = LoadConfigOrFail(*safety_path);
+    } catch (const CommandFailed& failed) {
+      throw CommandFailed(failed.what(), kExitCheckCouldNotRun);
+    }
+    PreflightReport report;
+    report.flow = config.flow_name;
+    (void)CheckSource(config, report.source);
+    std::cout << (*safety_format == OutputFormat::Json ? RenderPreflightJson(report) : RenderPreflightText(report));
+    std::cout.flush();
+    if (PreflightExitCode(report) != kExitOk)
+      throw CommandFailed("source-safety of flow " + config.flow_name + " found critical problems: fix them (see "
+                          "above), then run trellara source-safety again",
+                          PreflightExitCode(report));
+  });
 }
 
 }  // namespace trellara::cli

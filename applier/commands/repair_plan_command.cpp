@@ -21,9 +21,11 @@
 
 #include "commands/commands.h"
 #include "commands/log_record_view.h"
+#include "pg/source_timelines.h"
 #include "trellara/apply/apply_plan.h"
 #include "trellara/record/codec.h"
 #include "trellara/apply/ddl_apply.h"
+#include "trellara/capture/slot_sync.h"
 #include "trellara/log/consumer_offsets.h"
 #include "trellara/report/repair_plan.h"
 
@@ -43,6 +45,21 @@ std::optional<QuarantineState> StateFromName(const std::string& name) {
   for (auto s : {QuarantineState::Quarantined, QuarantineState::ReplayReady, QuarantineState::Resolved})
     if (name == QuarantineStateName(s)) return s;
   return std::nullopt;
+}
+
+// A target ahead of a promoted source (core DecideTimelineContinuity, as the applier decides it at
+// start): the reason and the branch point go into the facts; unreadable facts are left out (the
+// applier names them when it starts).
+void ReadTimeline(PgConnection& target, const FlowConfig& config, RepairFacts& facts) {
+  auto timeline = ReadLogTimelineFile(config.log_directory);
+  if (!timeline || !timeline->has_value()) return;
+  auto target_facts = ReadTargetTimelineFacts(target, config.flow_name, (*timeline)->branch_lsn);
+  if (!target_facts) return;
+  const TimelineContinuity d = DecideTimelineContinuity(**timeline, *target_facts, config.flow_name);
+  if (d.kind != TimelineContinuity::Kind::kFailClosed) return;
+  facts.timeline_refusal = d.reason;
+  facts.timeline = (*timeline)->timeline;
+  facts.timeline_branch_lsn = (*timeline)->branch_lsn;
 }
 
 void ReadTargetState(PgConnection& target, const FlowConfig& config, RepairFacts& facts) {
@@ -300,6 +317,7 @@ void RegisterRepairPlan(CLI::App& app) {
     try {
       target = ConnectPinned(config, config.target_conninfo, "target", "trellara-repair-plan/" + config.flow_name);
       ReadTargetState(*target, config, facts);
+      ReadTimeline(*target, config, facts);
     } catch (const CommandFailed& failed) {
       throw CommandFailed(std::string("repair-plan could not read the state of flow ") + config.flow_name + ": " +
                               failed.what(),

@@ -125,6 +125,7 @@ class Applier {
   [[noreturn]] void StopOnConflict(const broker::ConflictingDelivery& conflict);
 
   // ---- apply_log.cpp: the place in the log and the consumer offset ------------------
+  void CheckTimeline();
   void OpenLog();
   void ResumeLog();
   uint64_t CheckContinuity(std::optional<uint64_t> recorded_offset);

@@ -21,7 +21,10 @@
 #include "kit/errors.h"
 #include "kit/config.h"
 #include "trellara/base/cadence.h"
+#include "trellara/base/exit_codes.h"
 #include "trellara/base/fault.h"
+#include "pg/source_timelines.h"
+#include "trellara/capture/slot_sync.h"
 #include "trellara/record/codec.h"
 #include "trellara/log/consumer_offsets.h"
 #include "trellara/log/retention.h"
@@ -38,7 +41,34 @@ constexpr auto kOffsetWriteInterval = cadence::kApplierOffsetWrite;
 
 }  // namespace
 
+// Promotion (issue 41): the log's TIMELINE (written by the relay; none for a broker replica or a log
+// of an older version) against what the target applied; core DecideTimelineContinuity decides. A
+// target ahead of the promoted server fails closed before anything is applied (exit 3, blocked).
+void Applier::CheckTimeline() {
+  auto timeline = ReadLogTimelineFile(config_.log_directory);
+  if (!timeline) Fail(timeline.error().message);
+  if (!timeline->has_value()) return;
+  const LogTimeline& log_timeline = **timeline;
+  const TargetTimelineFacts facts = session_.ReadTimelineFacts(log_timeline.branch_lsn);
+  const TimelineContinuity d = DecideTimelineContinuity(log_timeline, facts, config_.flow_name);
+  switch (d.kind) {
+    case TimelineContinuity::Kind::kProceed:
+      return;
+    case TimelineContinuity::Kind::kRecord:
+      session_.RecordTimeline(log_timeline);
+      std::cerr << "trellara apply: " << d.reason << std::endl;
+      return;
+    case TimelineContinuity::Kind::kFailClosed:
+      break;
+  }
+  const std::string message = d.reason + "; " + d.next_step;
+  WriteStateFile("refused", message, "");
+  WriteStatus("blocked", message);
+  Fail(message, kExitFlowBlocked);
+}
+
 void Applier::OpenLog() {
+  CheckTimeline();
   // Registers consumer "applier" (so the relay retains from here on); refuses one marked lost.
   if (Status registered = log::RegisterConsumer(*device_, config_.log_directory, kConsumerName); !registered.ok())
     Fail(registered.error().message);

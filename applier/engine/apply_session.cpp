@@ -2,6 +2,7 @@
 // quarantine records, origin progress, relation checks, prepared-statement names. The snapshot
 // registry and holds are read and written in apply_session_snapshot.cpp.
 #include "engine/apply_session.h"
+#include "pg/source_timelines.h"
 
 #include <cstdio>
 #include <ctime>
@@ -357,6 +358,24 @@ uint64_t ApplySession::LastDedupLsn() {
                 "reading the last dedup row of flow " + config_.flow_name);
   auto value = r.Value(0, 0);
   return value ? ParseLsn(*value).value_or(0) : 0;
+}
+
+TargetTimelineFacts ApplySession::ReadTimelineFacts(uint64_t branch_lsn) {
+  auto facts = ReadTargetTimelineFacts(*conn_, config_.flow_name, branch_lsn);
+  if (!facts) Fail(facts.error().message);
+  return *facts;
+}
+
+void ApplySession::RecordTimeline(const LogTimeline& timeline) {
+  Must(conn_->ExecParams("INSERT INTO trellara.source_timelines (flow, timeline, parent_timeline, branch_lsn) "
+                         "VALUES ($1, $2, $3, $4::pg_lsn) ON CONFLICT (flow, timeline) DO NOTHING",
+                         {config_.flow_name, std::to_string(timeline.timeline),
+                          timeline.parent_timeline != 0 ? std::optional<std::string>(std::to_string(timeline.parent_timeline))
+                                                        : std::nullopt,
+                          timeline.parent_timeline != 0 ? std::optional<std::string>(FormatLsn(timeline.branch_lsn))
+                                                        : std::nullopt}),
+       "recording source timeline " + std::to_string(timeline.timeline) + " of flow " + config_.flow_name +
+           " in trellara.source_timelines");
 }
 
 // Whether the target can take changes of `relation` (core CheckTargetRelation), read from its

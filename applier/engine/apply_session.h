@@ -32,6 +32,7 @@
 #include "trellara/apply/apply_schema.h"
 #include "trellara/log/barrier.h"
 #include "trellara/apply/ddl_apply.h"
+#include "trellara/capture/slot_sync.h"
 
 namespace trellara::cli::apply {
 
@@ -119,6 +120,11 @@ class ApplySession {
   uint64_t FlushedProgress();
   // The commit LSN of the flow's last dedup row in this database (0: none; core ContinuityFacts).
   uint64_t LastDedupLsn();
+  // What the target says about the flow's source timelines (core DecideTimelineContinuity): the
+  // latest recorded, and the dedup rows past `branch_lsn`.
+  TargetTimelineFacts ReadTimelineFacts(uint64_t branch_lsn);
+  // Records that the target now follows `timeline` (trellara.source_timelines).
+  void RecordTimeline(const LogTimeline& timeline);
 
   // Whether the target can take changes of `relation` (core CheckTargetRelation), read from its
   // catalog the first time this session meets the relation's fingerprint. Only an accepted

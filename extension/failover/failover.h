@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace trellara::failover {
 
@@ -11,6 +12,15 @@ namespace trellara::failover {
 void DefineFailoverGucs();
 // Registers the slot sync worker when trellara.standby_slot_sync is on; nothing otherwise.
 void RegisterSlotSync();
+
+// trellara.standby_slot_names (sighup, standby_hold.cpp): physical slots whose flushed WAL bounds
+// capture on this primary.
+void DefineStandbyHoldGuc();
+bool StandbyHoldConfigured();
+// The LSN the relays may decode up to: UINT64_MAX when no slot is named; else the least restart_lsn
+// of the named physical slots, or 0 when one is missing, logical or invalidated. `why` names the
+// slot that holds (empty when none is named). Plain C frame.
+uint64_t StandbyHoldLsn(char* why, size_t why_bytes);
 
 enum class LogTimeline {
   kOwn,                 // the log is this server's own (or new): use it as it is

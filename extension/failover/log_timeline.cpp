@@ -12,6 +12,7 @@ extern "C" {
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "access/timeline.h"
 #include "access/xlog.h"
 #include "miscadmin.h"
 #include "storage/fd.h"
@@ -57,15 +58,33 @@ TimeLineID ReadRecordedTimeline(const char* dir) {
 }
 
 // Writes `dir`/TIMELINE durably (temporary file, fsync, durable rename).
+// Writes `dir`/TIMELINE durably (temporary file, fsync, durable rename): the timeline and, on a
+// timeline that branched off another, where (the server's timeline history): the applier compares
+// the target with that branch point (core DecideTimelineContinuity).
 void RecordTimeline(const char* dir, TimeLineID tli) {
   char path[MAXPGPATH];
   char tmp[MAXPGPATH];
   snprintf(path, sizeof path, "%s/%s", dir, kTimelineFile);
   snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, kTimelineFile);
+  TimeLineID parent = 0;
+  XLogRecPtr branch = InvalidXLogRecPtr;
+  if (tli > 1) {
+    // The history's first entry is this timeline; the next, its parent, ends at the switch point.
+    List* history = readTimeLineHistory(tli);
+    if (list_length(history) > 1) {
+      auto* entry = static_cast<TimeLineHistoryEntry*>(list_nth(history, 1));
+      parent = entry->tli;
+      branch = entry->end;
+    }
+  }
+  char text[128] = {0};
+  pg::GuardEntry("trellara relay timeline record", [&] {
+    trellara::LogTimeline record{.timeline = tli, .parent_timeline = parent, .branch_lsn = branch};
+    strlcpy(text, FormatLogTimeline(record).c_str(), sizeof text);
+  });
   int fd = OpenTransientFile(tmp, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY);
   if (fd < 0) ereport(ERROR, (errcode_for_file_access(), errmsg("trellara relay cannot create \"%s\": %m", tmp)));
-  char text[32];
-  int len = snprintf(text, sizeof text, "%u\n", tli);
+  const int len = static_cast<int>(strlen(text));
   errno = 0;
   if (write(fd, text, len) != len) {
     if (errno == 0) errno = ENOSPC;

@@ -56,6 +56,7 @@ PGDLLEXPORT void trellara_slot_sync_main(Datum main_arg);
 #include "failover/failover.h"
 #include "pg/guard.h"
 #include "relay/relay.h"
+#include "trellara/base/fault.h"
 #include "trellara/capture/slot_sync.h"
 
 namespace trellara::failover {
@@ -71,6 +72,21 @@ constexpr char kSlotQuery[] =
     "SELECT s.slot_name, s.restart_lsn, s.confirmed_flush_lsn, s.catalog_xmin, s.plugin, s.database "
     "FROM trellara.flows f JOIN pg_catalog.pg_replication_slots s ON s.slot_name = f.slot_name "
     "WHERE s.slot_type = 'logical' AND ($1::name IS NULL OR s.slot_name = $1::name) ORDER BY 1";
+// Negative control (tests only, TRELLARA_FAULTS=defect.standby_slot_past_downstream:1:defect): the
+// standby's slot is given the primary's log-durable position (trellara.status().log_durable_lsn)
+// as its confirmed position, past what the targets have applied under source_ack = 'applied'. After
+// an unplanned promotion the new relay starts past transactions no target has: they are lost.
+constexpr char kSlotQueryDefect[] =
+    "SELECT s.slot_name, s.restart_lsn, coalesce(st.log_durable_lsn, s.confirmed_flush_lsn), s.catalog_xmin, "
+    "s.plugin, s.database "
+    "FROM trellara.flows f JOIN pg_catalog.pg_replication_slots s ON s.slot_name = f.slot_name "
+    "LEFT JOIN trellara.status() st ON st.flow = f.name "
+    "WHERE s.slot_type = 'logical' AND ($1::name IS NULL OR s.slot_name = $1::name) ORDER BY 1";
+// What the worker tells the primary about each flow slot (trellara.report_standby_slot), at a
+// change and at least every kReportEveryMs.
+constexpr char kReportQuery[] =
+    "SELECT trellara.report_standby_slot($1::name, $2::name, $3, $4::pg_lsn, $5::pg_lsn, $6::pg_lsn, $7)";
+constexpr long kReportEveryMs = 10'000;
 
 // A decision copied out of core: plain data only.
 struct Decision {
@@ -132,8 +148,37 @@ void SetAcquiredSlot(const Decision& d, bool is_new) {
 int FetchPrimarySlots(const char* only_slot);
 extern PrimarySlot slots[kSlotsMax];
 
-// One flow's slot: create or acquire the local slot, decide, set or leave it, release.
-void SyncOneSlot(const char* slot_name, const PrimarySlot& primary) {
+// What the primary is told about one flow slot (trellara.standby_slots).
+struct SlotReport {
+  char state[16];  // synced | waiting | unprotected
+  XLogRecPtr confirmed;
+  XLogRecPtr restart;
+  XLogRecPtr replay;
+  char detail[512];
+};
+
+void SetReport(SlotReport* report, const char* state, const char* detail) {
+  // Negative control (tests only, TRELLARA_FAULTS=defect.standby_reports_synced_while_waiting:1:defect):
+  // the primary is told the slot is synced while this worker waits or cannot keep it.
+  if (strcmp(state, "synced") != 0 &&
+      fault::Hit("defect.standby_reports_synced_while_waiting") == fault::Action::Defect)
+    state = "synced";
+  strlcpy(report->state, state, sizeof report->state);
+  strlcpy(report->detail, detail, sizeof report->detail);
+  report->replay = GetXLogReplayRecPtr(nullptr);
+  report->confirmed = InvalidXLogRecPtr;
+  report->restart = InvalidXLogRecPtr;
+  ReplicationSlot* slot = MyReplicationSlot;
+  if (slot != nullptr) {
+    report->confirmed = slot->data.confirmed_flush;
+    report->restart = slot->data.restart_lsn;
+  }
+}
+
+// One flow's slot: create or acquire the local slot, decide, set or leave it, release; `report`
+// says where it is for the primary.
+void SyncOneSlot(const char* slot_name, const PrimarySlot& primary, SlotReport* report) {
+  SetReport(report, "waiting", "the slot is not on this standby yet");
   XLogRecPtr replay_lsn = GetXLogReplayRecPtr(nullptr);
   ReplicationSlot* existing = SearchNamedReplicationSlot(slot_name, true);
   if (existing != nullptr && SlotIsPhysical(existing)) {
@@ -141,6 +186,7 @@ void SyncOneSlot(const char* slot_name, const PrimarySlot& primary) {
       ereport(WARNING, (errmsg("trellara slot sync: \"%s\" is a physical slot on this standby; the flow's logical slot "
                                "cannot be kept here", slot_name),
                         errhint("Drop the physical slot \"%s\" on the standby.", slot_name)));
+    SetReport(report, "waiting", "a physical slot of the same name exists on the standby; drop it there");
     return;
   }
   const bool is_new = existing == nullptr;
@@ -182,6 +228,7 @@ void SyncOneSlot(const char* slot_name, const PrimarySlot& primary) {
     rounds++;
     if (!RecoveryInProgress() || FetchPrimarySlots(slot_name) != 1) {
       ReplicationSlotRelease();  // not persisted: dropped
+      SetReport(report, "waiting", d.reason);
       return;
     }
     latest = slots[0];
@@ -191,6 +238,7 @@ void SyncOneSlot(const char* slot_name, const PrimarySlot& primary) {
   switch (d.kind) {
     case SlotSyncDecision::Kind::kSet:
       SetAcquiredSlot(d, is_new);
+      SetReport(report, "synced", "in step with the primary's slot");
       if (is_new)
         ereport(LOG, (errmsg("trellara slot sync: created slot \"%s\" on this standby at restart %X/%X, catalog_xmin "
                              "%u, confirmed %X/%X (the primary's slot; replayed to %X/%X)",
@@ -203,9 +251,11 @@ void SyncOneSlot(const char* slot_name, const PrimarySlot& primary) {
       break;
     case SlotSyncDecision::Kind::kWait:
       if (ShouldLog()) ereport(LOG, (errmsg("trellara slot sync: waiting: %s", d.reason)));
+      SetReport(report, is_new ? "waiting" : "synced", d.reason);
       break;
     case SlotSyncDecision::Kind::kKeep:
       ereport(DEBUG1, (errmsg("trellara slot sync: %s", d.reason)));
+      SetReport(report, "synced", d.reason);
       break;
   }
   ReplicationSlotRelease();  // an ephemeral slot that was not persisted is dropped here
@@ -249,7 +299,8 @@ int FetchPrimarySlots(const char* only_slot) {
     return -1;
   }
   const char* params[1] = {only_slot};
-  PGresult* res = PQexecParams(conn, kSlotQuery, 1, nullptr, params, nullptr, nullptr, 0);
+  const bool defect = fault::Hit("defect.standby_slot_past_downstream") == fault::Action::Defect;
+  PGresult* res = PQexecParams(conn, defect ? kSlotQueryDefect : kSlotQuery, 1, nullptr, params, nullptr, nullptr, 0);
   if (PQresultStatus(res) != PGRES_TUPLES_OK) {
     char message[512];
     strlcpy(message, PQerrorMessage(conn), sizeof message);
@@ -283,21 +334,81 @@ int FetchPrimarySlots(const char* only_slot) {
   return count;
 }
 
-// Reads the primary's flow slots and syncs each.
+// The last report sent per slot, to send again only at a change or every kReportEveryMs.
+SlotReport last_reports[kSlotsMax];
+char last_report_names[kSlotsMax][NAMEDATALEN];
+TimestampTz last_report_at[kSlotsMax];
+
+bool ReportChanged(int i, const char* name, const SlotReport& r, TimestampTz now) {
+  return strcmp(last_report_names[i], name) != 0 || strcmp(last_reports[i].state, r.state) != 0 ||
+         last_reports[i].confirmed != r.confirmed || last_reports[i].restart != r.restart ||
+         strcmp(last_reports[i].detail, r.detail) != 0 ||
+         TimestampDifferenceExceeds(last_report_at[i], now, static_cast<int>(kReportEveryMs));
+}
+
+// Tells the primary where each slot is (trellara.report_standby_slot), so check() there can say per
+// standby whether a promotion keeps the flow. Best effort: a failure is logged, retried next round.
+void SendReports(int count, char (*round_names)[NAMEDATALEN], const SlotReport* reports) {
+  if (PrimarySlotName == nullptr || PrimarySlotName[0] == '\0' || count <= 0) return;
+  const TimestampTz now = GetCurrentTimestamp();
+  bool any = false;
+  for (int i = 0; i < count && !any; i++) any = ReportChanged(i, round_names[i], reports[i], now);
+  if (!any) return;
+  const char* keys[] = {"dbname", "dbname", "application_name", "connect_timeout", nullptr};
+  const char* values[] = {PrimaryConnInfo, relay::FlowDatabase(), "trellara slot sync", "10", nullptr};
+  PGconn* conn = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
+  if (PQstatus(conn) != CONNECTION_OK) {
+    PQfinish(conn);
+    return;  // FetchPrimarySlots logs unreachable primaries
+  }
+  for (int i = 0; i < count; i++) {
+    if (!ReportChanged(i, round_names[i], reports[i], now)) continue;
+    char confirmed[32], restart[32], replay[32];
+    snprintf(confirmed, sizeof confirmed, "%X/%X", LSN_ARGS(reports[i].confirmed));
+    snprintf(restart, sizeof restart, "%X/%X", LSN_ARGS(reports[i].restart));
+    snprintf(replay, sizeof replay, "%X/%X", LSN_ARGS(reports[i].replay));
+    const char* params[7] = {PrimarySlotName, round_names[i], reports[i].state,
+                             reports[i].confirmed != InvalidXLogRecPtr ? confirmed : nullptr,
+                             reports[i].restart != InvalidXLogRecPtr ? restart : nullptr, replay, reports[i].detail};
+    PGresult* res = PQexecParams(conn, kReportQuery, 7, nullptr, params, nullptr, nullptr, 0);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+      if (ShouldLog())
+        ereport(LOG, (errmsg("trellara slot sync: cannot report slot \"%s\" to the primary "
+                             "(trellara.report_standby_slot; the role in primary_conninfo needs trellara_admin): %s",
+                             round_names[i], PQerrorMessage(conn))));
+      PQclear(res);
+      break;
+    }
+    PQclear(res);
+    last_reports[i] = reports[i];
+    strlcpy(last_report_names[i], round_names[i], NAMEDATALEN);
+    last_report_at[i] = now;
+  }
+  PQfinish(conn);
+}
+
+// Reads the primary's flow slots and syncs each, then reports them to the primary.
 void SyncRound() {
-  if (!HorizonProtected()) return;
-  const int count = FetchPrimarySlots(nullptr);
-  // Copied: SyncOneSlot may fetch again (into the same arrays) while it waits on a new slot.
   static char round_names[kSlotsMax][NAMEDATALEN];
   static PrimarySlot round_slots[kSlotsMax];
+  static SlotReport reports[kSlotsMax];
+  const bool protected_horizon = HorizonProtected();
+  const int count = FetchPrimarySlots(nullptr);
+  // Copied: SyncOneSlot may fetch again (into the same arrays) while it waits on a new slot.
   for (int i = 0; i < count; i++) {
     strlcpy(round_names[i], names[i], NAMEDATALEN);
     round_slots[i] = slots[i];
   }
   for (int i = 0; i < count; i++) {
     if (!RecoveryInProgress()) return;
-    SyncOneSlot(round_names[i], round_slots[i]);
+    if (!protected_horizon) {
+      SetReport(&reports[i], "unprotected",
+                "hot_standby_feedback or primary_slot_name is not set on the standby: the slot is not synced");
+      continue;
+    }
+    SyncOneSlot(round_names[i], round_slots[i], &reports[i]);
   }
+  SendReports(count, round_names, reports);
 }
 
 }  // namespace
@@ -309,6 +420,7 @@ void DefineFailoverGucs() {
       "Needs primary_slot_name and hot_standby_feedback = on. Does nothing on a primary. Takes effect at server "
       "start.",
       &standby_slot_sync, false, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+  DefineStandbyHoldGuc();
 }
 
 void RegisterSlotSync() {

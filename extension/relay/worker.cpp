@@ -23,6 +23,9 @@
 //   (update_progress) and every written record passes a check, and a segment roll happens only
 //   after a latch-aware wait for durability. Mid-transaction, the worker leaves without
 //   confirming it (it is decoded again at the next start).
+// - trellara.standby_slot_names (failover/standby_hold.cpp): each pass reads only WAL every named
+//   physical standby has flushed (the page reader never returns bytes past it), so no target gets
+//   ahead of a promoted standby; the worker logs every 30 s while a standby holds it.
 // - Idle and filtered flows: after a pass over all flushed WAL with every record durable, the
 //   worker writes a progress marker when the decoder is well past what the log covers, then
 //   confirms it, so the slot's restart_lsn keeps moving and WAL is not retained without bound.
@@ -112,6 +115,45 @@ void HandleSigterm(SIGNAL_ARGS) {
 bool decoding_started = false;
 // The no-wait page reader's report that it reached the end of flushed WAL.
 ReadLocalXLogPageNoWaitPrivate wal_reader_private;
+
+// trellara.standby_slot_names (failover/standby_hold.cpp): the WAL position this pass may read up
+// to, UINT64_MAX when no standby is named. The page reader below never returns bytes past it, so
+// a record (a commit) ending past what every named standby flushed is not decoded this pass.
+uint64_t standby_hold_lsn = UINT64_MAX;
+uint64_t standby_hold_logged_us = 0;
+constexpr uint64_t kStandbyHoldLogEveryUs = 30'000'000;
+
+int ReadPageHeld(XLogReaderState* state, XLogRecPtr page, int required, XLogRecPtr record, char* buffer) {
+  const uint64_t hold = standby_hold_lsn;
+  if (hold != UINT64_MAX && page + static_cast<uint64_t>(required) > hold) {
+    wal_reader_private.end_of_wal = true;  // as at the end of flushed WAL: read again next pass
+    return -1;
+  }
+  int read = read_local_xlog_page_no_wait(state, page, required, record, buffer);
+  if (read > 0 && hold != UINT64_MAX && page + static_cast<uint64_t>(read) > hold)
+    read = static_cast<int>(hold - page);  // >= required (checked above)
+  return read;
+}
+
+// The pass's end of WAL: flushed WAL, held back to what the named standbys flushed. Logs (at most
+// every 30 s) while a standby holds capture.
+XLogRecPtr PassEndOfWal() {
+  XLogRecPtr end = GetFlushRecPtr(nullptr);
+  char why[256];
+  standby_hold_lsn = failover::StandbyHoldLsn(why, sizeof why);
+  if (standby_hold_lsn < end) {
+    const uint64_t now = NowUs();
+    if (now - standby_hold_logged_us >= kStandbyHoldLogEveryUs) {
+      standby_hold_logged_us = now;
+      ereport(LOG, (errmsg("trellara relay of flow \"%s\": capture is held at %X/%X (WAL is flushed to %X/%X): %s",
+                           flow_name, LSN_ARGS(standby_hold_lsn), LSN_ARGS(end), why),
+                    errhint("trellara.standby_slot_names holds capture until every named standby has the WAL; "
+                            "check the standby, or remove it from the setting and reload.")));
+    }
+    end = standby_hold_lsn;
+  }
+  return end;
+}
 
 }  // namespace
 
@@ -284,7 +326,7 @@ void trellara_relay_main(Datum) {
   // The no-wait reader returns at the end of flushed WAL instead of sleeping inside the page
   // callback (where neither SIGTERM nor postmaster death is seen); it reports that through the
   // reader's private_data, which logical decoding does not use otherwise.
-  routine.page_read = read_local_xlog_page_no_wait;
+  routine.page_read = ReadPageHeld;
   routine.segment_open = wal_segment_open;
   routine.segment_close = wal_segment_close;
   MemoryContext decoding_memory =
@@ -306,7 +348,7 @@ void trellara_relay_main(Datum) {
       ConfigReloadPending = false;
       ProcessConfigFile(PGC_SIGHUP);
     }
-    XLogRecPtr end_of_wal = GetFlushRecPtr(nullptr);
+    XLogRecPtr end_of_wal = PassEndOfWal();
     // Decode each pass inside one (xid-less, snapshot-less) transaction, as the SQL decoding
     // functions do: the reorder buffer then replays each source transaction in a cheap internal
     // subtransaction instead of starting and aborting a full transaction per source transaction.

@@ -20,7 +20,7 @@ namespace trellara::relay::worker {
 
 // Plain data read from trellara.flows.
 bool has_log_started_lsn = false;
-bool source_ack_broker = false;  // trellara.flows.source_ack = 'broker_quorum'
+SourceAck source_ack = SourceAck::kLocal;  // trellara.flows.source_ack
 int flow_partitions = 0;          // trellara.flows.mode = 'partitioned': its partitions (0: strict)
 int flow_map_version = 1;         // trellara.flows.partition_map_version
 XLogRecPtr log_started_lsn = InvalidXLogRecPtr;
@@ -54,7 +54,9 @@ bool ReadFlow() {
       has_log_started_lsn = !isnull;
       log_started_lsn = isnull ? InvalidXLogRecPtr : DatumGetLSN(started);
       const char* ack_mode = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 6);
-      source_ack_broker = ack_mode != nullptr && strcmp(ack_mode, "broker_quorum") == 0;
+      source_ack = ack_mode != nullptr && strcmp(ack_mode, "broker_quorum") == 0 ? SourceAck::kBrokerQuorum
+                   : ack_mode != nullptr && strcmp(ack_mode, "applied") == 0    ? SourceAck::kApplied
+                                                                                : SourceAck::kLocal;
       Datum partitions = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 7, &isnull);
       flow_partitions = isnull ? 0 : DatumGetInt32(partitions);
       Datum map_version = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 8, &isnull);

@@ -1,7 +1,8 @@
 // relay/worker_confirm.cpp — the relay worker's acknowledgement path (worker.cpp NOTES): waits
 // until appended frames are durable, tracks them for acknowledgement, writes progress markers and
 // confirms the slot after each pass. It must never confirm an LSN the log does not hold durably
-// (nor, with source_ack = 'broker_quorum', one the broker's quorum has not acknowledged), and
+// (nor, with source_ack = 'broker_quorum', one the broker's quorum has not acknowledged, nor, with
+// source_ack = 'applied', one some applier has not committed on its target), and
 // never let the slot's confirmed position pass the log_durable_lsn the status board shows.
 extern "C" {
 #include "postgres.h"
@@ -21,7 +22,9 @@ extern "C" {
 #include "relay/worker_internal.h"
 #include "trellara/base/fault.h"
 #include "trellara/capture/relay_progress.h"
+#include "trellara/capture/slot_sync.h"
 #include "trellara/log/consumer_offsets.h"
+#include "trellara/log/retention.h"
 #include "trellara/log/writer.h"
 
 namespace trellara::relay::worker {
@@ -56,24 +59,32 @@ void WaitDurable(uint64_t target_end, bool interruptible) {
 
 void TrackAppended(uint64_t offset, uint8_t type, uint64_t commit_lsn) {
   g_relay->ack->Appended(offset, type, commit_lsn);
-  if (g_relay->broker_ack) g_relay->broker_ack->Appended(offset, type, commit_lsn);
+  if (g_relay->held_ack) g_relay->held_ack->Appended(offset, type, commit_lsn);
 }
 
-// source_ack = 'broker_quorum': what may be confirmed given the forwarder's consumer offset (the
-// next offset it has not yet seen acknowledged by the broker's quorum), read at most every
-// kForwardedReadIntervalUs. No forwarder registered yet: nothing past what was confirmed before.
-constexpr uint64_t kForwardedReadIntervalUs = 100'000;
-uint64_t BrokerConfirmable() {
+// source_ack = 'broker_quorum' or 'applied': what may be confirmed given the consumer offset that
+// holds the slot — the forwarder's (the next offset it has not yet seen acknowledged by the broker's
+// quorum), or core AppliedConsumerOffset (the least next offset of the downstream consumers: what
+// every applier committed on its target). Read at most every kHeldReadIntervalUs. No such consumer
+// registered yet: nothing past what was confirmed before. An unreadable consumer file keeps the last
+// value read (never a larger one).
+constexpr uint64_t kHeldReadIntervalUs = 100'000;
+uint64_t HeldConfirmable() {
   const uint64_t now = NowUs();
-  if (now - g_relay->forwarded_read_us >= kForwardedReadIntervalUs) {
-    g_relay->forwarded_read_us = now;
-    auto offsets = log::ReadConsumerOffsets(*g_relay->device, log_directory);
-    if (offsets.ok()) {
-      auto it = offsets->find(log::kForwarderConsumer);
-      if (it != offsets->end()) g_relay->forwarded_end = it->second;
+  if (now - g_relay->held_read_us >= kHeldReadIntervalUs) {
+    g_relay->held_read_us = now;
+    if (source_ack == SourceAck::kBrokerQuorum) {
+      auto offsets = log::ReadConsumerOffsets(*g_relay->device, log_directory);
+      if (offsets.ok()) {
+        auto it = offsets->find(log::kForwarderConsumer);
+        if (it != offsets->end()) g_relay->held_end = it->second;
+      }
+    } else {
+      auto states = log::ReadConsumerStates(*g_relay->device, log_directory);
+      if (states.ok()) g_relay->held_end = AppliedConsumerOffset(*states);
     }
   }
-  return g_relay->broker_ack->Durable(std::min(g_relay->forwarded_end, g_relay->writer->durable_end()));
+  return g_relay->held_ack->Durable(std::min(g_relay->held_end, g_relay->writer->durable_end()));
 }
 
 void Confirm(uint64_t lsn) {
@@ -112,8 +123,9 @@ void FinishPass(uint64_t decoded_end) {
     confirmable = AppendProgressMarker(decoded_end);
     g_relay->last_progress_us = now;
   }
-  // source_ack = 'broker_quorum': never past what the broker's quorum acknowledged.
-  if (g_relay->broker_ack) confirmable = std::min(confirmable, BrokerConfirmable());
+  // source_ack = 'broker_quorum' / 'applied': never past what the broker's quorum acknowledged /
+  // what every applier committed on its target.
+  if (g_relay->held_ack) confirmable = std::min(confirmable, HeldConfirmable());
   // status() must never show the slot confirmed past log_durable_lsn: publish the durable LSN
   // before the slot can move to it.
   if (confirmable > g_relay->confirmed_lsn) Publish(FlowState::kRunning);

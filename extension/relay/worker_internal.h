@@ -38,11 +38,13 @@ struct Relay {
   std::unique_ptr<log::LogDevice> device;
   std::unique_ptr<log::LogWriter> writer;
   std::unique_ptr<AckTracker> ack;
-  // source_ack = 'broker_quorum' (docs/broker.md "Source acknowledgement"): the same frames,
-  // confirmable only below the forwarder's consumer offset (what the broker's quorum acknowledged).
-  std::unique_ptr<AckTracker> broker_ack;
-  uint64_t forwarded_end = 0;      // consumers/forwarder as last read
-  uint64_t forwarded_read_us = 0;  // when it was last read
+  // source_ack = 'broker_quorum' (docs/broker.md "Source acknowledgement") or 'applied'
+  // (docs/decisions.md "A standby's slot at the target's position"): the same frames, confirmable
+  // only below a consumer offset — the forwarder's (what the broker's quorum acknowledged), or the
+  // least of the downstream consumers' (what every applier committed on its target).
+  std::unique_ptr<AckTracker> held_ack;
+  uint64_t held_end = 0;      // that consumer offset as last read
+  uint64_t held_read_us = 0;  // when it was last read
   std::unique_ptr<StreamSpill> spill;  // streamed in-progress transactions, until their commit
   ProgressPolicy progress;
   uint64_t confirmed_lsn = 0;
@@ -65,7 +67,9 @@ void StopIfRequested();
 // --- the flow's row of trellara.flows (worker_catalog.cpp) -----------------------------------------
 // Plain data read from trellara.flows at start.
 extern bool has_log_started_lsn;
-extern bool source_ack_broker;  // trellara.flows.source_ack = 'broker_quorum'
+// trellara.flows.source_ack: how far the slot may be confirmed.
+enum class SourceAck { kLocal, kBrokerQuorum, kApplied };
+extern SourceAck source_ack;
 extern int flow_partitions;   // trellara.flows.mode = 'partitioned': its partitions (0: strict)
 extern int flow_map_version;  // trellara.flows.partition_map_version
 extern XLogRecPtr log_started_lsn;

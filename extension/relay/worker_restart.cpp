@@ -91,14 +91,15 @@ uint64_t ApplyRestartRule(uint64_t slot_confirmed, std::string* refusal, bool* l
       // The first frame of a new log: a start marker at the slot's position, so the log covers
       // what the slot has confirmed from its very first moment.
       g_relay->ack = std::make_unique<AckTracker>(0);
-      if (source_ack_broker) g_relay->broker_ack = std::make_unique<AckTracker>(0);
+      if (source_ack != SourceAck::kLocal) g_relay->held_ack = std::make_unique<AckTracker>(0);
       (void)AppendProgressMarker(slot_confirmed);
       *log_started_now = true;
       return slot_confirmed;
     case RestartDecision::Kind::kResume:
       g_relay->ack = std::make_unique<AckTracker>(d.covered_lsn);
-      // What the log holds beyond the slot may not be with the broker yet: from the slot on.
-      if (source_ack_broker) g_relay->broker_ack = std::make_unique<AckTracker>(slot_confirmed);
+      // What the log holds beyond the slot may not be with the broker (or on the targets) yet:
+      // from the slot on.
+      if (source_ack != SourceAck::kLocal) g_relay->held_ack = std::make_unique<AckTracker>(slot_confirmed);
       if (d.torn_commit_lsn.has_value())
         pg::CallPostgres([&] {
           ereport(LOG, (errmsg("trellara relay of flow \"%s\": the log ends with %llu frame(s) of the transaction "

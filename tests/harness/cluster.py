@@ -372,6 +372,20 @@ class Cluster:
         self.pid = None
         return pid
 
+    def stop_fast(self):
+        """A clean shutdown (pg_ctl stop -m fast: the walsenders send every WAL record to the
+        standbys before the server exits), as before a planned switchover; the data directory stays
+        until stop()."""
+        pid = self._read_postmaster_pid() or self.pid
+        if pid is None or not self._is_our_postmaster(pid):
+            raise ClusterError(f"cluster {self.name}: no running postmaster of {self.data_dir} to stop")
+        self._run_as_postgres([f"{PG_BIN}/pg_ctl", "stop", "-D", self.data_dir, "-m", "fast", "-w",
+                               "-t", str(QUIT_TIMEOUT_S)], what="pg_ctl stop -m fast")
+        if not _wait_gone(pid, QUIT_TIMEOUT_S):
+            raise ClusterError(f"cluster {self.name}: postmaster {pid} did not exit after pg_ctl stop -m fast")
+        self.pid = None
+        return pid
+
     def stop(self):
         """Stops the postmaster by PID (SIGINT, then SIGQUIT, then SIGKILL) and removes the
         cluster's directory unless keep is set. Safe to call more than once."""

@@ -28,6 +28,7 @@ slot held at the target's position, a planned switchover, load during the promot
 leave a cluster running or signal a process it has not identified.
 """
 
+import json
 import os
 import shutil
 import sys
@@ -36,16 +37,17 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from capture_support import (CaptureFailure, assert_no_backend_crashes, int_to_lsn, log_records,  # noqa: E402
-                             log_transactions, lsn_to_int, run_scenarios, scenario, wait_caught_up,
-                             wait_for, worker_pid, write_flow_config)
-from flow_pair import run_trellara, table_digest  # noqa: E402
+from capture_support import (CaptureFailure, assert_no_backend_crashes, checks_fail_under_defect,  # noqa: E402
+                             int_to_lsn, log_records, log_transactions, lsn_to_int, record_fault_fired, run_scenarios,
+                             scenario, wait_caught_up, wait_for, worker_pid, write_flow_config)
+from failover_support import (STANDBY_PHYSICAL_SLOT, Failover, Workload, skipped_duplicates,  # noqa: E402
+                              start_daemon_applier, summary_line)
+from flow_pair import run_trellara, table_digest, wait_log_covers_source  # noqa: E402
 from harness import Cluster  # noqa: E402
 
 PRIMARY_SETTINGS = {"trellara.progress_interval": "'100ms'"}
 STANDBY_SETTINGS = {"hot_standby_feedback": "on", "trellara.standby_slot_sync": "on",
                     "trellara.progress_interval": "'100ms'"}
-STANDBY_PHYSICAL_SLOT = "failover_standby"
 
 
 def commit_rows(cluster, first, count, label):
@@ -166,9 +168,15 @@ def promote_and_check(primary, standby, target, link_root):
     if not os.path.isdir(aside):
         raise CaptureFailure(f"the standby's copy of the old log was not moved aside to {aside}")
     with open(os.path.join(new_dir, "TIMELINE")) as recorded:
-        timeline = recorded.read().strip()
-    if timeline != "2":
-        raise CaptureFailure(f"the new log records timeline {timeline!r}, not the promoted server's 2")
+        lines = recorded.read().splitlines()
+    timeline = lines[0] if lines else ""
+    if timeline != "2" or len(lines) != 2 or not lines[1].startswith("branched_from 1 at "):
+        raise CaptureFailure(f"the new log records {lines!r}, not the promoted server's timeline 2 and where it "
+                             f"branched off timeline 1")
+    branch = lsn_to_int(lines[1].split()[-1])
+    if branch < received:
+        raise CaptureFailure(f"the new log says timeline 2 branched at {int_to_lsn(branch)}, before the "
+                             f"{int_to_lsn(received)} the standby had received")
 
     after = commit_rows(standby, 1001, 50, "after the promotion")
     wait_caught_up(standby, lsn_to_int(standby.query("SELECT pg_current_wal_lsn()")))
@@ -213,5 +221,386 @@ def promote_and_check(primary, standby, target, link_root):
     assert_no_backend_crashes(primary, standby, target)
 
 
+# --- promotion under load, source_ack = 'applied' and the standby hold ------------------------------
+
+def _promotion_under_load(name, how, apply_env=None, outputs=None):
+    """The flow with source_ack = 'applied' and trellara.standby_slot_names naming the standby; a
+    daemon applier and a workload running; the standby's replay paused (its slot, capped at replay,
+    stays behind) while the applier applies at least 20 more transactions; then the primary goes away
+    (`how`: immediate = a crash, fast = a planned switchover) with the workload still writing, the
+    daemon applier is killed (its log is the old primary's), the standby is promoted, the workload
+    goes on there, and `trellara apply` (with `apply_env`) applies the promoted server's new log.
+    Returns (skipped duplicates, summary)."""
+    with Failover(name, source_ack="applied", hold=True) as fo:
+        fo.start_standby()
+        fo.commit_rows(fo.primary, 50, "before")
+        applier = start_daemon_applier(fo.config_old)
+        try:
+            wait_for("the target to apply the first 50 transactions",
+                     lambda: int(fo.target.query("SELECT count(*) FROM t")) >= 50, 120)
+            fo.wait_standby_synced()
+            with Workload(fo.primary, "under load") as load:
+                wait_for("the workload to commit", lambda: load.batches >= 5, 60)
+                fo.standby.query("SELECT pg_wal_replay_pause()")
+                wait_for("the standby's replay to pause", lambda: fo.standby.query(
+                    "SELECT pg_get_wal_replay_pause_state()") == "paused", 30)
+                paused_at = fo.target_applied_lsn()
+                applied_before = int(fo.target.query("SELECT count(*) FROM trellara.applied_transactions"))
+                wait_for("the applier to apply 20 more transactions while the standby's replay is paused",
+                         lambda: int(fo.target.query("SELECT count(*) FROM trellara.applied_transactions"))
+                         >= applied_before + 20, 120)
+                slot = fo.standby_slot()
+                if slot is None or slot[1] > fo.target_applied_lsn():
+                    raise CaptureFailure(f"the standby's slot {slot} is not behind what the target applied")
+                fo.primary_stopped = True
+                if how == "fast":
+                    fo.primary.stop_fast()
+                else:
+                    fo.primary.stop_immediate()
+                applier.kill()
+                applier.communicate(timeout=60)
+                load.stop()
+            fo.standby.query("SELECT pg_wal_replay_resume()")
+            fo.switch_link_to_standby()
+            fo.standby.promote()
+        finally:
+            if applier.poll() is None:
+                applier.kill()
+                applier.communicate(timeout=60)
+        wait_for("the relay of flow app to run on the promoted server", lambda: worker_pid(fo.standby), 60)
+        with open(os.path.join(fo.standby.data_dir, "pg_trellara", "app", "TIMELINE")) as recorded:
+            branch = lsn_to_int(recorded.read().splitlines()[1].split()[-1])
+        applied = fo.target_applied_lsn()
+        if applied > branch:
+            raise CaptureFailure(f"the target applied through {int_to_lsn(applied)}, past {int_to_lsn(branch)} where "
+                                 f"the promoted server branched: trellara.standby_slot_names did not hold capture")
+        with Workload(fo.standby, "after the promotion") as load:
+            wait_for("the workload to commit on the promoted server", lambda: load.batches >= 5, 60)
+        wait_log_covers_source(fo.standby, timeout_s=120)
+        result = fo.apply_new_log(expect=None, env=apply_env)
+        if outputs is not None:
+            outputs.append(result.stderr)
+        if result.returncode != 0:
+            raise CaptureFailure(f"trellara apply on the promoted server's log exited {result.returncode}: "
+                                 f"{result.stderr[-1500:]}")
+        fo.assert_target_equals_promoted(f"after a {how} promotion under load")
+        skipped = skipped_duplicates(result)
+        if skipped < 20:
+            raise CaptureFailure(f"the promoted server's log redelivered {skipped} transaction(s) the target had; at "
+                                 f"least the 20 applied while the standby's replay was paused must be redelivered")
+        promotion = fo.relay_metric(fo.standby, "source_failover_promotion_detected")
+        timeline = fo.relay_metric(fo.standby, "source_timeline")
+        if promotion != 1 or timeline != 2:
+            raise CaptureFailure(f"relay_metrics() on the promoted server: source_failover_promotion_detected "
+                                 f"{promotion}, source_timeline {timeline} (want 1 and 2)")
+        print(f"{how} promotion under load: target applied through {int_to_lsn(applied)} <= branch "
+              f"{int_to_lsn(branch)} (paused at {int_to_lsn(paused_at)}); new log: {summary_line(result)}")
+        assert_no_backend_crashes(fo.standby, fo.target)
+        return skipped, summary_line(result)
+
+
+@scenario(seed_rows=("source_failover_after_publish_before_ack",), suite="failover",
+          invariants=("with source_ack = 'applied' and trellara.standby_slot_names, the target never gets past the "
+                      "promoted server's branch point",
+                      "the promoted server's relay redelivers what the old primary had published but not acknowledged",
+                      "dedup skips every redelivered transaction; the target equals the promoted server",
+                      "relay_metrics() reports the promotion (source_failover_promotion_detected, source_timeline)"))
+def unplanned_promotion_under_load_redelivers_and_dedup_keeps_exactly_once():
+    _promotion_under_load("failover-crash", "immediate")
+
+
+@scenario(suite="failover",
+          invariants=("a planned switchover (clean shutdown of the primary) under load: the flow resumes on the "
+                      "promoted server, redelivered transactions skipped, the target equals it"))
+def planned_switchover_under_load_keeps_exactly_once():
+    _promotion_under_load("failover-planned", "fast")
+
+
+@scenario(suite="failover", defect="apply_ignore_dedup",
+          pairs_with="unplanned_promotion_under_load_redelivers_and_dedup_keeps_exactly_once",
+          fault_points=("defect.apply_ignore_dedup",),
+          invariants=("the promotion scenario's checks fail when the applier skips its dedup check on the promoted "
+                      "server's redelivered transactions",))
+def negative_control_dedup_skipped_after_promotion_is_caught():
+    caught = checks_fail_under_defect(
+        "defect.apply_ignore_dedup", "promotion under load",
+        lambda env, outputs: _promotion_under_load("failover-nodedup", "immediate", apply_env=env, outputs=outputs))
+    print(f"caught: {str(caught)[:300]}")
+
+
+# --- promotion while the relay is disconnected ---------------------------------------------------
+
+def _promotion_while_relay_disconnected(name, standby_env=None):
+    """source_ack = 'applied', hold on. Batch A is applied (the slot, and the standby's copy, move
+    past it); the applier stops; batch B is logged but not applied; the relay is stopped
+    (disconnected) and batch C is committed: the acknowledgement lag is visible in relay_metrics()
+    and `trellara status`. The primary crashes, the standby is promoted, the flow started there:
+    the new log replays from the last applied position (B and C), and the target equals the
+    promoted server. Returns how far past the target's position the standby's slot was synced."""
+    with Failover(name, source_ack="applied", hold=True, standby_env=standby_env) as fo:
+        fo.start_standby()
+        fo.commit_rows(fo.primary, 20, "A")
+        wait_log_covers_source(fo.primary, timeout_s=120)
+        run_trellara(["apply", "--config", fo.config_old, "--until-caught-up"], what="trellara apply (batch A)")
+        applied_a = fo.target_applied_lsn()
+        wait_for("the slot to be confirmed past batch A (source_ack = 'applied')",
+                 lambda: fo.primary_confirmed() >= applied_a, 60)
+        fo.commit_rows(fo.primary, 30, "B")
+        wait_log_covers_source(fo.primary, timeout_s=120)
+        durable_b = lsn_to_int(fo.primary.query("SELECT log_durable_lsn FROM trellara.status() WHERE flow = 'app'"))
+        if fo.primary_confirmed() > applied_a:
+            raise CaptureFailure(f"with source_ack = 'applied' the slot moved to {int_to_lsn(fo.primary_confirmed())}, "
+                                 f"past what the target applied ({int_to_lsn(applied_a)})")
+        defect = "defect.standby_slot_past_downstream" in (standby_env or {}).get("TRELLARA_FAULTS", "")
+        fo.wait_standby_synced(at_least=durable_b if defect else applied_a)
+        synced = fo.standby_slot()[1]
+        if synced > applied_a:
+            record_fault_fired("defect.standby_slot_past_downstream")
+        fo.primary.query("SELECT trellara.stop_flow('app')")
+        wait_for("the relay to stop (disconnected)", lambda: not worker_pid(fo.primary), 60)
+        lag_before = fo.relay_metric(fo.primary, "source_ack_lag_bytes")
+        fo.commit_rows(fo.primary, 25, "C while the relay is disconnected")
+        lag_after = fo.relay_metric(fo.primary, "source_ack_lag_bytes")
+        if lag_before is None or lag_after is None or lag_after <= lag_before:
+            raise CaptureFailure(f"source_ack_lag_bytes does not grow while the relay is disconnected: "
+                                 f"{lag_before} -> {lag_after}")
+        status = run_trellara(["status", "--config", fo.config_old, "--view", "diagnostics", "--format", "json"],
+                              expect=None)
+        metrics = json.loads(status.stdout).get("source", {}).get("relay_metrics") or {}
+        if float(metrics.get("source_ack_lag_bytes", 0)) <= 0:
+            raise CaptureFailure(f"trellara status does not show source_ack_lag_bytes while the relay is "
+                                 f"disconnected: {status.stdout[-800:]}")
+        received = lsn_to_int(fo.primary.query("SELECT pg_current_wal_lsn()"))
+        wait_for("the standby to receive batch C", lambda: lsn_to_int(
+            fo.standby.query("SELECT pg_last_wal_replay_lsn()")) >= received, 60)
+        fo.promote("immediate")
+        fo.standby.query("SELECT trellara.start_flow('app')")
+        wait_for("the relay of flow app to run on the promoted server", lambda: worker_pid(fo.standby), 60)
+        wait_log_covers_source(fo.standby, timeout_s=120)
+        result = fo.apply_new_log()
+        fo.assert_target_equals_promoted("after a promotion while the relay was disconnected")
+        print(f"lag while disconnected {lag_before:.0f} -> {lag_after:.0f} bytes; standby slot at "
+              f"{int_to_lsn(synced)} (target applied {int_to_lsn(applied_a)}); new log: {summary_line(result)}")
+        assert_no_backend_crashes(fo.standby, fo.target)
+        return synced - applied_a
+
+
+@scenario(seed_rows=("qualification_source_promotion_while_relay_disconnected",), suite="failover",
+          invariants=("with source_ack = 'applied' the slot and its standby copy stay at what the target applied",
+                      "source_ack_lag_bytes is visible and grows while the relay is disconnected (SQL and "
+                      "trellara status)",
+                      "the promoted server replays from the last applied position; the target equals it"))
+def promotion_while_relay_disconnected_replays_from_the_last_applied_position():
+    _promotion_while_relay_disconnected("failover-disconnected")
+
+
+@scenario(suite="failover", defect="standby_slot_past_downstream",
+          pairs_with="promotion_while_relay_disconnected_replays_from_the_last_applied_position",
+          fault_points=("defect.standby_slot_past_downstream",),
+          invariants=("the scenario's target check fails when the standby's slot is synced to the primary's "
+                      "log-durable position instead of what the target applied",))
+def negative_control_standby_slot_past_downstream_is_caught():
+    env = {"TRELLARA_FAULTS": "defect.standby_slot_past_downstream:1:defect"}
+    try:
+        _promotion_while_relay_disconnected("failover-past-downstream", standby_env=env)
+    except CaptureFailure as caught:
+        if "differs from the promoted server" not in str(caught):
+            raise
+        print(f"caught: {str(caught)[:300]}")
+        return
+    raise CaptureFailure("with defect.standby_slot_past_downstream the promoted target still equals the source: "
+                         "the scenario cannot catch a standby slot past downstream durability")
+
+
+# --- posture before a promotion -----------------------------------------------------------------
+
+def failover_findings(config, command="source-safety"):
+    """{(check, subject): (severity, detail)} of `trellara <command> --format json`, source side."""
+    result = run_trellara([command, "--config", config, "--format", "json"], expect=None)
+    if result.returncode not in (0, 2):
+        raise CaptureFailure(f"trellara {command} exited {result.returncode}: {result.stderr[-800:]}")
+    report = json.loads(result.stdout)
+    return {(f["check"], f["subject"]): (f["severity"], f["detail"]) for f in report["source"]["findings"]}
+
+
+def _unsynced_standby_is_reported(standby_env=None):
+    with Failover("failover-unsynced", standby_feedback=False, standby_env=standby_env) as fo:
+        fo.start_standby()
+        fo.commit_rows(fo.primary, 10, "x")
+        wait_for("the standby's report to reach the primary", lambda: fo.primary.query(
+            "SELECT state FROM trellara.standby_slots WHERE flow_slot = 'trellara_app'"), 60)
+        if fo.standby_slot() is not None and "defect." not in (standby_env or {}).get("TRELLARA_FAULTS", ""):
+            raise CaptureFailure("the standby keeps a slot without hot_standby_feedback")
+        findings = failover_findings(fo.config_old)
+        severity, detail = findings.get(("failover_slot", STANDBY_PHYSICAL_SLOT), ("missing", ""))
+        print(f"hot_standby_feedback off: failover_slot {severity}: {detail[:160]}")
+        if severity != "warning" or not detail.startswith("unsynced"):
+            if "defect." in (standby_env or {}).get("TRELLARA_FAULTS", ""):
+                record_fault_fired("defect.standby_reports_synced_while_waiting")
+            raise CaptureFailure(f"source-safety does not warn that the standby's slot is unsynced: {severity} {detail}")
+        for check in ("failover_boundary", "failover_hold"):
+            if not any(key[0] == check and value[0] == "warning" for key, value in findings.items()):
+                raise CaptureFailure(f"source-safety has no {check} warning with source_ack = local and no hold: "
+                                     f"{sorted(findings)}")
+        text = run_trellara(["check", "--config", fo.config_old], expect=None)
+        if "unsynced: the standby on physical slot " + STANDBY_PHYSICAL_SLOT not in text.stdout:
+            raise CaptureFailure(f"trellara check (text) does not show the unsynced standby: {text.stdout[-1500:]}")
+        # Fixed on the standby: feedback on, a reload; then the flow's posture on the primary.
+        fo.standby.query("ALTER SYSTEM SET hot_standby_feedback = on")
+        fo.standby.query("SELECT pg_reload_conf()")
+        fo.wait_standby_synced()
+        fo.primary.query("SELECT trellara.set_source_ack('app', 'applied')")
+        fo.primary.query(f"ALTER SYSTEM SET trellara.standby_slot_names = '{STANDBY_PHYSICAL_SLOT}'")
+        fo.primary.query("SELECT pg_reload_conf()")
+
+        def all_ok():
+            found = failover_findings(fo.config_old)
+            bad = {k: v for k, v in found.items() if k[0].startswith("failover") and v[0] != "ok"}
+            return found if not bad else None
+        found = wait_for("every failover finding to be ok once the standby is fixed and the flow set to "
+                         "source_ack = 'applied' with the hold", all_ok, 60, interval_s=1)
+        print("fixed: " + "; ".join(f"{k[0]} {v[0]}: {v[1][:80]}" for k, v in sorted(found.items())
+                                    if k[0].startswith("failover")))
+
+
+@scenario(seed_rows=("source_failover_slot_unsynced",), suite="failover",
+          invariants=("a standby whose slot sync waits (no hot_standby_feedback) is reported unsynced by "
+                      "`trellara source-safety` and `trellara check` on the primary, per standby",
+                      "source_ack = local and no trellara.standby_slot_names are each a warning",
+                      "fixed (feedback on, source_ack = 'applied', the hold), every failover row is ok"))
+def unsynced_standby_slot_is_reported_before_promotion():
+    _unsynced_standby_is_reported()
+
+
+@scenario(suite="failover", defect="standby_reports_synced_while_waiting",
+          pairs_with="unsynced_standby_slot_is_reported_before_promotion",
+          fault_points=("defect.standby_reports_synced_while_waiting",),
+          invariants=("the unsynced warning is missing when the standby reports its waiting slot synced",))
+def negative_control_standby_reporting_synced_while_waiting_is_caught():
+    env = {"TRELLARA_FAULTS": "defect.standby_reports_synced_while_waiting:1:defect"}
+    try:
+        _unsynced_standby_is_reported(standby_env=env)
+    except CaptureFailure as caught:
+        if "does not warn that the standby's slot is unsynced" not in str(caught):
+            raise
+        print(f"caught: {str(caught)[:300]}")
+        return
+    raise CaptureFailure("with defect.standby_reports_synced_while_waiting source-safety still warned")
+
+
+def _disabled_standby_is_reported_and_promotion_fails_closed(primary_env=None):
+    with Failover("failover-disabled", standby_sync=False, primary_env=primary_env) as fo:
+        fo.start_standby()
+        fo.commit_rows(fo.primary, 10, "x")
+        wait_log_covers_source(fo.primary, timeout_s=120)
+        findings = failover_findings(fo.config_old)
+        severity, detail = findings.get(("failover_slot", STANDBY_PHYSICAL_SLOT), ("missing", ""))
+        print(f"standby_slot_sync off: failover_slot {severity}: {detail[:160]}")
+        if severity != "warning" or not detail.startswith("disabled"):
+            if primary_env:
+                record_fault_fired("defect.failover_posture_unchecked")
+            raise CaptureFailure(f"source-safety does not report the standby's disabled slot sync: {severity} {detail}")
+        own = fo.standby.query("SELECT severity || ' ' || detail FROM trellara.check('app') WHERE \"check\" = "
+                               "'standby_slot'")
+        if not own.startswith("warning not synced"):
+            raise CaptureFailure(f"check('app') on the standby does not warn: {own!r}")
+        run_trellara(["apply", "--config", fo.config_old, "--until-caught-up"], what="trellara apply (old log)")
+        received = lsn_to_int(fo.primary.query("SELECT pg_current_wal_lsn()"))
+        wait_for("the standby to receive everything", lambda: lsn_to_int(
+            fo.standby.query("SELECT pg_last_wal_replay_lsn()")) >= received, 60)
+        fo.promote("immediate")
+        fo.commit_rows(fo.standby, 10, "after the promotion")
+        # Fails closed: no slot, nothing captured, check() critical, source-safety exits 2.
+        result = run_trellara(["source-safety", "--config", fo.new_config()], expect=None)
+        if result.returncode != 2 or "replication slot is missing" not in result.stdout:
+            raise CaptureFailure(f"after the promotion source-safety does not fail (exit {result.returncode}) on the "
+                                 f"missing slot: {result.stdout[-1200:]}")
+        if fo.standby.query("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'trellara_app'") != "0":
+            raise CaptureFailure("a slot trellara_app exists on the promoted server although nothing synced it")
+        print("promoted without a synced slot: source-safety exit 2, " +
+              [l for l in result.stdout.splitlines() if "replication slot is missing" in l][0].strip()[:160])
+        assert_no_backend_crashes(fo.standby, fo.target)
+
+
+@scenario(seed_rows=("source_failover_slot_disabled",), suite="failover",
+          invariants=("a standby without trellara.standby_slot_sync is reported disabled on the primary "
+                      "(source-safety, per standby) and on itself (check())",
+                      "after its promotion the flow fails closed: no slot, source-safety exits 2 naming it"))
+def disabled_standby_slot_sync_is_reported_and_promotion_fails_closed():
+    _disabled_standby_is_reported_and_promotion_fails_closed()
+
+
+@scenario(suite="failover", defect="failover_posture_unchecked",
+          pairs_with="disabled_standby_slot_sync_is_reported_and_promotion_fails_closed",
+          fault_points=("defect.failover_posture_unchecked",),
+          invariants=("the disabled warning is missing when check() does not read the standbys' reports",))
+def negative_control_failover_posture_unchecked_is_caught():
+    env = {"TRELLARA_FAULTS": "defect.failover_posture_unchecked:1:defect"}
+    try:
+        _disabled_standby_is_reported_and_promotion_fails_closed(primary_env=env)
+    except CaptureFailure as caught:
+        if "does not report the standby's disabled slot sync" not in str(caught):
+            raise
+        print(f"caught: {str(caught)[:300]}")
+        return
+    raise CaptureFailure("with defect.failover_posture_unchecked source-safety still reported the disabled standby")
+
+
+# --- a target ahead of the promoted server ---------------------------------------------------------
+
+@scenario(suite="failover",
+          invariants=("without the hold, transactions the standby never received can reach the target",
+                      "the applier on the promoted server's log fails closed (exit 3, blocked) naming their count "
+                      "and commit LSN range, before applying anything",
+                      "trellara repair-plan gives the reseed steps"))
+def target_ahead_of_the_promoted_server_fails_closed():
+    with Failover("failover-ahead") as fo:
+        fo.start_standby()
+        fo.commit_rows(fo.primary, 20, "both have it")
+        wait_log_covers_source(fo.primary, timeout_s=120)
+        fo.wait_standby_synced()
+        received = lsn_to_int(fo.primary.query("SELECT pg_current_wal_lsn()"))
+        wait_for("the standby to replay the first batch", lambda: lsn_to_int(
+            fo.standby.query("SELECT pg_last_wal_replay_lsn()")) >= received, 60)
+        fo.standby.stop_immediate()  # the standby is cut off: it never receives what follows
+        fo.commit_rows(fo.primary, 15, "only the old primary has it")
+        wait_log_covers_source(fo.primary, timeout_s=120)
+        run_trellara(["apply", "--config", fo.config_old, "--until-caught-up"], what="trellara apply (old log)")
+        fo.primary.stop_immediate()
+        fo.primary_stopped = True
+        fo.standby._launch("pg_ctl start of the cut-off standby")
+        fo.switch_link_to_standby()
+        fo.standby.promote()
+        wait_for("the relay of flow app to run on the promoted server", lambda: worker_pid(fo.standby), 60)
+        fo.commit_rows(fo.standby, 5, "promoted")
+        wait_log_covers_source(fo.standby, timeout_s=120)
+        before = table_digest(fo.target, "t")
+        result = fo.apply_new_log(expect=3)
+        message = result.stderr
+        if "15 transaction(s)" not in message or "never had them" not in message:
+            raise CaptureFailure(f"the applier did not fail closed naming the 15 transactions: {message[-1500:]}")
+        if table_digest(fo.target, "t") != before:
+            raise CaptureFailure("the applier changed the target before failing closed")
+        state = fo.target.query("SELECT state FROM trellara.apply_status WHERE flow = 'app'")
+        if state != "blocked":
+            raise CaptureFailure(f"trellara.apply_status says {state!r}, not blocked")
+        plan = run_trellara(["repair-plan", "--config", fo.new_config()], expect=None)
+        if plan.returncode != 0 or "reseed" not in plan.stdout or "source timeline" not in plan.stdout:
+            raise CaptureFailure(f"repair-plan does not give the reseed steps (exit {plan.returncode}): "
+                                 f"{plan.stdout[-1500:]} {plan.stderr[-500:]}")
+        print("failed closed: " + [l for l in message.splitlines() if "never had them" in l][0][:300])
+        assert_no_backend_crashes(fo.target)
+
+
 if __name__ == "__main__":
-    run_scenarios([standby_slot_synced_then_promoted_relay_starts_new_log_from_it])
+    run_scenarios([standby_slot_synced_then_promoted_relay_starts_new_log_from_it,
+                   unplanned_promotion_under_load_redelivers_and_dedup_keeps_exactly_once,
+                   planned_switchover_under_load_keeps_exactly_once,
+                   negative_control_dedup_skipped_after_promotion_is_caught,
+                   promotion_while_relay_disconnected_replays_from_the_last_applied_position,
+                   negative_control_standby_slot_past_downstream_is_caught,
+                   unsynced_standby_slot_is_reported_before_promotion,
+                   negative_control_standby_reporting_synced_while_waiting_is_caught,
+                   disabled_standby_slot_sync_is_reported_and_promotion_fails_closed,
+                   negative_control_failover_posture_unchecked_is_caught,
+                   target_ahead_of_the_promoted_server_fails_closed])

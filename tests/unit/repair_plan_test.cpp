@@ -243,4 +243,22 @@ TEST_CASE("repair_plan_for_a_halted_add_column_prints_what_core_plan_ddl_runs", 
             "trellara quarantine replay-ready --config '/etc/trellara/app.toml' --xid 7421 --commit-lsn 0/3A1F2B0"));
 }
 
+TEST_CASE("repair_plan_for_a_target_ahead_of_a_promoted_source_forgets_and_reseeds", "[repair_plan]") {
+  RepairFacts f = Facts();
+  f.open.clear();
+  f.timeline_refusal = "flow \"app\": the target holds 15 transaction(s) ...";
+  f.timeline = 2;
+  f.timeline_branch_lsn = 0x3014000;
+  RepairPlan plan = BuildRepairPlan(f);
+  REQUIRE(plan.steps.size() == 4);
+  CHECK(plan.steps[0].n == 1);
+  CHECK(Step(plan, "inspect what only the old primary had").commands[0].find("15 transaction(s)") != std::string::npos);
+  const RepairStep& forget = Step(plan, "forget them on the target and follow the promoted source");
+  CHECK(forget.commands[1].find("commit_lsn > '\\''0/3014000'\\''") != std::string::npos);
+  CHECK(forget.commands[1].find("pg_replication_origin_advance(") != std::string::npos);
+  CHECK(Has(Step(plan, "reseed every table from the promoted source"),
+            "trellara snapshot --config '/etc/trellara/app.toml' --force"));
+  CHECK(Has(Step(plan, "verify"), "trellara verify --config '/etc/trellara/app.toml'"));
+}
+
 }  // namespace unit_repair_plan_test

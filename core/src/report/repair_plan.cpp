@@ -1,6 +1,8 @@
 // repair_plan.cpp — see repair_plan.h.
 #include "trellara/report/repair_plan.h"
 
+#include <cstdio>
+
 #include <algorithm>
 #include <cctype>
 
@@ -221,7 +223,64 @@ std::string ConninfoForCommand(const std::string& conninfo, const std::string& s
   return ShellQuote(conninfo);
 }
 
+namespace {
+
+// The target holds transactions the promoted source never had (issue 41): nothing in the log can
+// take them back. The way out is to forget them on the target and copy every table again from the
+// promoted source at exact boundaries, then compare.
+RepairPlan TimelineReseedPlan(const RepairFacts& facts) {
+  RepairPlan plan;
+  const std::string config = ShellQuote(facts.config_path);
+  const std::string target = ConninfoForCommand(facts.target_conninfo, "target");
+  char branch[32];
+  std::snprintf(branch, sizeof branch, "%X/%X", static_cast<unsigned>(facts.timeline_branch_lsn >> 32),
+                static_cast<unsigned>(facts.timeline_branch_lsn));
+  const std::string flow_literal = "'" + facts.flow + "'";
+  RepairStep inspect;
+  inspect.title = "inspect what only the old primary had";
+  inspect.commands.push_back("# " + facts.timeline_refusal);
+  inspect.commands.push_back("psql " + target + " -c " +
+                             ShellQuote("SELECT commit_lsn, xid, applied_at FROM trellara.applied_transactions WHERE "
+                                        "flow = " + flow_literal + " AND commit_lsn > '" + branch +
+                                        "' ORDER BY commit_lsn"));
+  inspect.why = "these transactions were applied from the old primary past where source timeline " +
+                std::to_string(facts.timeline) + " branched (" + branch +
+                "); the promoted source never had them, so their effects on the target are in no source";
+  plan.steps.push_back(std::move(inspect));
+  RepairStep forget;
+  forget.title = "forget them on the target and follow the promoted source";
+  forget.commands.push_back("# stop the applier of flow " + facts.flow + " first (systemctl stop trellara-apply@" +
+                            facts.flow + ")");
+  forget.commands.push_back(
+      "psql " + target + " -c " +
+      ShellQuote("BEGIN; DELETE FROM trellara.applied_transactions WHERE flow = " + flow_literal +
+                 " AND commit_lsn > '" + branch + "'; SELECT pg_replication_origin_advance('trellara_" + facts.flow +
+                 "', '" + branch + "'); INSERT INTO trellara.source_timelines (flow, timeline, branch_lsn) VALUES (" +
+                 flow_literal + ", " + std::to_string(facts.timeline) + ", '" + branch +
+                 "') ON CONFLICT DO NOTHING; COMMIT;"));
+  forget.why = "the dedup rows past the branch point name transactions of the old timeline: left there, the promoted "
+               "source's transactions at the same positions would be taken for them";
+  plan.steps.push_back(std::move(forget));
+  RepairStep reseed;
+  reseed.title = "reseed every table from the promoted source";
+  reseed.commands.push_back("# start the applier again (systemctl start trellara-apply@" + facts.flow + "), then:");
+  reseed.commands.push_back("trellara snapshot --config " + config + " --force");
+  reseed.why = "the copy replaces what the old primary's transactions changed, at exact boundaries the running applier "
+               "agrees with (docs/snapshot.md)";
+  plan.steps.push_back(std::move(reseed));
+  RepairStep verify;
+  verify.title = "verify";
+  verify.commands.push_back("trellara verify --config " + config);
+  verify.why = "exit 0 proves the target equals the promoted source at one exact point";
+  plan.steps.push_back(std::move(verify));
+  for (size_t i = 0; i < plan.steps.size(); i++) plan.steps[i].n = static_cast<int>(i + 1);
+  return plan;
+}
+
+}  // namespace
+
 RepairPlan BuildRepairPlan(const RepairFacts& facts) {
+  if (!facts.timeline_refusal.empty()) return TimelineReseedPlan(facts);
   RepairPlan plan;
   if (facts.open.empty() && facts.failed_snapshots.empty()) return plan;
   Context ctx{facts, ShellQuote(facts.config_path), ConninfoForCommand(facts.source_conninfo, "source"),

@@ -67,6 +67,11 @@ struct RepairFacts {
   std::vector<RepairSnapshotTable> failed_snapshots;
   std::vector<ContractFinding> contract;  // contract-test findings of the affected relations
   std::string contract_error;             // why they could not be read ("" when they were)
+  // The target is ahead of a promoted source (core DecideTimelineContinuity failed closed on the
+  // log's TIMELINE): its reason, the log's timeline and where it branched. "" when not.
+  std::string timeline_refusal;
+  uint32_t timeline = 0;
+  uint64_t timeline_branch_lsn = 0;
 };
 
 struct RepairStep {
