@@ -358,6 +358,37 @@ std::vector<Named> NamedSimulations() {
         c.faults.fire_at["fanin.crash_after_pending_before_commit"] = {2};
         c.faults.fire_at["catalog.commit_fails"] = {2};
       });
+  // ---- source failover (failover_world.cpp): a primary, its standby, one promotion ----
+  auto failover = [](SimConfig& c) {
+    c.failover = true;
+    c.failover_hold = true;  // source_ack = 'applied' and the standby hold: the safe posture
+  };
+  add("source_failover_after_publish_before_ack", {"source_failover_after_publish_before_ack"}, 20264101,
+      "source_ack = 'applied' with the standby hold: the primary dies after its relay appended the last transaction "
+      "and the applier applied it, before the relay confirmed the slot; the standby is promoted (timeline 2), the "
+      "relay on it sets the old log's copy aside and restarts from the synced slot, the applier checks the new "
+      "log's timeline (nothing past the branch point) and skips the redelivered transaction by its dedup row",
+      "failover_dedup_skipped", {"none_applied_twice"},
+      [failover](SimConfig& c) {
+        failover(c);
+        c.transactions = 8;
+        c.faults.fire_at["failover.primary_crash_before_confirm"] = {6};
+      });
+  add("qualification_source_promotion_while_relay_disconnected",
+      {"qualification_source_promotion_while_relay_disconnected"}, 20264105,
+      "source_ack = 'applied' with the standby hold: the relay disconnects while the workload goes on (the ack lag, "
+      "source flush minus the slot's confirmed position, grows in the trace) and the applier's target is unreachable "
+      "(it falls behind the log); the standby keeps receiving WAL and the primary dies while the relay is still away: "
+      "the promoted server's relay replays from the last durable acknowledgement (the synced slot), dedup absorbs "
+      "what the target already applied, nothing is missed",
+      "standby_slot_past_downstream", {"standby_slot_never_past_target", "no_transaction_missed"},
+      [failover](SimConfig& c) {
+        failover(c);
+        c.transactions = 12;
+        c.remote_outage = std::make_pair(30, 30);  // the applier is behind the log when the primary dies
+        c.faults.fire_at["failover.relay_disconnect"] = {8};
+        c.faults.fire_at["failover.primary_crash_while_relay_disconnected"] = {18};
+      });
   return all;
 }
 
@@ -459,6 +490,12 @@ nlohmann::json Invariants(const SimConfig& c) {
             "nothing of a quarantined epoch is published", "views reach only complete epochs",
             "a conflict quarantines its epoch", "every epoch is published"};
   }
+  if (c.failover) {
+    return {"none applied twice", "the source is confirmed only to what the target applied",
+            "the standby's slot is never past the target", "nothing of timeline 2 applied on a target ahead of it",
+            "fail closed only when the target holds transactions past the branch point, naming them",
+            "with the standby hold the applier never fails closed", "no transaction of the promoted history missed"};
+  }
   if (c.partitioned) {
     return {"no partial transaction visible", "none applied twice", "a partition's evidence covers only what it staged",
             "no acknowledged transaction lost", "a quarantine halts", "no staged chunk left"};
@@ -487,6 +524,10 @@ nlohmann::json AllInvariants() {
   fleet.fleet = true;
   for (const auto& i : Invariants(fleet))
     if (std::find(all.begin(), all.end(), i) == all.end()) all.push_back(i);
+  SimConfig failover;
+  failover.failover = true;
+  for (const auto& i : Invariants(failover))
+    if (std::find(all.begin(), all.end(), i) == all.end()) all.push_back(i);
   return all;
 }
 
@@ -500,6 +541,7 @@ bool RunNamed(const Named& n, uint64_t seed, const std::string& only_defect, boo
     std::cout << (r.passed ? "PASS " : "FAIL ") << n.name << " seed " << seed << " (" << o.steps << " steps, "
               << o.applied << " applied, " << o.duplicates_skipped << " duplicates skipped, " << o.quarantined
               << " quarantined, " << o.power_losses << " power losses)" << (r.passed ? "" : ": " + why) << "\n";
+    if (!o.summary.empty()) std::cout << "    outcome: " << o.summary << "\n";
     if (verbose) PrintTrace(o, 100000);
     else if (!r.passed) PrintTraceToFailure(o);
     nlohmann::json faults = nlohmann::json::object();
@@ -512,6 +554,7 @@ bool RunNamed(const Named& n, uint64_t seed, const std::string& only_defect, boo
                    {"fault_points", points}, {"faults_fired", faults}, {"defect", nullptr}, {"pairs_with", nullptr},
                    {"defect_caught", nullptr}, {"invariants", Invariants(n.config)}, {"steps", o.steps},
                    {"transactions_applied", o.applied}, {"duplicates_skipped", o.duplicates_skipped},
+                   {"outcome", o.summary},
                    {"error", r.passed ? nlohmann::json(nullptr) : nlohmann::json(why.substr(0, 2000))}});
     ok = ok && r.passed;
   }
@@ -563,6 +606,12 @@ SimConfig RandomConfig(uint64_t seed) {
     c.fleet_late = shape() % 2 == 0;
     c.fleet_replays = static_cast<int>(shape() % 3);
     c.fleet_conflict = shape() % 5 == 0;
+  }
+  // and a third of the rest the failover world (drawn only here, so no other world's shape moves)
+  c.failover = !c.snapshot && !c.broker && !c.partitioned && !c.fleet && shape() % 3 == 0;
+  if (c.failover) {
+    c.transactions = 6 + static_cast<int>(shape() % 10);
+    c.failover_hold = shape() % 2 == 0;
   }
   return c;
 }

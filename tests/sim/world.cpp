@@ -118,6 +118,7 @@ SimOutcome RunSimulation(const SimConfig& config) {
   if (config.snapshot) return RunSnapshotSimulation(config);
   if (config.partitioned) return RunPartitionSimulation(config);
   if (config.fleet) return RunFleetSimulation(config);
+  if (config.failover) return RunFailoverSimulation(config);
   world_detail::World world(config);
   return world.Run();
 }

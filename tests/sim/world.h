@@ -67,6 +67,15 @@ inline const std::vector<std::string>& AllFaultPoints() {
       "fanin.crash_after_pending_before_commit", // the receipt recorded pending, the catalog not committed
       "catalog.commit_fails",                 // the catalog refuses a commit (nothing committed)
       "catalog.reply_lost",                   // the catalog committed; the reply never reaches the fan-in
+      // the failover world (failover_world.cpp)
+      "failover.primary_crash",               // the primary dies at an arbitrary step: unplanned promotion
+      "failover.primary_crash_after_append",  // the primary dies right after its relay appended a transaction
+      "failover.primary_crash_before_confirm",  // the primary dies after the applier moved on, before the slot confirm
+      "failover.primary_crash_while_relay_disconnected",  // the primary dies while its relay is stopped
+      "failover.relay_disconnect",            // the relay stops (slot inactive) for 20-59 steps; the workload goes on
+      "failover.standby_cut_off",             // the standby's WAL stream is cut for 10-39 steps: it lags
+      "failover.planned_promotion",           // switchover: writes stop, the standby catches up, it is promoted
+      "failover.applier_crash_after_commit",  // the applier dies after its target commit, before its consumer offset
   };
   return points;
 }
@@ -99,6 +108,8 @@ inline const std::vector<std::string>& AllDefects() {
       "lake_count_by_increment",            // an epoch's counts are incremented per arrival, not recomputed
       "lake_publish_on_conflict",           // an epoch with a conflicting duplicate is published anyway
       "lake_delete_files_on_unknown_commit",  // the files of a commit whose reply was lost are deleted
+      "standby_slot_past_downstream",       // the standby's slot takes the primary log's durable position, not the slot's
+      "failover_dedup_skipped",             // the applier skips the dedup check on the promoted server's log
   };
   return defects;
 }
@@ -128,7 +139,8 @@ struct SimConfig {
   bool partitioned = false;   // the partition world (partition_world.cpp): partition appliers and the publisher
   bool broker_quorum = false; // source_ack = broker_quorum: the slot waits for the broker's acknowledgement
   std::optional<std::pair<int, int>> remote_outage;  // broker: the remote applier's host is down for (from step, steps);
-                                                     // partitioned: the last partition applier's
+                                                     // partitioned: the last partition applier's;
+                                                     // failover: the applier's (its target unreachable)
   bool fleet = false;         // the fleet world (fleet_world.cpp): store flows fanned in to lake epochs
   int fleet_stores = 12;      // fleet: stores
   int fleet_epochs = 1;       // fleet: epochs of one hour the stores write in
@@ -136,6 +148,8 @@ struct SimConfig {
   bool fleet_late = false;    // ... that return after the first epoch's gap deadline (else never)
   int fleet_replays = 0;      // fleet: stores whose log is delivered again from its start
   bool fleet_conflict = false;  // fleet: the first store's replay carries one altered transaction
+  bool failover = false;      // the failover world (failover_world.cpp): a primary, its standby, one promotion
+  bool failover_hold = true;  // failover: the relay never decodes past what the standby flushed (standby_slot_names)
   std::string defect;         // "" = clean
   FaultPlan faults;
 };
@@ -159,6 +173,7 @@ struct SimOutcome {
   uint64_t torn_or_lost_writes = 0;
   bool defect_fired = false;  // the defect's code path ran at least once
   std::string harness_error;  // the simulator itself failed (never a pass)
+  std::string summary;        // a world's one-line outcome ("8/8 applied, 1 redelivered skipped"); may be empty
 
   // What both worlds record as they run (world.cpp): a trace line of step `step`; a violated
   // invariant (the first 20 kept); whether `name` is the defect under test (`defect` of the
@@ -215,5 +230,6 @@ SimOutcome RunSimulation(const SimConfig& config);
 SimOutcome RunSnapshotSimulation(const SimConfig& config);  // snapshot_world.cpp
 SimOutcome RunPartitionSimulation(const SimConfig& config);  // partition_world.cpp
 SimOutcome RunFleetSimulation(const SimConfig& config);      // fleet_world.cpp
+SimOutcome RunFailoverSimulation(const SimConfig& config);   // failover_world.cpp
 
 }  // namespace trellara::sim
