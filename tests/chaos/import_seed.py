@@ -53,11 +53,13 @@ SOAK = "test_soak.py"
 CONTRACT = "test_contract_repair.py"
 PARTITIONED = "test_partitioned.py"
 LAKE = "test_lake_fanin.py"
+FAILOVER = "test_failover.py"
 
 NO_SIMULATOR = ("the deterministic simulator (tests/sim, DESIGN §8 layer 2) is not built yet; "
                 "this row becomes a named seeded simulation there")
-NO_FAILOVER = ("failover slots (synced, enabled) are PostgreSQL 17 features and source promotion is "
-               "not supported by the PG15 relay; not built")
+FAILOVER_NOTE = ("real processes on PostgreSQL 15: a primary with trellara and flow app (publication FOR ALL TABLES), a "
+                 "pg_basebackup streaming standby with trellara.standby_slot_sync, a target; promotions with pg_ctl "
+                 "promote after the primary's immediate (crash) or fast (planned) stop")
 NO_BROKER = "the replicated broker hop (trellara forward → NATS JetStream, DESIGN §9) is not built"
 FLEET_NOTE = ("the fleet world of the deterministic simulator drives core's epoch decisions (EpochLedger, DecideEpoch, "
               "SettlePendingCommit, CompleteHorizon) over 12 simulated stores, an object store and a catalog, its paired "
@@ -110,9 +112,33 @@ MAPPING = {
              "broker_quorum, trellara forward killed after the broker's acknowledgement and before its progress "
              "write (fault forward.after_ack_before_progress): it resumes after the stream's last record, the "
              "slot stays behind the broker, nothing is missed or published twice"),
-    "source_failover_after_publish_before_ack": dict(not_built=NO_FAILOVER),
-    "source_failover_slot_unsynced": dict(not_built=NO_FAILOVER),
-    "source_failover_slot_disabled": dict(not_built=NO_FAILOVER),
+    "source_failover_after_publish_before_ack": dict(
+        proof=[it("unplanned_promotion_under_load_redelivers_and_dedup_keeps_exactly_once", FAILOVER),
+               it("planned_switchover_under_load_keeps_exactly_once", FAILOVER),
+               it("standby_slot_synced_then_promoted_relay_starts_new_log_from_it", FAILOVER)],
+        defect={"name": "apply_ignore_dedup",
+                "scenario": it("negative_control_dedup_skipped_after_promotion_is_caught", FAILOVER)},
+        note=FAILOVER_NOTE + "; the primary crashes (and, planned, shuts down cleanly) under a running workload and "
+             "daemon applier while the standby's slot is behind what the target applied: the promoted server's relay "
+             "redelivers those transactions and dedup skips them (at least 20, counted); the target never passes the "
+             "branch point (trellara.standby_slot_names). Paired defect: the applier ignoring its dedup rows after the "
+             "promotion"),
+    "source_failover_slot_unsynced": dict(
+        proof=[it("unsynced_standby_slot_is_reported_before_promotion", FAILOVER)],
+        defect={"name": "standby_reports_synced_while_waiting",
+                "scenario": it("negative_control_standby_reporting_synced_while_waiting_is_caught", FAILOVER)},
+        note=FAILOVER_NOTE + "; a standby whose slot sync cannot keep the slot (hot_standby_feedback off) reports it "
+             "to the primary, whose `trellara source-safety` / `trellara check` warn `failover_slot` unsynced for that "
+             "standby (and `failover_boundary` / `failover_hold` for source_ack = local without the hold); fixed, "
+             "every failover row is ok. Paired defect: the standby reporting its waiting slot synced"),
+    "source_failover_slot_disabled": dict(
+        proof=[it("disabled_standby_slot_sync_is_reported_and_promotion_fails_closed", FAILOVER)],
+        defect={"name": "failover_posture_unchecked",
+                "scenario": it("negative_control_failover_posture_unchecked_is_caught", FAILOVER)},
+        note=FAILOVER_NOTE + "; a standby without trellara.standby_slot_sync is reported `failover_slot` disabled by "
+             "the primary's source-safety (per physical slot) and `standby_slot` not synced by its own check(); "
+             "promoted, the flow fails closed (no slot, nothing captured, source-safety exit 2 naming the missing "
+             "slot). Paired defect: check() not reading the standbys' reports"),
     "source_slot_abandoned_idle_timeout": dict(
         proof=[it("check_reports_an_inactive_slot_and_its_wal_cleanup_posture", "test_check_command.py")],
         defect={"name": "check_passes_abandoned_slot",
@@ -371,7 +397,17 @@ MAPPING = {
     "fleet_fanin_conflicting_duplicate_quarantine": fleet_sim("fleet_fanin_conflicting_duplicate_quarantine",
                                                               "lake_publish_on_conflict",
                                                               ["replayed_store_is_skipped_and_a_conflicting_duplicate_quarantines"]),
-    "qualification_source_promotion_while_relay_disconnected": dict(not_built=NO_FAILOVER),
+    "qualification_source_promotion_while_relay_disconnected": dict(
+        proof=[it("promotion_while_relay_disconnected_replays_from_the_last_applied_position", FAILOVER),
+               it("target_ahead_of_the_promoted_server_fails_closed", FAILOVER)],
+        defect={"name": "standby_slot_past_downstream",
+                "scenario": it("negative_control_standby_slot_past_downstream_is_caught", FAILOVER)},
+        note=FAILOVER_NOTE + "; with source_ack = 'applied' the slot and its standby copy stay at what the target "
+             "applied; the relay is stopped while the workload goes on (relay_metrics() and `trellara status "
+             "--view diagnostics` show source_ack_lag_bytes growing), the primary crashes, the standby is promoted: "
+             "the new log replays from the last applied position and the target equals the promoted server; a target "
+             "that got ahead of a standby (no hold) makes the applier fail closed naming the range, repair-plan gives "
+             "the reseed. Paired defect: the standby's slot synced to the primary's log-durable position"),
     "qualification_broker_outage_quorum_loss": dict(
         proof=[it("source_feedback_is_withheld_during_quorum_loss", BROKER_ACK),
                it("quorum_loss_under_remote_apply_resumes_exactly", BROKER_REMOTE)],
@@ -516,6 +552,9 @@ SIM_BOUND = {
     "fleet_fanin_duplicate_store_transaction_replay": "lake_count_by_increment",
     "fleet_fanin_conflicting_duplicate_quarantine": "lake_publish_on_conflict",
     "qualification_object_store_success_catalog_timeout": "lake_delete_files_on_unknown_commit",
+    # the failover world (tests/sim/failover_world.cpp)
+    "source_failover_after_publish_before_ack": "failover_dedup_skipped",
+    "qualification_source_promotion_while_relay_disconnected": "standby_slot_past_downstream",
     # the snapshot world (tests/sim/snapshot_world.cpp)
     "snapshot_source_crash_during_table_copy": "snapshot_recopy_completed_chunk",
     "snapshot_relay_crash_during_table_copy": "snapshot_handoff_before_complete",
@@ -524,10 +563,7 @@ SIM_BOUND = {
     "snapshot_ddl_during_table_copy": "snapshot_handoff_ignores_contract",
     "snapshot_handoff_recorded_before_stream_start": "snapshot_handoff_drops_chunk_rule",
 }
-SIM_NOT_BUILT_ROWS = {
-    "source_failover_after_publish_before_ack": NO_FAILOVER,
-    "qualification_source_promotion_while_relay_disconnected": NO_FAILOVER,
-}
+SIM_NOT_BUILT_ROWS = {}
 SIM_UNTESTED_ROWS = {}
 # A 24-hour soak with a memory ceiling is a real-process measurement, not a simulation: the row is
 # decided by the committed evidence of `make soak` (scripts/soak), which must have lasted 24 hours.

@@ -294,6 +294,19 @@ TEST_CASE("every_defect_point_in_the_code_is_a_paired_defect_of_a_matrix_row", "
       }
     }
   }
+  // Decisions made in SQL switch theirs through trellara._test_defect('<name>') (extension
+  // functions/test_defects.cpp).
+  const std::string sql_needle = "trellara._test_defect('";
+  for (const auto& entry : fs::directory_iterator(std::string(TRELLARA_SOURCE_DIR) + "/sql")) {
+    if (!entry.is_regular_file() || entry.path().extension() != ".sql") continue;
+    std::ifstream source(entry.path());
+    std::string content((std::istreambuf_iterator<char>(source)), std::istreambuf_iterator<char>());
+    for (size_t at = content.find(sql_needle); at != std::string::npos; at = content.find(sql_needle, at + 1)) {
+      const size_t begin = at + sql_needle.size();
+      in_code.insert(content.substr(begin, content.find('\'', begin) - begin));
+    }
+  }
+  CHECK(in_code.count("failover_posture_unchecked") == 1);  // the SQL scan works
   CHECK(in_code.size() >= 9);  // the scan works: the defects present when this test was written
   for (const auto& defect : in_code) {
     INFO("defect." << defect << " is switched in the code but no matrix row pairs a scenario with it "
