@@ -29,7 +29,8 @@ Datum trellara_test_defect(PG_FUNCTION_ARGS) {
   char* point = text_to_cstring(PG_GETARG_TEXT_PP(0));
   bool on = false;
   trellara::pg::GuardEntry("trellara._test_defect()", [&] {
-    on = trellara::fault::Hit("defect." + std::string(point)) == trellara::fault::Action::Defect;
+    const std::string name = std::string("defect.") + point;
+    on = trellara::fault::Hit(name) == trellara::fault::Action::Defect;
   });
   PG_RETURN_BOOL(on);
 }
