@@ -213,6 +213,7 @@ class FleetWorld {
         catalog_.quarantine[epoch] = lake::DescribeConflict(*conflict, lake::EpochName(epoch));
         conflict_step_.emplace(epoch, step_);
         Trace(store.name + " offset " + std::to_string(offset) + ": conflicting duplicate: " + catalog_.quarantine[epoch]);
+        UpdateViewHorizon();
       }
     }
     if (replaying) {
@@ -227,7 +228,14 @@ class FleetWorld {
   // ---- publication: decide every epoch, publish what the decision says ---------------------
   void PublishStep() {
     for (uint64_t e = 0; e < Epochs(); ++e) PublishEpoch(e);
-    // The views follow what the catalog holds and what is settled, epoch by epoch.
+    UpdateViewHorizon();
+  }
+
+  // The views follow what the catalog holds and what is settled, epoch by epoch. Called after
+  // every publication step and in the catalog transaction that quarantines an epoch (as the fan-in
+  // records the quarantine and reads the horizon from the same catalog): a quarantined epoch
+  // withdraws the views from it at once.
+  void UpdateViewHorizon() {
     std::vector<EpochState> states;
     for (uint64_t e = 0; e < Epochs(); ++e) {
       const Snapshot* current = Current(e);
