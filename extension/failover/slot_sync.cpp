@@ -25,8 +25,11 @@
 extern "C" {
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "access/xlog.h"
 #include "access/xlogrecovery.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -41,6 +44,7 @@ extern "C" {
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
@@ -387,6 +391,50 @@ void SendReports(int count, char (*round_names)[NAMEDATALEN], const SlotReport* 
   PQfinish(conn);
 }
 
+// Slots this worker keeps for flows that no longer exist — the flow was dropped on the primary and
+// the drop replayed here — are dropped: left, they would hold WAL on this standby and, through
+// hot_standby_feedback, the catalog horizon on the primary. Only slots of the trellara plugin in
+// this database that nobody uses; on PostgreSQL 15 a standby cannot create logical slots itself, so
+// such a slot is always this worker's. The flows are read from this standby's own (replicated)
+// catalog. Plain C frame.
+void DropSlotsOfDroppedFlows() {
+  static char candidates[kSlotsMax][NAMEDATALEN];
+  int n = 0;
+  LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
+  for (int i = 0; i < max_replication_slots && n < kSlotsMax; i++) {
+    ReplicationSlot* slot = &ReplicationSlotCtl->replication_slots[i];
+    if (!slot->in_use || SlotIsPhysical(slot) || slot->data.database != MyDatabaseId || slot->active_pid != 0 ||
+        strcmp(NameStr(slot->data.plugin), "trellara") != 0)
+      continue;
+    strlcpy(candidates[n++], NameStr(slot->data.name), NAMEDATALEN);
+  }
+  LWLockRelease(ReplicationSlotControlLock);
+  if (n == 0) return;
+  bool stale[kSlotsMax] = {};
+  SetCurrentStatementStartTimestamp();
+  StartTransactionCommand();
+  SPI_connect();
+  PushActiveSnapshot(GetTransactionSnapshot());
+  Oid argtypes[1] = {NAMEOID};
+  for (int i = 0; i < n; i++) {
+    NameData name;
+    namestrcpy(&name, candidates[i]);
+    Datum args[1] = {NameGetDatum(&name)};
+    int rc = SPI_execute_with_args("SELECT 1 FROM trellara.flows WHERE slot_name = $1", 1, argtypes, args, nullptr,
+                                   true, 1);
+    stale[i] = rc == SPI_OK_SELECT && SPI_processed == 0;
+  }
+  SPI_finish();
+  PopActiveSnapshot();
+  CommitTransactionCommand();
+  for (int i = 0; i < n; i++) {
+    if (!stale[i]) continue;
+    ReplicationSlotDrop(candidates[i], true);
+    ereport(LOG, (errmsg("trellara slot sync: dropped slot \"%s\" on this standby: no flow uses it any more (the flow "
+                         "was dropped on the primary)", candidates[i])));
+  }
+}
+
 // Reads the primary's flow slots and syncs each, then reports them to the primary.
 void SyncRound() {
   static char round_names[kSlotsMax][NAMEDATALEN];
@@ -409,6 +457,8 @@ void SyncRound() {
     SyncOneSlot(round_names[i], round_slots[i], &reports[i]);
   }
   SendReports(count, round_names, reports);
+  // Only once the primary was read (its trellara.flows exists, and so does this replica of it).
+  if (count >= 0 && RecoveryInProgress()) DropSlotsOfDroppedFlows();
 }
 
 }  // namespace

@@ -461,13 +461,18 @@ def _unsynced_standby_is_reported(standby_env=None):
                          "source_ack = 'applied' with the hold", all_ok, 60, interval_s=1)
         print("fixed: " + "; ".join(f"{k[0]} {v[0]}: {v[1][:80]}" for k, v in sorted(found.items())
                                     if k[0].startswith("failover")))
+        # The flow dropped on the primary: the standby drops its copy of the slot (else it holds WAL
+        # there and, through hot_standby_feedback, the catalog horizon on the primary).
+        fo.primary.query("SELECT trellara.drop_flow('app')")
+        wait_for("the standby to drop its slot of the dropped flow", lambda: fo.standby_slot() is None, 60)
 
 
 @scenario(seed_rows=("source_failover_slot_unsynced",), suite="failover",
           invariants=("a standby whose slot sync waits (no hot_standby_feedback) is reported unsynced by "
                       "`trellara source-safety` and `trellara check` on the primary, per standby",
                       "source_ack = local and no trellara.standby_slot_names are each a warning",
-                      "fixed (feedback on, source_ack = 'applied', the hold), every failover row is ok"))
+                      "fixed (feedback on, source_ack = 'applied', the hold), every failover row is ok",
+                      "a flow dropped on the primary: the standby drops its copy of the slot"))
 def unsynced_standby_slot_is_reported_before_promotion():
     _unsynced_standby_is_reported()
 
