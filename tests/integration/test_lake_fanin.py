@@ -499,6 +499,7 @@ def replayed_store_is_skipped_and_a_conflicting_duplicate_quarantines():
         if after != before:
             raise CaptureFailure(f"counts changed by a replay: {before} -> {after}")
         require_verify(fleet, "after the replay")
+        assert_views_equal_stores(fleet, "after the replay")
         # A transaction the catalog holds with another checksum than store-02 delivers.
         victim = fleet.catalog.query("SELECT commit_lsn || ' ' || xid || ' ' || epoch FROM trellara_lake.transactions "
                                      "WHERE store = 'store-02' ORDER BY commit_lsn LIMIT 1").split()
@@ -512,6 +513,8 @@ def replayed_store_is_skipped_and_a_conflicting_duplicate_quarantines():
             raise CaptureFailure(f"the conflicting duplicate did not quarantine its epoch naming store, LSN and both "
                                  f"checksums: {quarantined} {blocked.stderr[-1500:]}")
         print(f"quarantined: {quarantined[0]['epoch']} {quarantined[0]['completeness']}: {quarantined[0]['quarantine'][:300]}")
+        # The views were built through the epoch before its quarantine; they are withdrawn from it at once.
+        assert_views_stop_before_incomplete_epochs(fleet, fleet.plan(), "quarantined")
         ready, body = served_metrics(fleet, 503)
         if "lake_epoch_quarantined" not in ready[1] or 'trellara_lake_epochs{lake="fleet",state="quarantined"} 1' not in body:
             raise CaptureFailure(f"with a quarantined epoch: GET /readyz {ready}, /metrics {body[:1000]}")
