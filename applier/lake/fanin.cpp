@@ -407,6 +407,13 @@ class Fanin {
         const uint64_t held_epoch = std::stoull(held.Value(0, 2).value_or("0"));
         if (held_checksum == checksum) {
           replays++;
+          // Negative control (tests only): a replay counted again in its published epoch, as a
+          // counter incremented per arrival would (the counts are recomputed from the dedup set).
+          if (fault::Hit("defect.lake_count_by_increment") == fault::Action::Defect)
+            catalog_.Run("UPDATE trellara_lake.epochs SET transactions = transactions + 1, changes = changes + $3 "
+                         "WHERE lake = $1 AND epoch = $2 AND receipt IS NOT NULL",
+                         {config_.name, std::to_string(held_epoch), held.Value(0, 1).value_or("0")},
+                         "counting a replay (defect)");
           continue;
         }
         const core::Conflict conflict{store.name, tx.tx.commit_lsn, tx.tx.xid, held_checksum, checksum};
@@ -526,7 +533,14 @@ class Fanin {
     switch (d.action) {
       case core::EpochAction::None:
       case core::EpochAction::Wait:
+        return;
       case core::EpochAction::Quarantine:
+        // Negative control (tests only): the quarantined epoch published anyway, with every store.
+        if (fault::Hit("defect.lake_publish_on_conflict") == fault::Action::Defect) {
+          d.state = core::EpochState::Complete;
+          for (const auto& s : config_.stores) d.include.insert(s.name);
+          break;
+        }
         return;
       case core::EpochAction::SettleCommit: {
         const std::string asked = pending ? *pending : unknown_[epoch];
@@ -758,8 +772,16 @@ class Fanin {
     }
     // 4. One catalog transaction: every table's pointer (only from the one this publication read),
     // the epoch published, the pending receipt cleared.
-    PgResult counts = catalog_.Run("SELECT count(*), coalesce(sum(changes), 0) FROM trellara_lake.transactions "
-                                   "WHERE lake = $1 AND epoch = $2 AND store = ANY($3::text[])",
+    // Negative control (tests only): an epoch appended to gets its earlier counts plus its stores'
+    // again (incremented, not recomputed from the dedup set).
+    const bool increment = !already.empty() && fault::Hit("defect.lake_count_by_increment") == fault::Action::Defect;
+    PgResult counts = catalog_.Run(increment
+                                       ? "SELECT (SELECT transactions FROM trellara_lake.epochs WHERE lake = $1 AND epoch = $2) + "
+                                         "count(*), (SELECT changes FROM trellara_lake.epochs WHERE lake = $1 AND epoch = $2) + "
+                                         "coalesce(sum(changes), 0) FROM trellara_lake.transactions "
+                                         "WHERE lake = $1 AND epoch = $2 AND store = ANY($3::text[])"
+                                       : "SELECT count(*), coalesce(sum(changes), 0) FROM trellara_lake.transactions "
+                                         "WHERE lake = $1 AND epoch = $2 AND store = ANY($3::text[])",
                                    {config_.name, std::to_string(epoch),
                                     ArrayLiteral(std::vector<std::string>(include.begin(), include.end()))},
                                    "counting " + name);
