@@ -535,10 +535,12 @@ class Fanin {
       case core::EpochAction::Wait:
         return;
       case core::EpochAction::Quarantine:
-        // Negative control (tests only): the quarantined epoch published anyway, with every store.
+        // Negative control (tests only): the quarantined epoch published anyway as complete with
+        // every store (its files already written: the stores it held count as published).
         if (fault::Hit("defect.lake_publish_on_conflict") == fault::Action::Defect) {
           d.state = core::EpochState::Complete;
           for (const auto& s : config_.stores) d.include.insert(s.name);
+          if (row.rows() == 1) facts.published.stores = ParseNameArray(row.Value(0, 1));
           break;
         }
         return;
