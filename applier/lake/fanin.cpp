@@ -183,7 +183,7 @@ class Fanin {
       for (const auto& store : config_.stores) read_any = Intake(store) || read_any;
       Publish();
       // The views follow the horizon of what the catalog now holds (after this pass's commits).
-      PublishViews(catalog_.conn(), *store_, config_);
+      PublishViews(catalog_.conn(), *store_, config_, views_memory_);
       // --until-caught-up ends once nothing was read and no commit's outcome is unknown.
       if (options_.until_caught_up && !read_any && unknown_.empty()) break;
       if (apply::StopRequested()) break;
@@ -837,6 +837,7 @@ class Fanin {
   std::unique_ptr<ObjectStore> store_;
   std::unique_ptr<log::LogDevice> device_;
   std::map<uint64_t, std::string> unknown_;  // epoch -> receipt of a commit whose reply was lost
+  ViewsMemory views_memory_;                  // tables refused views, not rebuilt again at the same horizon
   std::map<uint64_t, std::set<std::string>> published_with_;  // epoch -> stores published (a cache; cleared at each commit)
 };
 

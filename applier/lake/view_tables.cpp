@@ -337,7 +337,7 @@ ViewHorizon ReadViewHorizon(PgConnection& catalog, const LakeConfig& config, boo
   return h;
 }
 
-bool PublishViews(PgConnection& catalog, ObjectStore& store, const LakeConfig& config) {
+bool PublishViews(PgConnection& catalog, ObjectStore& store, const LakeConfig& config, ViewsMemory& memory) {
   const ViewHorizon horizon = ReadViewHorizon(catalog, config, true);
   const std::string through = ThroughText(horizon.through_epoch);
   // Which view tables are not at the horizon (or missing for a table with changes below it).
@@ -349,15 +349,25 @@ bool PublishViews(PgConnection& catalog, ObjectStore& store, const LakeConfig& c
   if (!horizon.through_epoch && at.empty()) return false;  // nothing complete yet, no view to withdraw
   bool stale = false;
   const auto bases = BaseTables(catalog, config);
-  for (const auto& [base, columns] : bases) {
+  auto behind = [&](const std::string& base) {
     auto a = at.find(base);
-    if (a == at.end() ? horizon.through_epoch.has_value() : a->second != horizon.through_epoch) stale = true;
+    return a == at.end() ? horizon.through_epoch.has_value() : a->second != horizon.through_epoch;
+  };
+  for (const auto& [base, columns] : bases) {
+    auto r = memory.refused_at.find(base);
+    if (behind(base) && (r == memory.refused_at.end() || r->second != horizon.through_epoch)) stale = true;
   }
   if (!stale) return false;
   BuiltViews built = BuildViews(catalog, config, horizon);
-  for (const auto& [table, why] : built.refused) SayView(config, "views_refused", "table=" + table + " reason=\"" + why + "\"");
+  for (const auto& [table, why] : built.refused) {
+    auto r = memory.refused_at.find(table);
+    if (r == memory.refused_at.end() || r->second != horizon.through_epoch)
+      SayView(config, "views_refused", "table=" + table + " through_epoch=" + through + " reason=\"" + why + "\"");
+    memory.refused_at[table] = horizon.through_epoch;
+  }
   std::vector<ViewPointer> pointers;
   for (const auto& [base, views] : built.tables) {
+    if (!behind(base)) continue;  // already at the horizon (another table was behind)
     pointers.push_back(WriteViewTable(catalog, store, config, base, "current", CurrentColumns(views.columns),
                                       CurrentRows(views), horizon));
     pointers.push_back(WriteViewTable(catalog, store, config, base, "history", HistoryColumns(views.columns),

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -38,10 +39,16 @@ struct ViewHorizon {
 // (the negative control defect.lake_views_past_incomplete_epoch); plan and verify never pass it.
 ViewHorizon ReadViewHorizon(PgConnection& catalog, const LakeConfig& config, bool allow_defects = false);
 
+// The fan-in's memory between passes: tables refused views (no key, ...) at a horizon, so a pass
+// neither rebuilds for them nor says so again until the horizon moves.
+struct ViewsMemory {
+  std::map<std::string, std::optional<uint64_t>> refused_at;  // base table -> horizon it was refused at
+};
+
 // Rebuilds every view table whose recorded horizon is not the catalog's horizon now; one catalog
 // transaction for all of them. Throws CommandFailed naming the table on any failure (nothing of
 // it committed). Returns whether it committed anything.
-bool PublishViews(PgConnection& catalog, ObjectStore& store, const LakeConfig& config);
+bool PublishViews(PgConnection& catalog, ObjectStore& store, const LakeConfig& config, ViewsMemory& memory);
 
 // `lake plan`: the horizon and each view table's recorded horizon and row count.
 nlohmann::json DescribeViews(PgConnection& catalog, const LakeConfig& config);
