@@ -39,6 +39,13 @@ void PrintPlanText(const nlohmann::json& plan) {
     if (e.contains("quarantine")) std::cout << "\n      quarantine: " << e["quarantine"].get<std::string>();
     std::cout << "\n";
   }
+  const auto& views = plan["views"];
+  std::cout << "views: horizon " << views["horizon_epochs"].get<uint64_t>() << " epoch(s), through "
+            << (views["through_epoch"].is_null() ? std::string("none") : views["through_epoch"].get<std::string>()) << "\n";
+  for (const auto& t : views["tables"])
+    std::cout << "  " << t["table"].get<std::string>() << "  through "
+              << (t["through_epoch"].is_null() ? std::string("none") : t["through_epoch"].get<std::string>()) << "  "
+              << t["rows"].get<uint64_t>() << " rows\n";
 }
 
 }  // namespace

@@ -20,7 +20,9 @@
 
 #include "engine/applier.h"
 #include "kit/errors.h"
+#include "lake/catalog_text.h"
 #include "lake/object_store.h"
+#include "lake/view_tables.h"
 #include "pg/pg_connection.h"
 #include "trellara/base/fault.h"
 #include "trellara/lake/iceberg_manifest.h"
@@ -74,6 +76,12 @@ CREATE TABLE IF NOT EXISTS trellara_lake.epochs (
 CREATE TABLE IF NOT EXISTS trellara_lake.tables (
   lake text NOT NULL, table_name text NOT NULL, table_uuid text NOT NULL, source_columns text[] NOT NULL,
   snapshots jsonb NOT NULL DEFAULT '[]', metadata_log jsonb NOT NULL DEFAULT '[]', PRIMARY KEY (lake, table_name));
+ALTER TABLE trellara_lake.changes ADD COLUMN IF NOT EXISTS key_columns text[] NOT NULL DEFAULT '{}',
+  ADD COLUMN IF NOT EXISTS old_key text[];
+CREATE TABLE IF NOT EXISTS trellara_lake.views (
+  lake text NOT NULL, table_name text NOT NULL, base_table text NOT NULL, kind text NOT NULL, table_uuid text NOT NULL,
+  through_epoch bigint, horizon_epochs bigint NOT NULL, rows bigint NOT NULL, snapshots jsonb NOT NULL DEFAULT '[]',
+  metadata_log jsonb NOT NULL DEFAULT '[]', built_at timestamptz, PRIMARY KEY (lake, table_name));
 )sql";
 
 std::string Lsn(uint64_t lsn) { return FormatLsn(lsn); }
@@ -87,73 +95,7 @@ uint64_t NowUs() {
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
 }
 
-// A PostgreSQL text[] literal of strings (NULL elements for nullopt).
-std::string ArrayLiteral(const std::vector<std::optional<std::string>>& items) {
-  std::string out = "{";
-  for (size_t i = 0; i < items.size(); i++) {
-    if (i) out += ",";
-    if (!items[i]) {
-      out += "NULL";
-      continue;
-    }
-    out += "\"";
-    for (char c : *items[i]) {
-      if (c == '"' || c == '\\') out += '\\';
-      out += c;
-    }
-    out += "\"";
-  }
-  return out + "}";
-}
-std::string ArrayLiteral(const std::vector<std::string>& items) {
-  std::vector<std::optional<std::string>> o(items.begin(), items.end());
-  return ArrayLiteral(o);
-}
-// Parses a text[] as PostgreSQL prints it (quoted elements, NULL).
-std::vector<std::optional<std::string>> ParseArray(const std::string& text) {
-  std::vector<std::optional<std::string>> out;
-  if (text.size() < 2) return out;
-  size_t i = 1;
-  while (i < text.size() - 1) {
-    if (text[i] == '"') {
-      std::string v;
-      for (i++; i < text.size() && text[i] != '"'; i++) {
-        if (text[i] == '\\') i++;
-        v += text[i];
-      }
-      out.push_back(v);
-      i++;  // closing quote
-    } else {
-      size_t end = text.find(',', i);
-      if (end == std::string::npos) end = text.size() - 1;
-      std::string v = text.substr(i, end - i);
-      if (v == "NULL") out.push_back(std::nullopt);
-      else out.push_back(v);
-      i = end;
-    }
-    if (i < text.size() && text[i] == ',') i++;
-  }
-  return out;
-}
-std::set<std::string> ParseNameArray(const std::optional<std::string>& text) {
-  std::set<std::string> out;
-  if (!text) return out;
-  for (const auto& v : ParseArray(*text))
-    if (v) out.insert(*v);
-  return out;
-}
-
 std::vector<uint8_t> Bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
-
-// The lake table of a source relation ("public.items" -> "public__items").
-std::string TableNameOf(const std::string& relation) {
-  std::string out = relation;
-  const size_t dot = out.find('.');
-  if (dot != std::string::npos) out.replace(dot, 1, "__");
-  for (char& c : out)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
-  return out;
-}
 
 // The lake table's columns: what every row says about its source transaction, then the source
 // relation's columns (text form; docs/lake.md "Tables").
@@ -213,6 +155,8 @@ struct StagedChange {
   std::vector<std::string> columns;
   std::vector<std::optional<std::string>> values;
   std::vector<std::string> unchanged;
+  std::vector<std::string> key_columns;  // the relation's key columns (replica identity / primary key)
+  std::optional<std::vector<std::optional<std::string>>> old_key;  // an update's old key, when the source sent one
 };
 
 class Fanin {
@@ -238,6 +182,8 @@ class Fanin {
       bool read_any = false;
       for (const auto& store : config_.stores) read_any = Intake(store) || read_any;
       Publish();
+      // The views follow the horizon of what the catalog now holds (after this pass's commits).
+      PublishViews(catalog_.conn(), *store_, config_, views_memory_);
       // --until-caught-up ends once nothing was read and no commit's outcome is unknown.
       if (options_.until_caught_up && !read_any && unknown_.empty()) break;
       if (apply::StopRequested()) break;
@@ -351,7 +297,27 @@ class Fanin {
                                 std::to_string(c.relation_oid) + " without describing it");
           s.relation = rel->schema + "." + rel->name;
           s.op = c.op == Op::Insert ? "insert" : c.op == Op::Update ? "update" : "delete";
-          for (const auto& col : rel->columns) s.columns.push_back(col.name);
+          for (const auto& col : rel->columns) {
+            s.columns.push_back(col.name);
+            if (col.is_key) s.key_columns.push_back(col.name);
+          }
+          // An update's old image (its key changed, or replica identity full): the old key's values.
+          if (c.op == Op::Update && c.old_image != OldImage::None) {
+            std::vector<std::optional<std::string>> old_key;
+            size_t k = 0;
+            for (size_t i = 0; i < rel->columns.size(); i++) {
+              const bool in_image = c.old_image == OldImage::Full || rel->columns[i].is_key;
+              const size_t at = c.old_image == OldImage::Full ? i : k;
+              if (!in_image) continue;
+              k++;
+              if (!rel->columns[i].is_key) continue;
+              if (at < c.old_tuple.size() && c.old_tuple[at].kind == Value::Kind::Text) old_key.push_back(c.old_tuple[at].data);
+              else if (at < c.old_tuple.size() && c.old_tuple[at].kind == Value::Kind::Binary)
+                old_key.push_back("\\x" + HexEncode(reinterpret_cast<const uint8_t*>(c.old_tuple[at].data.data()), c.old_tuple[at].data.size()));
+              else old_key.push_back(std::nullopt);
+            }
+            s.old_key = std::move(old_key);
+          }
           const std::vector<Value>& tuple = c.op == Op::Delete ? c.old_tuple : c.new_tuple;
           const bool key_only = c.op == Op::Delete && c.old_image == OldImage::Key;
           size_t k = 0;
@@ -441,6 +407,13 @@ class Fanin {
         const uint64_t held_epoch = std::stoull(held.Value(0, 2).value_or("0"));
         if (held_checksum == checksum) {
           replays++;
+          // Negative control (tests only): a replay counted again in its published epoch, as a
+          // counter incremented per arrival would (the counts are recomputed from the dedup set).
+          if (fault::Hit("defect.lake_count_by_increment") == fault::Action::Defect)
+            catalog_.Run("UPDATE trellara_lake.epochs SET transactions = transactions + 1, changes = changes + $3 "
+                         "WHERE lake = $1 AND epoch = $2 AND receipt IS NOT NULL",
+                         {config_.name, std::to_string(held_epoch), held.Value(0, 1).value_or("0")},
+                         "counting a replay (defect)");
           continue;
         }
         const core::Conflict conflict{store.name, tx.tx.commit_lsn, tx.tx.xid, held_checksum, checksum};
@@ -465,12 +438,14 @@ class Fanin {
         copy += CopyField(config_.name) + '\t' + CopyField(store.name) + '\t' + Lsn(tx.tx.commit_lsn) + '\t' +
                 std::to_string(tx.tx.xid) + '\t' + std::to_string(c.position) + '\t' + std::to_string(epoch) + '\t' +
                 CopyField(c.relation) + '\t' + c.op + '\t' + CopyField(ArrayLiteral(c.columns)) + '\t' +
-                CopyField(ArrayLiteral(c.values)) + '\t' + CopyField(ArrayLiteral(c.unchanged)) + '\n';
+                CopyField(ArrayLiteral(c.values)) + '\t' + CopyField(ArrayLiteral(c.unchanged)) + '\t' +
+                CopyField(ArrayLiteral(c.key_columns)) + '\t' + (c.old_key ? CopyField(ArrayLiteral(*c.old_key)) : "\\N") +
+                '\n';
       }
     }
     if (!copy.empty()) {
       catalog_.Must(catalog_.conn().StartCopy("COPY trellara_lake.changes (lake, store, commit_lsn, xid, position, epoch, "
-                                              "relation, op, columns, vals, unchanged) FROM STDIN"),
+                                              "relation, op, columns, vals, unchanged, key_columns, old_key) FROM STDIN"),
                     "staging the changes of store " + store.name);
       if (Status put = catalog_.conn().PutCopyData(copy.data(), copy.size()); !put.ok())
         throw CommandFailed("staging the changes of store " + store.name + ": " + put.error().message);
@@ -558,7 +533,16 @@ class Fanin {
     switch (d.action) {
       case core::EpochAction::None:
       case core::EpochAction::Wait:
+        return;
       case core::EpochAction::Quarantine:
+        // Negative control (tests only): the quarantined epoch published anyway as complete with
+        // every store (its files already written: the stores it held count as published).
+        if (fault::Hit("defect.lake_publish_on_conflict") == fault::Action::Defect) {
+          d.state = core::EpochState::Complete;
+          for (const auto& s : config_.stores) d.include.insert(s.name);
+          if (row.rows() == 1) facts.published.stores = ParseNameArray(row.Value(0, 1));
+          break;
+        }
         return;
       case core::EpochAction::SettleCommit: {
         const std::string asked = pending ? *pending : unknown_[epoch];
@@ -790,8 +774,16 @@ class Fanin {
     }
     // 4. One catalog transaction: every table's pointer (only from the one this publication read),
     // the epoch published, the pending receipt cleared.
-    PgResult counts = catalog_.Run("SELECT count(*), coalesce(sum(changes), 0) FROM trellara_lake.transactions "
-                                   "WHERE lake = $1 AND epoch = $2 AND store = ANY($3::text[])",
+    // Negative control (tests only): an epoch appended to gets its earlier counts plus its stores'
+    // again (incremented, not recomputed from the dedup set).
+    const bool increment = !already.empty() && fault::Hit("defect.lake_count_by_increment") == fault::Action::Defect;
+    PgResult counts = catalog_.Run(increment
+                                       ? "SELECT (SELECT transactions FROM trellara_lake.epochs WHERE lake = $1 AND epoch = $2) + "
+                                         "count(*), (SELECT changes FROM trellara_lake.epochs WHERE lake = $1 AND epoch = $2) + "
+                                         "coalesce(sum(changes), 0) FROM trellara_lake.transactions "
+                                         "WHERE lake = $1 AND epoch = $2 AND store = ANY($3::text[])"
+                                       : "SELECT count(*), coalesce(sum(changes), 0) FROM trellara_lake.transactions "
+                                         "WHERE lake = $1 AND epoch = $2 AND store = ANY($3::text[])",
                                    {config_.name, std::to_string(epoch),
                                     ArrayLiteral(std::vector<std::string>(include.begin(), include.end()))},
                                    "counting " + name);
@@ -845,6 +837,7 @@ class Fanin {
   std::unique_ptr<ObjectStore> store_;
   std::unique_ptr<log::LogDevice> device_;
   std::map<uint64_t, std::string> unknown_;  // epoch -> receipt of a commit whose reply was lost
+  ViewsMemory views_memory_;                  // tables refused views, not rebuilt again at the same horizon
   std::map<uint64_t, std::set<std::string>> published_with_;  // epoch -> stores published (a cache; cleared at each commit)
 };
 
@@ -1088,6 +1081,7 @@ nlohmann::json PlanLake(const LakeConfig& config) {
   }
   plan["epochs"] = rows;
   plan["views_complete_through_epoch"] = core::CompleteHorizon(states);
+  plan["views"] = DescribeViews(catalog.conn(), config);
   return plan;
 }
 
@@ -1202,7 +1196,8 @@ int VerifyLake(const LakeConfig& config, nlohmann::json& report) {
       problems.push_back("lake table " + *tables.Value(t, 0) + ": the catalog's metadata file " + location.value_or("(none)") +
                          " is missing");
   }
-  report = {{"lake", config.name}, {"epochs", epochs_out}, {"data_files_checked", files_checked},
+  const json views = VerifyViews(catalog.conn(), *store, config, problems);
+  report = {{"lake", config.name}, {"epochs", epochs_out}, {"data_files_checked", files_checked}, {"views", views},
             {"problems", problems}, {"agrees", problems.empty()}};
   return problems.empty() ? 0 : 1;
 }

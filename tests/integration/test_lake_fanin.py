@@ -130,10 +130,13 @@ class Fleet:
         for k in (range(STORES) if stores is None else stores):
             self.stores[k].source.query("SELECT txid_current()")
 
-    def run(self, *extra, expect=(0,), env=None, defects=False):
+    def run(self, *extra, expect=(0,), env=None, defects=False, outputs=None):
+        """outputs: a list the run's stderr is appended to (before its exit code is checked)."""
         argv = [TRELLARA_BIN] + (["--enable-test-defects"] if defects else []) + \
                ["lake", "fanin", "run", "--config", self.config, "--until-caught-up", *extra]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+        if outputs is not None:
+            outputs.append(done.stderr)
         if expect is not None and done.returncode not in expect:
             raise CaptureFailure(f"lake fanin run exited {done.returncode}: {done.stdout[-1000:]} {done.stderr[-3000:]}")
         return done
@@ -219,6 +222,20 @@ class Fleet:
                                  f"{table.get('icebird_error') or ('agrees' if table.get('icebird_agrees') else 'disagrees')}")
         return current["summary"], rows
 
+    def view_rows(self, kind, table="public__items"):
+        """View table <table>__<kind> (current or history) read by read_iceberg.mjs (avsc + hyparquet,
+        and icebird, which must agree): (summary of its current snapshot, rows), or None when the
+        catalog has no such table."""
+        location = self.catalog.query("SELECT metadata_location FROM iceberg_tables WHERE catalog_name = 'fleet' "
+                                      f"AND table_namespace = 'fleet' AND table_name = '{table}__{kind}'")
+        if not location:
+            return None
+        read = node("read_iceberg.mjs", location)
+        if read.get("icebird_agrees") is not True:
+            raise CaptureFailure(f"{table}__{kind}: icebird {read.get('icebird_error') or 'disagrees'} with avsc + hyparquet")
+        current = next(s for s in read["snapshots"] if s["snapshot_id"] == read["current_snapshot_id"])
+        return current["summary"], read["rows"]
+
     def assert_lake_equals_stores(self, label, stores=range(STORES)):
         """Replays the lake's change log per store: it must equal each store's items, row for row."""
         summary, rows = self.lake_rows()
@@ -240,6 +257,85 @@ class Fleet:
         print(f"{label}: the lake's change log ({len(rows)} rows) replays to every store's table; current snapshot "
               f"{summary.get('trellara.epoch')} {summary.get('trellara.epoch-state')}")
         return summary, rows
+
+
+def epoch_index(name):
+    """"epoch-00000000a1b2c3d4" -> its index."""
+    return int(name.split("-", 1)[1], 16)
+
+
+def assert_views_stop_before_incomplete_epochs(fleet, plan, label):
+    """No view reaches an epoch that is not `complete`, nor any epoch after one: not the horizon the
+    plan shows, not the horizon each view table records, not the view tables as an independent
+    reader reads them from the catalog (their snapshot summary, and no row's commit time in or after
+    the first epoch that is not complete)."""
+    incomplete = [e["index"] for e in plan["epochs"] if e["state"] != "complete"]
+    if not incomplete:
+        raise CaptureFailure(f"{label}: expected an epoch that is not complete: {[e['state'] for e in plan['epochs']]}")
+    first = min(incomplete)
+    states = {e["epoch"]: e["state"] for e in plan["epochs"]}
+    views = plan["views"]
+    if views["through_epoch"] is not None and epoch_index(views["through_epoch"]) >= first:
+        raise CaptureFailure(f"{label}: lake plan's views reach {views['through_epoch']}, past {plan['epochs'][0]['epoch']}"
+                             f"..: {states}")
+    for t in views["tables"]:
+        if t["through_epoch"] is not None and epoch_index(t["through_epoch"]) >= first:
+            raise CaptureFailure(f"{label}: view table {t['table']} is built through {t['through_epoch']} "
+                                 f"({states.get(t['through_epoch'])}); epochs: {states}")
+    for kind, time_column in (("current", "_commit_time"), ("history", "_valid_from_time")):
+        got = fleet.view_rows(kind)
+        if got is None:
+            continue
+        summary, rows = got
+        through = summary.get("trellara.views-through-epoch", "none")
+        if through != "none" and epoch_index(through) >= first:
+            raise CaptureFailure(f"{label}: public__items__{kind}'s current snapshot is built through {through} "
+                                 f"({states.get(through)})")
+        late = [r for r in rows if num(r[time_column]) // (EPOCH_S * 1000000) >= first]
+        if late:
+            raise CaptureFailure(f"{label}: public__items__{kind} holds {len(late)} row(s) of epochs from "
+                                 f"{first:#x} on, which is not complete: {late[:2]}")
+    print(f"{label}: the views stop before the first epoch that is not complete ({states}); horizon "
+          f"{views['through_epoch']}")
+
+
+def assert_views_equal_stores(fleet, label):
+    """Every epoch complete: the views reach the last one; public__items__current, read by an
+    independent reader, equals each store's items (rows per source), and the history's current
+    versions are exactly those rows."""
+    plan = fleet.plan()
+    last = max(e["index"] for e in plan["epochs"] if any(s["transactions"] for s in e["stores"]))
+    views = plan["views"]
+    if views["through_epoch"] is None or epoch_index(views["through_epoch"]) < last:
+        raise CaptureFailure(f"{label}: every epoch complete, but the views reach {views['through_epoch']} "
+                             f"(last epoch {last:#x}): {views}")
+    current = fleet.view_rows("current")
+    history = fleet.view_rows("history")
+    if current is None or history is None:
+        raise CaptureFailure(f"{label}: the catalog has no public__items__current / __history: {views}")
+    (summary, rows), (_hsummary, versions) = current, history
+    if summary.get("trellara.views-through-epoch") != views["through_epoch"]:
+        raise CaptureFailure(f"{label}: public__items__current is built through "
+                             f"{summary.get('trellara.views-through-epoch')}, the horizon is {views['through_epoch']}")
+    line = lambda r: f"{r['id']}|{r['note']}|{r['amount']}"  # noqa: E731
+    for k in range(STORES):
+        store = f"store-0{k + 1}"
+        source = fleet.stores[k].source.query(
+            "SELECT coalesce(string_agg(id || '|' || note || '|' || amount, ',' ORDER BY id), '') FROM items")
+        mine = sorted((r for r in rows if r["_source"] == store), key=lambda r: int(r["id"]))
+        got = ",".join(line(r) for r in mine)
+        if got != source:
+            raise CaptureFailure(f"{label}: public__items__current for {store} holds {got[:300]!r}, the store holds "
+                                 f"{source[:300]!r}")
+    now = sorted((r["_source"], int(r["id"]), line(r)) for r in versions if r["_is_current"])
+    if now != sorted((r["_source"], int(r["id"]), line(r)) for r in rows):
+        raise CaptureFailure(f"{label}: public__items__history's current versions are not public__items__current")
+    ended = [r for r in versions if not r["_is_current"]]
+    if not ended or any(r["_valid_to_lsn"] is None for r in ended) or any(r["_valid_to_lsn"] is not None
+                                                                          for r in versions if r["_is_current"]):
+        raise CaptureFailure(f"{label}: public__items__history's ended versions: {ended[:3]}")
+    print(f"{label}: public__items__current ({len(rows)} rows) equals every store's items at the horizon "
+          f"{views['through_epoch']}; __history holds {len(versions)} versions ({len(ended)} ended)")
 
 
 def served_metrics(fleet, want_ready):
@@ -324,6 +420,41 @@ def fanin_publishes_complete_epochs_read_back_exactly():
         print("ok: fanin_publishes_complete_epochs_read_back_exactly")
 
 
+def gaps_run(fleet, env=None, defects=False, outputs=None):
+    """Store-04's relay stopped while all four write; the epochs published complete_with_gaps; the
+    views must not reach them. Returns the plan."""
+    fleet.stores[3].source.query("SELECT trellara.stop_flow('app')")
+    wait_epoch_start()
+    for k in range(STORES):
+        fleet.write(k, 1, 8)
+    wait_epoch_passed(fleet)
+    # Stores 1-3 through the epoch on the fan-in's evidence (the deadline an hour away), then the
+    # operator shortens the deadline: the next run publishes without exactly store-04.
+    fleet.wait_stores_complete(range(3))
+    fleet.set_gap_deadline("1s")
+    plan = fleet.settle({"complete_with_gaps"}, stores=range(3), env=env, defects=defects, outputs=outputs)
+    for e in plan["epochs"]:
+        if e["missing"] != ["store-04"] or e["completeness"] != "3/4 complete, 1 missing, 0 quarantined":
+            raise CaptureFailure(f"{e['epoch']} with store-04 stopped: {e['completeness']}, missing {e['missing']}")
+    assert_views_stop_before_incomplete_epochs(fleet, plan, "with gaps")
+    return plan
+
+
+def late_store_run(fleet, env=None, defects=False, outputs=None):
+    """Store-04's relay started again after gaps_run: the same epochs become complete, their counts
+    the dedup set's; verify agrees."""
+    fleet.stores[3].source.query("SELECT trellara.start_flow('app')")
+    plan = fleet.settle({"complete"}, env=env, defects=defects, outputs=outputs)
+    for e in plan["epochs"]:
+        own = sum(s["transactions"] for s in e["stores"])
+        if e["published_transactions"] != own or e["completeness"] != "4/4 complete, 0 missing, 0 quarantined":
+            raise CaptureFailure(f"{e['epoch']} after the late store: {e['completeness']}, published "
+                                 f"{e['published_transactions']} transactions, its dedup set holds {own}")
+    print(f"after the late store: complete {({e['epoch']: e['published_transactions'] for e in plan['epochs']})}")
+    require_verify(fleet, "after the late store")
+    return plan
+
+
 @scenario(seed_rows=("fleet_fanin_offline_stores_publish_with_gaps", "fleet_fanin_late_store_recovery"), suite="lake",
           invariants=("an epoch whose store is unreachable past the gap deadline is published complete_with_gaps "
                       "naming it (plan and snapshot summary)",
@@ -332,35 +463,69 @@ def fanin_publishes_complete_epochs_read_back_exactly():
                       "verify agrees and the lake replays to every store's table"))
 def offline_store_publishes_with_gaps_then_late_store_completes():
     with Fleet("lake-gaps") as fleet:
-        fleet.stores[3].source.query("SELECT trellara.stop_flow('app')")
-        wait_epoch_start()
-        for k in range(STORES):
-            fleet.write(k, 1, 8)
-        wait_epoch_passed(fleet)
-        # Stores 1-3 through the epoch on the fan-in's evidence (the deadline an hour away), then the
-        # operator shortens the deadline: the next run publishes without exactly store-04.
-        fleet.wait_stores_complete(range(3))
-        fleet.set_gap_deadline("1s")
-        plan = fleet.settle({"complete_with_gaps"}, stores=range(3))
-        for e in plan["epochs"]:
-            if e["missing"] != ["store-04"] or e["completeness"] != "3/4 complete, 1 missing, 0 quarantined":
-                raise CaptureFailure(f"{e['epoch']} with store-04 stopped: {e['completeness']}, missing {e['missing']}")
+        plan = gaps_run(fleet)
         summary, _ = fleet.assert_lake_equals_stores("with gaps", stores=range(3))
         if summary.get("trellara.missing-stores") != '{"store-04"}' or summary.get("trellara.epoch-state") != "complete_with_gaps":
             raise CaptureFailure(f"the snapshot summary of an epoch published with gaps: {summary}")
         gap_counts = {e["epoch"]: e["published_transactions"] for e in plan["epochs"]}
-        fleet.stores[3].source.query("SELECT trellara.start_flow('app')")
-        plan = fleet.settle({"complete"})
-        for e in plan["epochs"]:
-            own = sum(s["transactions"] for s in e["stores"])
-            if e["published_transactions"] != own or e["completeness"] != "4/4 complete, 0 missing, 0 quarantined":
-                raise CaptureFailure(f"{e['epoch']} after the late store: {e['completeness']}, published "
-                                     f"{e['published_transactions']} transactions, its dedup set holds {own}")
-        print(f"published with gaps {gap_counts}, then complete "
-              f"{ {e['epoch']: e['published_transactions'] for e in plan['epochs']} }")
-        require_verify(fleet, "after the late store")
+        late_store_run(fleet)
+        print(f"published with gaps {gap_counts}")
         fleet.assert_lake_equals_stores("after the late store")
+        assert_views_equal_stores(fleet, "after the late store")
         print("ok: offline_store_publishes_with_gaps_then_late_store_completes")
+
+
+@scenario(suite="lake", defect="defect.lake_views_past_incomplete_epoch",
+          pairs_with="offline_store_publishes_with_gaps_then_late_store_completes",
+          invariants=("a fan-in whose views take an epoch published complete_with_gaps as complete builds them past "
+                      "the horizon: the views' horizon and rows, read from the catalog, catch it",))
+def negative_control_views_past_an_incomplete_epoch_are_caught():
+    with Fleet("lake-views-defect") as fleet:
+        def run_checks(env, outputs):
+            gaps_run(fleet, env=env, defects=True, outputs=outputs)
+        caught = checks_fail_under_defect("defect.lake_views_past_incomplete_epoch", "views", run_checks)
+        print(f"caught: {str(caught)[:300]}")
+        print("ok: negative_control_views_past_an_incomplete_epoch_are_caught")
+
+
+def replay_run(fleet, env=None, defects=False, outputs=None):
+    """Four stores published complete; store-01's log delivered again: replays skipped, counts
+    unchanged, verify agrees, the views equal the stores."""
+    for k in range(STORES):
+        fleet.write(k, 1, 6)
+    wait_epoch_passed(fleet)
+    plan = fleet.settle({"complete"}, env=env, defects=defects, outputs=outputs)
+    before = {e["epoch"]: (e["published_transactions"], e["published_changes"]) for e in plan["epochs"]}
+    fleet.catalog.query("UPDATE trellara_lake.stores SET next_offset = 0 WHERE store = 'store-01'")
+    replay = fleet.run(env=env, defects=defects, outputs=outputs)
+    if "replays_skipped=" not in replay.stderr or " replays_skipped=0 " in replay.stderr.replace("\n", " "):
+        raise CaptureFailure(f"the replayed log of store-01 was not counted as skipped replays: {replay.stderr[-2000:]}")
+    after = {e["epoch"]: (e["published_transactions"], e["published_changes"]) for e in fleet.plan()["epochs"]}
+    if after != before:
+        raise CaptureFailure(f"counts changed by a replay: {before} -> {after}")
+    require_verify(fleet, "after the replay")
+    assert_views_equal_stores(fleet, "after the replay")
+
+
+def conflict_run(fleet, env=None, defects=False, outputs=None):
+    """After replay_run: a transaction the catalog holds with another checksum than store-02 delivers
+    quarantines its epoch (exit 3), naming the store, the LSN and both checksums; the views are
+    withdrawn from it. Returns (the victim's LSN, xid, epoch)."""
+    victim = fleet.catalog.query("SELECT commit_lsn || ' ' || xid || ' ' || epoch FROM trellara_lake.transactions "
+                                 "WHERE store = 'store-02' ORDER BY commit_lsn LIMIT 1").split()
+    fleet.catalog.query(f"UPDATE trellara_lake.transactions SET checksum = repeat('ab', 32) WHERE store = 'store-02' "
+                        f"AND commit_lsn = '{victim[0]}'")
+    fleet.catalog.query("UPDATE trellara_lake.stores SET next_offset = 0 WHERE store = 'store-02'")
+    blocked = fleet.run(expect=(3,), env=env, defects=defects, outputs=outputs)
+    quarantined = [e for e in fleet.plan()["epochs"] if e["state"] == "quarantined"]
+    if len(quarantined) != 1 or "store-02" not in quarantined[0]["quarantine"] or victim[0] not in \
+            quarantined[0]["quarantine"] or "abababab" not in quarantined[0]["quarantine"]:
+        raise CaptureFailure(f"the conflicting duplicate did not quarantine its epoch naming store, LSN and both "
+                             f"checksums: {quarantined} {blocked.stderr[-1500:]}")
+    print(f"quarantined: {quarantined[0]['epoch']} {quarantined[0]['completeness']}: {quarantined[0]['quarantine'][:300]}")
+    # The views were built through the epoch before its quarantine; they are withdrawn from it at once.
+    assert_views_stop_before_incomplete_epochs(fleet, fleet.plan(), "quarantined")
+    return victim
 
 
 @scenario(seed_rows=("fleet_fanin_duplicate_store_replay", "fleet_fanin_conflicting_duplicate_quarantine"),
@@ -371,32 +536,8 @@ def offline_store_publishes_with_gaps_then_late_store_completes():
                       "GET /readyz of a fan-in with a quarantined epoch: 503 lake_epoch_quarantined"))
 def replayed_store_is_skipped_and_a_conflicting_duplicate_quarantines():
     with Fleet("lake-replay") as fleet:
-        for k in range(STORES):
-            fleet.write(k, 1, 6)
-        wait_epoch_passed(fleet)
-        plan = fleet.settle({"complete"})
-        before = {e["epoch"]: (e["published_transactions"], e["published_changes"]) for e in plan["epochs"]}
-        fleet.catalog.query("UPDATE trellara_lake.stores SET next_offset = 0 WHERE store = 'store-01'")
-        replay = fleet.run()
-        if "replays_skipped=" not in replay.stderr or " replays_skipped=0 " in replay.stderr.replace("\n", " "):
-            raise CaptureFailure(f"the replayed log of store-01 was not counted as skipped replays: {replay.stderr[-2000:]}")
-        after = {e["epoch"]: (e["published_transactions"], e["published_changes"]) for e in fleet.plan()["epochs"]}
-        if after != before:
-            raise CaptureFailure(f"counts changed by a replay: {before} -> {after}")
-        require_verify(fleet, "after the replay")
-        # A transaction the catalog holds with another checksum than store-02 delivers.
-        victim = fleet.catalog.query("SELECT commit_lsn || ' ' || xid || ' ' || epoch FROM trellara_lake.transactions "
-                                     "WHERE store = 'store-02' ORDER BY commit_lsn LIMIT 1").split()
-        fleet.catalog.query(f"UPDATE trellara_lake.transactions SET checksum = repeat('ab', 32) WHERE store = 'store-02' "
-                            f"AND commit_lsn = '{victim[0]}'")
-        fleet.catalog.query("UPDATE trellara_lake.stores SET next_offset = 0 WHERE store = 'store-02'")
-        blocked = fleet.run(expect=(3,))
-        quarantined = [e for e in fleet.plan()["epochs"] if e["state"] == "quarantined"]
-        if len(quarantined) != 1 or "store-02" not in quarantined[0]["quarantine"] or victim[0] not in \
-                quarantined[0]["quarantine"] or "abababab" not in quarantined[0]["quarantine"]:
-            raise CaptureFailure(f"the conflicting duplicate did not quarantine its epoch naming store, LSN and both "
-                                 f"checksums: {quarantined} {blocked.stderr[-1500:]}")
-        print(f"quarantined: {quarantined[0]['epoch']} {quarantined[0]['completeness']}: {quarantined[0]['quarantine'][:300]}")
+        replay_run(fleet)
+        victim = conflict_run(fleet)
         ready, body = served_metrics(fleet, 503)
         if "lake_epoch_quarantined" not in ready[1] or 'trellara_lake_epochs{lake="fleet",state="quarantined"} 1' not in body:
             raise CaptureFailure(f"with a quarantined epoch: GET /readyz {ready}, /metrics {body[:1000]}")
@@ -493,9 +634,55 @@ def negative_control_deleting_files_of_an_unknown_commit_is_caught():
         print("ok: negative_control_deleting_files_of_an_unknown_commit_is_caught")
 
 
+@scenario(suite="lake", defect="defect.lake_count_by_increment",
+          pairs_with="offline_store_publishes_with_gaps_then_late_store_completes",
+          invariants=("a fan-in that adds a late store's counts to an epoch's published counts (incremented, not "
+                      "recomputed from the dedup set) double counts the stores published before: the plan's counts "
+                      "against the dedup set and verify catch it",))
+def negative_control_late_store_counts_incremented_are_caught():
+    with Fleet("lake-late-count-defect") as fleet:
+        gaps_run(fleet)
+        def run_checks(env, outputs):
+            late_store_run(fleet, env=env, defects=True, outputs=outputs)
+        caught = checks_fail_under_defect("defect.lake_count_by_increment", "late store counts", run_checks)
+        print(f"caught: {str(caught)[:300]}")
+        print("ok: negative_control_late_store_counts_incremented_are_caught")
+
+
+@scenario(suite="lake", defect="defect.lake_count_by_increment",
+          pairs_with="replayed_store_is_skipped_and_a_conflicting_duplicate_quarantines",
+          invariants=("a fan-in that counts a replayed transaction again in its published epoch changes the epoch's "
+                      "counts: the replay checks (counts unchanged, verify) catch it",))
+def negative_control_replay_counted_again_is_caught():
+    with Fleet("lake-replay-count-defect") as fleet:
+        def run_checks(env, outputs):
+            replay_run(fleet, env=env, defects=True, outputs=outputs)
+        caught = checks_fail_under_defect("defect.lake_count_by_increment", "replay counts", run_checks)
+        print(f"caught: {str(caught)[:300]}")
+        print("ok: negative_control_replay_counted_again_is_caught")
+
+
+@scenario(suite="lake", defect="defect.lake_publish_on_conflict",
+          pairs_with="replayed_store_is_skipped_and_a_conflicting_duplicate_quarantines",
+          invariants=("a fan-in that publishes an epoch a conflicting duplicate quarantined: the quarantine checks "
+                      "(exit 3, the epoch quarantined naming store, LSN and checksums, views withdrawn) catch it",))
+def negative_control_publishing_a_quarantined_epoch_is_caught():
+    with Fleet("lake-conflict-defect") as fleet:
+        replay_run(fleet)
+        def run_checks(env, outputs):
+            conflict_run(fleet, env=env, defects=True, outputs=outputs)
+        caught = checks_fail_under_defect("defect.lake_publish_on_conflict", "quarantine", run_checks)
+        print(f"caught: {str(caught)[:300]}")
+        print("ok: negative_control_publishing_a_quarantined_epoch_is_caught")
+
+
 if __name__ == "__main__":
     run_scenarios([fanin_publishes_complete_epochs_read_back_exactly,
                    offline_store_publishes_with_gaps_then_late_store_completes,
                    replayed_store_is_skipped_and_a_conflicting_duplicate_quarantines,
                    catalog_commit_outcomes_are_settled_by_reading_the_catalog,
-                   negative_control_deleting_files_of_an_unknown_commit_is_caught])
+                   negative_control_deleting_files_of_an_unknown_commit_is_caught,
+                   negative_control_views_past_an_incomplete_epoch_are_caught,
+                   negative_control_late_store_counts_incremented_are_caught,
+                   negative_control_replay_counted_again_is_caught,
+                   negative_control_publishing_a_quarantined_epoch_is_caught])
