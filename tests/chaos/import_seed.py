@@ -62,15 +62,17 @@ FAILOVER_NOTE = ("real processes on PostgreSQL 15: a primary with trellara and f
                  "promote after the primary's immediate (crash) or fast (planned) stop")
 NO_BROKER = "the replicated broker hop (trellara forward → NATS JetStream, DESIGN §9) is not built"
 FLEET_NOTE = ("the fleet world of the deterministic simulator drives core's epoch decisions (EpochLedger, DecideEpoch, "
-              "SettlePendingCommit, CompleteHorizon) over 12 simulated stores, an object store and a catalog, its paired "
-              "defect caught there; the real-process scenario runs `trellara lake fanin run` over four store clusters "
+              "SettlePendingCommit, CompleteHorizon) over 12 simulated stores, an object store and a catalog, its own "
+              "paired defect caught there (the simulation suite's row); this row's paired defect is a real-process "
+              "negative control; the real-process scenario runs `trellara lake fanin run` over four store clusters "
               "into an Iceberg lake (Parquet, Avro manifests, JDBC-catalog tables in PostgreSQL) read back by npm "
               "avsc, hyparquet and icebird")
 
 
 def fleet_sim(sim, defect, real=(), real_defect=None):
     """A fleet row: its named simulation (clean) and real-process scenarios of test_lake_fanin.py as
-    proof; the paired defect run of the simulation, or a real-process negative control, as its defect."""
+    proof; the paired defect run of the simulation, or a real-process negative control, as its defect
+    (the simulation's own defect run stays on the row of the simulation suite)."""
     scenario = (it(real_defect, LAKE) if real_defect else {"kind": "simulation", "name": f"{sim}__defect_{defect}"})
     return dict(proof=[{"kind": "simulation", "name": sim}] + [it(name, LAKE) for name in real],
                 defect={"name": defect, "scenario": scenario}, note=FLEET_NOTE)
@@ -386,17 +388,21 @@ MAPPING = {
              "simulator (partition_applier_before_ack) crashes partition appliers and the publisher at every "
              "boundary, its paired defect (partition_checkpoint_outside) caught by the evidence invariant"),
     "fleet_fanin_offline_stores_publish_with_gaps": fleet_sim("fleet_fanin_offline_stores_publish_with_gaps",
-                                                              "lake_complete_ignores_missing",
-                                                              ["offline_store_publishes_with_gaps_then_late_store_completes"]),
+                                                              "lake_views_past_incomplete_epoch",
+                                                              ["offline_store_publishes_with_gaps_then_late_store_completes"],
+                                                              "negative_control_views_past_an_incomplete_epoch_are_caught"),
     "fleet_fanin_late_store_recovery": fleet_sim("fleet_fanin_late_store_recovery_completes_epoch",
                                                  "lake_count_by_increment",
-                                                 ["offline_store_publishes_with_gaps_then_late_store_completes"]),
+                                                 ["offline_store_publishes_with_gaps_then_late_store_completes"],
+                                                 "negative_control_late_store_counts_incremented_are_caught"),
     "fleet_fanin_duplicate_store_replay": fleet_sim("fleet_fanin_duplicate_store_transaction_replay",
                                                     "lake_count_by_increment",
-                                                    ["replayed_store_is_skipped_and_a_conflicting_duplicate_quarantines"]),
+                                                    ["replayed_store_is_skipped_and_a_conflicting_duplicate_quarantines"],
+                                                    "negative_control_replay_counted_again_is_caught"),
     "fleet_fanin_conflicting_duplicate_quarantine": fleet_sim("fleet_fanin_conflicting_duplicate_quarantine",
                                                               "lake_publish_on_conflict",
-                                                              ["replayed_store_is_skipped_and_a_conflicting_duplicate_quarantines"]),
+                                                              ["replayed_store_is_skipped_and_a_conflicting_duplicate_quarantines"],
+                                                              "negative_control_publishing_a_quarantined_epoch_is_caught"),
     "qualification_source_promotion_while_relay_disconnected": dict(
         proof=[it("promotion_while_relay_disconnected_replays_from_the_last_applied_position", FAILOVER),
                it("target_ahead_of_the_promoted_server_fails_closed", FAILOVER)],
