@@ -195,6 +195,10 @@ Result<std::optional<NatsStream::Last>> NatsStream::LastRecord(const std::string
   Last last;
   last.sequence = natsMsg_GetSequence(message);
   if (header == NATS_OK && id != nullptr) last.message_id = id;
+  for (auto [key, field] : {std::pair{"Trellara-Format", &last.format_header}, std::pair{"Trellara-Count", &last.count_header}}) {
+    const char* value = nullptr;
+    if (natsMsgHeader_Get(message, key, &value) == NATS_OK && value != nullptr) *field = std::string(value);
+  }
   natsMsg_Destroy(message);
   if (last.message_id.empty())
     return MakeError("the last record of " + subject + " in stream " + settings_.stream + " (sequence " +
@@ -513,7 +517,10 @@ Result<std::optional<NatsStream::Delivered>> NatsStream::Read(int64_t timeout_ms
       return std::nullopt;
     return std::stoull(*text);
   };
-  d.offset = number(header("Trellara-Offset"));
+  d.offset_header = header("Trellara-Offset");
+  d.format_header = header("Trellara-Format");
+  d.count_header = header("Trellara-Count");
+  d.offset = number(d.offset_header);
   if (auto type = number(header("Trellara-Type")); type && *type <= 255) d.type = static_cast<uint8_t>(*type);
   d.commit_lsn = header("Trellara-Commit-Lsn").value_or("");
   const char* data = natsMsg_GetData(message);

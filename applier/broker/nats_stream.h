@@ -64,6 +64,8 @@ class NatsStream {
   struct Last {
     std::string message_id;
     uint64_t sequence = 0;
+    std::optional<std::string> format_header;  // Trellara-Format, Trellara-Count: a packed message
+    std::optional<std::string> count_header;   // (core pack.h ParsePublishedSpan); absent: one record
   };
   Result<std::optional<Last>> LastRecord(const std::string& subject = "");
 
@@ -98,10 +100,13 @@ class NatsStream {
     uint64_t sequence = 0;
     std::string subject;
     std::string message_id;
+    std::optional<std::string> offset_header;  // Trellara-Offset: the (first) record's offset
+    std::optional<std::string> format_header;  // Trellara-Format and Trellara-Count: a packed message
+    std::optional<std::string> count_header;   // (core pack.h); both absent: an older forwarder's record
     std::optional<uint64_t> offset;  // Trellara-Offset
-    std::optional<uint8_t> type;     // Trellara-Type
-    std::string commit_lsn;          // Trellara-Commit-Lsn as written (%X/%X)
-    std::vector<uint8_t> payload;
+    std::optional<uint8_t> type;     // Trellara-Type (a single-record message only)
+    std::string commit_lsn;          // Trellara-Commit-Lsn as written (%X/%X) (a single-record message only)
+    std::vector<uint8_t> payload;    // the packed body, or the single record's payload
   };
   // Starts (or restarts) reading the stream's subjects from stream sequence `from_sequence`, in
   // stream order, through a pull consumer pulled in batches (no acknowledgements: the reader

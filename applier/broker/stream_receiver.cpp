@@ -12,6 +12,7 @@
 #include "trellara/base/cadence.h"
 #include "trellara/base/fault.h"
 #include "trellara/broker/broker.h"
+#include "trellara/broker/pack.h"
 #include "trellara/broker/replica_intake.h"
 #include "trellara/log/atomic_file.h"
 #include "trellara/log/consumer_offsets.h"
@@ -240,7 +241,8 @@ void StreamReceiver::WriteHint() {
   std::rename(tmp.c_str(), path.c_str());
 }
 
-std::optional<bool> StreamReceiver::HeldSame(uint64_t offset, const NatsStream::Delivered& delivered) {
+std::optional<bool> StreamReceiver::HeldSame(const log::LogRecord& delivered) {
+  const uint64_t offset = delivered.offset;
   if (!compare_) {
     auto reader = log::LogReader::Open(device_, config_.log_directory);
     if (!reader) return std::nullopt;
@@ -250,8 +252,7 @@ std::optional<bool> StreamReceiver::HeldSame(uint64_t offset, const NatsStream::
   auto record = compare_->Next();
   if (!record || !*record || (*record)->offset != offset) return std::nullopt;
   const log::LogRecord& held = **record;
-  return held.type == delivered.type && FormatLsn(held.commit_lsn) == delivered.commit_lsn &&
-         held.payload == delivered.payload;
+  return held.type == delivered.type && held.commit_lsn == delivered.commit_lsn && held.payload == delivered.payload;
 }
 
 static int64_t NowMs() {
@@ -351,89 +352,117 @@ size_t StreamReceiver::Pump(std::chrono::milliseconds wait, std::optional<Confli
     if (unavailable_) Resumed();
     NatsStream::Delivered& d = **read;
     delivered_count++;
-    if (d.offset) max_offset_seen_ = std::max(max_offset_seen_, *d.offset + 1);
     last_delivery_ = Clock::now();
     next_sequence_ = d.sequence + 1;
-    auto name = core::ParseDeliveredId(d.message_id);
-    const auto lsn = ParseLsn(d.commit_lsn);
-    if (!name || !d.offset || *d.offset != name->offset || !d.type || !lsn)
+    // Which offsets the message holds (core pack.h): a packed message names its first and its
+    // count; one without a count is a single record as an older forwarder published it.
+    auto span = core::ParseDeliveredSpan(d.message_id, d.offset_header, d.format_header, d.count_header);
+    std::vector<log::LogRecord> records;
+    if (span && span->packed) {
+      auto decoded = core::DecodePack(span->first.offset, span->count, d.payload);
+      if (!decoded)
+        throw CommandFailed("stream " + config_.transport.stream + " message " + std::to_string(d.sequence) + " on " +
+                                d.subject + ": " + decoded.error().message +
+                                "; nothing of it was appended to the replica. A message trellara forward published "
+                                "whole was torn or altered in the broker, or something else publishes on the flow's "
+                                "subjects: remove the message (nats stream rmm " + config_.transport.stream + " " +
+                                std::to_string(d.sequence) + ") and start trellara apply again; the records it named "
+                                "are then refilled from the source's log",
+                            kExitFlowBlocked);
+      records = std::move(*decoded);
+    } else if (span) {
+      const auto lsn = ParseLsn(d.commit_lsn);
+      if (d.offset && d.type && lsn)
+        records.push_back(log::LogRecord{span->first.offset, *lsn, *d.type, std::move(d.payload)});
+    }
+    if (!span || records.empty())
       throw CommandFailed("stream " + config_.transport.stream + " message " + std::to_string(d.sequence) + " on " +
-                          d.subject + " is not a record of a trellara log (id \"" + d.message_id +
-                          "\"): something other than trellara forward publishes on the flow's subjects");
+                          d.subject + " is not a record of a trellara log (id \"" + d.message_id + "\"" +
+                          (span ? std::string() : ": " + span.error().message) +
+                          "): something other than trellara forward publishes on the flow's subjects");
+    max_offset_seen_ = std::max(max_offset_seen_, span->end());
+    const core::RecordName& head = span->first;  // the message's first record
     const uint64_t want = writer_->next_offset();
-    if (identity_.empty() && name->flow == config_.flow_name && name->offset == want) {
+    if (identity_.empty() && head.flow == config_.flow_name && head.offset <= want && want < span->end()) {
       // A new replica takes the identity of the log whose offset it needs first (0: a new replica
       // starts at the log's start; a stream that lost it asks the forwarder like any hole).
-      identity_ = name->log_identity;
+      identity_ = head.log_identity;
       Status kept = log::WriteFileAtomically(device_, config_.log_directory, kIdentityFile,
                                              kIdentityTmpFile, identity_ + "\n");
       if (!kept.ok())
         throw CommandFailed("cannot record which log the replica at " + config_.log_directory + " holds: " +
                             kept.error().message);
     }
-    if (identity_.empty()) pending_identity_ = name->log_identity;
-    std::optional<bool> held_same;
-    if (name->offset < want) {
-      flush();  // compared with what is durable
-      held_same = HeldSame(name->offset, d);
-    }
+    if (identity_.empty()) pending_identity_ = head.log_identity;
     const std::string& identity = identity_.empty() ? pending_identity_ : identity_;
-    core::Arrival arrival = core::DecideArrival(*name, config_.flow_name, identity, want, held_same);
-    // Negative control (tests only, TRELLARA_FAULTS=defect.apply_hole_check_skipped:1:defect): a
-    // record past a hole is taken as the next one, which the deleted-message scenario must catch.
-    bool skipping = false;
-    if (arrival == core::Arrival::Hole && fault::Hit("defect.apply_hole_check_skipped") == fault::Action::Defect) {
-      arrival = core::Arrival::Next;
-      skipping = true;
-    }
-    switch (arrival) {
-      case core::Arrival::Next: {
-        auto offset = writer_->Append(*d.type, *lsn, std::span<const uint8_t>(d.payload.data(), d.payload.size()));
-        if (!offset)
-          throw CommandFailed("cannot append offset " + std::to_string(name->offset) + " to the replica of flow " +
-                              config_.flow_name + " at " + config_.log_directory + ": " + offset.error().message);
-        appended++;
-        bytes += d.payload.size();
-        counters_.appended++;
-        expected_ = writer_->next_offset();
-        if (skipping) skipped_ahead_ = name->offset + 1 - writer_->next_offset();  // the defect believes it is there
-        if (holes_.Appended(*offset))
-          Event("refilled", "offset=" + std::to_string(*offset) + " stream_sequence=" + std::to_string(d.sequence));
-        break;
+    // The part below the replica's next offset is compared record by record with what is durable;
+    // the rest is appended in order, or is a hole (core SplitDelivery, DecideArrival per record).
+    if (core::SplitDelivery(head.offset, span->count, want).held_end > head.offset) flush();
+    bool skipping = false;  // defect.apply_hole_check_skipped fired on this message
+    for (log::LogRecord& r : records) {
+      const core::RecordName name{head.flow, head.log_identity, r.offset};
+      const uint64_t want_now = writer_->next_offset();
+      std::optional<bool> held_same;
+      if (r.offset < want_now) held_same = HeldSame(r);
+      core::Arrival arrival = core::DecideArrival(name, config_.flow_name, identity, want_now, held_same);
+      // Negative control (tests only, TRELLARA_FAULTS=defect.apply_hole_check_skipped:1:defect): a
+      // message past a hole is taken as the next one, which the deleted-message scenario must catch.
+      if (arrival == core::Arrival::Hole &&
+          (skipping || fault::Hit("defect.apply_hole_check_skipped") == fault::Action::Defect)) {
+        arrival = core::Arrival::Next;
+        skipping = true;
       }
-      case core::Arrival::Duplicate:
-        counters_.duplicates++;
-        break;
-      case core::Arrival::UncheckedDuplicate:
-        counters_.unchecked_duplicates++;
-        break;
-      case core::Arrival::ConflictingDuplicate:
-        flush();
-        conflict = ConflictingDelivery{name->offset, d.sequence, std::move(d.payload),
-                                       "stream message " + std::to_string(d.sequence) + " on " + d.subject +
-                                           " holds offset " + std::to_string(name->offset) +
-                                           " with other content than the replica holds (and applied)"};
-        WriteHint();
-        return appended;
-      case core::Arrival::Hole:
-        if (auto request = holes_.Seen(identity, want, name->offset, NowMs())) {
-          counters_.holes++;
-          fault::Hit("receive.hole_before_refill_ask");
-          Event("hole", "missing_from=" + std::to_string(want) + " seen=" + std::to_string(name->offset) +
-                            " stream_sequence=" + std::to_string(d.sequence));
-          AskRefill(*request);
-        } else {
-          counters_.passed_over++;
+      switch (arrival) {
+        case core::Arrival::Next: {
+          auto offset = writer_->Append(r.type, r.commit_lsn, std::span<const uint8_t>(r.payload.data(), r.payload.size()));
+          if (!offset)
+            throw CommandFailed("cannot append offset " + std::to_string(r.offset) + " to the replica of flow " +
+                                config_.flow_name + " at " + config_.log_directory + ": " + offset.error().message);
+          appended++;
+          bytes += r.payload.size();
+          counters_.appended++;
+          expected_ = writer_->next_offset();
+          if (skipping) skipped_ahead_ = r.offset + 1 - writer_->next_offset();  // the defect believes it is there
+          if (holes_.Appended(*offset))
+            Event("refilled", "offset=" + std::to_string(*offset) + " stream_sequence=" + std::to_string(d.sequence));
+          break;
         }
-        break;
-      case core::Arrival::OtherLog:
-        throw CommandFailed("stream " + config_.transport.stream + " message " + std::to_string(d.sequence) +
-                                " holds offset " + std::to_string(name->offset) + " of flow " + name->flow + ", log " +
-                                name->log_identity + "; the replica at " + config_.log_directory + " holds flow " +
-                                config_.flow_name + ", log " + identity +
-                                ": the flow's log was created again or another flow publishes on this stream; "
-                                "give each log its own stream and re-seed the target into a new replica",
-                            kExitFlowBlocked);
+        case core::Arrival::Duplicate:
+          counters_.duplicates++;
+          break;
+        case core::Arrival::UncheckedDuplicate:
+          counters_.unchecked_duplicates++;
+          break;
+        case core::Arrival::ConflictingDuplicate:
+          flush();
+          conflict = ConflictingDelivery{r.offset, d.sequence, std::move(r.payload),
+                                         "stream message " + std::to_string(d.sequence) + " on " + d.subject +
+                                             " holds offset " + std::to_string(r.offset) +
+                                             " with other content than the replica holds (and applied)"};
+          WriteHint();
+          return appended;
+        case core::Arrival::Hole:
+          // Asked once for the message (what it holds is seen up to its last offset); the rest of
+          // it is passed over until the refill brings it again in order.
+          if (auto request = holes_.Seen(identity, want_now, span->last_offset(), NowMs())) {
+            counters_.holes++;
+            fault::Hit("receive.hole_before_refill_ask");
+            Event("hole", "missing_from=" + std::to_string(want_now) + " seen=" + std::to_string(r.offset) +
+                              " stream_sequence=" + std::to_string(d.sequence));
+            AskRefill(*request);
+          } else {
+            counters_.passed_over++;
+          }
+          break;
+        case core::Arrival::OtherLog:
+          throw CommandFailed("stream " + config_.transport.stream + " message " + std::to_string(d.sequence) +
+                                  " holds offset " + std::to_string(r.offset) + " of flow " + name.flow + ", log " +
+                                  name.log_identity + "; the replica at " + config_.log_directory + " holds flow " +
+                                  config_.flow_name + ", log " + identity +
+                                  ": the flow's log was created again or another flow publishes on this stream; "
+                                  "give each log its own stream and re-seed the target into a new replica",
+                              kExitFlowBlocked);
+      }
     }
   }
   flush();

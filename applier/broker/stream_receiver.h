@@ -5,6 +5,10 @@
 //
 // The replica holds offsets [first, expected) durably, in order, with nothing missing; `expected`
 // is its only claim and the stream's sequence numbers are only a hint for where to read from.
+// A delivered message holds several records (core pack.h: its id names the first, a header the
+// count; one without the header is a single record of an older forwarder); it is unpacked, split
+// at the replica's next offset (SplitDelivery), and each record goes through the per-record rules.
+// A message that does not unpack (torn, altered) stops the applier: nothing of it is appended.
 // What a delivered record is, core decides (broker.h DecideArrival): the next offset is appended
 // (and made durable before anything reads it); a record below it is a duplicate, compared byte
 // for byte with what the replica holds (a different one stops the flow: ConflictingDelivery);
@@ -95,7 +99,9 @@ class StreamReceiver {
   bool StartReading();
   // Sends `request` to the forwarder and acts on its answer (a lost or reclaimed range stops the flow).
   void AskRefill(const trellara::broker::RefillRequest& request);
-  std::optional<bool> HeldSame(uint64_t offset, const NatsStream::Delivered& delivered);
+  // Whether the replica holds `delivered`'s offset with the same type, commit LSN and payload
+  // (nullopt: no longer held).
+  std::optional<bool> HeldSame(const log::LogRecord& delivered);
   void WriteHint();
   // Idle for a while: asks the stream's leader for its last sequence. No answer: the broker has
   // no quorum (said, and reading starts again once it answers). Records past what was read and

@@ -46,7 +46,9 @@ inline constexpr auto kAnswerInterval = std::chrono::milliseconds(20);
 // With nothing to publish, the stream's tail is checked this often (CheckTail).
 inline constexpr auto kTailCheckInterval = std::chrono::seconds(2);
 // Records published before their acknowledgements are awaited (one connection keeps their order):
-// the broker's round trip is paid once per batch, not per record.
+// the broker's round trip is paid once per batch, not per record. A batch goes out as messages of
+// several records each (core pack.h PlanPacks: up to 256 records or 512 KiB); the batch is what
+// the log held when it was read, never held back for more, so a quiet flow's record leaves at once.
 inline constexpr size_t kBatchRecords = 4096;
 inline constexpr size_t kBatchBytes = 16u << 20;
 
@@ -113,9 +115,10 @@ class Forwarder {
   // by Resync: reading goes on from there).
   bool PublishRecords(const std::vector<log::LogRecord>& records);
 
-  // Sends `records` — on the records subject, or (`refill`) on the refill subject under refill ids
-  // — retrying what is not acknowledged with a capped, doubling backoff. On the records subject
-  // each acknowledged record (in order, with nothing unacknowledged before it) moves acked_end_.
+  // Sends `records` packed into messages (core PlanPacks/EncodePack) — on the records subject, or
+  // (`refill`) on the refill subject under refill ids — retrying what is not acknowledged with a
+  // capped, doubling backoff. On the records subject each acknowledged message (in order, with
+  // nothing unacknowledged before it) moves acked_end_ past its last record.
   bool SendUntilAcknowledged(const std::vector<log::LogRecord>& records, std::optional<uint64_t> refill);
 
   // The forwarder's consumer offset: the next offset it publishes (what it holds of the log).

@@ -5,6 +5,8 @@
 // has not acknowledged, and never resumes from its own offset.
 #include "commands/forward_internal.h"
 
+#include "trellara/broker/pack.h"
+
 namespace trellara::cli::forward {
 
 void Forwarder::ConnectStream() {
@@ -50,10 +52,12 @@ bool Forwarder::Resync() {
     std::optional<trellara::broker::RecordName> last_name;
     last_sequence_ = 0;
     if (last.value()) {
-      auto parsed = trellara::broker::ParseMessageId(last.value()->message_id);
+      // The last record the message holds (a packed message names its first; core pack.h).
+      auto parsed = trellara::broker::ParsePublishedSpan(last.value()->message_id, last.value()->format_header,
+                                                         last.value()->count_header);
       if (!parsed)
         throw CommandFailed("stream " + config_.transport.stream + ": " + parsed.error().message);
-      last_name = *parsed;
+      last_name = parsed->last();
       last_sequence_ = last.value()->sequence;
     }
     auto reader = log::LogReader::Open(*device_, config_.log_directory);
@@ -92,15 +96,27 @@ bool Forwarder::PublishRecords(const std::vector<log::LogRecord>& records) {
 
 bool Forwarder::SendUntilAcknowledged(const std::vector<log::LogRecord>& records, std::optional<uint64_t> refill) {
   const std::string subject = refill ? trellara::broker::RefillSubject(config_.flow_name) : "";
+  // Several records per message (core pack.h): each message is named by its first record and
+  // says how many it holds; `first_record[k]` is the index in `records` of message k's first.
+  const std::vector<size_t> counts = trellara::broker::PlanPacks(records);
+  std::vector<std::vector<uint8_t>> bodies;
+  std::vector<size_t> first_record;
   std::vector<broker::NatsStream::OutRecord> out;
-  for (const auto& record : records) {
-    const trellara::broker::RecordName name{config_.flow_name, identity_, record.offset};
-    out.push_back({refill ? trellara::broker::RefillMessageId(name, *refill) : trellara::broker::MessageId(name),
-                   {{"Trellara-Offset", std::to_string(record.offset)},
-                    {"Trellara-Type", std::to_string(record.type)},
-                    {"Trellara-Commit-Lsn", FormatLsn(record.commit_lsn)}},
-                   std::span<const uint8_t>(record.payload.data(), record.payload.size())});
+  bodies.reserve(counts.size());
+  for (size_t at = 0; const size_t count : counts) {
+    const std::span<const log::LogRecord> pack(records.data() + at, count);
+    const trellara::broker::RecordName name{config_.flow_name, identity_, pack.front().offset};
+    bodies.push_back(trellara::broker::EncodePack(pack));
+    first_record.push_back(at);
+    out.push_back({refill ? trellara::broker::PackRefillMessageId(name, count, *refill)
+                          : trellara::broker::PackMessageId(name, count),
+                   {{trellara::broker::kOffsetHeader, std::to_string(name.offset)},
+                    {trellara::broker::kFormatHeader, trellara::broker::kPackFormat},
+                    {trellara::broker::kCountHeader, std::to_string(count)}},
+                   std::span<const uint8_t>(bodies.back().data(), bodies.back().size())});
+    at += count;
   }
+  first_record.push_back(records.size());
   size_t done = 0;
   auto wait = cadence::kBrokerRetry.min;
   for (bool first_attempt = true; !StopRequested(); first_attempt = false) {
@@ -118,16 +134,24 @@ bool Forwarder::SendUntilAcknowledged(const std::vector<log::LogRecord>& records
       const broker::PublishAck& ack = *answers[k].ack;
       counters_.ack_latency_us_sum += us;
       counters_.ack_latency_us_max = std::max(counters_.ack_latency_us_max, us);
-      if (refill) continue;
+      const size_t in_message = first_record[done + k + 1] - first_record[done + k];
+      if (refill) {
+        counters_.refilled_records += in_message;
+        continue;
+      }
+      // A duplicate is acknowledged by its id (the first offset): what the broker holds under it
+      // may be another cut of the same records, or nothing it still stores — a remote applier
+      // finds any difference as a hole, the idle tail check as a short tail (docs/broker.md).
       if (ack.duplicate)
-        counters_.already_held++;
+        counters_.already_held += in_message;
       else
-        counters_.published++;
+        counters_.published += in_message;
       last_sequence_ = std::max(last_sequence_, ack.sequence);
-      acked_end_ = records[done + k].offset + 1;
+      acked_end_ = records[first_record[done + k + 1] - 1].offset + 1;
       // Fault point (tests): the broker acknowledged the record, the forwarder's progress is not
-      // written yet (`crash` dies here).
-      fault::Hit("forward.after_ack_before_progress");
+      // written yet (`crash` dies here). Hit once per record of the message, so a test's nth
+      // names a record whatever the packing.
+      for (size_t r = 0; r < in_message; r++) fault::Hit("forward.after_ack_before_progress");
     }
     done += k;
     if (done == out.size()) {
@@ -135,7 +159,7 @@ bool Forwarder::SendUntilAcknowledged(const std::vector<log::LogRecord>& records
       return true;
     }
     const broker::PublishError& error = *answers[k].error;
-    const uint64_t offset = records[done].offset;
+    const uint64_t offset = records[first_record[done]].offset;
     if (error.kind == broker::PublishFailure::WrongLast && !refill) {
       Event("resync", "offset=" + std::to_string(offset) + " error=\"" + error.message + "\"");
       Resync();

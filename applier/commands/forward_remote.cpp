@@ -4,6 +4,8 @@
 // another log, and never republishes what the local log no longer holds.
 #include "commands/forward_internal.h"
 
+#include "trellara/broker/pack.h"
+
 namespace trellara::cli::forward {
 
 void Forwarder::RegisterRemoteAppliers() {
@@ -92,9 +94,10 @@ void Forwarder::CheckTail() {
     auto last = stream_->LastRecord(subject);
     if (!last) return;
     if (!last.value()) continue;
-    auto name = trellara::broker::ParseDeliveredId(last.value()->message_id);
-    if (!name || name->flow != config_.flow_name || name->log_identity != identity_) continue;
-    highest = std::max(highest.value_or(0), name->offset);
+    auto span = trellara::broker::ParseDeliveredSpan(last.value()->message_id, std::nullopt,
+                                                     last.value()->format_header, last.value()->count_header);
+    if (!span || span->first.flow != config_.flow_name || span->first.log_identity != identity_) continue;
+    highest = std::max(highest.value_or(0), span->last_offset());
   }
   auto reader = log::LogReader::Open(*device_, config_.log_directory);
   if (!reader)
@@ -126,8 +129,7 @@ void Forwarder::Republish(log::LogReader& reader, uint64_t first, uint64_t end) 
                             " to refill it" + (next ? "" : ": " + next.error().message));
       batch.push_back(std::move(**next));
     }
-    if (!SendUntilAcknowledged(batch, refill)) return;
-    counters_.refilled_records += batch.size();
+    if (!SendUntilAcknowledged(batch, refill)) return;  // counts refilled_records as acknowledged
   }
 }
 

@@ -4,11 +4,99 @@ An independent reader of what `trellara forward` published (it shares no code wi
 the command uses): stream state, one message by sequence (headers and data), deleting a message
 to play a broker that lost an acknowledged record, publishing a copy to play one that duplicates
 or reorders. Request/reply only; no subscriptions kept.
+
+It also reads (and, to play a broker that delivers something again, writes) the message format of
+`trellara forward` on its own (docs/broker.md "Message format"): several records per message, or
+one record as an older forwarder published it.
 """
 import base64
 import json
 import socket
+import struct
 import time
+
+# ---- the message format (docs/broker.md "Message format"), written apart from core/src/broker/pack.cpp
+
+PACK_MAGIC = b"TRP1"
+PACK_FORMAT = "1"
+
+
+def _crc32c_table():
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+        table.append(crc)
+    return table
+
+
+_CRC32C = _crc32c_table()
+
+
+def crc32c(data, crc=0):
+    crc ^= 0xFFFFFFFF
+    for byte in data:
+        crc = _CRC32C[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def lsn_text(lsn):
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+def message_records(headers, data):
+    """The records a message holds, in offset order, as (offset, type, commit LSN, payload); raises
+    ValueError when the message is not one trellara forward writes (a torn body among them)."""
+    first = int(headers["Trellara-Offset"])
+    if "Trellara-Format" not in headers and "Trellara-Count" not in headers:   # an older forwarder's record
+        lsn = headers["Trellara-Commit-Lsn"].split("/")
+        return [(first, int(headers["Trellara-Type"]), (int(lsn[0], 16) << 32) | int(lsn[1], 16), data)]
+    if headers.get("Trellara-Format") != PACK_FORMAT:
+        raise ValueError(f"message format {headers.get('Trellara-Format')!r}")
+    count = int(headers["Trellara-Count"])
+    if data[:4] != PACK_MAGIC or struct.unpack_from("<I", data, 4)[0] != count:
+        raise ValueError(f"packed message of offset {first}: bad magic or count")
+    records, at = [], 8
+    for i in range(count):
+        kind, lsn, size, crc = struct.unpack_from("<BQII", data, at)
+        payload = data[at + 17:at + 17 + size]
+        if len(payload) != size or crc32c(payload, crc32c(data[at:at + 13])) != crc:
+            raise ValueError(f"packed message of offset {first}: offset {first + i} is torn")
+        records.append((first + i, kind, lsn, payload))
+        at += 17 + size
+    if at != len(data):
+        raise ValueError(f"packed message of offset {first}: {len(data) - at} bytes past its last record")
+    return records
+
+
+def pack_message(flow, identity, records, refill=None):
+    """(headers, body) of a packed message holding `records` [(offset, type, commit LSN, payload)],
+    named "<flow>/<identity>/<first>+<count>" (a refill: "/refill-<n>" after it)."""
+    body = bytearray(PACK_MAGIC + struct.pack("<I", len(records)))
+    for _offset, kind, lsn, payload in records:
+        head = struct.pack("<BQI", kind, lsn, len(payload))
+        body += head + struct.pack("<I", crc32c(payload, crc32c(head))) + payload
+    msg_id = f"{flow}/{identity}/{records[0][0]}+{len(records)}" + (f"/refill-{refill}" if refill is not None else "")
+    return ({"Nats-Msg-Id": msg_id, "Trellara-Offset": str(records[0][0]), "Trellara-Format": PACK_FORMAT,
+             "Trellara-Count": str(len(records))}, bytes(body))
+
+
+def single_record_message(flow, identity, record, refill=None):
+    """(headers, body) of one record as a forwarder before packing published it."""
+    offset, kind, lsn, payload = record
+    msg_id = f"{flow}/{identity}/{offset}" + (f"/refill-{refill}" if refill is not None else "")
+    return ({"Nats-Msg-Id": msg_id, "Trellara-Offset": str(offset), "Trellara-Type": str(kind),
+             "Trellara-Commit-Lsn": lsn_text(lsn)}, payload)
+
+
+def message_name(msg_id):
+    """(flow, log identity, first offset, count) named by a message id of either form."""
+    base = msg_id.split("/refill-")[0]
+    flow, rest = base.split("/", 1)
+    identity, last = rest.rsplit("/", 1)
+    first, _, count = last.partition("+")
+    return flow, identity, int(first), int(count or 1)
 
 
 class NatsError(Exception):
@@ -149,3 +237,9 @@ class NatsClient:
             if got is not None:
                 out.append((seq, got[0], got[1]))
         return out
+
+    def stream_records(self, stream):
+        """Every record the stream's messages hold, in stream order, as (seq, headers, offset, type,
+        commit LSN, payload); `headers` are its message's."""
+        return [(seq, headers) + record for seq, headers, data in self.stream_messages(stream)
+                for record in message_records(headers, data)]

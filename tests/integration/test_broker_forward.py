@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from capture_support import TRELLARA_BIN, CaptureFailure, lsn_to_int, run_scenarios, scenario, wait_for  # noqa: E402
 from flow_pair import FlowPair, run_trellara  # noqa: E402
 from harness.cluster import PG_BIN  # noqa: E402
-from harness.nats_client import NatsClient  # noqa: E402
+from harness.nats_client import NatsClient, message_name, message_records  # noqa: E402
 from harness.nats_cluster import NatsCluster  # noqa: E402
 
 SCHEMA = "CREATE TABLE items (id bigint PRIMARY KEY, note text, amount numeric);"
@@ -124,25 +124,29 @@ def assert_stream_is_the_log(pair, label, end_offset):
     offsets = []
     for seq, headers, data in messages:
         msg_id = headers.get("Nats-Msg-Id", "")
-        flow, log_identity, offset_text = msg_id.split("/", 1)[0], msg_id.split("/", 1)[1].rsplit("/", 1)[0], \
-            msg_id.rsplit("/", 1)[1]
-        offset = int(offset_text)
-        if flow != pair.flow or headers.get("Trellara-Offset") != str(offset):
+        try:
+            flow, log_identity, offset, count = message_name(msg_id)
+        except ValueError as error:
+            raise CaptureFailure(f"{label}: stream message {seq} is named {msg_id!r}") from error
+        if flow != pair.flow or headers.get("Trellara-Offset") != str(offset) or \
+                (count > 1 and headers.get("Trellara-Count") != str(count)):
             raise CaptureFailure(f"{label}: stream message {seq} is named {msg_id!r} with headers {headers}")
         identity = identity or log_identity
         if log_identity != identity:
             raise CaptureFailure(f"{label}: stream message {seq} names log {log_identity}, earlier ones {identity}")
-        if offset not in frames:
-            raise CaptureFailure(f"{label}: stream message {seq} holds offset {offset}, which the log does not")
-        kind, commit_lsn, payload = frames[offset]
-        if data != payload or headers.get("Trellara-Type") != str(kind):
-            raise CaptureFailure(f"{label}: stream message {seq} (offset {offset}) differs from the log's frame "
-                                 f"({len(data)} bytes against {len(payload)}, type {headers.get('Trellara-Type')} "
-                                 f"against {kind})")
-        if lsn_to_int(headers.get("Trellara-Commit-Lsn", "0/0")) != commit_lsn:
-            raise CaptureFailure(f"{label}: stream message {seq} (offset {offset}) has commit LSN "
-                                 f"{headers.get('Trellara-Commit-Lsn')}")
-        offsets.append(offset)
+        try:   # several records per message (docs/broker.md "Message format"), named by the first
+            records = message_records(headers, data)
+        except ValueError as error:
+            raise CaptureFailure(f"{label}: stream message {seq} ({msg_id!r}) is not readable: {error}") from error
+        for offset, kind_held, lsn_held, data_held in records:
+            if offset not in frames:
+                raise CaptureFailure(f"{label}: stream message {seq} holds offset {offset}, which the log does not")
+            kind, commit_lsn, payload = frames[offset]
+            if data_held != payload or kind_held != kind or lsn_held != commit_lsn:
+                raise CaptureFailure(f"{label}: stream message {seq} (offset {offset}) differs from the log's frame "
+                                     f"({len(data_held)} bytes against {len(payload)}, type {kind_held} against "
+                                     f"{kind}, commit LSN {lsn_held:X} against {commit_lsn:X})")
+            offsets.append(offset)
     expected = sorted(frames)
     if offsets != expected:
         duplicates = len(offsets) - len(set(offsets))
@@ -208,7 +212,7 @@ def forwarder_kill9_resumes_after_the_streams_last_record():
             forwarder.communicate(timeout=60)
             kills += 1
             with NatsClient(cluster.client_port(0)) as client:
-                in_stream = client.stream_info(STREAM)["state"]["messages"]
+                in_stream = len(client.stream_records(STREAM))   # records (several per message)
             if in_stream < len(log_frames(pair.log_dir)):
                 landed += 1                        # killed with records still to publish
             if writer.wait(timeout=300) != 0:
@@ -239,7 +243,7 @@ def quorum_loss_holds_publishing_and_resumes():
         pair.wait_log_covers_source()
         with NatsClient(cluster.client_port(0)) as client:
             wait_for("the forwarder to publish the first records",
-                     lambda: client.stream_info(STREAM)["state"]["messages"] >= 50, 120)
+                     lambda: len(client.stream_records(STREAM)) >= 50, 120)
         cluster.kill(1)
         cluster.kill(2)
         pair.write(50, start=50)        # captured into the local log while the broker has no quorum
@@ -252,7 +256,7 @@ def quorum_loss_holds_publishing_and_resumes():
         pair.wait_log_covers_source()
         with NatsClient(cluster.client_port(0)) as client:
             wait_for("the forwarder to publish everything after quorum returned",
-                     lambda: client.stream_info(STREAM)["state"]["last_seq"] >= len(log_frames(pair.log_dir)), 180)
+                     lambda: len(client.stream_records(STREAM)) >= len(log_frames(pair.log_dir)), 180)
         summary, err = stop_forwarder(forwarder, stderr_path)
         if summary["publish_retries"] == 0 or "state=broker_quorum_unavailable" not in err:
             raise CaptureFailure(f"the forwarder never waited for quorum: {summary}; stderr {err[-2000:]}")

@@ -56,9 +56,8 @@ class AckPair(RemotePair):
     def stream_acknowledged_lsn(self):
         """The commit LSN of the last completing record the stream holds (independent reader)."""
         with NatsClient(self.cluster.client_port(0)) as client:
-            lsns = [lsn_to_int(headers.get("Trellara-Commit-Lsn", "0/0"))
-                    for _seq, headers, _data in client.stream_messages(STREAM)
-                    if headers.get("Trellara-Type") in COMPLETING]
+            lsns = [lsn for _seq, _headers, _offset, kind, lsn, _payload in client.stream_records(STREAM)
+                    if str(kind) in COMPLETING]
         return max(lsns, default=0)
 
     def last_logged_lsn(self):
@@ -180,7 +179,7 @@ def forwarder_crash_around_publish_keeps_the_slot_behind_the_broker():
                 raise RuntimeError(f"harness failure: the crash at {point} left nothing unpublished")
             if point == "forward.after_ack_before_progress":
                 with NatsClient(cluster.client_port(0)) as client:
-                    in_stream = max(int(h["Trellara-Offset"]) for _s, h, _d in client.stream_messages(STREAM)) + 1
+                    in_stream = max(r[2] for r in client.stream_records(STREAM)) + 1
                 recorded = consumer_offset(pair.log_dir, "forwarder")
                 if recorded >= in_stream:
                     raise RuntimeError(f"harness failure: the crash at {point} left the forwarder's progress "

@@ -28,11 +28,37 @@ std::string BrokerHop::Name(uint64_t offset) const { return "offset " + std::to_
 
 BrokerHop::Publish BrokerHop::PublishBatch(const std::vector<log::LogRecord>& records, std::optional<uint64_t> refill) {
   if (hooks_.fire("broker.publish_fails")) return Publish::Refused;  // no quorum: nothing stored
-  for (const auto& r : records) {
-    broker::RecordName name{flow_, identity_, r.offset};
-    const std::string id = refill ? broker::RefillMessageId(name, *refill) : broker::MessageId(name);
-    if (!seen_ids_.insert(id).second) continue;  // inside the duplicate window: dropped, acknowledged
-    stream_.push_back(Message{name, refill.has_value(), r.type, r.commit_lsn, r.payload, false});
+  // Cut into messages as the product's forwarder does (core PlanPacks), with this process's limit.
+  const std::vector<size_t> counts =
+      single_record_messages_ ? std::vector<size_t>(records.size(), 1)
+                              : broker::PlanPacks(records, broker::PackLimits{pack_records_max_, broker::kPackBytesMax});
+  size_t at = 0;
+  for (const size_t count : counts) {
+    const std::span<const log::LogRecord> pack(records.data() + at, count);
+    at += count;
+    const broker::RecordName name{flow_, identity_, pack.front().offset};
+    Message m;
+    if (single_record_messages_)
+      m.id = refill ? broker::RefillMessageId(name, *refill) : broker::MessageId(name);
+    else
+      m.id = refill ? broker::PackRefillMessageId(name, count, *refill) : broker::PackMessageId(name, count);
+    m.offset_header = std::to_string(name.offset);
+    m.refill = refill.has_value();
+    m.first = name.offset;
+    m.count = count;
+    if (single_record_messages_) {
+      m.type = pack.front().type;
+      m.commit_lsn = pack.front().commit_lsn;
+      m.body = pack.front().payload;
+    } else {
+      m.format_header = broker::kPackFormat;
+      m.count_header = std::to_string(count);
+      m.body = broker::EncodePack(pack);
+    }
+    // Inside the duplicate window: dropped by its id (first offset and count), acknowledged —
+    // whether the broker still stores the message under that id or not.
+    if (!seen_ids_.insert(m.id).second) continue;
+    stream_.push_back(std::move(m));
   }
   if (hooks_.fire("broker.ack_lost")) return Publish::AckLost;  // stored; the acknowledgement never came
   return Publish::Acked;
@@ -47,11 +73,28 @@ void BrokerHop::BrokerStep() {
   if (unread.empty() || !hooks_.fire("broker.lose_acknowledged")) return;
   Message& m = stream_[unread[random_() % unread.size()]];
   m.lost = true;
-  hooks_.trace("the broker loses acknowledged " + std::string(m.refill ? "refilled " : "") + Name(m.name.offset));
+  hooks_.trace("the broker loses acknowledged " + std::string(m.refill ? "refilled " : "") + "message of " +
+               Name(m.first) + ".." + std::to_string(m.end() - 1));
 }
 
 // ---------------------------------------------------------------------------------------------
 // the forwarder
+
+std::optional<broker::RecordName> BrokerHop::LastPublished() {
+  // The records subject's last message the broker still holds, read as the product's forwarder
+  // reads it: its last record (core ParsePublishedSpan).
+  for (auto it = stream_.rbegin(); it != stream_.rend(); ++it) {
+    if (it->refill || it->lost) continue;
+    auto span = broker::ParsePublishedSpan(it->id, it->format_header, it->count_header);
+    if (!span.ok()) {
+      harness_failed_ = true;
+      hooks_.harness_error("the stream's last message is unreadable: " + span.error().message);
+      return std::nullopt;
+    }
+    return span->last();
+  }
+  return std::nullopt;
+}
 
 bool BrokerHop::ForwarderStart() {
   auto exists = source_.Exists(source_dir_);
@@ -81,12 +124,8 @@ bool BrokerHop::ForwarderStart() {
     if (!next->has_value()) break;
     end = (**next).offset + 1;
   }
-  std::optional<broker::RecordName> last;
-  for (auto it = stream_.rbegin(); it != stream_.rend(); ++it)
-    if (!it->refill && !it->lost) {
-      last = it->name;
-      break;
-    }
+  std::optional<broker::RecordName> last = LastPublished();
+  if (!last && harness_failed_) return false;
   auto start = broker::DecideForwardStart(last, flow_, identity_, first, end, "SIM");
   if (!start.ok()) {
     hooks_.violate("no_acknowledged_transaction_lost", "the forwarder refuses to start: " + start.error().message);
@@ -99,6 +138,11 @@ bool BrokerHop::ForwarderStart() {
   }
   forward_reader_ = std::move(*reader);
   forward_next_ = acked_end_ = *start;
+  // Each forwarder process packs with its own limit (a restart may cut the same records otherwise:
+  // the broker's window then drops a message by its first offset whatever it held); now and then
+  // it plays an older version, publishing one record per message.
+  single_record_messages_ = random_() % 6 == 0;
+  pack_records_max_ = 1 + random_() % 6;
   expect_last_ = true;
   auto offsets = log::ReadConsumerOffsets(source_, source_dir_);
   if (offsets.ok()) {
@@ -167,7 +211,7 @@ void BrokerHop::ForwarderStep(bool log_ready) {
     // Nothing to publish: the forwarder checks the stream's tail (a lost tail shows no hole).
     std::optional<uint64_t> highest;
     for (const auto& m : stream_)
-      if (!m.lost) highest = std::max(highest.value_or(0), m.name.offset);
+      if (!m.lost) highest = std::max(highest.value_or(0), m.end() - 1);
     auto reader = log::LogReader::Open(source_, source_dir_);
     if (!reader.ok()) return hooks_.harness_error("forwarder: reader open: " + reader.error().message);
     if (auto first = broker::DecideTailRepublish(highest, acked_end_, (*reader)->next_offset())) {
@@ -177,7 +221,7 @@ void BrokerHop::ForwarderStep(bool log_ready) {
     }
     return;
   }
-  for (const auto& r : batch) truth_[r.offset] = Message{{flow_, identity_, r.offset}, false, r.type, r.commit_lsn, r.payload, false};
+  for (const auto& r : batch) truth_[r.offset] = r;
   const uint64_t end = batch.back().offset + 1;
   auto record_progress = [this](uint64_t offset) {
     Status s = log::WriteConsumerOffset(source_, source_dir_, kForwarderConsumer, offset);
@@ -187,12 +231,8 @@ void BrokerHop::ForwarderStep(bool log_ready) {
   // Defect: progress recorded before the broker's acknowledgement.
   if (hooks_.defect("forward_progress_before_ack")) record_progress(end);
   // The first publish of a process's life expects the stream's last record to be the one before.
-  std::optional<broker::RecordName> last;
-  for (auto it = stream_.rbegin(); it != stream_.rend(); ++it)
-    if (!it->refill && !it->lost) {
-      last = it->name;
-      break;
-    }
+  const std::optional<broker::RecordName> last = LastPublished();
+  if (harness_failed_) return;
   if (expect_last_ && last && last->offset + 1 != batch.front().offset) {
     hooks_.trace("the broker refuses the forwarder's publish: the stream's last record is " + Name(last->offset) +
                  ", not " + Name(batch.front().offset - 1) + "; the forwarder resynchronizes");
@@ -252,12 +292,12 @@ void BrokerHop::RemotePowerLoss() {
   receiver_running_ = false;
 }
 
-std::optional<bool> BrokerHop::HeldSame(const Message& m) {
+std::optional<bool> BrokerHop::HeldSame(const log::LogRecord& r) {
   auto reader = log::LogReader::Open(replica_, kReplicaDir);
-  if (!reader.ok() || !(*reader)->Seek(m.name.offset).ok()) return std::nullopt;
+  if (!reader.ok() || !(*reader)->Seek(r.offset).ok()) return std::nullopt;
   auto held = (*reader)->Next();
-  if (!held.ok() || !held->has_value() || (**held).offset != m.name.offset) return std::nullopt;
-  return (**held).type == m.type && (**held).commit_lsn == m.commit_lsn && (**held).payload == m.payload;
+  if (!held.ok() || !held->has_value() || (**held).offset != r.offset) return std::nullopt;
+  return (**held).type == r.type && (**held).commit_lsn == r.commit_lsn && (**held).payload == r.payload;
 }
 
 void BrokerHop::AskRefill(const broker::RefillRequest& request) {
@@ -286,41 +326,60 @@ void BrokerHop::AskRefill(const broker::RefillRequest& request) {
 }
 
 void BrokerHop::Deliver(const Message& m, int64_t now_ms, bool& appended) {
-  seen_end_ = std::max(seen_end_, m.name.offset + 1);
-  const uint64_t want = replica_writer_->next_offset();
-  std::optional<bool> held;
-  if (m.name.offset < want) {
-    auto durable = replica_writer_->Flush();  // compared with what is durable
-    if (!durable.ok()) return hooks_.harness_error("replica flush: " + durable.error().message);
-    held = HeldSame(m);
+  // What the message holds, read as the product's receiver reads it (core pack.h).
+  auto span = broker::ParseDeliveredSpan(m.id, m.offset_header, m.format_header, m.count_header);
+  if (!span.ok()) return hooks_.harness_error("the stream delivered an unreadable message: " + span.error().message);
+  std::vector<log::LogRecord> records;
+  if (span->packed) {
+    auto decoded = broker::DecodePack(span->first.offset, span->count, m.body);
+    if (!decoded.ok()) return hooks_.harness_error("the stream delivered a torn message: " + decoded.error().message);
+    records = std::move(*decoded);
+  } else {
+    records.push_back(log::LogRecord{span->first.offset, m.commit_lsn, m.type, m.body});
   }
-  broker::Arrival arrival = broker::DecideArrival(m.name, flow_, identity_, want, held);
-  if (arrival == broker::Arrival::Hole && hooks_.defect("apply_hole_check_skipped")) arrival = broker::Arrival::Next;
-  switch (arrival) {
-    case broker::Arrival::Next: {
-      auto offset = replica_writer_->Append(m.type, m.commit_lsn, std::span<const uint8_t>(m.payload));
-      if (!offset.ok()) return hooks_.harness_error("replica append: " + offset.error().message);
-      appended = true;
-      if (hole_watch_.Appended(*offset)) hooks_.trace("receiver: the hole at " + Name(*offset) + " is refilled");
-      return;
-    }
-    case broker::Arrival::Duplicate:
-    case broker::Arrival::UncheckedDuplicate:
-      duplicates_++;
-      return;
-    case broker::Arrival::ConflictingDuplicate:
-      blocked_ = true;
-      return hooks_.violate("replica_matches_log", "the stream delivered " + Name(m.name.offset) +
-                                                       " with other content than the replica holds");
-    case broker::Arrival::Hole:
-      if (auto request = hole_watch_.Seen(identity_, want, m.name.offset, now_ms)) {
-        holes_seen_++;
-        hooks_.trace("receiver: hole at " + Name(want) + " (" + Name(m.name.offset) + " arrived)");
-        AskRefill(*request);
+  seen_end_ = std::max(seen_end_, span->end());
+  // The part below the replica's next offset is compared with what is durable; the rest is
+  // appended in order or is a hole (core SplitDelivery, DecideArrival per record).
+  if (broker::SplitDelivery(span->first.offset, span->count, replica_writer_->next_offset()).held_end >
+      span->first.offset) {
+    auto durable = replica_writer_->Flush();
+    if (!durable.ok()) return hooks_.harness_error("replica flush: " + durable.error().message);
+  }
+  for (const log::LogRecord& r : records) {
+    const broker::RecordName name{span->first.flow, span->first.log_identity, r.offset};
+    const uint64_t want = replica_writer_->next_offset();
+    std::optional<bool> held;
+    if (r.offset < want) held = HeldSame(r);
+    broker::Arrival arrival = broker::DecideArrival(name, flow_, identity_, want, held);
+    if (arrival == broker::Arrival::Hole && hooks_.defect("apply_hole_check_skipped")) arrival = broker::Arrival::Next;
+    switch (arrival) {
+      case broker::Arrival::Next: {
+        auto offset = replica_writer_->Append(r.type, r.commit_lsn, std::span<const uint8_t>(r.payload));
+        if (!offset.ok()) return hooks_.harness_error("replica append: " + offset.error().message);
+        appended = true;
+        if (hole_watch_.Appended(*offset)) hooks_.trace("receiver: the hole at " + Name(*offset) + " is refilled");
+        break;
       }
-      return;
-    case broker::Arrival::OtherLog:
-      return hooks_.harness_error("the stream delivered a record of another log");
+      case broker::Arrival::Duplicate:
+      case broker::Arrival::UncheckedDuplicate:
+        duplicates_++;
+        break;
+      case broker::Arrival::ConflictingDuplicate:
+        blocked_ = true;
+        return hooks_.violate("replica_matches_log", "the stream delivered " + Name(r.offset) +
+                                                         " with other content than the replica holds");
+      case broker::Arrival::Hole:
+        // Asked once for the message; the rest of it is passed over until the refill brings it.
+        if (auto request = hole_watch_.Seen(identity_, want, span->last_offset(), now_ms)) {
+          holes_seen_++;
+          hooks_.trace("receiver: hole at " + Name(want) + " (a message of " + Name(span->first.offset) + ".." +
+                       std::to_string(span->last_offset()) + " arrived)");
+          AskRefill(*request);
+        }
+        break;
+      case broker::Arrival::OtherLog:
+        return hooks_.harness_error("the stream delivered a record of another log");
+    }
   }
 }
 
@@ -385,7 +444,7 @@ bool BrokerHop::Drained(uint64_t log_end) const {
 
 bool BrokerHop::Stored(uint64_t offset) const {
   for (const auto& m : stream_)
-    if (m.name.offset == offset) return true;
+    if (m.first <= offset && offset < m.end()) return true;
   return false;
 }
 

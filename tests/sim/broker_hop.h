@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "trellara/broker/broker.h"
+#include "trellara/broker/pack.h"
 #include "trellara/broker/replica_intake.h"
 #include "trellara/log/reader.h"
 #include "trellara/log/simulated_device.h"
@@ -92,13 +93,22 @@ class BrokerHop {
   uint64_t duplicates() const { return duplicates_; }
 
  private:
+  // One message of the stream, as the product's forwarder publishes it: its deduplication id and
+  // headers, and its body — several records packed (core pack.h), or, from a forwarder process
+  // playing an older version, one record with its type and commit LSN in headers.
   struct Message {
-    broker::RecordName name;
-    bool refill = false;
-    uint8_t type = 0;
+    std::string id;                            // Nats-Msg-Id
+    std::optional<std::string> offset_header;  // Trellara-Offset
+    std::optional<std::string> format_header;  // Trellara-Format (packed only)
+    std::optional<std::string> count_header;   // Trellara-Count (packed only)
+    uint8_t type = 0;                          // Trellara-Type, Trellara-Commit-Lsn (single record only)
     uint64_t commit_lsn = 0;
-    std::vector<uint8_t> payload;
+    std::vector<uint8_t> body;
+    bool refill = false;
     bool lost = false;  // the broker lost it after acknowledging it
+    // What the forwarder put in it (traces and checks; the receiver reads id, headers and body).
+    uint64_t first = 0, count = 1;
+    uint64_t end() const { return first + count; }
   };
   enum class Publish { Acked, Refused, AckLost };
   struct Refill {
@@ -107,8 +117,11 @@ class BrokerHop {
   };
   Publish PublishBatch(const std::vector<log::LogRecord>& records, std::optional<uint64_t> refill);
   bool ForwarderStart();
+  // The last record of the records subject's last message the broker still holds.
+  std::optional<broker::RecordName> LastPublished();
+  bool harness_failed_ = false;  // LastPublished met a message it could not read
   void AskRefill(const broker::RefillRequest& request);
-  std::optional<bool> HeldSame(const Message& m);
+  std::optional<bool> HeldSame(const log::LogRecord& r);
   void Deliver(const Message& m, int64_t now_ms, bool& appended);
   std::string Name(uint64_t offset) const;
 
@@ -133,7 +146,11 @@ class BrokerHop {
   bool expect_last_ = false;        // the next publish expects the stream's last record before it
   std::deque<Refill> refill_queue_;
   uint64_t refill_seq_ = 0;
-  std::map<uint64_t, Message> truth_;  // every record the forwarder read from the source log
+  std::map<uint64_t, log::LogRecord> truth_;  // every record the forwarder read from the source log
+  // This forwarder process's packing (chosen when it starts): records per message, or an older
+  // forwarder's single-record messages.
+  size_t pack_records_max_ = broker::kPackRecordsMax;
+  bool single_record_messages_ = false;
 
   // receiver
   bool receiver_running_ = false;
