@@ -80,7 +80,13 @@ void Forwarder::Run() {
       if (options_.until_caught_up && reader_->next_offset() >= stop_offset_) break;
       WriteOffset();
       unwritten = 0;
-      if (!Answer(wait)) std::this_thread::sleep_for(wait);
+      if (log_watch_) {
+        // The relay's next write wakes the watch; refill requests and positions are heard between
+        // waits, at least every kRefillHearInterval.
+        if (!Answer(std::chrono::milliseconds(0))) (void)log_watch_->Wait(std::min(wait, kRefillHearInterval));
+      } else if (!Answer(wait)) {
+        std::this_thread::sleep_for(wait);
+      }
       PublishMetrics(false);
       wait = cadence::kApplierTail.After(wait, false);
       continue;

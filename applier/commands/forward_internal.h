@@ -22,6 +22,7 @@
 #include "commands/commands.h"
 #include "engine/applier.h"
 #include "engine/metrics_server.h"
+#include "kit/log_watch.h"
 #include "trellara/report/metrics.h"
 #include "trellara/base/cadence.h"
 #include "trellara/broker/broker.h"
@@ -43,6 +44,8 @@ inline constexpr const char* kForwarderConsumer = log::kForwarderConsumer;
 inline constexpr uint64_t kOffsetWriteEvery = 512;  // records; and at least every kApplierOffsetWrite
 // While publishing, refill requests and remote appliers' positions are read at least this often.
 inline constexpr auto kAnswerInterval = std::chrono::milliseconds(20);
+// Idle, waiting on the log directory's watch: refill requests and positions are heard this often.
+inline constexpr auto kRefillHearInterval = std::chrono::milliseconds(50);
 // With nothing to publish, the stream's tail is checked this often (CheckTail).
 inline constexpr auto kTailCheckInterval = std::chrono::seconds(2);
 // Records published before their acknowledgements are awaited (one connection keeps their order):
@@ -144,6 +147,7 @@ class Forwarder {
   std::unique_ptr<log::LogDevice> device_;
   std::unique_ptr<log::ConsumerLock> lock_;
   std::unique_ptr<log::LogReader> reader_;
+  std::unique_ptr<LogDirWatch> log_watch_;  // woken by the relay's writes (kit/log_watch.h)
   std::unique_ptr<broker::NatsStream> stream_;
   uint64_t last_sequence_ = 0;  // the stream sequence of the subject's last record we know of
   uint64_t acked_end_ = 0;      // every offset below it is acknowledged by the stream (what WriteOffset records)

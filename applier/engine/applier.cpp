@@ -291,7 +291,11 @@ ProgressFigures Applier::Figures(bool with_log_end) const {
 
 bool Applier::IdleWait(std::chrono::milliseconds wait) {
   if (!receiver_) {
-    std::this_thread::sleep_for(wait);
+    // A local log: the relay's next write wakes the watch; the wait is only the fallback.
+    if (log_watch_)
+      (void)log_watch_->Wait(wait);
+    else
+      std::this_thread::sleep_for(wait);
     return false;
   }
   std::optional<broker::ConflictingDelivery> conflict;

@@ -45,6 +45,7 @@
 #include "engine/apply_session.h"
 #include "engine/apply_snapshot.h"
 #include "kit/config.h"
+#include "kit/log_watch.h"
 #include "engine/metrics_server.h"
 #include "pg/pg_connection.h"
 #include "trellara/apply/apply_decision.h"
@@ -267,6 +268,7 @@ class Applier {
   ApplySession session_;
   PgConnection* conn_ = nullptr;  // session_'s connection, once connected
   std::unique_ptr<log::LogReader> reader_;
+  std::unique_ptr<LogDirWatch> log_watch_;  // a local log: woken by the relay's writes (kit/log_watch.h)
   std::unique_ptr<log::LogDevice> receiver_device_;    // the receiver's own io_uring ring (its thread's)
   std::unique_ptr<broker::StreamReceiver> receiver_;  // [transport] kind = "nats": feeds the replica
   std::unique_ptr<log::LogReader> chunk_reader_;

@@ -97,6 +97,7 @@ void DefineRelayGucs() {
 
 void RegisterRelay() {
   InstallSharedStateHooks();
+  RegisterCommitWake();
   BackgroundWorker worker;
   std::memset(&worker, 0, sizeof worker);
   worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;

@@ -4,8 +4,12 @@ extern "C" {
 
 #include <signal.h>
 
+#include "access/xact.h"
+#include "access/xlog.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
 #include "storage/shmem.h"
 }
 
@@ -61,6 +65,29 @@ void InstallSharedStateHooks() {
   prev_shmem_startup_hook = shmem_startup_hook;
   shmem_startup_hook = StartupHook;
 }
+
+namespace {
+XLogRecPtr last_commit_woken = InvalidXLogRecPtr;
+
+// XactCallback: must never raise an error (it runs after the commit is final).
+void WakeRelaysAtCommit(XactEvent event, void*) {
+  if (event != XACT_EVENT_COMMIT || board == nullptr) return;
+  // XactLastCommitEnd moves only when this transaction wrote a commit record.
+  if (XactLastCommitEnd == InvalidXLogRecPtr || XactLastCommitEnd == last_commit_woken) return;
+  last_commit_woken = XactLastCommitEnd;
+  // An asynchronous commit not flushed yet: the relay reads only flushed WAL; its poll finds it.
+  if (XactLastCommitEnd > GetFlushRecPtr(nullptr)) return;
+  for (int i = 0; i < board->max_flows; i++) {
+    volatile FlowSlot* s = &board->flows[i];
+    const int32_t procno1 = s->wake_procno1;
+    if (!s->in_use || procno1 <= 0 || procno1 > static_cast<int32_t>(ProcGlobal->allProcCount)) continue;
+    if (s->database != MyDatabaseId) continue;
+    SetLatch(&ProcGlobal->allProcs[procno1 - 1].procLatch);
+  }
+}
+}  // namespace
+
+void RegisterCommitWake() { RegisterXactCallback(WakeRelaysAtCommit, nullptr); }
 
 // Backends are forked from the postmaster after StartupHook ran there, so they inherit `board`.
 Board* SharedBoard() { return board; }

@@ -63,6 +63,9 @@ struct FlowSlot {
   // trellara.request_progress(): the log should cover the source through this LSN; the worker
   // writes a progress marker at its next pass that decoded past what the log covers.
   uint64_t progress_requested_lsn;
+  // The owning worker's PGPROC number + 1 (0: none): a committing backend sets that latch so the
+  // relay decodes the commit at once instead of at its next poll (WakeRelaysAtCommit).
+  int32_t wake_procno1;
 };
 
 struct Board {
@@ -84,5 +87,10 @@ FlowSlot* FindFlowSlot(Board* board, const char* name, bool reserve);
 
 // Wakes the launcher so it re-reads trellara.flows now (no-op when it is not running).
 void WakeLauncher();
+// Registered from _PG_init when preloaded: every backend whose transaction wrote a commit record
+// sets the latch of each relay of its database, as a commit wakes the walsenders (the relay's
+// timed poll stays as the fallback: an asynchronous commit is decoded once the WAL writer flushed
+// it). Lock-free reads of the board: a stale number wakes some other process once, harmlessly.
+void RegisterCommitWake();
 
 }  // namespace trellara::relay

@@ -29,9 +29,11 @@
 // - Idle and filtered flows: after a pass over all flushed WAL with every record durable, the
 //   worker writes a progress marker when the decoder is well past what the log covers, then
 //   confirms it, so the slot's restart_lsn keeps moving and WAL is not retained without bound.
-// - Pass cadence: the worker sleeps 5 ms after a pass that read WAL, doubling to 100 ms while
-//   there is none, so a committed transaction reaches the log within milliseconds and an idle
-//   relay wakes ten times a second.
+// - Pass cadence: a backend that commits (its commit record flushed) sets the latch of the relays
+//   of its database (shared_state.cpp WakeRelaysAtCommit), so the next pass starts at once, as a
+//   walsender is woken at a flush; a wake consumed by the durability wait starts it too. Otherwise
+//   the worker sleeps 5 ms after a pass that read WAL, doubling to 100 ms while there is none (an
+//   asynchronous commit is found by that poll once the WAL writer flushed it).
 // - Waiting: the worker waits on its latch, with io_uring completions arriving on an eventfd
 //   watched by the same WaitLatchOrSocket; it never blocks in the ring where it cannot see
 //   SIGTERM or postmaster death. WAL is read up to GetFlushRecPtr() of each pass, like
@@ -378,7 +380,10 @@ void trellara_relay_main(Datum) {
     pg::GuardEntry("trellara relay pass", [decoded_end] { FinishPass(decoded_end); });
     if (in_pass_transaction) CommitTransactionCommand();
     pass_sleep_ms = cadence::kRelayPass.After(std::chrono::milliseconds(pass_sleep_ms), in_pass_transaction).count();
-    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, pass_sleep_ms, PG_WAIT_EXTENSION);
+    // A commit flushed during the pass set the latch (WakeRelaysAtCommit): go on at once.
+    if (!latch_wake_consumed)
+      (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, pass_sleep_ms, PG_WAIT_EXTENSION);
+    latch_wake_consumed = false;
     ResetLatch(MyLatch);
   }
   // SIGTERM: everything appended is made durable and confirmed before leaving.

@@ -10,6 +10,7 @@ extern "C" {
 
 #include "miscadmin.h"
 #include "storage/lwlock.h"
+#include "storage/proc.h"
 #include "utils/timestamp.h"
 }
 
@@ -89,6 +90,7 @@ void ReleaseBoardSlot(int, Datum) {
   LWLockAcquire(b->lock, LW_EXCLUSIVE);
   if (board_slot->pid == MyProcPid) {
     board_slot->pid = 0;
+    board_slot->wake_procno1 = 0;
     if (board_slot->state != FlowState::kFailed && board_slot->state != FlowState::kError)
       board_slot->state = FlowState::kStopped;
   }
@@ -121,6 +123,7 @@ Claim ClaimBoardSlot() {
   }
   s->pid = MyProcPid;
   s->database = MyDatabaseId;
+  s->wake_procno1 = MyProc->pgprocno + 1;  // committing backends set this latch (WakeRelaysAtCommit)
   s->state = FlowState::kStarting;
   s->started_at = GetCurrentTimestamp();
   LWLockRelease(b->lock);

@@ -29,6 +29,8 @@ extern "C" {
 
 namespace trellara::relay::worker {
 
+bool latch_wake_consumed = false;
+
 uint64_t NowUs() { return static_cast<uint64_t>(GetCurrentTimestamp()); }
 
 // Submits what is appended and waits on the latch (and the ring's eventfd) until every offset
@@ -49,8 +51,9 @@ void WaitDurable(uint64_t target_end, bool interruptible) {
     int events = WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH;
     if (fd >= 0) events |= WL_SOCKET_READABLE;
     pg::CallPostgres([&] {
-      (void)WaitLatchOrSocket(MyLatch, events, fd >= 0 ? fd : PGINVALID_SOCKET, fd >= 0 ? 1000 : 1,
-                              PG_WAIT_EXTENSION);
+      const int rc = WaitLatchOrSocket(MyLatch, events, fd >= 0 ? fd : PGINVALID_SOCKET, fd >= 0 ? 1000 : 1,
+                                       PG_WAIT_EXTENSION);
+      if (rc & WL_LATCH_SET) latch_wake_consumed = true;
       ResetLatch(MyLatch);
       CHECK_FOR_INTERRUPTS();
     });

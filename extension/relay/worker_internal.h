@@ -108,6 +108,9 @@ uint64_t ApplyRestartRule(uint64_t slot_confirmed, std::string* refusal, bool* l
 uint64_t NowUs();
 // Submits what is appended and waits until every offset below `target_end` is durable.
 void WaitDurable(uint64_t target_end, bool interruptible = false);
+// Set when WaitDurable consumed a latch wake (a committing backend's, WakeRelaysAtCommit): the pass
+// loop then starts the next pass at once instead of sleeping through the commit it announced.
+extern bool latch_wake_consumed;
 // Confirms `lsn` to the slot (worker.cpp NOTES: only what the log holds durably).
 void Confirm(uint64_t lsn);
 // A frame was appended at `offset`: told to the acknowledgement tracker(s).
