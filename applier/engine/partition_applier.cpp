@@ -91,6 +91,13 @@ void PartitionApplier::Resume() {
     throw CommandFailed("cannot open the log of flow " + config_.flow_name + " at " + config_.log_directory + ": " +
                         reader.error().message);
   reader_ = std::move(reader.value());
+  if (!log_watch_ && !until_caught_up_) {
+    std::string why;
+    log_watch_ = LogDirWatch::Open(config_.log_directory, why);
+    if (!log_watch_)
+      std::cerr << Name() << ": event=log_watch_unavailable detail=\"" << why << "\" (the log is polled instead)"
+                << std::endl;
+  }
   const uint64_t first = reader_->next_offset();
   if (checkpoint_offset_ < first) {
     if (checkpoint_lsn_ != 0)
@@ -195,7 +202,10 @@ void PartitionApplier::Pump() {
       CommitBatch();
       RecordCheckpointOnly();
       if (until_caught_up_ && reader_->next_offset() >= stop_offset_) return;
-      std::this_thread::sleep_for(idle);
+      if (log_watch_)
+        (void)log_watch_->Wait(idle);  // the next write to the log wakes it; the wait is the fallback
+      else
+        std::this_thread::sleep_for(idle);
       idle = cadence::kApplierTail.After(idle, false);
       continue;
     }

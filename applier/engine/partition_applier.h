@@ -27,6 +27,7 @@
 #include <string>
 
 #include "kit/config.h"
+#include "kit/log_watch.h"
 #include "pg/pg_connection.h"
 #include "trellara/log/barrier.h"
 #include "trellara/log/device.h"
@@ -63,6 +64,7 @@ class PartitionApplier {
   std::unique_ptr<log::LogDevice> device_;
   std::unique_ptr<PgConnection> conn_;
   std::unique_ptr<log::LogReader> reader_;
+  std::unique_ptr<LogDirWatch> log_watch_;  // woken by writes to the log directory (kit/log_watch.h)
   std::unique_ptr<log::LogReader> chunk_reader_;
   TransactionBarrier barrier_;
   uint64_t checkpoint_lsn_ = 0;       // evidence committed on the target
