@@ -281,27 +281,33 @@ void AppendPacked(std::string& out, const Message* m, size_t (*size_fn)(const Me
   pack_fn(m, reinterpret_cast<uint8_t*>(out.data() + at));
 }
 
-struct RelationBytesCache {
-  std::unordered_map<std::string, std::string> by_key;
+// The packed bytes of one relation description, with everything they depend on besides the oid
+// (the key of the cache): the fingerprint and the type oids (the fingerprint does not cover them).
+struct PackedRelationEntry {
+  Sha256 fingerprint{};
+  std::vector<uint32_t> type_oids;
+  std::string bytes;
 };
 
-// Key: everything the packed RelationInfo depends on.
-std::string RelationKey(const RelationInfo& r) {
-  std::string key(reinterpret_cast<const char*>(r.fingerprint.data()), r.fingerprint.size());
-  auto put32 = [&key](uint32_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
-  put32(r.oid);
-  for (const auto& c : r.columns) put32(c.type_oid);
-  return key;
+struct RelationBytesCache {
+  // One entry per oid: a relation whose description changed replaces its entry. Looked up for every
+  // relation of every record, so the lookup compares in place and allocates nothing.
+  std::unordered_map<uint32_t, PackedRelationEntry> by_oid;
+};
+
+bool Matches(const PackedRelationEntry& e, const RelationInfo& r) {
+  if (e.fingerprint != r.fingerprint || e.type_oids.size() != r.columns.size()) return false;
+  for (size_t i = 0; i < r.columns.size(); i++)
+    if (e.type_oids[i] != r.columns[i].type_oid) return false;
+  return true;
 }
 
 const std::string& PackedRelation(const RelationInfo& r, bool& bad_text) {
   // Process-wide, created on first use (no static constructor in the extension), bounded.
   static RelationBytesCache* cache = new RelationBytesCache();
   constexpr size_t kMaxCachedRelations = 4096;
-  std::string key = RelationKey(r);
-  auto it = cache->by_key.find(key);
-  if (it != cache->by_key.end()) return it->second;
-  if (cache->by_key.size() >= kMaxCachedRelations) cache->by_key.clear();
+  auto it = cache->by_oid.find(r.oid);
+  if (it != cache->by_oid.end() && Matches(it->second, r)) return it->second.bytes;
   Encoder enc;
   // The protobuf-c structs point into `single`: it must outlive the packing below.
   const std::vector<RelationInfo> single{r};
@@ -312,10 +318,17 @@ const std::string& PackedRelation(const RelationInfo& r, bool& bad_text) {
     static const std::string* empty = new std::string();
     return *empty;
   }
-  std::string bytes;
-  AppendPacked<Trellara__RelationInfo>(bytes, one[0], trellara__relation_info__get_packed_size,
+  PackedRelationEntry entry;
+  entry.fingerprint = r.fingerprint;
+  for (const auto& c : r.columns) entry.type_oids.push_back(c.type_oid);
+  AppendPacked<Trellara__RelationInfo>(entry.bytes, one[0], trellara__relation_info__get_packed_size,
                                        trellara__relation_info__pack);
-  return cache->by_key.emplace(std::move(key), std::move(bytes)).first->second;
+  if (it != cache->by_oid.end()) {
+    it->second = std::move(entry);
+    return it->second.bytes;
+  }
+  if (cache->by_oid.size() >= kMaxCachedRelations) cache->by_oid.clear();
+  return cache->by_oid.emplace(r.oid, std::move(entry)).first->second.bytes;
 }
 
 // Packs `before` (fields numbered below the relations field), the relations, then `after`.
