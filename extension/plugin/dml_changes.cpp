@@ -19,20 +19,19 @@ std::vector<Value> ReadValues(const CachedRelation& entry, TupleDesc desc, HeapT
   const size_t ncols = entry.info.columns.size();
   const int* attnums = entry.attnums.data();
   const Oid* outputs = entry.output_functions.data();
-  std::vector<char> include(ncols), varlena(ncols);
-  for (size_t i = 0; i < ncols; i++) {
-    include[i] = !key_only || entry.info.columns[i].is_key;
-    varlena[i] = entry.varlena[i];
-  }
-  const char* include_p = include.data();
-  const char* varlena_p = varlena.data();
+  // Which columns are read and which may be TOASTed, as plain bytes for the guarded call
+  // (precomputed per cache entry by Describe: no allocation per tuple).
+  const char* include_p = key_only ? entry.key_columns.data() : entry.all_columns.data();
+  const char* varlena_p = entry.varlena_bytes.data();
   char* kinds = nullptr;
   char** texts = nullptr;
+  size_t included = 0;
   pg::CallPostgres([&] {
     kinds = static_cast<char*>(palloc0(ncols + 1));
     texts = static_cast<char**>(palloc0((ncols + 1) * sizeof(char*)));
     for (size_t i = 0; i < ncols; i++) {
       if (!include_p[i]) continue;
+      included++;
       bool isnull = false;
       Datum d = heap_getattr(tuple, attnums[i], desc, &isnull);
       if (isnull) {
@@ -46,9 +45,9 @@ std::vector<Value> ReadValues(const CachedRelation& entry, TupleDesc desc, HeapT
     }
   });
   std::vector<Value> out;
-  out.reserve(ncols);
+  out.reserve(included);
   for (size_t i = 0; i < ncols; i++) {
-    if (!include[i]) continue;
+    if (!include_p[i]) continue;
     switch (kinds[i]) {
       case kRawNull: out.push_back(Value::Null()); break;
       case kRawToast: out.push_back(Value::UnchangedToast()); break;
@@ -90,8 +89,12 @@ void AddRowChange(State* s, LogicalDecodingContext* ctx, Relation relation, Reor
       return;
   }
   c.relation_oid = entry.info.oid;
-  snprintf(current_tx.relation, sizeof current_tx.relation, "%s.%s", entry.info.schema.c_str(),
-           entry.info.name.c_str());
+  if (current_tx.relation_oid != entry.info.oid || current_tx.relation_invalidations != entry.invalidations) {
+    snprintf(current_tx.relation, sizeof current_tx.relation, "%s.%s", entry.info.schema.c_str(),
+             entry.info.name.c_str());
+    current_tx.relation_oid = entry.info.oid;
+    current_tx.relation_invalidations = entry.invalidations;
+  }
   TupleDesc desc = RelationGetDescr(relation);
   HeapTuple old_tuple = change->data.tp.oldtuple ? &change->data.tp.oldtuple->tuple : nullptr;
   HeapTuple new_tuple = change->data.tp.newtuple ? &change->data.tp.newtuple->tuple : nullptr;

@@ -41,6 +41,7 @@ void AddDdlChange(State* s, LogicalDecodingContext* ctx, XLogRecPtr lsn, Size sz
     c.relation_oid = 0;
     snprintf(current_tx.relation, sizeof current_tx.relation, "%s.%s", c.ddl.relation_schema.c_str(),
              c.ddl.relation_name.c_str());
+    current_tx.relation_oid = 0;  // not a cache entry's name (dml_changes.cpp formats its own)
     EmitChange(s, ctx, std::move(c), nullptr, {}, "DDL");
     return;
   }
@@ -79,6 +80,7 @@ void AddDdlChange(State* s, LogicalDecodingContext* ctx, XLogRecPtr lsn, Size sz
     if (emit) {
       c.relation_oid = relid;
       snprintf(current_tx.relation, sizeof current_tx.relation, "%s.%s", info->schema.c_str(), info->name.c_str());
+      current_tx.relation_oid = 0;  // not a cache entry's name (dml_changes.cpp formats its own)
       EmitChange(s, ctx, std::move(c), info, {}, "DDL");
     }
   } catch (...) {

@@ -49,6 +49,10 @@ struct DecodingTransaction {
   uint32_t xid;
   uint64_t commit_lsn;
   char relation[130];   // "schema.name" of the last row change seen, or ""
+  // Which cache entry version `relation` was formatted from (0: none): a run of changes to one
+  // relation formats its name once, not once per change.
+  uint32_t relation_oid;
+  uint64_t relation_invalidations;
 };
 const DecodingTransaction& CurrentTransaction();
 

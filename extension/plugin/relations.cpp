@@ -128,6 +128,10 @@ void Describe(Relation relation, CachedRelation& out) {
     out.varlena.push_back(is_varlena);
   }
   out.info.fingerprint = ComputeFingerprint(out.info);
+  out.varlena_bytes.assign(out.varlena.begin(), out.varlena.end());
+  out.all_columns.assign(out.info.columns.size(), 1);
+  out.key_columns.clear();
+  for (const Column& c : out.info.columns) out.key_columns.push_back(c.is_key ? 1 : 0);
 }
 
 // Whether `relation` is one of Trellara's own (see NOTES): never captured.

@@ -77,6 +77,9 @@ struct CachedRelation {
   std::vector<int> attnums;            // attribute numbers of info.columns in publish_as_relid
   std::vector<Oid> output_functions;   // type output function of each column
   std::vector<bool> varlena;           // whether each column's type is varlena (may be TOASTed)
+  // The same facts as bytes for the per-tuple read (dml_changes.cpp ReadValues): varlena, every
+  // column (all 1), key columns only.
+  std::vector<char> varlena_bytes, all_columns, key_columns;
   // TYPEOID syscache hash of each column's type: a renamed type (ALTER TYPE / ALTER DOMAIN ...
   // RENAME TO) changes the type name the entry carries without invalidating the relation.
   std::vector<uint32> type_hashes;

@@ -238,4 +238,50 @@ TEST_CASE("record_above_the_limit_is_uncapturable_and_names_transaction_and_rela
   CHECK_FALSE(a.uncapturable_failure());
 }
 
+TEST_CASE("consecutive_transactions_reusing_descriptions_emit_what_a_fresh_assembler_emits", "[assembler][reuse]") {
+  // The assembler keeps the relation descriptions and buffers of an emitted envelope for the next
+  // transaction; the next records must be byte for byte what a fresh assembler emits, including
+  // when a relation's description changed between transactions (same oid, new column).
+  RelationInfo orders = testing::SampleOrders();
+  RelationInfo items = testing::SampleLineItems();
+  RelationInfo orders_v2 = orders;
+  orders_v2.columns.push_back(Column{"added", 25, "text", -1, false});
+  orders_v2.fingerprint = ComputeFingerprint(orders_v2);
+  REQUIRE(orders_v2.fingerprint != orders.fingerprint);
+  struct Tx {
+    uint32_t xid;
+    std::vector<const RelationInfo*> relations;
+  };
+  const std::vector<Tx> txs = {{200, {&orders, &items}}, {201, {&items, &orders}}, {202, {&orders_v2}},
+                               {203, {&orders, &orders}}, {204, {&items}}};
+  TransactionAssembler reused({"app", 42, 100});
+  Captured reused_out;
+  for (const Tx& tx : txs) {
+    TransactionAssembler fresh({"app", 42, 100});
+    Captured fresh_out;
+    reused.Begin(tx.xid, 0x1000, 0x2000 + tx.xid, 5);
+    fresh.Begin(tx.xid, 0x1000, 0x2000 + tx.xid, 5);
+    int64_t id = 0;
+    for (const RelationInfo* r : tx.relations) {
+      Change c = Insert(id++);
+      c.relation_oid = r->oid;
+      c.new_tuple.resize(r->columns.size(), Value::Text("v"));
+      REQUIRE(reused.AddChange(c, r, {}, Capture(reused_out)).ok());
+      REQUIRE(fresh.AddChange(c, r, {}, Capture(fresh_out)).ok());
+    }
+    REQUIRE(reused.Commit(Capture(reused_out)).ok());
+    REQUIRE(fresh.Commit(Capture(fresh_out)).ok());
+    REQUIRE(fresh_out.bytes.size() == 1);
+    CHECK(reused_out.bytes.back() == fresh_out.bytes[0]);
+    const auto& e = std::get<Envelope>(reused_out.records.back());
+    CHECK(VerifyRecordChecksum(reused_out.records.back()).ok());
+    for (const RelationInfo* r : tx.relations) {
+      bool described = false;
+      for (const RelationInfo& d : e.relations) described |= d == *r;
+      CHECK(described);  // the description the caller passed, never a stale reused one
+    }
+  }
+  CHECK(reused_out.bytes.size() == txs.size());
+}
+
 }  // namespace unit_assembler_test

@@ -95,7 +95,23 @@ Status TransactionAssembler::Emit(const Record& record, bool completes, const Re
 
 void TransactionAssembler::RememberRelation(const RelationInfo& relation) {
   if (FindRelation(pending_relations_, relation.oid) != nullptr) return;
+  // A description equal to one a previous record carried is moved back in rather than copied (a
+  // copy allocates every column's name and type name). Equal means equal in every field, so the
+  // record is the same either way.
+  for (size_t i = 0; i < spare_relations_.size(); i++) {
+    if (spare_relations_[i] == relation) {
+      pending_relations_.push_back(std::move(spare_relations_[i]));
+      if (i + 1 != spare_relations_.size()) spare_relations_[i] = std::move(spare_relations_.back());
+      spare_relations_.pop_back();
+      return;
+    }
+  }
   pending_relations_.push_back(relation);
+}
+
+void TransactionAssembler::KeepSpareRelations(std::vector<RelationInfo>& relations) {
+  if (spare_relations_.size() + relations.size() > kSpareRelationsMax) spare_relations_.clear();
+  for (auto& r : relations) spare_relations_.push_back(std::move(r));
 }
 
 // Every relation of a chunked transaction, for its Manifest (latest version of each).
@@ -171,7 +187,11 @@ Status TransactionAssembler::Commit(const RecordSink& sink) {
     return EmitManifestAndMarker(sink);
   }
   if (chunk_refs_.empty()) {
-    Envelope e;
+    // Built in place in the Record it is emitted as, then its vectors are taken back: the next
+    // transaction reuses their capacity and the relation descriptions (see RememberRelation)
+    // instead of allocating and copying them again.
+    Record record{std::in_place_type<Envelope>};
+    Envelope& e = std::get<Envelope>(record);
     e.tx = tx_;
     e.begin_lsn = begin_lsn_;
     e.commit_time_us = commit_time_us_;
@@ -181,8 +201,15 @@ Status TransactionAssembler::Commit(const RecordSink& sink) {
     e.boundary_mode = BoundaryMode::Whole;
     // Same canonical checksum SealEnvelope would compute: the hasher saw exactly these changes.
     e.checksum = total_hasher_->Finish();
-    Status s = Emit(Record(std::move(e)), true, sink);
+    Status s = Emit(record, true, sink);
     Reset();
+    pending_ = std::move(e.changes);
+    pending_.clear();
+    counts_ = std::move(e.counts);
+    counts_.clear();
+    KeepSpareRelations(e.relations);
+    pending_relations_ = std::move(e.relations);
+    pending_relations_.clear();
     return s;
   }
   TRELLARA_TRY(FlushChunk(sink));

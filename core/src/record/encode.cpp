@@ -15,6 +15,7 @@
 
 #include "trellara.pb-c.h"
 #include "trellara/record/checksum.h"
+#include "trellara/base/assert.h"
 #include "trellara/base/text.h"
 
 namespace trellara {
@@ -281,27 +282,33 @@ void AppendPacked(std::string& out, const Message* m, size_t (*size_fn)(const Me
   pack_fn(m, reinterpret_cast<uint8_t*>(out.data() + at));
 }
 
-struct RelationBytesCache {
-  std::unordered_map<std::string, std::string> by_key;
+// The packed bytes of one relation description, with everything they depend on besides the oid
+// (the key of the cache): the fingerprint and the type oids (the fingerprint does not cover them).
+struct PackedRelationEntry {
+  Sha256 fingerprint{};
+  std::vector<uint32_t> type_oids;
+  std::string bytes;
 };
 
-// Key: everything the packed RelationInfo depends on.
-std::string RelationKey(const RelationInfo& r) {
-  std::string key(reinterpret_cast<const char*>(r.fingerprint.data()), r.fingerprint.size());
-  auto put32 = [&key](uint32_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
-  put32(r.oid);
-  for (const auto& c : r.columns) put32(c.type_oid);
-  return key;
+struct RelationBytesCache {
+  // One entry per oid: a relation whose description changed replaces its entry. Looked up for every
+  // relation of every record, so the lookup compares in place and allocates nothing.
+  std::unordered_map<uint32_t, PackedRelationEntry> by_oid;
+};
+
+bool Matches(const PackedRelationEntry& e, const RelationInfo& r) {
+  if (e.fingerprint != r.fingerprint || e.type_oids.size() != r.columns.size()) return false;
+  for (size_t i = 0; i < r.columns.size(); i++)
+    if (e.type_oids[i] != r.columns[i].type_oid) return false;
+  return true;
 }
 
 const std::string& PackedRelation(const RelationInfo& r, bool& bad_text) {
   // Process-wide, created on first use (no static constructor in the extension), bounded.
   static RelationBytesCache* cache = new RelationBytesCache();
   constexpr size_t kMaxCachedRelations = 4096;
-  std::string key = RelationKey(r);
-  auto it = cache->by_key.find(key);
-  if (it != cache->by_key.end()) return it->second;
-  if (cache->by_key.size() >= kMaxCachedRelations) cache->by_key.clear();
+  auto it = cache->by_oid.find(r.oid);
+  if (it != cache->by_oid.end() && Matches(it->second, r)) return it->second.bytes;
   Encoder enc;
   // The protobuf-c structs point into `single`: it must outlive the packing below.
   const std::vector<RelationInfo> single{r};
@@ -312,22 +319,60 @@ const std::string& PackedRelation(const RelationInfo& r, bool& bad_text) {
     static const std::string* empty = new std::string();
     return *empty;
   }
-  std::string bytes;
-  AppendPacked<Trellara__RelationInfo>(bytes, one[0], trellara__relation_info__get_packed_size,
+  PackedRelationEntry entry;
+  entry.fingerprint = r.fingerprint;
+  for (const auto& c : r.columns) entry.type_oids.push_back(c.type_oid);
+  AppendPacked<Trellara__RelationInfo>(entry.bytes, one[0], trellara__relation_info__get_packed_size,
                                        trellara__relation_info__pack);
-  return cache->by_key.emplace(std::move(key), std::move(bytes)).first->second;
+  if (it != cache->by_oid.end()) {
+    it->second = std::move(entry);
+    return it->second.bytes;
+  }
+  if (cache->by_oid.size() >= kMaxCachedRelations) cache->by_oid.clear();
+  return cache->by_oid.emplace(r.oid, std::move(entry)).first->second.bytes;
 }
 
-// Packs `before` (fields numbered below the relations field), the relations, then `after`.
+size_t VarintBytes(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    n++;
+  }
+  return n;
+}
+
+// Appends field `record_field` of Record holding a body message made of `before` (fields numbered
+// below the relations field), the relations, then `after`: sized first (one sizing pass of each
+// part), so the length prefix is written first and every part is packed straight into `out`
+// (no intermediate body string and copy). Same bytes as packing the body and then prefixing it.
 template <typename Message>
-std::string PackWithRelations(const Message* before, const Message* after, uint32_t relations_field,
-                              const std::vector<RelationInfo>& relations, size_t (*size_fn)(const Message*),
-                              size_t (*pack_fn)(const Message*, uint8_t*), bool& bad_text) {
-  std::string body;
-  AppendPacked<Message>(body, before, size_fn, pack_fn);
-  for (const auto& r : relations) AppendLengthDelimited(body, relations_field, PackedRelation(r, bad_text));
-  AppendPacked<Message>(body, after, size_fn, pack_fn);
-  return body;
+void AppendBodyWithRelations(std::string& out, uint32_t record_field, const Message* before, const Message* after,
+                             uint32_t relations_field, const std::vector<RelationInfo>& relations,
+                             size_t (*size_fn)(const Message*), size_t (*pack_fn)(const Message*, uint8_t*),
+                             bool& bad_text) {
+  const size_t before_bytes = size_fn(before);
+  const size_t after_bytes = size_fn(after);
+  size_t body_bytes = before_bytes + after_bytes;
+  // Each relation's bytes are looked up again when appended rather than kept by reference: a
+  // lookup may evict other entries of the bounded cache. Packing is deterministic, so both
+  // lookups yield the same bytes (the assertion below holds it).
+  const size_t relation_tag_bytes = VarintBytes((static_cast<uint64_t>(relations_field) << 3) | 2);
+  for (const auto& r : relations) {
+    const size_t n = PackedRelation(r, bad_text).size();
+    body_bytes += relation_tag_bytes + VarintBytes(n) + n;
+  }
+  out.reserve(out.size() + 2 * 10 + body_bytes);
+  AppendVarint(out, (static_cast<uint64_t>(record_field) << 3) | 2);
+  AppendVarint(out, body_bytes);
+  const size_t body_at = out.size();
+  size_t at = out.size();
+  out.resize(at + before_bytes);
+  pack_fn(before, reinterpret_cast<uint8_t*>(out.data() + at));
+  for (const auto& r : relations) AppendLengthDelimited(out, relations_field, PackedRelation(r, bad_text));
+  at = out.size();
+  out.resize(at + after_bytes);
+  pack_fn(after, reinterpret_cast<uint8_t*>(out.data() + at));
+  TRELLARA_ASSERT(out.size() - body_at == body_bytes, "a record body packs to the size it was given");
 }
 
 }  // namespace
@@ -336,7 +381,7 @@ Result<std::string> EncodeRecord(const Record& record) {
   Encoder enc;
   bool bad_text = false;
   uint32_t record_field = 0;  // Record.body field number
-  std::string body;           // the encoded body message
+  std::string out;            // the whole Record: body field tag, length, body
   if (const auto* e = std::get_if<Envelope>(&record)) {
     Trellara__Envelope before = TRELLARA__ENVELOPE__INIT;  // fields 1-4
     before.format_version = TRELLARA__FORMAT_VERSION__FORMAT_VERSION_1;
@@ -350,9 +395,9 @@ Result<std::string> EncodeRecord(const Record& record) {
     after.counts = enc.Counts(e->counts);
     after.boundary_mode = static_cast<Trellara__BoundaryMode>(e->boundary_mode);
     after.checksum = Encoder::Bin(e->checksum);
-    body = PackWithRelations<Trellara__Envelope>(&before, &after, 5, e->relations, trellara__envelope__get_packed_size,
-                                                 trellara__envelope__pack, bad_text);
     record_field = 1;
+    AppendBodyWithRelations<Trellara__Envelope>(out, record_field, &before, &after, 5, e->relations,
+                                          trellara__envelope__get_packed_size, trellara__envelope__pack, bad_text);
   } else if (const auto* c = std::get_if<Chunk>(&record)) {
     Trellara__Chunk before = TRELLARA__CHUNK__INIT;  // fields 1-5
     before.format_version = TRELLARA__FORMAT_VERSION__FORMAT_VERSION_1;
@@ -367,9 +412,9 @@ Result<std::string> EncodeRecord(const Record& record) {
     after.partition_seq = c->partition_seq;
     after.n_positions = c->positions.size();
     after.positions = const_cast<uint32_t*>(c->positions.data());
-    body = PackWithRelations<Trellara__Chunk>(&before, &after, 6, c->relations, trellara__chunk__get_packed_size,
-                                              trellara__chunk__pack, bad_text);
     record_field = 2;
+    AppendBodyWithRelations<Trellara__Chunk>(out, record_field, &before, &after, 6, c->relations,
+                                          trellara__chunk__get_packed_size, trellara__chunk__pack, bad_text);
   } else if (const auto* m = std::get_if<Manifest>(&record)) {
     Trellara__Manifest before = TRELLARA__MANIFEST__INIT;  // fields 1-5
     before.format_version = TRELLARA__FORMAT_VERSION__FORMAT_VERSION_1;
@@ -395,9 +440,9 @@ Result<std::string> EncodeRecord(const Record& record) {
     after.checksum = Encoder::Bin(m->checksum);
     after.map_version = m->map_version;
     after.partitions = m->partitions;
-    body = PackWithRelations<Trellara__Manifest>(&before, &after, 6, m->relations, trellara__manifest__get_packed_size,
-                                                 trellara__manifest__pack, bad_text);
     record_field = 3;
+    AppendBodyWithRelations<Trellara__Manifest>(out, record_field, &before, &after, 6, m->relations,
+                                          trellara__manifest__get_packed_size, trellara__manifest__pack, bad_text);
   } else {
     const auto& k = std::get<CommitMarker>(record);
     Trellara__CommitMarker marker = TRELLARA__COMMIT_MARKER__INIT;
@@ -406,17 +451,16 @@ Result<std::string> EncodeRecord(const Record& record) {
     marker.manifest_checksum = Encoder::Bin(k.manifest_checksum);
     marker.total_changes = k.total_changes;
     marker.total_chunks = k.total_chunks;
+    record_field = 4;
+    std::string body;
     AppendPacked<Trellara__CommitMarker>(body, &marker, trellara__commit_marker__get_packed_size,
                                          trellara__commit_marker__pack);
-    record_field = 4;
+    AppendLengthDelimited(out, record_field, body);
   }
   if (enc.bad_text() || bad_text)
     return MakeError(std::string("cannot encode ") + RecordTypeName(TypeOf(record)) + " of xid " +
                      std::to_string(TxOf(record).xid) +
                      ": a name or text value contains a NUL byte, which a protobuf string cannot carry");
-  std::string out;
-  out.reserve(body.size() + 11);
-  AppendLengthDelimited(out, record_field, body);
   if (out.size() > kMaxRecordBytes)
     return MakeError(std::string(RecordTypeName(TypeOf(record))) + " of xid " + std::to_string(TxOf(record).xid) +
                      " encodes to " + std::to_string(out.size()) + " bytes, above the " +

@@ -82,6 +82,8 @@ class TransactionAssembler {
 
  private:
   void RememberRelation(const RelationInfo& relation);
+  // Keeps the descriptions an emitted record carried, for RememberRelation to reuse (bounded).
+  void KeepSpareRelations(std::vector<RelationInfo>& relations);  // moves the elements out
   void MergeIntoAllRelations(const std::vector<RelationInfo>& relations);
   Status FlushChunk(const RecordSink& sink);
   Status AddPartitioned(Change change, const RelationInfo* relation, const std::vector<const RelationInfo*>& truncated,
@@ -106,6 +108,10 @@ class TransactionAssembler {
   std::vector<Change> pending_;               // changes not yet emitted (<= chunk_changes)
   std::vector<RelationInfo> pending_relations_;  // relations the pending changes refer to
   std::vector<RelationInfo> all_relations_;      // every relation of the transaction (last version)
+  // Descriptions of relations of earlier records, reused when equal (never consulted for content:
+  // a reused description is equal in every field to the one the caller passed).
+  static constexpr size_t kSpareRelationsMax = 64;
+  std::vector<RelationInfo> spare_relations_;
   std::vector<RelationCount> counts_;
   std::vector<ChunkRef> chunk_refs_;
   std::unique_ptr<ChangeHasher> total_hasher_;
