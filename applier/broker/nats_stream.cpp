@@ -355,6 +355,12 @@ Status NatsStream::StartReading(uint64_t from_sequence) {
   config.OptStartSeq = std::max<uint64_t>(from_sequence, 1);
   config.FilterSubject = settings_.stream_subjects.c_str();
   config.InactiveThreshold = kConsumerInactiveNs;
+  // One replica, in memory: the consumer's state (where it delivered up to) is never evidence —
+  // the replica's own durable end is, and a consumer lost with its node is simply created again
+  // (Read fails, or Probe finds the stream ahead of what was delivered). An R3 file-backed
+  // consumer would have the broker replicate and write that state for every pull.
+  config.Replicas = 1;
+  config.MemoryStorage = true;
   jsConsumerInfo* info = nullptr;
   jsErrCode code = static_cast<jsErrCode>(0);
   natsStatus s = js_AddConsumer(&info, handles_->js, settings_.stream.c_str(), &config, nullptr, &code);

@@ -359,7 +359,7 @@ size_t StreamReceiver::Pump(std::chrono::milliseconds wait, std::optional<Confli
     auto span = core::ParseDeliveredSpan(d.message_id, d.offset_header, d.format_header, d.count_header);
     std::vector<log::LogRecord> records;
     if (span && span->packed) {
-      auto decoded = core::DecodePack(span->first.offset, span->count, d.payload);
+      auto decoded = core::DecodePackMessage(span->format, span->first.offset, span->count, d.payload);
       if (!decoded)
         throw CommandFailed("stream " + config_.transport.stream + " message " + std::to_string(d.sequence) + " on " +
                                 d.subject + ": " + decoded.error().message +

@@ -111,12 +111,14 @@ bool Forwarder::SendUntilAcknowledged(const std::vector<log::LogRecord>& records
   for (size_t at = 0; const size_t count : counts) {
     const std::span<const log::LogRecord> pack(records.data() + at, count);
     const trellara::broker::RecordName name{config_.flow_name, identity_, pack.front().offset};
-    bodies.push_back(trellara::broker::EncodePack(pack));
+    // Compressed (format 2) when that is smaller: the broker's cost is per byte (core pack.h).
+    trellara::broker::PackMessageBody body = trellara::broker::EncodePackMessage(pack);
+    bodies.push_back(std::move(body.bytes));
     first_record.push_back(at);
     out.push_back({refill ? trellara::broker::PackRefillMessageId(name, count, *refill)
                           : trellara::broker::PackMessageId(name, count),
                    {{trellara::broker::kOffsetHeader, std::to_string(name.offset)},
-                    {trellara::broker::kFormatHeader, trellara::broker::kPackFormat},
+                    {trellara::broker::kFormatHeader, body.format},
                     {trellara::broker::kCountHeader, std::to_string(count)}},
                    std::span<const uint8_t>(bodies.back().data(), bodies.back().size())});
     at += count;

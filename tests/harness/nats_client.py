@@ -13,12 +13,23 @@ import base64
 import json
 import socket
 import struct
+import subprocess
 import time
 
 # ---- the message format (docs/broker.md "Message format"), written apart from core/src/broker/pack.cpp
 
 PACK_MAGIC = b"TRP1"
 PACK_FORMAT = "1"
+PACK_FORMAT_ZSTD = "2"   # a format-1 body compressed as one zstd frame
+
+
+def zstd_content(data):
+    """A format-2 body's format-1 content, decompressed by the zstd command (Debian's zstd), not by
+    trellara's code; raises ValueError when it is not one whole zstd frame."""
+    done = subprocess.run(["zstd", "-d", "-c", "-q"], input=bytes(data), capture_output=True)
+    if done.returncode != 0:
+        raise ValueError(f"compressed message does not decompress: {done.stderr.decode(errors='replace').strip()}")
+    return done.stdout
 
 
 def _crc32c_table():
@@ -52,7 +63,9 @@ def message_records(headers, data):
     if "Trellara-Format" not in headers and "Trellara-Count" not in headers:   # an older forwarder's record
         lsn = headers["Trellara-Commit-Lsn"].split("/")
         return [(first, int(headers["Trellara-Type"]), (int(lsn[0], 16) << 32) | int(lsn[1], 16), data)]
-    if headers.get("Trellara-Format") != PACK_FORMAT:
+    if headers.get("Trellara-Format") == PACK_FORMAT_ZSTD:
+        data = zstd_content(data)
+    elif headers.get("Trellara-Format") != PACK_FORMAT:
         raise ValueError(f"message format {headers.get('Trellara-Format')!r}")
     count = int(headers["Trellara-Count"])
     if data[:4] != PACK_MAGIC or struct.unpack_from("<I", data, 4)[0] != count:

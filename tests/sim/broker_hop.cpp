@@ -51,9 +51,11 @@ BrokerHop::Publish BrokerHop::PublishBatch(const std::vector<log::LogRecord>& re
       m.commit_lsn = pack.front().commit_lsn;
       m.body = pack.front().payload;
     } else {
-      m.format_header = broker::kPackFormat;
+      // As the product's forwarder: compressed (format 2) when that is smaller.
+      broker::PackMessageBody body = broker::EncodePackMessage(pack);
+      m.format_header = body.format;
       m.count_header = std::to_string(count);
-      m.body = broker::EncodePack(pack);
+      m.body = std::move(body.bytes);
     }
     // Inside the duplicate window: dropped by its id (first offset and count), acknowledged —
     // whether the broker still stores the message under that id or not.
@@ -331,7 +333,7 @@ void BrokerHop::Deliver(const Message& m, int64_t now_ms, bool& appended) {
   if (!span.ok()) return hooks_.harness_error("the stream delivered an unreadable message: " + span.error().message);
   std::vector<log::LogRecord> records;
   if (span->packed) {
-    auto decoded = broker::DecodePack(span->first.offset, span->count, m.body);
+    auto decoded = broker::DecodePackMessage(span->format, span->first.offset, span->count, m.body);
     if (!decoded.ok()) return hooks_.harness_error("the stream delivered a torn message: " + decoded.error().message);
     records = std::move(*decoded);
   } else {

@@ -77,6 +77,84 @@ TEST_CASE("a_torn_or_altered_packed_message_is_refused_whole", "[broker]") {
   CHECK_FALSE(DecodePack(100, 0, body).ok());
 }
 
+std::vector<LogRecord> Incompressible(uint64_t first, size_t n, size_t payload_bytes) {
+  std::vector<LogRecord> records = Run(first, n, payload_bytes);
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (auto& r : records)
+    for (auto& b : r.payload) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      b = static_cast<uint8_t>(x);
+    }
+  return records;
+}
+
+void CheckSame(const std::vector<LogRecord>& got, const std::vector<LogRecord>& want) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); i++) {
+    CHECK(got[i].offset == want[i].offset);
+    CHECK(got[i].type == want[i].type);
+    CHECK(got[i].commit_lsn == want[i].commit_lsn);
+    CHECK(got[i].payload == want[i].payload);
+  }
+}
+
+TEST_CASE("a_compressible_message_goes_compressed_and_gives_back_each_record_unchanged", "[broker]") {
+  const auto records = Run(41, 50, 300);  // repeated bytes: compresses many times over
+  const auto message = EncodePackMessage(records);
+  CHECK(std::string(message.format) == kPackFormatZstd);
+  CHECK(message.bytes.size() < EncodePack(records).size() / 4);
+  auto decoded = DecodePackMessage(message.format, 41, 50, message.bytes);
+  REQUIRE(decoded.ok());
+  CheckSame(*decoded, records);
+  // The count and first offset are still checked against the decompressed body.
+  CHECK_FALSE(DecodePackMessage(message.format, 41, 49, message.bytes).ok());
+}
+
+TEST_CASE("an_incompressible_message_goes_plain_as_format_1", "[broker]") {
+  const auto records = Incompressible(7, 20, 200);
+  const auto message = EncodePackMessage(records);
+  CHECK(std::string(message.format) == kPackFormat);
+  CHECK(message.bytes == EncodePack(records));
+  auto decoded = DecodePackMessage(message.format, 7, 20, message.bytes);
+  REQUIRE(decoded.ok());
+  CheckSame(*decoded, records);
+}
+
+TEST_CASE("a_torn_or_altered_compressed_message_is_refused_whole", "[broker]") {
+  const auto records = Run(100, 30, 100);
+  const auto message = EncodePackMessage(records);
+  REQUIRE(std::string(message.format) == kPackFormatZstd);
+  const auto& body = message.bytes;
+  for (size_t len = 0; len < body.size(); len++) {
+    INFO(len);
+    CHECK_FALSE(DecodePackMessage(kPackFormatZstd, 100, 30, std::span<const uint8_t>(body.data(), len)).ok());
+  }
+  auto longer = body;
+  longer.push_back(0);
+  CHECK(DecodePackMessage(kPackFormatZstd, 100, 30, longer).error().message.find("past its zstd frame") !=
+        std::string::npos);
+  // Any byte altered: the frame is refused, or what it decompresses to fails the pack's checks
+  // (its records' CRC32Cs), or — a bit zstd does not use for this frame — it decompresses to the
+  // very same records. Never other records.
+  size_t refused = 0;
+  for (size_t i = 0; i < body.size(); i++) {
+    auto altered = body;
+    altered[i] ^= 0x40;
+    INFO(i);
+    auto decoded = DecodePackMessage(kPackFormatZstd, 100, 30, altered);
+    if (!decoded.ok()) {
+      refused++;
+      continue;
+    }
+    CheckSame(*decoded, records);
+  }
+  CHECK(refused > body.size() * 9 / 10);
+  // A plain body under format 2, a compressed one under format 1, an unknown format: refused.
+  CHECK_FALSE(DecodePackMessage(kPackFormatZstd, 100, 30, EncodePack(records)).ok());
+  CHECK_FALSE(DecodePackMessage(kPackFormat, 100, 30, body).ok());
+  CHECK_FALSE(DecodePackMessage("3", 100, 30, body).ok());
+}
+
 TEST_CASE("a_delivered_message_names_its_first_offset_and_count_and_old_single_records_still_read", "[broker]") {
   const std::string id = LogIdentity(7, 0x10);
   const RecordName first{"app", id, 40};
@@ -109,8 +187,14 @@ TEST_CASE("a_delivered_message_names_its_first_offset_and_count_and_old_single_r
   CHECK_FALSE(ParseDeliveredSpan(PackMessageId(first, 8), "40", "1", std::nullopt).ok());
   CHECK_FALSE(ParseDeliveredSpan(MessageId(first), "40", "1", "8").ok());
   CHECK_FALSE(ParseDeliveredSpan(MessageId(first), "40", std::nullopt, "8").ok());
-  CHECK(ParseDeliveredSpan(PackMessageId(first, 8), "40", "2", "8").error().message.find("upgrade") !=
+  CHECK(ParseDeliveredSpan(PackMessageId(first, 8), "40", "3", "8").error().message.find("upgrade") !=
         std::string::npos);
+  // Format 2 (the body compressed) names its records the same way, and says so.
+  auto compressed = ParseDeliveredSpan(PackMessageId(first, 8), "40", "2", "8");
+  REQUIRE(compressed.ok());
+  CHECK(compressed->format == kPackFormatZstd);
+  CHECK(packed->format == kPackFormat);
+  CHECK(ParsePublishedSpan(PackMessageId(first, 8), "2", "8")->last_offset() == 47);
   CHECK_FALSE(ParseDeliveredSpan(PackMessageId(first, 8), "40", "1", "7").ok());
   for (const char* bad : {"", "0", "x", "-1", "1048577", "123456789012345678901"}) {
     INFO(bad);

@@ -135,10 +135,10 @@ Result<DeliveredSpan> Span(const std::string& message_id, bool refill_allowed,
   DeliveredSpan span;
   span.first = *name;
   if (!count_in_id && !format_header && !count_header) return span;  // an older forwarder's single record
-  if (!format_header || *format_header != kPackFormat)
+  if (!format_header || (*format_header != kPackFormat && *format_header != kPackFormatZstd))
     return MakeError("broker message \"" + message_id + "\" has " + std::string(kFormatHeader) + " \"" +
-                     format_header.value_or("") + "\" (this trellara reads format " + kPackFormat +
-                     "): published by another version of trellara forward; upgrade this one");
+                     format_header.value_or("") + "\" (this trellara reads formats " + kPackFormat + " and " +
+                     kPackFormatZstd + "): published by another version of trellara forward; upgrade this one");
   const auto count = count_in_id ? Count(*count_in_id) : std::nullopt;
   if (!count || !count_header || *count_header != *count_in_id)
     return MakeError("broker message \"" + message_id + "\" has " + std::string(kCountHeader) + " \"" +
@@ -148,6 +148,7 @@ Result<DeliveredSpan> Span(const std::string& message_id, bool refill_allowed,
     return MakeError("broker message \"" + message_id + "\" names offsets past the largest offset");
   span.count = *count;
   span.packed = true;
+  span.format = *format_header;
   return span;
 }
 

@@ -11,6 +11,11 @@
 //    when it reads, so a quiet flow's record leaves at once (the "flush on idle").
 //  - EncodePack / DecodePack: the body. A body that does not decode exactly (magic, count, an
 //    entry's length or checksum, bytes left over) is an invalid message: refused, never partly used.
+//  - EncodePackMessage / DecodePackMessage: the body on the wire. Format "2" is a format-1 body
+//    compressed as one zstd frame; the forwarder sends it whenever it is smaller (a pgbench log's
+//    records shrink several times), which is most of what the three nats-servers of an R3 stream
+//    spend their CPU on: every byte is received, replicated twice, written and hashed per node.
+//    The records' own CRC32Cs are checked after decompression, as for format 1.
 //  - PackMessageId: a message's deduplication id names flow, log identity, its FIRST offset and its
 //    count ("<flow>/<log identity>/<first>+<count>"; the count is also in a header). The count is
 //    in the id because the broker acknowledges a publish whose id it has seen as a duplicate
@@ -52,6 +57,12 @@ inline constexpr const char* kCountHeader = "Trellara-Count";    // how many rec
 // The header that says a message is packed (the body format's version): "1".
 inline constexpr const char* kFormatHeader = "Trellara-Format";
 inline constexpr const char* kPackFormat = "1";
+// Format "2": the body is exactly one zstd frame that names its content size, whose content is a
+// format-1 body of at most kPackZstdContentBytesMax bytes (a bound against a hostile frame; the
+// forwarder compresses only bodies within it).
+inline constexpr const char* kPackFormatZstd = "2";
+inline constexpr size_t kPackZstdContentBytesMax = 64u << 20;
+inline constexpr int kPackZstdLevel = 1;  // the fastest level: the forwarder's CPU shares the host
 
 // Body: "TRP1", u32 count, then per record: u8 type, u64 commit LSN, u32 payload bytes,
 // u32 CRC32C (of the entry's first 13 bytes, then the payload), the payload. Little-endian.
@@ -79,6 +90,19 @@ std::vector<uint8_t> EncodePack(std::span<const log::LogRecord> records);
 // error (what is wrong, at which record) when the body is torn or is not such a message.
 Result<std::vector<log::LogRecord>> DecodePack(uint64_t first_offset, uint64_t count, std::span<const uint8_t> body);
 
+// The body on the wire for `records` and its Trellara-Format: format 2 when compressing makes it
+// smaller (and the plain body is within kPackZstdContentBytesMax), else format 1 (EncodePack).
+struct PackMessageBody {
+  std::vector<uint8_t> bytes;
+  const char* format = kPackFormat;
+};
+PackMessageBody EncodePackMessage(std::span<const log::LogRecord> records);
+// The records of a delivered body of `format` (kPackFormat or kPackFormatZstd): a format-2 body
+// is refused unless it is exactly one zstd frame naming a content size within the bound that
+// decompresses to exactly that size; then DecodePack's checks apply.
+Result<std::vector<log::LogRecord>> DecodePackMessage(const std::string& format, uint64_t first_offset, uint64_t count,
+                                                      std::span<const uint8_t> body);
+
 // "<flow>/<log identity>/<first>+<count>", and a refill's "<...>+<count>/refill-<n>".
 std::string PackMessageId(const RecordName& first, uint64_t count);
 std::string PackRefillMessageId(const RecordName& first, uint64_t count, uint64_t refill);
@@ -88,12 +112,13 @@ struct DeliveredSpan {
   RecordName first;     // from the deduplication id (first publish or refill alike)
   uint64_t count = 1;
   bool packed = false;  // false: a single record as an older forwarder published it
+  std::string format;   // a packed message's Trellara-Format (kPackFormat or kPackFormatZstd)
   uint64_t end() const { return first.offset + count; }
   uint64_t last_offset() const { return first.offset + count - 1; }
   RecordName last() const { return RecordName{first.flow, first.log_identity, last_offset()}; }
 };
 // `offset_header` (Trellara-Offset) must name the id's offset when present. A packed message has a
-// count in its id, `format_header` kPackFormat and `count_header` equal to that count; an older
+// count in its id, `format_header` kPackFormat or kPackFormatZstd and `count_header` equal to that count; an older
 // forwarder's record has none of the three.
 // A count is 1..kPackCountMax (a bound against a malformed header, not the packing limit: a
 // forwarder with other limits is still read).
