@@ -3,6 +3,8 @@
 // reader with a zero torn tail; nothing is acknowledged after a failed fdatasync or write.
 #include <poll.h>
 
+#include <fstream>
+
 #include <catch2/catch.hpp>
 
 #include "log_support/log_test_support.h"
@@ -222,6 +224,77 @@ TEST_CASE("log_reader_follows_the_tail_across_segments", "[log][reader]") {
   auto segments = ListSegments(*device, dir.flow());
   REQUIRE(segments.ok());
   CHECK(segments->size() >= 7);
+}
+
+// The reader's read-ahead buffer and its index refresh that reads only the index's new tail: records
+// of mixed sizes (some larger than the read-ahead) followed while they are written, then sought back
+// and forth within the segment — every record whole and in order.
+TEST_CASE("log_reader_reads_ahead_and_refreshes_only_the_index_tail", "[log][reader]") {
+  TempDir dir;
+  auto device = RealDevice();
+  WriterOptions options;
+  options.segment_bytes_max = 4ull << 20;
+  auto writer = LogWriter::Open(*device, dir.flow(), options);
+  REQUIRE(writer.ok());
+  auto reader = LogReader::Open(*device, dir.flow());
+  REQUIRE(reader.ok());
+  const size_t sizes[] = {100, 3000, 40, 300 * 1024, 700, 1, 64 * 1024};
+  uint64_t read = 0;
+  for (int step = 0; step < 40; ++step) {
+    AppendTestRecords(**writer, 21, 1 + step % 5, sizes[step % 7], 2);
+    for (;;) {
+      auto record = (*reader)->Next();
+      REQUIRE(record.ok());
+      if (!record->has_value()) break;
+      REQUIRE((*record)->offset == read);
+      REQUIRE(TestRecordMatches(21, read, (*record)->payload));
+      read += 1;
+    }
+    REQUIRE(read == (*writer)->durable_end());
+  }
+  for (uint64_t offset : {uint64_t{3}, read - 1, uint64_t{0}, read / 2, read / 2 - 1}) {
+    REQUIRE((*reader)->Seek(offset).ok());
+    auto record = (*reader)->Next();
+    REQUIRE(record.ok());
+    REQUIRE(record->has_value());
+    CHECK((*record)->offset == offset);
+    CHECK(TestRecordMatches(21, offset, (*record)->payload));
+  }
+}
+
+// An index entry the reader already read that is different when it looks for new entries is an
+// error naming the index, never a silently different view of the log.
+TEST_CASE("log_reader_refuses_an_index_entry_changed_under_it", "[log][reader]") {
+  TempDir dir;
+  auto device = RealDevice();
+  auto writer = LogWriter::Open(*device, dir.flow(), WriterOptions{});
+  REQUIRE(writer.ok());
+  AppendTestRecords(**writer, 22, 6, 200, 6);
+  auto reader = LogReader::Open(*device, dir.flow());
+  REQUIRE(reader.ok());
+  for (uint64_t i = 0; i < 6; ++i) {
+    auto record = (*reader)->Next();
+    REQUIRE(record.ok());
+    REQUIRE(record->has_value());
+  }
+  // Entry 5 (the last one read) rewritten with another commit LSN, its CRC valid.
+  const std::string index_path = dir.flow() + "/" + IndexFileName(0);
+  auto index = ReadIndexFile(*device, dir.flow(), 0);
+  REQUIRE(index.ok());
+  REQUIRE(index->entries.size() == 6);
+  IndexEntry changed = index->entries[5];
+  changed.commit_lsn += 1;
+  uint8_t bytes[kIndexEntryBytes];
+  EncodeIndexEntry(changed, bytes);
+  {
+    std::fstream f(index_path, std::ios::in | std::ios::out | std::ios::binary);
+    REQUIRE(f.good());
+    f.seekp(static_cast<std::streamoff>(kIndexHeaderBytes + 5 * kIndexEntryBytes));
+    f.write(reinterpret_cast<const char*>(bytes), sizeof bytes);
+  }
+  auto next = (*reader)->Next();
+  REQUIRE_FALSE(next.ok());
+  CHECK_THAT(next.error().message, Catch::Contains("changed under the reader at offset 5"));
 }
 
 TEST_CASE("log_record_larger_than_a_segment_gets_a_segment_of_its_own", "[log][writer]") {

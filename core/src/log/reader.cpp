@@ -3,6 +3,7 @@
 #include "trellara/log/reader.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace trellara::log {
 
@@ -25,6 +26,8 @@ void LogReader::CloseSegment() {
   segment_first_.reset();
   entries_.clear();
   entries_complete_ = false;
+  buffer_.clear();
+  buffer_position_ = 0;
 }
 
 Status LogReader::LoadSegment(uint64_t first_offset) {
@@ -56,20 +59,17 @@ Status LogReader::LoadSegment(uint64_t first_offset) {
   return Status::Ok();
 }
 
+// Reads only what was appended to the index since the last refresh (ReadIndexTail), so a reader
+// following the tail pays for the new entries, not for the whole index at every look.
 Status LogReader::RefreshIndex() {
   if (!segment_first_ || entries_complete_) return Status::Ok();
-  auto index = ReadIndexFile(device_, dir_, *segment_first_);
+  const std::optional<IndexEntry> last = entries_.empty() ? std::nullopt : std::optional<IndexEntry>(entries_.back());
+  auto index = ReadIndexTail(device_, dir_, *segment_first_, entries_.size(), last);
   if (!index.ok()) return index.error();
-  if (index->entries.size() > entries_.size()) {
-    for (size_t i = 0; i < entries_.size(); ++i) {
-      const auto& a = entries_[i];
-      const auto& b = index->entries[i];
-      if (a.position != b.position || a.commit_lsn != b.commit_lsn) {
-        return MakeError("index " + JoinPath(dir_, IndexFileName(*segment_first_)) + " changed under the reader at offset " +
-                         std::to_string(a.offset) + "; reopen the reader");
-      }
-    }
-    entries_ = std::move(index->entries);
+  if (entries_.empty()) {
+    if (!index->entries.empty()) entries_ = std::move(index->entries);
+  } else {
+    entries_.insert(entries_.end(), index->entries.begin(), index->entries.end());
   }
   return Status::Ok();
 }
@@ -89,28 +89,61 @@ Status LogReader::Seek(uint64_t offset) {
   return Status::Ok();
 }
 
-Result<LogRecord> LogReader::ReadFrame(const IndexEntry& entry) {
+// Frames are read through a buffer of up to kReadAheadBytes that ends where a later indexed frame
+// starts (one syscall for many small frames instead of two per frame): every byte in it belongs to a frame that was published (durable, never rewritten) when it
+// was read, so a frame found whole in the buffer is the frame on disk. The last indexed frame (its
+// end is not known from the index) is read directly.
+Result<LogRecord> LogReader::ReadFrame(size_t index) {
+  const IndexEntry& entry = entries_[index];
   const std::string where = JoinPath(dir_, SegmentFileName(*segment_first_)) + " at position " +
                             std::to_string(entry.position) + " (offset " + std::to_string(entry.offset) + ")";
-  uint8_t header_bytes[kFrameHeaderBytes];
-  auto n = device_.ReadAt(*segment_file_, entry.position, header_bytes, sizeof header_bytes);
-  if (!n.ok()) return n.error();
-  auto header = *n == sizeof header_bytes ? DecodeFrameHeader(header_bytes) : std::nullopt;
-  if (!header || header->offset != entry.offset) {
-    return MakeError("corruption in " + where + ": the indexed frame header is invalid; reading stops here, "
-                     "nothing after it is read. Run 'trellara log inspect --dir " + dir_ + "' for details");
+  const auto corrupt = [&](const std::string& what) {
+    return MakeError("corruption in " + where + ": " + what + "; reading stops here, nothing after it is read. "
+                     "Run 'trellara log inspect --dir " + dir_ + "' for details");
+  };
+  const auto buffered = [&](uint64_t position, uint64_t bytes) {
+    return position >= buffer_position_ && position + bytes <= buffer_position_ + buffer_.size();
+  };
+  if (!buffered(entry.position, kFrameHeaderBytes) && index + 1 < entries_.size() &&
+      entries_[index + 1].position - entry.position <= kReadAheadBytes) {
+    // Up to the start of the furthest later frame within kReadAheadBytes. A larger frame is read
+    // directly (no second copy of it in the buffer).
+    size_t last = index + 1;
+    while (last + 1 < entries_.size() && entries_[last + 1].position - entry.position <= kReadAheadBytes) ++last;
+    buffer_.resize(entries_[last].position - entry.position);
+    buffer_position_ = entry.position;
+    auto n = device_.ReadAt(*segment_file_, entry.position, buffer_.data(), buffer_.size());
+    if (!n.ok()) {
+      buffer_.clear();
+      return n.error();
+    }
+    buffer_.resize(*n);
   }
+  uint8_t header_bytes[kFrameHeaderBytes];
+  if (buffered(entry.position, kFrameHeaderBytes)) {
+    std::memcpy(header_bytes, buffer_.data() + (entry.position - buffer_position_), kFrameHeaderBytes);
+  } else {
+    auto n = device_.ReadAt(*segment_file_, entry.position, header_bytes, sizeof header_bytes);
+    if (!n.ok()) return n.error();
+    if (*n != sizeof header_bytes) return corrupt("the indexed frame header is invalid");
+  }
+  auto header = DecodeFrameHeader(header_bytes);
+  if (!header || header->offset != entry.offset) return corrupt("the indexed frame header is invalid");
   LogRecord record;
   record.offset = header->offset;
   record.commit_lsn = header->commit_lsn;
   record.type = header->type;
-  record.payload.resize(header->payload_bytes);
-  auto m = device_.ReadAt(*segment_file_, entry.position + kFrameHeaderBytes, record.payload.data(), record.payload.size());
-  if (!m.ok()) return m.error();
-  if (*m != record.payload.size() || !FrameCrcMatches(header_bytes, *header, record.payload)) {
-    return MakeError("corruption in " + where + ": CRC32C mismatch; reading stops here, nothing after it is read. "
-                     "Run 'trellara log inspect --dir " + dir_ + "' for details");
+  const uint64_t payload_position = entry.position + kFrameHeaderBytes;
+  if (buffered(payload_position, header->payload_bytes)) {
+    const uint8_t* p = buffer_.data() + (payload_position - buffer_position_);
+    record.payload.assign(p, p + header->payload_bytes);
+  } else {
+    record.payload.resize(header->payload_bytes);
+    auto m = device_.ReadAt(*segment_file_, payload_position, record.payload.data(), record.payload.size());
+    if (!m.ok()) return m.error();
+    if (*m != record.payload.size()) return corrupt("CRC32C mismatch");
   }
+  if (!FrameCrcMatches(header_bytes, *header, record.payload)) return corrupt("CRC32C mismatch");
   return record;
 }
 
@@ -124,7 +157,7 @@ Result<std::optional<LogRecord>> LogReader::Next() {
     }
     uint64_t index = next_offset_ - *segment_first_;
     if (index < entries_.size()) {
-      auto record = ReadFrame(entries_[index]);
+      auto record = ReadFrame(index);
       if (!record.ok()) return record.error();
       next_offset_ += 1;
       return std::optional<LogRecord>(std::move(record).value());

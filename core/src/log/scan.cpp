@@ -404,6 +404,59 @@ std::optional<std::string> LogScan::corruption() const {
   return std::nullopt;
 }
 
+Result<IndexRead> ReadIndexTail(LogDevice& device, const std::string& dir, uint64_t first_offset, uint64_t known,
+                                const std::optional<IndexEntry>& last_known) {
+  if (known == 0) return ReadIndexFile(device, dir, first_offset);
+  IndexRead read;
+  const std::string path = JoinPath(dir, IndexFileName(first_offset));
+  if (!last_known || last_known->offset != first_offset + known - 1)
+    return MakeError("internal: the tail of index " + path + " asked after " + std::to_string(known) +
+                     " entries without the last of them");
+  // Missing or shorter than what was read (being rebuilt by a writer's recovery): nothing new for
+  // now, as ReadIndexFile's caller sees no more entries than it holds.
+  auto exists = device.Exists(path);
+  if (!exists.ok()) return exists.error();
+  if (!*exists) {
+    read.found = IndexStatus::kMissing;
+    read.detail = IndexFileName(first_offset) + " does not exist";
+    return read;
+  }
+  const uint64_t from = kIndexHeaderBytes + (known - 1) * kIndexEntryBytes;
+  uint64_t file_bytes = 0;
+  auto bytes = ReadFileFrom(device, path, from, file_bytes);
+  if (!bytes.ok()) return bytes.error();
+  const uint64_t whole = bytes->size() / kIndexEntryBytes;
+  if (whole == 0) {
+    read.found = IndexStatus::kStale;
+    read.detail = IndexFileName(first_offset) + " is shorter than the " + std::to_string(known) + " entries read";
+    return read;
+  }
+  auto again = DecodeIndexEntry(bytes->data());
+  if (!again || again->offset != last_known->offset || again->position != last_known->position ||
+      again->commit_lsn != last_known->commit_lsn || again->type != last_known->type) {
+    return MakeError("index " + path + " changed under the reader at offset " + std::to_string(last_known->offset) +
+                     "; reopen the reader");
+  }
+  IndexEntry previous = *last_known;
+  for (uint64_t i = 1; i < whole; ++i) {
+    auto entry = DecodeIndexEntry(bytes->data() + i * kIndexEntryBytes);
+    const bool dense = entry && entry->offset == previous.offset + 1 && entry->position > previous.position;
+    if (!dense) {
+      read.found = (i + 1 == whole && bytes->size() % kIndexEntryBytes == 0) ? IndexStatus::kStale : IndexStatus::kCorrupt;
+      read.detail = IndexFileName(first_offset) + ": entry " + std::to_string(known - 1 + i) + " (offset " +
+                    std::to_string(previous.offset + 1) + ") is invalid";
+      return read;
+    }
+    read.entries.push_back(*entry);
+    previous = *entry;
+  }
+  if (bytes->size() % kIndexEntryBytes != 0) {
+    read.found = IndexStatus::kStale;
+    read.detail = IndexFileName(first_offset) + " ends in a partial entry";
+  }
+  return read;
+}
+
 Result<uint64_t> PublishedEndOffset(LogDevice& device, const std::string& dir) {
   auto segments = ListSegments(device, dir);
   if (!segments.ok()) return segments.error();

@@ -54,7 +54,9 @@ class LogReader {
   // finished creating (missing or shorter than its header): it holds no record yet.
   Result<bool> SegmentBeingCreated(uint64_t first_offset);
   void CloseSegment();
-  Result<LogRecord> ReadFrame(const IndexEntry& entry);
+  Result<LogRecord> ReadFrame(size_t index);  // entries_[index]
+
+  static constexpr uint64_t kReadAheadBytes = 256 * 1024;
 
   LogDevice& device_;
   std::string dir_;
@@ -64,6 +66,9 @@ class LogReader {
   bool entries_complete_ = false;  // rebuilt from frames of a sealed segment
   uint64_t next_offset_ = 0;
   IndexStatus index_status_ = IndexStatus::kOk;
+  // Read-ahead (ReadFrame): bytes of published frames of the open segment from buffer_position_.
+  std::vector<uint8_t> buffer_;
+  uint64_t buffer_position_ = 0;
 };
 
 }  // namespace trellara::log

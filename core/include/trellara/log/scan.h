@@ -99,6 +99,15 @@ struct IndexRead {
 };
 Result<IndexRead> ReadIndexFile(LogDevice& device, const std::string& dir, uint64_t first_offset);
 
+// The entries appended to the index of segment `first_offset` after the `known` ones a reader
+// already holds (`known` > 0: the last of them, `last_known`, is read again and must be byte for byte
+// what it was — an index rewritten under the reader is an error, not a new view). Reads only the
+// file's tail, so following an active segment costs what was appended, not the whole index each
+// time. `found`/`detail` as ReadIndexFile for the part read: the dense valid entries up to a
+// partial or invalid one are returned.
+Result<IndexRead> ReadIndexTail(LogDevice& device, const std::string& dir, uint64_t first_offset, uint64_t known,
+                                const std::optional<IndexEntry>& last_known);
+
 // The offset the next published record will get: the last segment's first offset plus its valid
 // index entries (0 for an empty log). Reads one index file, so it is cheap enough for a progress
 // display; a reader may briefly see more (a record published after this call).
