@@ -28,6 +28,9 @@ run() {  # run MODE-FLAGS...; appends one JSON object per run to $results
   "$bin" log bench --dir "$dir" --record-bytes "$record_bytes" --format json "$@" | tr -d '\n' >>"$results"
   echo >>"$results"
   rm -rf "$dir"
+  # Commit the deletion now (journal, and discards on a file system mounted with -o discard), so
+  # that its cost is not charged to the first fdatasync of whichever mode runs next.
+  sync -f "$work"
 }
 
 echo "trellara log bench: $reps repetitions, $records records of $record_bytes bytes" \
