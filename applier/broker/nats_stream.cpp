@@ -4,11 +4,13 @@
 #include <nats/nats.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
-#include <deque>
 
 #include <nlohmann/json.hpp>
+
+#include "trellara/broker/pull_credit.h"
 
 namespace trellara::cli::broker {
 namespace {
@@ -17,14 +19,11 @@ namespace {
 constexpr int64_t kDuplicateWindowNs = 120ll * 1000 * 1000 * 1000;
 constexpr int64_t kConnectTimeoutMs = 2000;
 constexpr int64_t kReconnectWaitMs = 250;
-// A reader's pull consumer: how many messages one pull request asks for, how long the server
-// keeps a request waiting for messages, how long after that a request whose end never arrived
-// is given up, and how long the server keeps the consumer once nobody pulls (an applier that
-// died leaves no consumer behind for long).
+// A reader's pull consumer: how many messages one pull request asks for and its byte budget, how
+// long the server keeps the consumer once nobody pulls (an applier that died leaves no consumer
+// behind for long). Requests carry no expiry: core pull_credit.h says why.
 constexpr int kPullBatch = 512;
 constexpr int64_t kPullMaxBytes = 32ll << 20;  // at least a message's largest size (nats-server max_payload ≤ 32 MB here)
-constexpr int64_t kPullExpiresMs = 1000;
-constexpr int64_t kPullLostAfterMs = kPullExpiresMs + 2000;
 constexpr int64_t kConsumerInactiveNs = 60ll * 1000 * 1000 * 1000;
 constexpr int64_t kDeleteConsumerWaitMs = 1000;
 
@@ -52,13 +51,13 @@ struct NatsStream::Handles {
   natsInbox* pull_inbox = nullptr;
   std::string consumer;                      // the consumer's name ("" when none)
   std::string next_subject;                  // $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>
-  struct PullRequest {
-    uint64_t id = 0;
-    int remaining = 0;                       // messages the server may still send for it
-    std::chrono::steady_clock::time_point lost_after;
-  };
-  std::deque<PullRequest> requests;          // outstanding, oldest first (the server serves them in order)
+  // What the outstanding requests may still deliver (core pull_credit.h), and the id of the last.
+  trellara::broker::PullCredit credit{kPullBatch};
   uint64_t request_id = 0;
+  // Re-established connections (libnats' reconnected callback, its own thread): the server lost
+  // the requests of the connection that went away, so they are asked again.
+  std::atomic<uint64_t> reconnects{0};
+  uint64_t reconnects_seen = 0;
   std::map<std::string, natsSubscription*> listening;
   // Subscriptions given up while the connection reads: unsubscribed, freed only once the
   // connection is closed. libnats 3.4.1 (Debian's) looks a subscription up in its read thread
@@ -122,6 +121,12 @@ Status NatsStream::Connect() {
   // Reconnect for as long as the process runs: a node restarting is the broker's normal life.
   if (s == NATS_OK) s = natsOptions_SetMaxReconnect(handles_->options, -1);
   if (s == NATS_OK) s = natsOptions_SetReconnectWait(handles_->options, kReconnectWaitMs);
+  // Called on libnats' own thread; the handles outlive the connection (~Handles closes it first).
+  if (s == NATS_OK)
+    s = natsOptions_SetReconnectedCB(
+        handles_->options,
+        [](natsConnection*, void* closure) { static_cast<Handles*>(closure)->reconnects.fetch_add(1); },
+        handles_.get());
   if (s == NATS_OK && !settings_.credentials.empty())
     s = natsOptions_SetUserCredentialsFromFiles(handles_->options, settings_.credentials.c_str(), nullptr);
   if (s != NATS_OK) return MakeError("cannot set up the broker connection options: " + StatusText(s));
@@ -376,8 +381,9 @@ Status NatsStream::StartReading(uint64_t from_sequence) {
   if (s == NATS_OK)
     s = natsConnection_SubscribeSync(&handles_->reading, handles_->connection,
                                      (std::string(handles_->pull_inbox) + ".*").c_str());
-  // What is pending is bounded by the requests (two of kPullMaxBytes at most), not by the
-  // library's default limits, which would drop messages as a slow consumer.
+  // What is pending is bounded by the requests (kPullMaxBytes each, a request asked only when the
+  // others may carry half a batch at most), not by the library's default limits, which would drop
+  // messages as a slow consumer.
   if (s == NATS_OK) s = natsSubscription_SetPendingLimits(handles_->reading, -1, -1);
   if (s != NATS_OK) {
     const std::string why = StatusText(s);
@@ -391,7 +397,9 @@ void NatsStream::StopReading() {
   handles_->Retire(handles_->reading);
   if (handles_->pull_inbox != nullptr) natsInbox_Destroy(handles_->pull_inbox);
   handles_->pull_inbox = nullptr;
-  handles_->requests.clear();
+  // A new consumer: none of its requests yet (the old ones answered on the inbox just retired).
+  handles_->credit = trellara::broker::PullCredit(kPullBatch);
+  handles_->request_id = 0;
   if (!handles_->consumer.empty()) {
     // Best effort: a consumer nobody pulls from expires on its own (kConsumerInactiveNs).
     jsOptions options;
@@ -404,25 +412,24 @@ void NatsStream::StopReading() {
 }
 
 Status NatsStream::TopUpPullRequests() {
-  auto& requests = handles_->requests;
-  const auto now = std::chrono::steady_clock::now();
-  // A request whose end (its last message, or the server's 404/408) never came is given up.
-  while (!requests.empty() && requests.front().lost_after <= now) requests.pop_front();
-  int outstanding = 0;
-  for (const auto& r : requests) outstanding += r.remaining;
-  // Up to two requests in flight, the second asked once the first is half served: the server
-  // always has one to send into.
-  while (requests.size() < 2 && outstanding <= kPullBatch / 2) {
+  auto& credit = handles_->credit;
+  // The connection was re-established: the server dropped the requests of the old one (it found
+  // nobody listening), and says nothing of it. Asked again rather than left for the idle probe.
+  if (const uint64_t reconnects = handles_->reconnects.load(); reconnects != handles_->reconnects_seen) {
+    handles_->reconnects_seen = reconnects;
+    credit.Forget();
+  }
+  // Another request whenever the open ones may carry half a batch at most: the server always has
+  // a request to send into. No expiry (core pull_credit.h).
+  while (credit.ShouldAsk()) {
     const uint64_t id = ++handles_->request_id;
     const std::string reply = std::string(handles_->pull_inbox) + "." + std::to_string(id);
-    const std::string body = "{\"batch\":" + std::to_string(kPullBatch) + ",\"max_bytes\":" +
-                             std::to_string(kPullMaxBytes) +
-                             ",\"expires\":" + std::to_string(kPullExpiresMs * 1000 * 1000) + "}";
+    const std::string body =
+        "{\"batch\":" + std::to_string(kPullBatch) + ",\"max_bytes\":" + std::to_string(kPullMaxBytes) + "}";
     natsStatus s = natsConnection_PublishRequest(handles_->connection, handles_->next_subject.c_str(), reply.c_str(),
                                                  body.data(), static_cast<int>(body.size()));
     if (s != NATS_OK) return MakeError("cannot ask stream " + settings_.stream + " for messages: " + StatusText(s));
-    requests.push_back({id, kPullBatch, now + std::chrono::milliseconds(kPullLostAfterMs)});
-    outstanding += kPullBatch;
+    credit.Asked(id);
   }
   return Status::Ok();
 }
@@ -470,39 +477,43 @@ Result<std::optional<NatsStream::Delivered>> NatsStream::Read(int64_t timeout_ms
     const char* status = nullptr;
     if (natsMsg_GetDataLength(message) == 0 && natsMsgHeader_Get(message, "Status", &status) == NATS_OK &&
         status != nullptr) {
-      // A status of a pull request, on that request's own reply subject.
-      const std::string code = status;
-      const char* description = nullptr;
-      natsMsgHeader_Get(message, "Description", &description);
-      const std::string detail = description != nullptr ? description : "";
+      // A status of a pull request, on that request's own reply subject <pull_inbox>.<id>.
+      trellara::broker::PullStatus pull;
+      pull.code = status;
+      auto header = [&](const char* key) -> std::string {
+        const char* value = nullptr;
+        return natsMsgHeader_Get(message, key, &value) == NATS_OK && value != nullptr ? value : "";
+      };
+      auto count = [](const std::string& text) -> std::optional<int64_t> {
+        if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos)
+          return std::nullopt;
+        return std::stoll(text);
+      };
+      pull.description = header("Description");
+      pull.pending_messages = count(header("Nats-Pending-Messages"));
+      pull.pending_bytes = count(header("Nats-Pending-Bytes"));
       const std::string subject = natsMsg_GetSubject(message);
       natsMsg_Destroy(message);
       message = nullptr;
-      if (code == "100") continue;  // a heartbeat (not asked for)
-      uint64_t id = 0;
-      try {
-        id = std::stoull(subject.substr(subject.rfind('.') + 1));
-      } catch (const std::exception&) {
-        id = 0;
+      const auto id = count(subject.substr(subject.rfind('.') + 1));
+      const auto meaning = trellara::broker::InterpretPullStatus(pull, kPullBatch, kPullMaxBytes);
+      switch (meaning.kind) {
+        case trellara::broker::PullStatusMeaning::Kind::Ignore:
+          break;
+        case trellara::broker::PullStatusMeaning::Kind::Ended:
+          // An id not of this consumer's requests (voided, or not a number) counts nothing.
+          if (id) handles_->credit.Ended(static_cast<uint64_t>(*id), meaning.pending);
+          break;
+        case trellara::broker::PullStatusMeaning::Kind::AllEnded:
+          handles_->credit.Forget();
+          break;
+        case trellara::broker::PullStatusMeaning::Kind::Fatal:
+          return MakeError("reading stream " + settings_.stream + ": consumer " + handles_->consumer + " " +
+                           meaning.message + " (pull request " + subject + ")");
       }
-      // That request is over, and the ones before it (served first) too.
-      auto& requests = handles_->requests;
-      int received = -1;  // messages counted against that request
-      for (const auto& r : requests)
-        if (r.id == id) received = kPullBatch - r.remaining;
-      while (!requests.empty() && requests.front().id <= id) requests.pop_front();
-      if (code == "404" || code == "408") continue;  // no messages now / the request expired
-      // Its byte budget is used up (the next message would not fit): asked again. With nothing
-      // received, that message alone is larger than a request may carry: an error, not a loop.
-      if (code == "409" && detail.find("MaxBytes") != std::string::npos && received != 0) continue;
-      if (code == "409" && (detail.find("Waiting") != std::string::npos || detail.find("Leadership") != std::string::npos ||
-                            detail.find("Batch Completed") != std::string::npos))
-        continue;  // the request was refused or ended early (too many waiting, a new leader): asked again
-      return MakeError("reading stream " + settings_.stream + ": consumer " + handles_->consumer + " answered " + code +
-                       (detail.empty() ? "" : " " + detail));
+      continue;  // asked again by TopUpPullRequests as the credit says
     }
-    auto& requests = handles_->requests;
-    if (!requests.empty() && --requests.front().remaining <= 0) requests.pop_front();
+    handles_->credit.Delivered();
     break;
   }
   Delivered d;
