@@ -89,6 +89,7 @@ bool StreamReceiver::Stopping() const { return stop_ || apply::StopRequested(); 
 
 void StreamReceiver::StartThread() {
   if (thread_.joinable()) return;
+  own_thread_ = true;  // before the thread starts: it reads this (thread_ is assigned after it starts)
   thread_ = std::thread([this] { ThreadMain(); });
 }
 
@@ -481,7 +482,9 @@ size_t StreamReceiver::Pump(std::chrono::milliseconds wait, std::optional<Confli
   const core::ReplicaReadFacts facts{delivered_count > 0, holes_.missing_from().has_value(), reading_,
                                      expected() + skipped_ahead_, max_offset_seen_};
   idle_ = false;
-  if (core::ReplicaMayBeCaughtUp(facts)) {
+  // Only `--until-caught-up` asks whether the replica is caught up, and it reads without the
+  // thread: the threaded receiver does not ask the stream's leader after every quiet read.
+  if (!own_thread_ && core::ReplicaMayBeCaughtUp(facts)) {
     auto last = stream_->LastSequence();
     idle_ = core::ReplicaCaughtUp(facts, last ? std::optional<bool>(*last >= next_sequence_) : std::nullopt);
   }

@@ -71,6 +71,7 @@ class StreamReceiver {
   size_t Pump(std::chrono::milliseconds wait, std::optional<ConflictingDelivery>& conflict);
   // True when the last Pump found nothing to read, no hole is waiting for a refill, the replica
   // holds every offset the stream showed, and the stream's leader says it holds nothing unread.
+  // Not known (false) once StartThread ran: only the unthreaded `--until-caught-up` reads it.
   bool idle() const { return idle_; }
   // The applier's durable position in the replica (its consumer offset): sent to the forwarder,
   // and the replica's segments wholly below it are deleted (by the thread, when there is one).
@@ -137,6 +138,7 @@ class StreamReceiver {
 
   // The thread (daemon mode) and what it hands to the applier's thread, under mutex_.
   std::thread thread_;
+  bool own_thread_ = false;  // StartThread ran: Pump runs in thread_ only
   std::mutex mutex_;
   std::condition_variable changed_;
   std::atomic<bool> stop_{false};       // the applier is ending: the thread returns
