@@ -227,6 +227,9 @@ bool StreamReceiver::StartReading() {
     return false;
   }
   reading_ = true;
+  // The idle probe counts quiet time from here: a consumer just created has not had 500 ms to
+  // deliver yet (from the epoch, the first quiet read of a new reader restarted it at once).
+  last_delivery_ = Clock::now();
   return true;
 }
 
