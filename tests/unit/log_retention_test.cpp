@@ -301,4 +301,36 @@ TEST_CASE("describing_retention_while_the_oldest_segment_is_reclaimed_lists_agai
   CHECK(status->first_offset == 8);
 }
 
+TEST_CASE("a_consumer_unregistered_while_its_file_is_read_is_no_longer_listed", "[log][retention]") {
+  // The relay's retention pass, `trellara log consumers` and status() list the consumers while
+  // trellara.unregister_consumer() removes one: its file (or its lost mark) gone between the listing
+  // and the open means it is no longer a consumer, not a damaged directory.
+  TempDir dir;
+  auto device = RealDevice();
+  auto writer = LogWriter::Open(*device, dir.flow(), WriterOptions{});
+  REQUIRE(writer.ok());
+  AppendTestRecords(**writer, 4, 50, 200, 10);
+  REQUIRE(WriteConsumerOffset(*device, dir.flow(), "applier", 2).ok());
+  REQUIRE(WriteConsumerOffset(*device, dir.flow(), "audit", 1).ok());
+  const std::string consumers = JoinPath(dir.flow(), "consumers");
+  ReclaimingDevice unregistering(*device, JoinPath(consumers, "audit"));
+  auto offsets = ReadConsumerOffsets(unregistering, dir.flow());
+  REQUIRE(unregistering.reclaimed());
+  INFO((offsets.ok() ? std::string() : offsets.error().message));
+  REQUIRE(offsets.ok());
+  CHECK(offsets->size() == 1);
+  CHECK(offsets->at("applier") == 2);
+
+  // The lost mark removed after the offset was read: that consumer is gone too.
+  auto lost = device->OpenFile(JoinPath(consumers, ".applier.lost"), true);
+  REQUIRE(lost.ok());
+  device->CloseFile(*lost);
+  ReclaimingDevice unmarking(*device, JoinPath(consumers, ".applier.lost"));
+  auto states = ReadConsumerStates(unmarking, dir.flow());
+  REQUIRE(unmarking.reclaimed());
+  INFO((states.ok() ? std::string() : states.error().message));
+  REQUIRE(states.ok());
+  CHECK(states->empty());
+}
+
 }  // namespace unit_log_retention_test

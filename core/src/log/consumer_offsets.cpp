@@ -68,7 +68,12 @@ Result<std::map<std::string, uint64_t>> ReadConsumerOffsets(LogDevice& device, c
     if (!ValidateConsumerName(name).ok()) continue;  // temporary files start with '.'
     const std::string path = JoinPath(consumers, name);
     auto file = device.OpenFileReadOnly(path);
-    if (!file.ok()) return file.error();
+    if (!file.ok()) {
+      // Listed, then unregistered (its file removed) before it was opened: no longer a consumer.
+      auto still = device.Exists(path);
+      if (still.ok() && !*still) continue;
+      return file.error();
+    }
     char buf[160] = {};
     auto n = device.ReadAt(*file, 0, buf, sizeof buf - 1);
     device.CloseFile(*file);

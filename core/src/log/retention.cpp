@@ -108,7 +108,12 @@ Result<std::map<std::string, ConsumerState>> ReadConsumerStates(LogDevice& devic
     if (*exists) {
       state.lost = true;
       auto file = device.OpenFileReadOnly(lost_path);
-      if (!file.ok()) return file.error();
+      if (!file.ok()) {
+        // Seen, then removed with its consumer (unregistered) before it was opened.
+        auto still = device.Exists(lost_path);
+        if (still.ok() && !*still) continue;
+        return file.error();
+      }
       char buf[192] = {};
       auto n = device.ReadAt(*file, 0, buf, sizeof buf - 1);
       device.CloseFile(*file);
