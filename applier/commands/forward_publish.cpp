@@ -74,11 +74,8 @@ bool Forwarder::Resync() {
       throw CommandFailed("cannot position the log of flow " + config_.flow_name + " at offset " +
                           std::to_string(*start) + ": " + seek.error().message);
     reader_ = std::move(reader.value());
-    if (!log_watch_ && !options_.until_caught_up) {
-      std::string why;
-      log_watch_ = LogDirWatch::Open(config_.log_directory, why);
-      if (!log_watch_) Event("log_watch_unavailable", "detail=\"" + why + "\" (the log is polled instead)");
-    }
+    if (!log_watch_ && !options_.until_caught_up)
+      log_watch_ = LogDirWatch::OpenOrWarn(config_.log_directory, "forward flow=" + config_.flow_name);
     acked_end_ = *start;
     counters_.resyncs++;
     Event("resumed", "next_offset=" + std::to_string(*start) + " stream_sequence=" + std::to_string(last_sequence_));

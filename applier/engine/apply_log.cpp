@@ -120,14 +120,8 @@ void Applier::ResumeLog() {
     Fail("cannot open the log of flow " + config_.flow_name + " at " + config_.log_directory + " (flow.log_directory): " +
          reader.error().message);
   reader_ = std::move(reader.value());
-  if (!receiver_ && !log_watch_ && !until_caught_up_) {
-    std::string why;
-    log_watch_ = LogDirWatch::Open(config_.log_directory, why);
-    if (!log_watch_)
-      std::cerr << "apply flow=" << config_.flow_name << " event=log_watch_unavailable detail=\"" << why
-                << "\" (the applier polls the log every " << cadence::kApplierTail.min.count() << "-"
-                << cadence::kApplierTail.max.count() << " ms instead)" << std::endl;
-  }
+  if (!receiver_ && !log_watch_ && !until_caught_up_)
+    log_watch_ = LogDirWatch::OpenOrWarn(config_.log_directory, "apply flow=" + config_.flow_name);
   auto offsets = log::ReadConsumerOffsets(*device_, config_.log_directory);
   if (!offsets) Fail("cannot read the consumer offsets of " + config_.log_directory + ": " + offsets.error().message);
   const auto it = offsets->find(kConsumerName);

@@ -91,13 +91,7 @@ void PartitionApplier::Resume() {
     throw CommandFailed("cannot open the log of flow " + config_.flow_name + " at " + config_.log_directory + ": " +
                         reader.error().message);
   reader_ = std::move(reader.value());
-  if (!log_watch_ && !until_caught_up_) {
-    std::string why;
-    log_watch_ = LogDirWatch::Open(config_.log_directory, why);
-    if (!log_watch_)
-      std::cerr << Name() << ": event=log_watch_unavailable detail=\"" << why << "\" (the log is polled instead)"
-                << std::endl;
-  }
+  if (!log_watch_ && !until_caught_up_) log_watch_ = LogDirWatch::OpenOrWarn(config_.log_directory, Name() + ":");
   const uint64_t first = reader_->next_offset();
   if (checkpoint_offset_ < first) {
     if (checkpoint_lsn_ != 0)

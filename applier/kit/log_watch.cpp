@@ -7,8 +7,18 @@
 
 #include <cerrno>
 #include <cstring>
+#include <iostream>
 
 namespace trellara::cli {
+
+std::unique_ptr<LogDirWatch> LogDirWatch::OpenOrWarn(const std::string& dir, const std::string& line_prefix) {
+  std::string why;
+  auto watch = Open(dir, why);
+  if (!watch)
+    std::cerr << line_prefix << " event=log_watch_unavailable detail=\"" << why << "\" (the log is polled instead)"
+              << std::endl;
+  return watch;
+}
 
 std::unique_ptr<LogDirWatch> LogDirWatch::Open(const std::string& dir, std::string& why) {
   const int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);

@@ -18,6 +18,9 @@ class LogDirWatch {
  public:
   // A watch of `dir`, or nullptr with `why` set when inotify refuses (the caller polls instead).
   static std::unique_ptr<LogDirWatch> Open(const std::string& dir, std::string& why);
+  // Open, or nullptr after printing `<line_prefix> event=log_watch_unavailable detail="<why>" (the
+  // log is polled instead)` on stderr: the one warning every reader of a local log gives.
+  static std::unique_ptr<LogDirWatch> OpenOrWarn(const std::string& dir, const std::string& line_prefix);
   ~LogDirWatch();
   LogDirWatch(const LogDirWatch&) = delete;
   LogDirWatch& operator=(const LogDirWatch&) = delete;

@@ -127,16 +127,53 @@ Result<std::vector<uint64_t>> ListSegments(LogDevice& device, const std::string&
   return firsts;
 }
 
-Result<IndexRead> ReadIndexFile(LogDevice& device, const std::string& dir, uint64_t first_offset) {
-  IndexRead read;
-  const std::string path = JoinPath(dir, IndexFileName(first_offset));
+namespace {
+
+// Whether the index at `path` exists; when not, `read` says it is missing.
+Result<bool> IndexFileExists(LogDevice& device, const std::string& path, uint64_t first_offset, IndexRead& read) {
   auto exists = device.Exists(path);
   if (!exists.ok()) return exists.error();
   if (!*exists) {
     read.found = IndexStatus::kMissing;
     read.detail = IndexFileName(first_offset) + " does not exist";
-    return read;
   }
+  return *exists;
+}
+
+// Appends to read.entries the whole entries in `bytes` (the first is entry `index` of the index),
+// each dense after the one before it (`previous` before the first; none before entry 0). A bad last
+// entry is an append that did not finish (stale); a bad entry with more after it is damage
+// (corrupt); a partial entry at the end is stale.
+void DecodeIndexEntries(const uint8_t* bytes, uint64_t size, uint64_t first_offset, uint64_t index,
+                        std::optional<IndexEntry> previous, IndexRead& read) {
+  const uint64_t whole = size / kIndexEntryBytes;
+  for (uint64_t i = 0; i < whole; ++i) {
+    auto entry = DecodeIndexEntry(bytes + i * kIndexEntryBytes);
+    const bool dense = entry && entry->offset == first_offset + index + i &&
+                       (!previous || entry->position > previous->position);
+    if (!dense) {
+      read.found = (i + 1 == whole && size % kIndexEntryBytes == 0) ? IndexStatus::kStale : IndexStatus::kCorrupt;
+      read.detail = IndexFileName(first_offset) + ": entry " + std::to_string(index + i) + " (offset " +
+                    std::to_string(first_offset + index + i) + ") is invalid";
+      return;
+    }
+    read.entries.push_back(*entry);
+    previous = *entry;
+  }
+  if (size % kIndexEntryBytes != 0) {
+    read.found = IndexStatus::kStale;
+    read.detail = IndexFileName(first_offset) + " ends in a partial entry";
+  }
+}
+
+}  // namespace
+
+Result<IndexRead> ReadIndexFile(LogDevice& device, const std::string& dir, uint64_t first_offset) {
+  IndexRead read;
+  const std::string path = JoinPath(dir, IndexFileName(first_offset));
+  auto exists = IndexFileExists(device, path, first_offset, read);
+  if (!exists.ok()) return exists.error();
+  if (!*exists) return read;
   auto bytes = ReadWholeFile(device, path);
   if (!bytes.ok()) return bytes.error();
   if (bytes->size() < kIndexHeaderBytes) {
@@ -151,26 +188,8 @@ Result<IndexRead> ReadIndexFile(LogDevice& device, const std::string& dir, uint6
     read.detail = IndexFileName(first_offset) + " has an invalid header";
     return read;
   }
-  const uint64_t body = bytes->size() - kIndexHeaderBytes;
-  const uint64_t whole = body / kIndexEntryBytes;
-  for (uint64_t i = 0; i < whole; ++i) {
-    const uint8_t* p = bytes->data() + kIndexHeaderBytes + i * kIndexEntryBytes;
-    auto entry = DecodeIndexEntry(p);
-    bool dense = entry && entry->offset == first_offset + i &&
-                 (read.entries.empty() || entry->position > read.entries.back().position);
-    if (!dense) {
-      // A bad last entry is an append that did not finish; a bad entry with more after it is damage.
-      read.found = (i + 1 == whole && body % kIndexEntryBytes == 0) ? IndexStatus::kStale : IndexStatus::kCorrupt;
-      read.detail = IndexFileName(first_offset) + ": entry " + std::to_string(i) + " (offset " +
-                    std::to_string(first_offset + i) + ") is invalid";
-      return read;
-    }
-    read.entries.push_back(*entry);
-  }
-  if (body % kIndexEntryBytes != 0) {
-    read.found = IndexStatus::kStale;
-    read.detail = IndexFileName(first_offset) + " ends in a partial entry";
-  }
+  DecodeIndexEntries(bytes->data() + kIndexHeaderBytes, bytes->size() - kIndexHeaderBytes, first_offset, 0,
+                     std::nullopt, read);
   return read;
 }
 
@@ -414,13 +433,9 @@ Result<IndexRead> ReadIndexTail(LogDevice& device, const std::string& dir, uint6
                      " entries without the last of them");
   // Missing or shorter than what was read (being rebuilt by a writer's recovery): nothing new for
   // now, as ReadIndexFile's caller sees no more entries than it holds.
-  auto exists = device.Exists(path);
+  auto exists = IndexFileExists(device, path, first_offset, read);
   if (!exists.ok()) return exists.error();
-  if (!*exists) {
-    read.found = IndexStatus::kMissing;
-    read.detail = IndexFileName(first_offset) + " does not exist";
-    return read;
-  }
+  if (!*exists) return read;
   const uint64_t from = kIndexHeaderBytes + (known - 1) * kIndexEntryBytes;
   uint64_t file_bytes = 0;
   auto bytes = ReadFileFrom(device, path, from, file_bytes);
@@ -437,23 +452,8 @@ Result<IndexRead> ReadIndexTail(LogDevice& device, const std::string& dir, uint6
     return MakeError("index " + path + " changed under the reader at offset " + std::to_string(last_known->offset) +
                      "; reopen the reader");
   }
-  IndexEntry previous = *last_known;
-  for (uint64_t i = 1; i < whole; ++i) {
-    auto entry = DecodeIndexEntry(bytes->data() + i * kIndexEntryBytes);
-    const bool dense = entry && entry->offset == previous.offset + 1 && entry->position > previous.position;
-    if (!dense) {
-      read.found = (i + 1 == whole && bytes->size() % kIndexEntryBytes == 0) ? IndexStatus::kStale : IndexStatus::kCorrupt;
-      read.detail = IndexFileName(first_offset) + ": entry " + std::to_string(known - 1 + i) + " (offset " +
-                    std::to_string(previous.offset + 1) + ") is invalid";
-      return read;
-    }
-    read.entries.push_back(*entry);
-    previous = *entry;
-  }
-  if (bytes->size() % kIndexEntryBytes != 0) {
-    read.found = IndexStatus::kStale;
-    read.detail = IndexFileName(first_offset) + " ends in a partial entry";
-  }
+  DecodeIndexEntries(bytes->data() + kIndexEntryBytes, bytes->size() - kIndexEntryBytes, first_offset, known,
+                     *last_known, read);
   return read;
 }
 
