@@ -86,7 +86,8 @@ std::optional<QuarantineCause> Applier::StageChunkedChange(const Change& change,
   if (s.copying && change.op == Op::Insert && change.relation_oid == s.run_oid &&
       relation->fingerprint == s.run_fingerprint && AppendCopyRowOf(change, *relation, s.copy_buffer).ok())
     return CopyRowAppended(tx);
-  auto plan = PlanChange(change, relations, session_.Partitioned());  // accepted: the target was read
+  // accepted: the target was read
+  auto plan = PlanChange(change, relations, session_.Partitioned(), session_.AlwaysIdentity());
   if (!plan) {
     if (auto earlier = FlushChunked(tx)) return earlier;
     QuarantineCause cause;

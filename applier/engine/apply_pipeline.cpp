@@ -87,7 +87,8 @@ Admission Applier::Classify(PipelineTx& tx, const Evidence& evidence) {
     // The target's catalog before the plan, which names each table as the target stores it
     // (apply_plan.h PartitionedOnTarget). The one-at-a-time path quarantines it with the cause.
     if (session_.CheckRelationsOf(change, tx.ready.envelope->relations)) return Admission::Alone;
-    auto plan = PlanChange(change, tx.ready.envelope->relations, plan_cache_, session_.Partitioned());
+    auto plan = PlanChange(change, tx.ready.envelope->relations, plan_cache_, session_.Partitioned(),
+                           session_.AlwaysIdentity());
     if (!plan) return Admission::Alone;  // the one-at-a-time path quarantines it as plan_error
     if (plan->kind == PlanKind::NotApplied) continue;
     tx.plans.push_back(std::move(plan.value()));

@@ -216,7 +216,8 @@ void ApplySession::Connect(bool reconnecting) {
                       "   JOIN pg_catalog.pg_attribute ka ON ka.attrelid = pk.conrelid AND ka.attnum = k.attnum "
                       "  WHERE pk.conrelid = c.oid AND pk.contype = 'p'), "
                       "(SELECT pk.conname FROM pg_catalog.pg_constraint pk WHERE pk.conrelid = c.oid AND pk.contype = 'p'), "
-                      "(SELECT r.relkind = 'p' FROM pg_catalog.pg_class r WHERE r.oid = c.oid) "
+                      "(SELECT r.relkind = 'p' FROM pg_catalog.pg_class r WHERE r.oid = c.oid), "
+                      "a.attidentity = 'a' "
                       "FROM (SELECT to_regclass($1) AS oid) AS c "
                       "LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 "
                       "AND NOT a.attisdropped ORDER BY a.attnum",
@@ -386,6 +387,10 @@ std::optional<QuarantineCause> ApplySession::CheckRelation(const RelationInfo& r
   if (!QualifiedName(relation)) return std::nullopt;  // the planner reports it as a plan error
   const TargetRelation target = ReadTargetRelation(relation.schema, relation.name);
   partitioned_[relation.oid] = target.partitioned;
+  std::set<std::string>& always = always_identity_[relation.oid];
+  always.clear();
+  for (const TargetColumn& column : target.columns)
+    if (column.identity_always) always.insert(column.name);
   auto cause = CheckTargetRelation(relation, target);
   if (!cause) accepted_relations_.insert(key);
   return cause;
@@ -410,6 +415,7 @@ TargetRelation ApplySession::ReadTargetRelation(const std::string& schema, const
     column.has_default = r.Value(i, 4) == std::optional<std::string>("t");
     column.identity = r.Value(i, 5) == std::optional<std::string>("t");
     column.generated = r.Value(i, 6) == std::optional<std::string>("t");
+    column.identity_always = r.Value(i, 10) == std::optional<std::string>("t");
     target.columns.push_back(std::move(column));
   }
   if (target.exists) {

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -147,6 +148,14 @@ class ApplySession {
   trellara::PartitionedOnTarget Partitioned() const {
     return [this](const RelationInfo& relation) { return PartitionedOnTarget(relation); };
   }
+  // Whether `column` of `relation` is GENERATED ALWAYS AS IDENTITY on the target, as CheckRelation
+  // last read it (core apply_plan.h AlwaysIdentityOnTarget), as the planner takes it.
+  trellara::AlwaysIdentityOnTarget AlwaysIdentity() const {
+    return [this](const RelationInfo& relation, const std::string& column) {
+      auto found = always_identity_.find(relation.oid);
+      return found != always_identity_.end() && found->second.contains(column);
+    };
+  }
 
   // The target's definition of schema.name as it is now (inside the open transaction when there is
   // one): columns, primary key columns in key order and the key's constraint name; with
@@ -224,6 +233,7 @@ class ApplySession {
   std::unordered_map<std::string, std::string> statements_;  // statement_key -> prepared name
   std::unordered_set<std::string> accepted_relations_;       // fingerprints the target can take
   std::unordered_map<uint32_t, bool> partitioned_;            // source relation oid -> relkind 'p' on the target
+  std::unordered_map<uint32_t, std::set<std::string>> always_identity_;  // oid -> GENERATED ALWAYS identity columns
   uint64_t statement_serial_ = 0;  // names prepared statements; never reused
   std::unordered_map<uint32_t, KnownRelation> known_;  // committed rows of trellara.relation_schemas
   // The open transaction's changes to known_: nullopt = forgotten (DROP TABLE).

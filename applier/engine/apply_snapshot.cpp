@@ -191,7 +191,7 @@ SnapshotRewrite Applier::RewriteForSnapshot(const Change& change, const std::vec
     return out;
   };
   auto plan_of = [&](const Change& c, const std::string& relation) -> bool {
-    auto plan = PlanChange(c, relations, session_.Partitioned());
+    auto plan = PlanChange(c, relations, session_.Partitioned(), session_.AlwaysIdentity());
     if (!plan) {
       failed(QuarantineReason::PlanError, relation, plan.error().message);
       return false;

@@ -97,14 +97,15 @@ std::optional<QuarantineCause> Applier::ExecuteChange(const Change& change, cons
     cause.detail = error.message;
     return cause;
   };
-  auto plan = PlanChange(change, relations, session_.Partitioned());
+  auto plan = PlanChange(change, relations, session_.Partitioned(), session_.AlwaysIdentity());
   if (!plan) return plan_error(plan.error());
   if (plan->kind == PlanKind::NotApplied) {
     counters_.not_applied_changes++;
     return std::nullopt;
   }
   if (auto cause = session_.CheckRelationsOf(change, relations)) return cause;
-  if (!target_read) plan = PlanChange(change, relations, session_.Partitioned());  // now it was
+  if (!target_read)  // now it was
+    plan = PlanChange(change, relations, session_.Partitioned(), session_.AlwaysIdentity());
   if (!plan) return plan_error(plan.error());
   return ExecutePlan(*plan, tx);
 }

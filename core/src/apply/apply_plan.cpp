@@ -288,7 +288,7 @@ void MakeRelationText(const RelationInfo& rel, RelationText& text) {
 }
 
 Result<ChangePlan> PlanWith(const Change& change, const std::vector<RelationInfo>& relations, PlanCache* cache,
-                            const PartitionedOnTarget& partitioned);
+                            const PartitionedOnTarget& partitioned, const AlwaysIdentityOnTarget& always_identity);
 
 }  // namespace
 
@@ -309,19 +309,19 @@ const RelationText& PlanCache::Text(const RelationInfo& relation) {
 }
 
 Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationInfo>& relations,
-                              const PartitionedOnTarget& partitioned) {
-  return PlanWith(change, relations, nullptr, partitioned);
+                              const PartitionedOnTarget& partitioned, const AlwaysIdentityOnTarget& always_identity) {
+  return PlanWith(change, relations, nullptr, partitioned, always_identity);
 }
 
 Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationInfo>& relations, PlanCache& cache,
-                              const PartitionedOnTarget& partitioned) {
-  return PlanWith(change, relations, &cache, partitioned);
+                              const PartitionedOnTarget& partitioned, const AlwaysIdentityOnTarget& always_identity) {
+  return PlanWith(change, relations, &cache, partitioned, always_identity);
 }
 
 namespace {
 
 Result<ChangePlan> PlanWith(const Change& change, const std::vector<RelationInfo>& relations, PlanCache* cache,
-                            const PartitionedOnTarget& partitioned) {
+                            const PartitionedOnTarget& partitioned, const AlwaysIdentityOnTarget& always_identity) {
   switch (change.op) {
     case Op::Message: {
       ChangePlan plan;
@@ -449,7 +449,12 @@ Result<ChangePlan> PlanWith(const Change& change, const std::vector<RelationInfo
     }
   }
   std::vector<size_t> set_columns;
+  std::vector<size_t> identity_columns;  // GENERATED ALWAYS on the target: checked, not written
   for (size_t i = 0; i < width; i++) {
+    if (!rel->columns[i].is_key && always_identity && always_identity(*rel, rel->columns[i].name)) {
+      identity_columns.push_back(i);
+      continue;
+    }
     if (change.new_tuple[i].kind == Value::Kind::UnchangedToast) {
       // Negative control (tests only, TRELLARA_FAULTS=defect.unchanged_toast_as_null:1:defect): the
       // absent value is written as NULL, which the TOAST-preservation test must catch.
@@ -490,12 +495,39 @@ Result<ChangePlan> PlanWith(const Change& change, const std::vector<RelationInfo
     if (!set.empty()) set += ", ";
     set += quoted[i] + " = $" + std::to_string(plan.params.size());
   }
+  // The target row must already hold each identity column's new value (before the match's
+  // parameters, which stay the last ones).
+  std::string identity_check, identity_description;
+  // Negative control (tests only, TRELLARA_FAULTS=defect.apply_identity_unchecked:1:defect): the
+  // identity column is left out of SET and not checked, so a source UPDATE that set it to DEFAULT is
+  // applied without its new value, which the identity scenario must catch.
+  if (!identity_columns.empty() && fault::Hit("defect.apply_identity_unchecked") == fault::Action::Defect)
+    identity_columns.clear();
+  for (size_t i : identity_columns) {
+    if (change.new_tuple[i].kind != Value::Kind::Text && change.new_tuple[i].kind != Value::Kind::Binary)
+      return p.Err("identity column " + rel->columns[i].name + " (GENERATED ALWAYS on the target) has no value in "
+                   "the new row");
+    auto param = p.Param(change.new_tuple[i], i, "new");
+    if (!param.ok()) return param.error();
+    plan.params.push_back(std::move(*param));
+    plan.param_columns.push_back(rel->columns[i].name);
+    identity_check += " AND " + quoted[i] + " = $" + std::to_string(plan.params.size());
+    identity_description += (identity_description.empty() ? "" : ", ") + rel->columns[i].name + " = " +
+                            DisplayValue(change.new_tuple[i]);
+  }
   std::string where, key_part;
   TRELLARA_TRY(PlanMatch(p, plan, where, key_part));
-  plan.sql = "UPDATE " + p.rows_target + " SET " + set + where;
+  plan.sql = "UPDATE " + p.rows_target + " SET " + set + where + identity_check;
   plan.statement_key = "U|" + text.fingerprint_hex + (whole_tree ? "|p" : "") + "|S" + Mask(width, set_mask_columns) +
                        (set_columns.empty() ? "o" : "n") + "|" + key_part;
-  if (plan.match == MatchMode::Key && !key_changed) {
+  if (!identity_columns.empty()) {
+    plan.statement_key += "|A" + Mask(width, identity_columns);
+    plan.match_description += " holding " + identity_description +
+                              " (GENERATED ALWAYS AS IDENTITY on the target, so an UPDATE cannot write it: a "
+                              "source UPDATE that set it to DEFAULT cannot be applied; make the target column "
+                              "GENERATED BY DEFAULT to let the applier write it)";
+  }
+  if (plan.match == MatchMode::Key && !key_changed && identity_columns.empty()) {
     // The match parameters are the last ones; a key value is never NULL (PlanMatch refuses it).
     plan.row_key = *qualified;
     for (size_t i = plan.params.size() - keys.size(); i < plan.params.size(); i++)

@@ -103,6 +103,13 @@ struct ChangePlan {
 // relation the applier has not read: ONLY — on a partitioned table it finds no row, and the row
 // check (for TRUNCATE the server) fails closed instead of touching rows of other relations.
 using PartitionedOnTarget = std::function<bool(const RelationInfo&)>;
+// Whether a column is GENERATED ALWAYS AS IDENTITY on the target (read from its catalog with the
+// relation). An UPDATE cannot write such a column (the server allows only SET ... = DEFAULT), and the
+// source changes its value only by SET ... = DEFAULT: so an UPDATE leaves it out of SET and instead
+// requires the target row to hold the new value already (in its row match: an UPDATE that changed
+// it on the source matches no row and is quarantined, never applied without it). Such an UPDATE is
+// never merged with others (no row_key). INSERTs write it with OVERRIDING SYSTEM VALUE. Unset: none.
+using AlwaysIdentityOnTarget = std::function<bool(const RelationInfo&, const std::string& column)>;
 // "ONLY <qualified>" for a plain table, "<qualified>" for a partitioned one (the rule above).
 std::string RowsTarget(const std::string& qualified, bool partitioned);
 
@@ -110,7 +117,8 @@ std::string RowsTarget(const std::string& qualified, bool partitioned);
 // record's RelationInfo list). The SQL text is always filled, so the applier can prepare on a cache
 // miss; when its cache already holds `statement_key` it only binds `params`.
 Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationInfo>& relations,
-                              const PartitionedOnTarget& partitioned = {});
+                              const PartitionedOnTarget& partitioned = {},
+                              const AlwaysIdentityOnTarget& always_identity = {});
 
 // What the planner derives from a relation alone: its quoted names and fingerprint in hex.
 struct RelationText {
@@ -136,7 +144,8 @@ class PlanCache {
 };
 // The same plan as PlanChange(change, relations), with each relation's text from `cache`.
 Result<ChangePlan> PlanChange(const Change& change, const std::vector<RelationInfo>& relations, PlanCache& cache,
-                              const PartitionedOnTarget& partitioned = {});
+                              const PartitionedOnTarget& partitioned = {},
+                              const AlwaysIdentityOnTarget& always_identity = {});
 
 // The statement the applier executes for `plan`: for RowExpectation::ExactlyOne the planned DML is
 // wrapped so that the target itself raises when it touched anything but exactly one row —

@@ -31,6 +31,7 @@ struct TargetColumn {
   bool not_null = false;
   bool has_default = false;
   bool identity = false;
+  bool identity_always = false;  // GENERATED ALWAYS AS IDENTITY (an UPDATE cannot write it)
   bool generated = false;
 };
 
