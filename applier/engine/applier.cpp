@@ -352,6 +352,8 @@ void Applier::Loop() {
   bool at_tail_reported = false;
   std::chrono::milliseconds tail_sleep = kTailPollMin;
   Clock::time_point last_tail_work{};
+  // Whether a record was read since the caught-up bookkeeping last ran (below).
+  bool read_since_tail_work = false;
   for (;;) {
     if (StopRequested()) break;
     if (reader_->next_offset() >= stop_offset_) {  // --until-caught-up: the end present at start
@@ -380,7 +382,13 @@ void Applier::Loop() {
       }
       if (Clock::now() - last_tail_work >= kTailPollInterval) {
         last_tail_work = Clock::now();
-        WriteOffset(true);
+        // The offset is forced only when nothing arrived since the last bookkeeping: a quiet log
+        // gets its final offset within two kTailPollInterval. A log that keeps arriving reaches
+        // its end after every batch; there the offset follows the usual rule (every
+        // kOffsetWriteEveryTransactions or kOffsetWriteInterval, apply_log.cpp) instead of an
+        // fdatasync and a rename every kTailPollInterval that the next records wait for.
+        WriteOffset(!read_since_tail_work);
+        read_since_tail_work = false;
         // Idle and caught up: learn of holds and registrations; a progress marker at or past a
         // hold's LSN reaches it (everything up to it is applied, nothing after).
         PollRegistry();
@@ -406,6 +414,7 @@ void Applier::Loop() {
       continue;
     }
     at_tail_reported = false;
+    read_since_tail_work = true;
     tail_sleep = kTailPollMin;
     const log::LogRecord& record = **next;
     // How far the log read so far covers the source (relay_progress.h): the LSN of the last

@@ -37,8 +37,9 @@ inline constexpr int kLauncherFastRescans = 50;
 
 // ---- applier (applier/engine) ----
 // At the end of the log: 2 ms after a record arrived, doubling to 200 ms while none arrive. The
-// caught-up bookkeeping (forced offset write, registry poll and holds, status and state files,
-// quarantine read) runs at most once per kApplierTail.max.
+// caught-up bookkeeping (offset write, registry poll and holds, status and state files,
+// quarantine read) runs at most once per kApplierTail.max; it forces the offset write only when no
+// record arrived since it last ran (docs/apply.md "The consumer offset at the log's end").
 inline constexpr IdleBackoff kApplierTail{milliseconds(2), milliseconds(200)};
 // The consumer offset is written at least this often while applying (and every 512 transactions).
 inline constexpr milliseconds kApplierOffsetWrite{1000};
