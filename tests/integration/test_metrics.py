@@ -197,6 +197,11 @@ def metrics_endpoint_counts_applied_transactions(pair, ctx):
     if int(value(samples, "trellara_apply_last_commit_lsn")) != progress:
         raise CaptureFailure(f"last_commit_lsn {value(samples, 'trellara_apply_last_commit_lsn')} is not the "
                              f"target's origin progress {progress}")
+    # The consumer offset (the checkpoint) is written while applying every 512 transactions or every
+    # second, and once the log has gone quiet (within two 200 ms bookkeeping intervals of the end,
+    # docs/apply.md "The consumer offset at the log's end"): wait for it, do not assume it.
+    samples = wait_scrape(daemon, port, "the consumer offset to be written once the log went quiet",
+                          lambda s: value(s, "trellara_apply_last_checkpoint_timestamp_seconds") > 0)
     checkpoint = value(samples, "trellara_apply_last_checkpoint_timestamp_seconds")
     if not time.time() - 600 < checkpoint <= time.time() + 5:
         raise CaptureFailure(f"last_checkpoint_timestamp_seconds {checkpoint} is not a recent Unix time")
