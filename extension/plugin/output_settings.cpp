@@ -3,6 +3,7 @@
 // decoded transaction, or once for a process that only decodes (the relay worker). It must never
 // leave them pinned past the transaction it pinned them for, nor change any other setting.
 #include "plugin/state.h"
+#include "trellara/base/fault.h"
 
 namespace trellara::plugin {
 
@@ -14,10 +15,15 @@ namespace {
 // like are schema-qualified the same way in every session.
 bool settings_pinned_by_process = false;
 
+// Negative control (tests/integration/test_apply_server_settings.py): decode with the server's own
+// settings, as if nothing were pinned.
+bool DecodeUnpinned() { return fault::Hit("defect.plugin_output_settings_unpinned") == fault::Action::Defect; }
+
 }  // namespace
 
 void PinOutputSettings(State* s) {
   if (settings_pinned_by_process) return;  // the relay worker pinned them for its whole life
+  if (DecodeUnpinned()) return;
   pg::CallPostgres([&] {
     s->guc_nest_level = NewGUCNestLevel();
     (void)set_config_option("datestyle", "ISO, YMD", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
@@ -37,6 +43,7 @@ void UnpinOutputSettings(State* s) {
 }
 
 void PinOutputSettingsForProcess() {
+  if (DecodeUnpinned()) return;
   static const char* const kSettings[][2] = {{"datestyle", "ISO, YMD"}, {"intervalstyle", "postgres"},
                                              {"extra_float_digits", "3"}, {"bytea_output", "hex"},
                                              {"timezone", "UTC"},         {"search_path", ""}};
