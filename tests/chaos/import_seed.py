@@ -588,6 +588,7 @@ UPDATE_BATCHES = "test_apply_update_batches.py"
 EARLY = "test_apply_early.py"
 TYPE_MODIFIERS = "test_apply_type_modifiers.py"
 IDENTITY = "test_apply_identity_columns.py"
+SETTINGS = "test_apply_server_settings.py"
 DESIGN_ROWS = [
     dict(name="broker_lost_record_is_refilled",
          boundary="broker → remote applier (docs/broker.md \"Remote apply\"; issue 38)",
@@ -661,6 +662,19 @@ DESIGN_ROWS = [
                 ct("update_checks_instead_of_writing_a_column_generated_always_as_identity_on_the_target")],
          defect={"name": "apply_identity_unchecked",
                  "scenario": it("negative_control_identity_unchecked_is_caught", IDENTITY)}),
+    dict(name="output_settings_of_source_and_target",
+         boundary="source → log → target, values as text under the servers' own DateStyle, IntervalStyle, "
+                  "extra_float_digits, bytea_output and TimeZone (docs/apply.md \"Server settings of source and "
+                  "target\")",
+         invariant="no server setting of the source or the target changes a value on its way: the plugin and every "
+                   "applier session pin the settings that shape type text",
+         safety_property="the target ends equal to the source row by row, streamed and copied by a snapshot, with "
+                         "other settings on each side",
+         recovery="none needed",
+         proof=[it("awkward_values_stream_between_servers_with_other_settings", SETTINGS),
+                it("awkward_values_snapshot_between_servers_with_other_settings", SETTINGS)],
+         defect={"name": "plugin_output_settings_unpinned",
+                 "scenario": it("negative_control_unpinned_plugin_settings_are_caught", SETTINGS)}),
     dict(name="chunked_transaction_applied_early",
          boundary="log → target, a chunked transaction applied while the relay writes it (docs/apply.md)",
          invariant="the target transaction staged from a transaction's first chunk commits only when the barrier "
