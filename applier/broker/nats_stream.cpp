@@ -1,5 +1,6 @@
 // nats_stream.cpp — one flow's JetStream stream through libnats (nats_stream.h).
 #include "broker/nats_stream.h"
+#include "trellara/broker/replica_intake.h"
 
 #include <nats/nats.h>
 
@@ -540,6 +541,7 @@ Result<std::optional<NatsStream::Delivered>> NatsStream::Read(int64_t timeout_ms
   d.offset = number(d.offset_header);
   if (auto type = number(header("Trellara-Type")); type && *type <= 255) d.type = static_cast<uint8_t>(*type);
   d.commit_lsn = header("Trellara-Commit-Lsn").value_or("");
+  d.timeline_header = header(trellara::broker::kTimelineHeader);
   const char* data = natsMsg_GetData(message);
   const int length = natsMsg_GetDataLength(message);
   if (data != nullptr && length > 0) d.payload.assign(data, data + length);

@@ -106,6 +106,7 @@ class NatsStream {
     std::optional<uint64_t> offset;  // Trellara-Offset
     std::optional<uint8_t> type;     // Trellara-Type (a single-record message only)
     std::string commit_lsn;          // Trellara-Commit-Lsn as written (%X/%X) (a single-record message only)
+    std::optional<std::string> timeline_header;  // Trellara-Timeline: the log's timeline (core replica_intake.h)
     std::vector<uint8_t> payload;    // the packed body, or the single record's payload
   };
   // Starts (or restarts) reading the stream's subjects from stream sequence `from_sequence`, in

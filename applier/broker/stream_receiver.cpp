@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "broker/broker_state.h"
+#include "pg/source_timelines.h"
 #include "kit/errors.h"
 #include "trellara/base/cadence.h"
 #include "trellara/base/fault.h"
@@ -33,6 +34,10 @@ namespace core = trellara::broker;
 constexpr const char* kIdentityFile = "consumers/.stream.identity";
 constexpr const char* kIdentityTmpFile = "consumers/.stream.identity.tmp";
 constexpr const char* kPositionHintFile = "consumers/.stream.position";
+// The source timeline of the log the replica holds, as the relay writes it beside its own log
+// (TIMELINE), so the applier's promotion check reads both the same way (pg/source_timelines.h).
+constexpr const char* kTimelineFile = "TIMELINE";
+constexpr const char* kTimelineTmpFile = "TIMELINE.tmp";
 // One Pump reads at most this much before it makes what it appended durable.
 constexpr size_t kPumpRecordsMax = 4096;
 constexpr size_t kPumpBytesMax = 8u << 20;
@@ -162,6 +167,37 @@ void StreamReceiver::Resumed() {
   retry_wait_ = std::chrono::milliseconds(0);
 }
 
+void StreamReceiver::TakeTimeline(const NatsStream::Delivered& d) {
+  // Negative control (tests only, TRELLARA_FAULTS=defect.receive_timeline_ignored:1:defect): the
+  // replica never records the source's timeline, so the applier cannot check the target against it.
+  if (fault::Hit("defect.receive_timeline_ignored") == fault::Action::Defect) return;
+  const core::ReplicaTimelineDecision decision = core::DecideReplicaTimeline(timeline_, d.timeline_header);
+  switch (decision.kind) {
+    case core::ReplicaTimelineDecision::Kind::Keep:
+      return;
+    case core::ReplicaTimelineDecision::Kind::Write: {
+      // Before any record of the message is appended: the applier sees the TIMELINE no later than
+      // the first record that came with it, and checks the target against it before applying.
+      Status kept = log::WriteFileAtomically(device_, config_.log_directory, kTimelineFile, kTimelineTmpFile,
+                                             FormatLogTimeline(decision.timeline));
+      if (!kept.ok())
+        throw CommandFailed("cannot record the source timeline of the log the replica at " + config_.log_directory +
+                            " holds: " + kept.error().message);
+      timeline_ = decision.timeline;
+      has_timeline_ = true;
+      Event("timeline", "source_timeline=\"" + core::TimelineHeaderValue(decision.timeline) + "\"");
+      return;
+    }
+    case core::ReplicaTimelineDecision::Kind::Refuse:
+      break;
+  }
+  throw CommandFailed("stream " + config_.transport.stream + " message " + std::to_string(d.sequence) + " on " +
+                          d.subject + " is refused: " + decision.reason + "; nothing of it was appended to the "
+                          "replica at " + config_.log_directory + ". Give each log its own stream and start the remote "
+                          "applier on a new replica directory",
+                      kExitFlowBlocked);
+}
+
 bool StreamReceiver::Open() {
   const std::string& dir = config_.log_directory;
   log::RecoveryReport report;
@@ -179,6 +215,10 @@ bool StreamReceiver::Open() {
                             " but not which log they are (" + kIdentityFile + " is missing): it was not written by "
                             "trellara apply; move it away and start again (the stream is read from its start)",
                         kExitCouldNotRun);
+  auto timeline = ReadLogTimelineFile(dir);
+  if (!timeline) throw CommandFailed("the replica at " + dir + ": " + timeline.error().message, kExitCouldNotRun);
+  timeline_ = *timeline;
+  has_timeline_ = timeline_.has_value();
   if (auto hint = ReadSmallFile(dir + "/" + kPositionHintFile)) {
     try {
       next_sequence_ = std::max<uint64_t>(1, std::stoull(*hint));
@@ -296,8 +336,10 @@ void StreamReceiver::AskRefill(const core::RefillRequest& request) {
     case core::RefillAnswer::Kind::OtherLog:
       throw CommandFailed("the forwarder of flow " + config_.flow_name + " publishes log " + parsed->detail +
                               ", and this replica (" + config_.log_directory + ") holds log " + identity +
-                              ": the flow's log was created again; re-seed the target into a new replica "
-                              "(flow.log_directory) from the new log",
+                              ": the flow's log was created again (a promoted server starts a new log); start this "
+                              "applier on a new, empty replica directory (flow.log_directory): it reads the new log "
+                              "from its start, skips what the target applied and checks the target against the new "
+                              "log's timeline (docs/broker.md \"After a promotion\")",
                           kExitFlowBlocked);
   }
 }
@@ -398,6 +440,7 @@ size_t StreamReceiver::Pump(std::chrono::milliseconds wait, std::optional<Confli
                             kept.error().message);
     }
     if (identity_.empty()) pending_identity_ = head.log_identity;
+    if (!identity_.empty() && head.log_identity == identity_ && head.flow == config_.flow_name) TakeTimeline(d);
     const std::string& identity = identity_.empty() ? pending_identity_ : identity_;
     // The part below the replica's next offset is compared record by record with what is durable;
     // the rest is appended in order, or is a hole (core SplitDelivery, DecideArrival per record).
@@ -463,8 +506,10 @@ size_t StreamReceiver::Pump(std::chrono::milliseconds wait, std::optional<Confli
                                   " holds offset " + std::to_string(r.offset) + " of flow " + name.flow + ", log " +
                                   name.log_identity + "; the replica at " + config_.log_directory + " holds flow " +
                                   config_.flow_name + ", log " + identity +
-                                  ": the flow's log was created again or another flow publishes on this stream; "
-                                  "give each log its own stream and re-seed the target into a new replica",
+                                  ": the flow's log was created again (a promoted server starts a new log) or "
+                                  "another flow publishes on this stream; give each log its own stream (delete the "
+                                  "old one) and start this applier on a new, empty replica directory: it checks the "
+                                  "target against the new log's timeline (docs/broker.md \"After a promotion\")",
                               kExitFlowBlocked);
       }
     }

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "broker/nats_stream.h"
+#include "trellara/capture/slot_sync.h"
 #include "kit/config.h"
 #include "trellara/broker/replica_intake.h"
 #include "trellara/log/device.h"
@@ -91,6 +92,9 @@ class StreamReceiver {
   bool broker_available() const { return !unavailable_; }
   const ReceiverCounters& counters() const { return counters_; }  // the receiver's thread, or once it ended
   const std::string& log_identity() const { return identity_; }
+  // Whether the replica holds a TIMELINE file (written before the first record of a message that
+  // carried one is appended): the applier checks the target against it once it appears.
+  bool has_timeline() const { return has_timeline_; }
 
  private:
   void ThreadMain();
@@ -104,6 +108,9 @@ class StreamReceiver {
   // (nullopt: no longer held).
   std::optional<bool> HeldSame(const log::LogRecord& delivered);
   void WriteHint();
+  // The delivered message's timeline header against the replica's TIMELINE (core
+  // DecideReplicaTimeline): written when the replica has none, refused when another.
+  void TakeTimeline(const NatsStream::Delivered& d);
   // Idle for a while: asks the stream's leader for its last sequence. No answer: the broker has
   // no quorum (said, and reading starts again once it answers). Records past what was read and
   // none delivered: the consumer was lost with the broker, reading starts again.
@@ -119,6 +126,8 @@ class StreamReceiver {
   std::unique_ptr<NatsStream> stream_;
   std::string identity_;               // the log this replica holds ("" until its first record)
   std::string pending_identity_;       // a new replica: the log of the records seen before its first
+  std::optional<LogTimeline> timeline_;  // the replica's TIMELINE (none yet: a new replica, an older forwarder)
+  std::atomic<bool> has_timeline_{false};  // timeline_ is set (read by the applier's thread)
   uint64_t next_sequence_ = 1;         // where reading resumes in the stream (a hint)
   uint64_t max_offset_seen_ = 0;       // one past the highest offset any delivered message held
   uint64_t skipped_ahead_ = 0;         // defect.apply_hole_check_skipped only: the offsets it skipped

@@ -23,6 +23,7 @@
 #include "engine/applier.h"
 #include "engine/metrics_server.h"
 #include "kit/log_watch.h"
+#include "pg/source_timelines.h"
 #include "trellara/report/metrics.h"
 #include "trellara/base/cadence.h"
 #include "trellara/broker/broker.h"
@@ -141,9 +142,13 @@ class Forwarder {
 
   void Finish(const std::string& state);
 
+  // Reads the log's TIMELINE into timeline_header_ (none: an older log without one).
+  void ReadTimeline();
+
   FlowConfig config_;
   Options options_;
   std::string identity_;
+  std::optional<std::string> timeline_header_;  // Trellara-Timeline of every message (replica_intake.h)
   std::unique_ptr<log::LogDevice> device_;
   std::unique_ptr<log::ConsumerLock> lock_;
   std::unique_ptr<log::LogReader> reader_;

@@ -74,6 +74,7 @@ bool Forwarder::Resync() {
       throw CommandFailed("cannot position the log of flow " + config_.flow_name + " at offset " +
                           std::to_string(*start) + ": " + seek.error().message);
     reader_ = std::move(reader.value());
+    ReadTimeline();
     if (!log_watch_ && !options_.until_caught_up)
       log_watch_ = LogDirWatch::OpenOrWarn(config_.log_directory, "forward flow=" + config_.flow_name);
     acked_end_ = *start;
@@ -82,6 +83,18 @@ bool Forwarder::Resync() {
     return true;
   }
   return false;
+}
+
+// The log's TIMELINE (written by the relay when it started the log, before its first record; a
+// log's timeline never changes) goes with every message, so a remote applier's replica records it
+// and the applier checks the target against it after a promotion (replica_intake.h).
+void Forwarder::ReadTimeline() {
+  auto timeline = ReadLogTimelineFile(config_.log_directory);
+  if (!timeline)
+    throw CommandFailed("trellara forward of flow " + config_.flow_name + ": " + timeline.error().message,
+                        kExitCouldNotRun);
+  timeline_header_.reset();
+  if (timeline->has_value()) timeline_header_ = trellara::broker::TimelineHeaderValue(**timeline);
 }
 
 bool Forwarder::PublishRecords(const std::vector<log::LogRecord>& records) {
@@ -118,6 +131,7 @@ bool Forwarder::SendUntilAcknowledged(const std::vector<log::LogRecord>& records
                     {trellara::broker::kFormatHeader, body.format},
                     {trellara::broker::kCountHeader, std::to_string(count)}},
                    std::span<const uint8_t>(bodies.back().data(), bodies.back().size())});
+    if (timeline_header_) out.back().headers.emplace_back(trellara::broker::kTimelineHeader, *timeline_header_);
     at += count;
   }
   first_record.push_back(records.size());

@@ -416,6 +416,13 @@ void Applier::Loop() {
     at_tail_reported = false;
     read_since_tail_work = true;
     tail_sleep = kTailPollMin;
+    if (receiver_ && !timeline_checked_ && receiver_->has_timeline()) {
+      // The receiver wrote the replica's TIMELINE before appending the record just read (the first
+      // message of a new replica that carried it): the target is checked against the source's
+      // timeline before anything read after it is applied, as for a local log at start.
+      if (Pump(true) == Outcome::Stopped) break;
+      CheckTimeline();
+    }
     const log::LogRecord& record = **next;
     // How far the log read so far covers the source (relay_progress.h): the LSN of the last
     // transaction end or progress marker.

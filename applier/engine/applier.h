@@ -365,6 +365,7 @@ class Applier {
   } chunked_;
   uint64_t applied_lsn_ = 0;  // the highest commit LSN the target holds (origin progress, then retired)
   uint64_t covered_lsn_ = 0;  // the LSN of the last transaction end or progress marker read
+  bool timeline_checked_ = false;  // CheckTimeline found a TIMELINE (a broker replica may get one later)
   // Metrics (docs/apply.md "Metrics"): the server, and the figures Counters does not hold.
   Published<metrics::ApplySnapshot> metrics_snapshot_;  // what metrics_ serves (before it: outlives it)
   std::unique_ptr<MetricsServer> metrics_;

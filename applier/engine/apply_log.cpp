@@ -41,13 +41,15 @@ constexpr auto kOffsetWriteInterval = cadence::kApplierOffsetWrite;
 
 }  // namespace
 
-// Promotion (issue 41): the log's TIMELINE (written by the relay; none for a broker replica or a log
-// of an older version) against what the target applied; core DecideTimelineContinuity decides. A
-// target ahead of the promoted server fails closed before anything is applied (exit 3, blocked).
+// Promotion (issue 41): the log's TIMELINE (written by the relay; for a broker replica by the
+// receiver, from the first message that carried it; none for a log of an older version) against
+// what the target applied; core DecideTimelineContinuity decides. A target ahead of the promoted
+// server fails closed before anything is applied (exit 3, blocked).
 void Applier::CheckTimeline() {
   auto timeline = ReadLogTimelineFile(config_.log_directory);
   if (!timeline) Fail(timeline.error().message);
   if (!timeline->has_value()) return;
+  timeline_checked_ = true;
   const LogTimeline& log_timeline = **timeline;
   const TargetTimelineFacts facts = session_.ReadTimelineFacts(log_timeline.branch_lsn);
   const TimelineContinuity d = DecideTimelineContinuity(log_timeline, facts, config_.flow_name);

@@ -589,6 +589,7 @@ EARLY = "test_apply_early.py"
 TYPE_MODIFIERS = "test_apply_type_modifiers.py"
 IDENTITY = "test_apply_identity_columns.py"
 SETTINGS = "test_apply_server_settings.py"
+BROKER_FAILOVER = "test_broker_failover.py"
 DESIGN_ROWS = [
     dict(name="broker_lost_record_is_refilled",
          boundary="broker → remote applier (docs/broker.md \"Remote apply\"; issue 38)",
@@ -675,6 +676,19 @@ DESIGN_ROWS = [
                 it("awkward_values_snapshot_between_servers_with_other_settings", SETTINGS)],
          defect={"name": "plugin_output_settings_unpinned",
                  "scenario": it("negative_control_unpinned_plugin_settings_are_caught", SETTINGS)}),
+    dict(name="remote_applier_after_a_promotion",
+         boundary="source promotion → broker → remote applier: the promoted server's new log reaches the target "
+                  "through the stream (docs/broker.md \"After a promotion\")",
+         invariant="a remote applier checks the target against the source timeline of the log it reads, as one "
+                   "reading the local log does: the forwarder sends the log's TIMELINE with every message, the "
+                   "replica records it before the first record that came with it",
+         safety_property="a target holding transactions the promoted server never had is never applied to: the "
+                         "remote applier exits 3 (blocked) naming them, before changing the target",
+         recovery="trellara repair-plan: reseed from the promoted server, or remove those transactions' effects",
+         proof=[it("remote_applier_on_a_target_ahead_of_the_promoted_server_fails_closed", BROKER_FAILOVER),
+                ct("a_replica_takes_the_timeline_of_its_log_once_and_refuses_another")],
+         defect={"name": "receive_timeline_ignored",
+                 "scenario": it("negative_control_remote_timeline_ignored_is_caught", BROKER_FAILOVER)}),
     dict(name="chunked_transaction_applied_early",
          boundary="log → target, a chunked transaction applied while the relay writes it (docs/apply.md)",
          invariant="the target transaction staged from a transaction's first chunk commits only when the barrier "

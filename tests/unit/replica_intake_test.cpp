@@ -8,6 +8,8 @@
 namespace unit_replica_intake_test {
 
 using namespace trellara::broker;
+using trellara::FormatLogTimeline;
+using trellara::LogTimeline;
 
 TEST_CASE("a_hole_is_asked_once_passed_over_asked_again_later_and_closed_only_by_its_own_offset", "[broker]") {
   const std::string id = LogIdentity(1, 0x1000);
@@ -109,6 +111,39 @@ TEST_CASE("the_forwarder_republishes_a_tail_the_broker_lost", "[broker]") {
   // Only what the local log still holds can go out again.
   CHECK(DecideTailRepublish(5u, 40, 12) == 12u);
   CHECK_FALSE(DecideTailRepublish(5u, 40, 40).has_value());
+}
+
+
+TEST_CASE("a_replica_takes_the_timeline_of_its_log_once_and_refuses_another", "[broker]") {
+  using Kind = ReplicaTimelineDecision::Kind;
+  const LogTimeline promoted{2, 1, 0x3000148};
+  const std::string header = TimelineHeaderValue(promoted);
+  REQUIRE(header == "2 branched_from 1 at 0/3000148");  // one line: a NATS header holds no newline
+
+  // No header (an older forwarder, a log without TIMELINE): nothing to write, nothing refused.
+  CHECK(DecideReplicaTimeline(std::nullopt, std::nullopt).kind == Kind::Keep);
+  CHECK(DecideReplicaTimeline(promoted, std::nullopt).kind == Kind::Keep);
+
+  // A new replica writes it (before appending the message's records), exactly as the relay wrote it.
+  auto first = DecideReplicaTimeline(std::nullopt, header);
+  REQUIRE(first.kind == Kind::Write);
+  CHECK(FormatLogTimeline(first.timeline) == FormatLogTimeline(promoted));
+  CHECK(DecideReplicaTimeline(std::nullopt, std::string("1")).timeline.parent_timeline == 0);
+
+  // The same timeline again: kept.
+  CHECK(DecideReplicaTimeline(promoted, header).kind == Kind::Keep);
+
+  // Another timeline, or the same number with another branch point: the stream carries another log.
+  auto other = DecideReplicaTimeline(promoted, std::string("3 branched_from 2 at 0/5000000"));
+  CHECK(other.kind == Kind::Refuse);
+  CHECK(other.reason.find("never changes timeline") != std::string::npos);
+  CHECK(DecideReplicaTimeline(promoted, std::string("2 branched_from 1 at 0/3000150")).kind == Kind::Refuse);
+  CHECK(DecideReplicaTimeline(LogTimeline{1, 0, 0}, header).kind == Kind::Refuse);
+
+  // An unreadable header is refused, never taken for "no timeline".
+  auto garbage = DecideReplicaTimeline(std::nullopt, std::string("two"));
+  CHECK(garbage.kind == Kind::Refuse);
+  CHECK(garbage.reason.find("Trellara-Timeline") != std::string::npos);
 }
 
 }  // namespace unit_replica_intake_test

@@ -74,4 +74,36 @@ bool ReplicaCaughtUp(const ReplicaReadFacts& facts, std::optional<bool> stream_h
   return ReplicaMayBeCaughtUp(facts) && stream_holds_unread.has_value() && !*stream_holds_unread;
 }
 
+std::string TimelineHeaderValue(const LogTimeline& timeline) {
+  std::string text = FormatLogTimeline(timeline);
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  return text;
+}
+
+ReplicaTimelineDecision DecideReplicaTimeline(const std::optional<LogTimeline>& held,
+                                              const std::optional<std::string>& header) {
+  ReplicaTimelineDecision d;
+  if (!header) return d;
+  auto parsed = ParseLogTimeline(*header);
+  if (!parsed) {
+    d.kind = ReplicaTimelineDecision::Kind::Refuse;
+    d.reason = std::string("its ") + kTimelineHeader + " header " + parsed.error().message;
+    return d;
+  }
+  d.timeline = *parsed;
+  if (!held) {
+    d.kind = ReplicaTimelineDecision::Kind::Write;
+    return d;
+  }
+  if (held->timeline == parsed->timeline && held->parent_timeline == parsed->parent_timeline &&
+      held->branch_lsn == parsed->branch_lsn)
+    return d;
+  d.kind = ReplicaTimelineDecision::Kind::Refuse;
+  d.reason = "it comes from a log on source timeline \"" + TimelineHeaderValue(*parsed) +
+             "\" and the replica holds a log on timeline \"" + TimelineHeaderValue(*held) +
+             "\": one log never changes timeline, so the stream carries another log's records";
+  return d;
+}
+
 }  // namespace trellara::broker

@@ -15,6 +15,9 @@
 //    hole's first offset; "other-log" when the request names another log.
 //  - DecideTailRepublish: a lost tail, which shows as no hole, found by the forwarder itself.
 //  - ReplicaCaughtUp: when `trellara apply --until-caught-up` may stop reading a stream.
+//  - DecideReplicaTimeline: the timeline of the log a message came from (its Trellara-Timeline
+//    header) against the replica's TIMELINE file, so that a remote applier makes the same
+//    promotion check as one reading the local log (docs/broker.md "After a promotion").
 // Time is passed in (milliseconds of a monotonic clock), so the simulator drives these rules
 // with its own step counter. Talks to no broker and no database.
 #pragma once
@@ -24,6 +27,7 @@
 #include <string>
 
 #include "trellara/broker/broker.h"
+#include "trellara/capture/slot_sync.h"
 
 namespace trellara::broker {
 
@@ -85,5 +89,28 @@ struct ReplicaReadFacts {
 // (`stream_holds_unread` == false; nullopt = it could not be asked, so not caught up).
 bool ReplicaMayBeCaughtUp(const ReplicaReadFacts& facts);
 bool ReplicaCaughtUp(const ReplicaReadFacts& facts, std::optional<bool> stream_holds_unread);
+
+// The header that carries the timeline of the log a message's records come from: the log's
+// TIMELINE file (written by the relay when it started the log) on one line, e.g. "2 branched_from
+// 1 at 0/3000148". A log's timeline never changes (a promoted server starts a new log), so every
+// message of one log carries the same value; a log without a TIMELINE file sends none.
+inline constexpr const char* kTimelineHeader = "Trellara-Timeline";
+std::string TimelineHeaderValue(const LogTimeline& timeline);
+
+// What a remote applier does with a delivered message's timeline header before it appends the
+// message's records to its replica. `held`: the replica's TIMELINE (nullopt: none yet).
+//  - Keep: no header (a forwarder of an older version, or a log without TIMELINE), or the same
+//    timeline as held;
+//  - Write: the replica has none yet: `timeline` is written to its TIMELINE before any record of
+//    the message is appended (the applier then checks the target against it, as for a local log);
+//  - Refuse: the header cannot be read, or names another timeline than the replica holds (one log
+//    never changes timeline: the stream carries another log's records). `reason` says which.
+struct ReplicaTimelineDecision {
+  enum class Kind : uint8_t { Keep, Write, Refuse } kind = Kind::Keep;
+  LogTimeline timeline;
+  std::string reason;
+};
+ReplicaTimelineDecision DecideReplicaTimeline(const std::optional<LogTimeline>& held,
+                                              const std::optional<std::string>& header);
 
 }  // namespace trellara::broker
