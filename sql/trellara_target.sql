@@ -94,6 +94,38 @@ BEGIN
 END
 $fn$;
 
+-- The evidence check of a grouped batch formed without reading the evidence first (docs/apply.md
+-- "Evidence inside the batch"): the applier took every member as never seen, and calls this right
+-- after the registry check, inside the batch's own transaction, with the members' commit LSNs. It
+-- raises (SQLSTATE TR012) when that is not so for one of them: the flow's origin progress is at or
+-- past it, or it has a dedup row or a quarantine row (whatever its xid or state). The batch then
+-- rolls back and the applier reads the evidence and decides as for any batch. Each LSN is looked up
+-- through the primary key.
+CREATE OR REPLACE FUNCTION trellara.require_unapplied(flow_name text, commits pg_lsn[], origin_name text)
+RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+  progress pg_lsn := pg_catalog.pg_replication_origin_progress(origin_name, false);
+  c pg_lsn;
+BEGIN
+  FOREACH c IN ARRAY commits LOOP
+    IF progress IS NOT NULL AND c <= progress THEN
+      RAISE EXCEPTION 'commit % of flow % is at or below the origin progress % on the target', c, flow_name, progress
+        USING ERRCODE = 'TR012';
+    END IF;
+    PERFORM 1 FROM trellara.applied_transactions a WHERE a.flow = flow_name AND a.commit_lsn = c;
+    IF FOUND THEN
+      RAISE EXCEPTION 'commit % of flow % already has a dedup row on the target', c, flow_name
+        USING ERRCODE = 'TR012';
+    END IF;
+    PERFORM 1 FROM trellara.quarantine q WHERE q.flow = flow_name AND q.commit_lsn = c;
+    IF FOUND THEN
+      RAISE EXCEPTION 'commit % of flow % has a quarantine row on the target', c, flow_name
+        USING ERRCODE = 'TR012';
+    END IF;
+  END LOOP;
+END
+$fn$;
+
 -- The guard of superseded updates (docs/apply.md "Superseded updates in a group"): a grouped batch
 -- that left out UPDATEs overwritten later in the same group calls this last, before its COMMIT,
 -- with every relation the group writes. It raises (SQLSTATE TR011, the 1-based positions of the
@@ -360,6 +392,7 @@ REVOKE ALL ON FUNCTION trellara.quarantine_replay_ready(bigint, pg_lsn, text) FR
 REVOKE ALL ON FUNCTION trellara.quarantine_list() FROM PUBLIC;
 REVOKE ALL ON FUNCTION trellara.require_one_row(bigint) FROM PUBLIC;  -- the applier's own check
 REVOKE ALL ON FUNCTION trellara.require_no_replica_triggers(text[]) FROM PUBLIC;  -- the applier's own guard
+REVOKE ALL ON FUNCTION trellara.require_unapplied(text, pg_lsn[], text) FROM PUBLIC;  -- the applier's own check
 REVOKE ALL ON FUNCTION trellara.batch_column_types(text, text[], text[]) FROM PUBLIC;  -- the applier's own check
 REVOKE ALL ON FUNCTION trellara.relation_tree(oid) FROM PUBLIC;  -- the guards' helper
 REVOKE ALL ON FUNCTION trellara.rename_enum_value(regtype, text, text) FROM PUBLIC;  -- the applier's DDL step

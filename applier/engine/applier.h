@@ -83,7 +83,7 @@ enum class Outcome { Applied, SkippedDuplicate, Stopped };
 enum class PartitionGate { Publish, Refused, Stopped };
 
 // What each message queued in a batch answers, in order.
-enum class What { Begin, ControlCheck, Record, Prepare, Statement, UpdateGuard, Commit };
+enum class What { Begin, ControlCheck, EvidenceCheck, Record, Prepare, Statement, UpdateGuard, Commit };
 
 // How one attempt of the one-at-a-time path ended.
 struct Attempt {

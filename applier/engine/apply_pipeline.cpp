@@ -1,6 +1,8 @@
 // apply_pipeline.cpp — the applier's throughput path (docs/performance.md): consecutive whole
-// transactions are applied as a batch — one round trip reads the evidence of the whole batch, then
-// the batch is queued in one libpq pipeline segment and the results are read back in order. A
+// transactions are applied as a batch — one round trip reads the evidence of the whole batch (or a
+// grouped batch assumes it and the target checks it inside the batch's transaction, core
+// EvidenceFor), then the batch is queued in one libpq pipeline segment and the results are read
+// back in order. A
 // grouped batch (apply.group_transactions, the default) is one target transaction holding every
 // transaction's dedup row and changes; a failure rolls it all back and core forms the same
 // transactions again one target transaction each, as an ungrouped batch is: each its own
@@ -37,6 +39,9 @@ std::string TextArrayLiteral(const std::vector<std::string>& elements) {
 
 // SQLSTATE of trellara.require_no_replica_triggers (sql/trellara_target.sql).
 constexpr const char* kReplicaTriggersSqlstate = "TR011";
+// SQLSTATE of trellara.require_unapplied (sql/trellara_target.sql): a member of a batch formed on
+// assumed evidence has been seen by the target.
+constexpr const char* kSeenSqlstate = "TR012";
 
 }  // namespace
 
@@ -48,7 +53,9 @@ constexpr const char* kReplicaTriggersSqlstate = "TR011";
 // transaction its own BEGIN .. COMMIT, ended by one Sync) and reads the answers back, so the
 // target executes a batch while the applier reads and decodes the next one from the log. At most
 // one batch is in flight: the next batch's evidence is read only after the previous batch's
-// results.
+// results, or (core EvidenceFor == Assumed) not read at all but checked by the target inside the
+// batch's own transaction — never read by a query queued before the previous batch committed,
+// which could not see the rows that batch wrote.
 
 // The adapter's verdict on one candidate of a batch: core's DecideApply, then what the flow knows of
 // each relation (core ShapesKnown: DDL, first sight and drift go alone), the planner and the target's
@@ -99,10 +106,19 @@ Admission Applier::Classify(PipelineTx& tx, const Evidence& evidence) {
 // Forms the next batch (core decides who joins) and queues it to the target.
 void Applier::SendBatch() {
   const size_t candidates = pipeline_.Candidates();
-  std::vector<const TxIdentity*> ids;
-  for (size_t i = 0; i < candidates; i++) ids.push_back(&pipeline_.at(i).ready.tx);
-  const std::vector<Evidence> evidence = session_.ReadEvidence(ids);
-  MaterializePartitioned(candidates, evidence);
+  // The evidence: read in its own round trip, or (core EvidenceFor) assumed "never seen" — no dedup
+  // row, no quarantine row, origin progress below each candidate — and checked by the target as the
+  // batch's first statement after the registry check (trellara_require_unapplied below).
+  std::vector<Evidence> evidence(candidates);
+  if (pipeline_.EvidenceFor() == EvidenceSource::Assumed) {
+    pipeline_.AssumeEvidence();
+  } else {
+    std::vector<const TxIdentity*> ids;
+    for (size_t i = 0; i < candidates; i++) ids.push_back(&pipeline_.at(i).ready.tx);
+    evidence = session_.ReadEvidence(ids);
+    pipeline_.EvidenceRead(evidence.front().target.checkpoint_lsn);
+    MaterializePartitioned(candidates, evidence);
+  }
   // A requested hold at C: nothing after C joins (Pump stops at the hold before the front passes it).
   const std::optional<uint64_t> hold_lsn = registry_.first_hold_lsn();
   for (size_t i = 0; i < candidates; i++) {
@@ -198,6 +214,13 @@ void Applier::SendBatch() {
       size_t first = 0;
       while (pipeline_.at(first).duplicate) first++;
       open_transaction(first);
+      if (pipeline_.evidence_assumed()) {
+        // The evidence the batch was formed on, checked where it cannot go stale: inside the batch's
+        // transaction, before anything of it is written. TR012 rolls the whole group back.
+        queued(conn_->SendPrepared("trellara_require_unapplied", session_.RequireUnappliedParams(members)));
+        expects_.push_back({first, What::EvidenceCheck, {}});
+        counters_.assumed_evidence_batches++;
+      }
       queued(conn_->SendPrepared("trellara_commit_records", session_.CommitRecordsParams(members)));
       expects_.push_back({first, What::Record, {}});
       delete_staged(first, members);
@@ -327,6 +350,7 @@ void Applier::CollectBatch() {
     const TxIdentity& first = pipeline_.front().ready.tx;
     std::optional<std::string> failed;
     bool registry_changed = false;  // the first failure is control_check's TR010
+    bool seen = false;              // the first failure is require_unapplied's TR012
     for (const Expect& expect : expects_) {
       auto next = conn_->NextResult();
       if (!next.result.ok() && !next.aborted && conn_->connection_lost())
@@ -345,6 +369,7 @@ void Applier::CollectBatch() {
       if (!ok && !next.aborted && !failed) {
         failed = DescribeTransaction(pipeline_.at(expect.index).ready.tx) + ": " + next.result.Describe();
         registry_changed = expect.what == What::ControlCheck && next.result.sqlstate() == kRegistryChangedSqlstate;
+        seen = expect.what == What::EvidenceCheck && next.result.sqlstate() == kSeenSqlstate;
         if (expect.what == What::UpdateGuard && next.result.sqlstate() == kReplicaTriggersSqlstate)
           RefuseSupersededUpdates(next.result);
       }
@@ -360,6 +385,9 @@ void Applier::CollectBatch() {
     if (failed || conn_->InTransaction())
       session_.EndFailedTransaction("the batch of flow " + config_.flow_name + " starting at " +
                                     DescribeTransaction(first));
+    // TR012: the target holds something of a batch formed on assumed evidence; core sends the same
+    // transactions again one target transaction each, on read evidence (EvidenceFor).
+    if (seen) counters_.assumed_evidence_refused++;
     // TR010: the snapshot registry moved under the batch. Read it again; the refused transaction
     // then goes alone with it (never a quarantine, never a failure of the transaction).
     if (registry_changed)

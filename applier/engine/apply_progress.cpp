@@ -31,7 +31,7 @@ void ApplyProgress::Print(const char* state, const Counters& counters, const Pro
               "statements=%llu batches=%llu start_offset=%llu consumer_offset=%llu next_log_offset=%llu seconds=%.1f "
               "tx_per_s=%.0f snapshot_in_copy=%llu snapshot_skips=%llu ddl_applied=%llu ddl_no_target_change=%llu "
               "superseded_updates=%llu batched_updates=%llu early_chunked=%llu early_abandoned=%llu "
-              "merged_changes=%llu\n",
+              "merged_changes=%llu evidence_assumed=%llu evidence_refused=%llu\n",
               flow_name_.c_str(), state, static_cast<unsigned long long>(counters.applied),
               static_cast<unsigned long long>(counters.skipped_duplicates),
               static_cast<unsigned long long>(counters.not_applied_changes),
@@ -48,7 +48,9 @@ void ApplyProgress::Print(const char* state, const Counters& counters, const Pro
               static_cast<unsigned long long>(counters.batched_updates),
               static_cast<unsigned long long>(counters.early_chunked),
               static_cast<unsigned long long>(counters.early_abandoned),
-              static_cast<unsigned long long>(counters.merged_changes));
+              static_cast<unsigned long long>(counters.merged_changes),
+              static_cast<unsigned long long>(counters.assumed_evidence_batches),
+              static_cast<unsigned long long>(counters.assumed_evidence_refused));
   std::fflush(stdout);
 }
 

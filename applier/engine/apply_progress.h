@@ -37,6 +37,10 @@ struct Counters {
   // still writing them), and early attempts abandoned (then applied at their commit marker).
   uint64_t early_chunked = 0;
   uint64_t early_abandoned = 0;
+  // Grouped batches formed on assumed evidence (docs/apply.md "Evidence inside the batch"), and those
+  // the target's check refused (rolled back, then applied on read evidence).
+  uint64_t assumed_evidence_batches = 0;
+  uint64_t assumed_evidence_refused = 0;
 };
 
 // Where the applier stands in the log, for a progress line.

@@ -204,6 +204,10 @@ void ApplySession::Connect(bool reconnecting) {
                       "AS r(lsn, xid, sysid, checksum)",
                       7),
        "preparing the dedup insert of a group");
+  // The evidence of a grouped batch formed without reading it first, checked inside the batch's own
+  // transaction (sql/trellara_target.sql trellara.require_unapplied, SQLSTATE TR012).
+  Must(conn_->Prepare("trellara_require_unapplied", "SELECT trellara.require_unapplied($1, $2::pg_lsn[], $3)", 3),
+       "preparing the in-batch evidence check");
   Must(conn_->Prepare("trellara_flushed_progress", "SELECT pg_replication_origin_progress($1, true)", 1),
        "preparing the flushed-progress lookup");
   // Columns in attribute order; every row also carries the primary key's columns (in key order)
@@ -255,6 +259,11 @@ SqlParams ApplySession::CommitRecordsParams(const std::vector<const ReadyTransac
   const ReadyTransaction& last = *group.back();
   return {group.front()->tx.flow, lsns + "}", xids + "}", sysids + "}", checksums + "}",
           FormatLsn(last.tx.commit_lsn), TimestampParam(last.commit_time_us)};
+}
+SqlParams ApplySession::RequireUnappliedParams(const std::vector<const ReadyTransaction*>& members) const {
+  std::string lsns = "{";
+  for (const ReadyTransaction* ready : members) lsns += (lsns.size() > 1 ? "," : "") + FormatLsn(ready->tx.commit_lsn);
+  return {config_.flow_name, lsns + "}", origin_name_};
 }
 void ApplySession::WriteStatus(const std::string& state, const std::string& last_error,
                                const StatusFigures& figures) {

@@ -99,6 +99,10 @@ class ApplySession {
   // trellara_commit_records: the dedup rows of a grouped batch's members (in log order, at least one).
   SqlParams CommitRecordsParams(const std::vector<const ReadyTransaction*>& group) const;
 
+  // Parameters of the prepared trellara_require_unapplied: the target's check, inside a grouped
+  // batch formed on assumed evidence, that none of `members` has been seen (apply_pipeline.cpp).
+  SqlParams RequireUnappliedParams(const std::vector<const ReadyTransaction*>& members) const;
+
   // Best effort: a status write never hides the error that ended the run.
   void WriteStatus(const std::string& state, const std::string& last_error, const StatusFigures& figures);
 

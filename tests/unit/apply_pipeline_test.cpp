@@ -228,6 +228,121 @@ TEST_CASE("a_grouped_batch_retires_whole_or_not_at_all_and_a_failed_group_goes_a
   CHECK(Lsns(whole->retired) == std::vector<uint64_t>{600});
 }
 
+// ---- which evidence a batch is formed on (EvidenceFor) ----
+
+namespace {
+
+// A grouped pipeline of whole transactions (each with its envelope) at commit LSNs `lsns`.
+ApplyPipeline WholeQueue(const std::vector<uint64_t>& lsns, bool group = true) {
+  PipelineLimits limits;
+  limits.group_transactions = group;
+  ApplyPipeline p(0, limits);
+  for (size_t i = 0; i < lsns.size(); i++) {
+    ReadyTransaction r = Ready(static_cast<uint32_t>(700 + i), lsns[i]);
+    r.envelope = Envelope{};
+    p.ReadWhole(std::move(r), i + 1);
+  }
+  return p;
+}
+
+// Forms, seals and collects one batch of every candidate as Apply; returns what retired.
+std::vector<uint64_t> ApplyAll(ApplyPipeline& p, bool commit) {
+  const size_t n = p.Candidates();
+  for (size_t i = 0; i < n; i++) p.Admit(i, Admission::Apply, 1);
+  const size_t sent = p.Seal();
+  auto outcome = p.Collect(std::vector<bool>(sent, commit));
+  REQUIRE(outcome);
+  return Lsns(outcome->retired);
+}
+
+}  // namespace
+
+TEST_CASE("evidence_is_read_until_the_targets_progress_is_known_then_assumed_only_past_it", "[pipeline][evidence]") {
+  ApplyPipeline p = WholeQueue({100, 200});
+  // Nothing read yet: the target may hold anything (a rewind after a restart replays duplicates).
+  CHECK(p.EvidenceFor() == EvidenceSource::Read);
+  p.EvidenceRead(200);  // origin progress 200: both candidates are at or below it
+  CHECK(p.known_applied_lsn() == 200);
+  CHECK(p.EvidenceFor() == EvidenceSource::Read);
+  CHECK(ApplyAll(p, true) == std::vector<uint64_t>{100, 200});  // duplicates, say
+  p.ReadWhole([] { ReadyTransaction r = Ready(900, 300); r.envelope = Envelope{}; return r; }(), 3);
+  p.ReadWhole([] { ReadyTransaction r = Ready(901, 400); r.envelope = Envelope{}; return r; }(), 4);
+  CHECK(p.EvidenceFor() == EvidenceSource::Assumed);
+  p.AssumeEvidence();
+  CHECK(p.evidence_assumed());
+  CHECK(ApplyAll(p, true) == std::vector<uint64_t>{300, 400});
+  CHECK_FALSE(p.evidence_assumed());
+  // Retiring moves what the target is known to hold: the log repeating 400 is read again.
+  CHECK(p.known_applied_lsn() == 400);
+  p.ReadWhole([] { ReadyTransaction r = Ready(901, 400); r.envelope = Envelope{}; return r; }(), 5);
+  CHECK(p.EvidenceFor() == EvidenceSource::Read);
+}
+
+TEST_CASE("evidence_is_read_for_ungrouped_batches_partitioned_transactions_and_lsns_not_increasing",
+          "[pipeline][evidence]") {
+  {
+    ApplyPipeline p = WholeQueue({300, 400}, /*group=*/false);
+    p.EvidenceRead(200);
+    CHECK(p.EvidenceFor() == EvidenceSource::Read);  // one target transaction each: no single check covers them
+  }
+  {
+    ApplyPipeline p = WholeQueue({300, 400});
+    p.EvidenceRead(200);
+    ReadyTransaction partitioned = Ready(902, 500);
+    partitioned.manifest = Manifest{};
+    partitioned.manifest->boundary_mode = BoundaryMode::Partitioned;
+    p.ReadWhole(std::move(partitioned), 3);
+    CHECK(p.EvidenceFor() == EvidenceSource::Read);  // its staged chunks are read with the evidence
+  }
+  {
+    ApplyPipeline p = WholeQueue({300, 250});
+    p.EvidenceRead(200);
+    CHECK(p.EvidenceFor() == EvidenceSource::Read);  // not increasing: the log may repeat itself
+  }
+  {
+    ApplyPipeline p(0, [] { PipelineLimits l; l.group_transactions = true; return l; }());
+    p.ReadWhole(Ready(700, 300), 1);  // no envelope: a chunked or unmerged partitioned transaction
+    p.EvidenceRead(200);
+    CHECK(p.EvidenceFor() == EvidenceSource::Read);
+  }
+}
+
+TEST_CASE("a_refused_assumption_retires_nothing_and_the_same_transactions_go_again_one_each_on_read_evidence",
+          "[pipeline][evidence]") {
+  ApplyPipeline p = WholeQueue({300, 400, 500});
+  p.EvidenceRead(200);
+  REQUIRE(p.EvidenceFor() == EvidenceSource::Assumed);
+  p.AssumeEvidence();
+  // The target's check (TR012) refused the group: nothing committed, nothing retires, the offset stays.
+  CHECK(ApplyAll(p, false).empty());
+  CHECK(p.DurableOffset(UINT64_MAX) == 0);
+  CHECK(p.ungrouped_remaining() == 3);
+  CHECK(p.Next() == PipelineStep::Form);
+  CHECK(p.EvidenceFor() == EvidenceSource::Read);
+  // One target transaction each (the front turns out a duplicate, the rest apply), on read evidence.
+  p.EvidenceRead(300);
+  CHECK(p.Admit(0, Admission::Duplicate, 0));
+  CHECK(p.Admit(1, Admission::Apply, 1));
+  CHECK_FALSE(p.Admit(2, Admission::Apply, 1));
+  REQUIRE(p.Seal() == 3);
+  CHECK_FALSE(p.grouped());
+  CHECK_FALSE(p.evidence_assumed());
+  auto outcome = p.Collect({false, true, true});
+  REQUIRE(outcome);
+  CHECK(Lsns(outcome->retired) == std::vector<uint64_t>{300, 400, 500});
+  // Assumed again only after a read: the refusal cleared what the pipeline knew was read.
+  p.ReadWhole([] { ReadyTransaction r = Ready(903, 600); r.envelope = Envelope{}; return r; }(), 4);
+  CHECK(p.EvidenceFor() == EvidenceSource::Assumed);  // the per-transaction batch above read it (EvidenceRead)
+}
+
+TEST_CASE("assuming_evidence_where_it_must_be_read_is_an_assertion_failure", "[pipeline][evidence][assert]") {
+  ApplyPipeline p = WholeQueue({100, 200});
+  CHECK_THROWS_AS(p.AssumeEvidence(), AssertionFailure);  // nothing read yet
+  p.EvidenceRead(50);
+  p.Admit(0, Admission::Apply, 1);
+  CHECK_THROWS_AS(p.EvidenceFor(), AssertionFailure);  // chosen before the first admission only
+}
+
 TEST_CASE("a_grouped_batch_reported_partly_committed_is_refused", "[pipeline]") {
   PipelineLimits limits;
   limits.group_transactions = true;

@@ -48,6 +48,7 @@ Status ApplyPipeline::AppliedAlone(uint64_t offset_after, uint64_t commit_lsn) {
   if (!queue_.empty())
     return MakeError("a chunked transaction (commit " + FormatLsn(commit_lsn) + ") was applied while " +
                      std::to_string(queue_.size()) + " earlier whole transactions were still queued; drain them first");
+  known_applied_lsn_ = std::max(known_applied_lsn_, commit_lsn);
   offsets_.Done(offset_after, commit_lsn);
   return Status::Ok();
 }
@@ -64,6 +65,35 @@ size_t ApplyPipeline::Candidates() const {
   return CandidateCount();
 }
 
+EvidenceSource ApplyPipeline::EvidenceFor() const {
+  Require(Next() == PipelineStep::Form && admitted_ == 0 && !closed_,
+          "the evidence of a batch is chosen before its first admission");
+  // Only a grouped batch: one target transaction, so the check in it covers every member and a
+  // refusal rolls all of them back.
+  if (!limits_.group_transactions || ungrouped_remaining_ > 0) return EvidenceSource::Read;
+  if (!evidence_read_) return EvidenceSource::Read;
+  uint64_t previous = known_applied_lsn_;
+  const size_t candidates = CandidateCount();
+  for (size_t k = 0; k < candidates; k++) {
+    const ReadyTransaction& ready = queue_[k].ready;
+    if (ready.partitioned() || !ready.envelope) return EvidenceSource::Read;
+    // At or below what the target holds (a rewind, the log repeating itself): likely a duplicate.
+    if (ready.tx.commit_lsn <= previous) return EvidenceSource::Read;
+    previous = ready.tx.commit_lsn;
+  }
+  return EvidenceSource::Assumed;
+}
+
+void ApplyPipeline::EvidenceRead(uint64_t checkpoint_lsn) {
+  evidence_read_ = true;
+  known_applied_lsn_ = std::max(known_applied_lsn_, checkpoint_lsn);
+}
+
+void ApplyPipeline::AssumeEvidence() {
+  Require(EvidenceFor() == EvidenceSource::Assumed, "evidence is assumed only where EvidenceFor allows it");
+  assumed_ = true;
+}
+
 size_t ApplyPipeline::CandidateCount() const { return std::min(queue_.size(), limits_.batch_transactions_max); }
 
 bool ApplyPipeline::Admit(size_t index, Admission admission, size_t planned_statements) {
@@ -74,6 +104,7 @@ bool ApplyPipeline::Admit(size_t index, Admission admission, size_t planned_stat
   // The first candidate decides the batch's form: grouped unless the transactions of a failed
   // group are still being applied one target transaction each.
   if (index == 0) grouped_ = limits_.group_transactions && ungrouped_remaining_ == 0;
+  Require(!assumed_ || grouped_, "a batch formed on assumed evidence is one target transaction");
   switch (admission) {
     case Admission::Duplicate:
       tx.duplicate = true;
@@ -129,7 +160,11 @@ size_t ApplyPipeline::Seal() {
   Require(in_flight_ == 0 && !queue_.empty(), "a batch is sealed only while it is being formed");
   Require(admitted_ > 0 || alone_, "a sealed batch holds a transaction, or the front goes alone");
   in_flight_ = admitted_;
-  if (in_flight_ == 0) grouped_ = false;  // the front goes alone
+  if (in_flight_ == 0) {
+    grouped_ = false;  // the front goes alone
+    assumed_ = false;  // it reads its own evidence (the one-at-a-time path)
+  }
+  Require(!assumed_ || grouped_, "a batch formed on assumed evidence is one target transaction");
   // A batch never holds a transaction twice: strictly increasing commit LSNs prove it in one pass;
   // otherwise every pair is compared.
   bool increasing = true;
@@ -185,6 +220,7 @@ Result<CollectOutcome> ApplyPipeline::Collect(const std::vector<bool>& committed
   const size_t retire = failed.value_or(in_flight_);
   for (size_t k = 0; k < retire; k++) outcome.retired.push_back(PopFront(queue_.front().ready.tx.commit_lsn));
   in_flight_ = 0;
+  assumed_ = false;
   if (failed) {
     outcome.failed = *failed;
     alone_ = true;  // the failed transaction: retried alone; those after it stay queued
@@ -208,7 +244,12 @@ Result<CollectOutcome> ApplyPipeline::CollectGrouped(const std::vector<bool>& co
   const size_t count = in_flight_;
   in_flight_ = 0;
   grouped_ = false;
+  const bool assumed = assumed_;
+  assumed_ = false;
   if (first_failed) {
+    // A group formed on assumed evidence that failed (the target's check refused it, or anything
+    // else): nothing is assumed again before the evidence has been read.
+    if (assumed) evidence_read_ = false;
     // Nothing of the group committed: the same transactions go again, one target transaction each.
     // A transaction that closed the group as Alone is decided again when its turn comes.
     outcome.failed = *first_failed;
@@ -230,6 +271,7 @@ PipelineTx ApplyPipeline::PopFront(uint64_t required_lsn) {
   PipelineTx tx = std::move(queue_.front());
   queue_.pop_front();
   if (ungrouped_remaining_ > 0) ungrouped_remaining_--;
+  known_applied_lsn_ = std::max(known_applied_lsn_, tx.ready.tx.commit_lsn);
   offsets_.Done(tx.offset_after, required_lsn);
   if (queue_.empty() && retain_after_queue_) {
     offsets_.Done(*retain_after_queue_, 0);

@@ -18,6 +18,14 @@
 //                    everything after k was skipped by the server (the whole batch is one pipeline
 //                    segment ended by one Sync) and stays queued for the next batch. An answer that
 //                    claims a commit after a failure in the same batch is refused loudly.
+//   which evidence a batch is formed on  the target's evidence (dedup rows, quarantine rows, origin
+//                    progress) is read in its own round trip before the batch, or — only for a
+//                    grouped batch of transactions all past what the target is known to hold —
+//                    assumed to be "never seen" and checked by the target inside the batch's own
+//                    target transaction (EvidenceFor, below). Evidence a batch trusts always
+//                    reflects every target transaction committed before it: a read happens after
+//                    the previous batch's answers were collected (at most one batch in flight),
+//                    and the in-transaction check runs after the batch's BEGIN.
 //   how far the consumer offset may move  an entry's offset is reported to the offset tracker
 //                    only when it retires, in log order, with its commit LSN as the durability
 //                    requirement; records read after the last queued transaction (chunks of an
@@ -86,6 +94,19 @@ enum class Admission : uint8_t {
   Alone,      // anything else: the one-at-a-time path decides, retries or quarantines
 };
 
+// Where the evidence of the batch being formed comes from.
+enum class EvidenceSource : uint8_t {
+  // One round trip before the batch, in autocommit, after the previous batch's answers were read.
+  Read,
+  // No round trip: every candidate is taken as never seen (no dedup row, no quarantine row, origin
+  // progress below it) and the batch — grouped, one target transaction — carries the target's check
+  // of exactly that as its first statement after the registry check (trellara.require_unapplied,
+  // SQLSTATE TR012). The check runs inside the batch's transaction, after everything committed
+  // before it; if it refuses, nothing of the batch commits and the same transactions go again
+  // one target transaction each on read evidence.
+  Assumed,
+};
+
 // What the pipeline wants next.
 enum class PipelineStep : uint8_t {
   Idle,     // nothing queued
@@ -147,6 +168,26 @@ class ApplyPipeline {
   // Transactions still to be formed one target transaction each after a grouped batch failed.
   size_t ungrouped_remaining() const { return ungrouped_remaining_; }
 
+  // ---- evidence of a batch (Next() == Form) ----
+  // Assumed only when: the batch will be grouped (group_transactions, not replaying a failed
+  // group one transaction each); the target's evidence was read at least once since the pipeline
+  // started or since an assumption was last refused; and every candidate is whole (not a
+  // partitioned transaction, whose staged chunks need the read) with a commit LSN above
+  // known_applied_lsn() and above every earlier candidate's. Otherwise Read. A wrong assumption
+  // costs a rolled-back batch, never a wrong apply: the target checks it before anything commits.
+  EvidenceSource EvidenceFor() const;
+  // The adapter read the target's evidence: `checkpoint_lsn` is the origin progress it holds.
+  void EvidenceRead(uint64_t checkpoint_lsn);
+  // The batch being formed is formed on assumed evidence (EvidenceFor() == Assumed): the adapter
+  // sends the target's check with it. Call before the first Admit.
+  void AssumeEvidence();
+  // Whether the sealed batch (or the one being formed) was formed on assumed evidence.
+  bool evidence_assumed() const { return assumed_; }
+  // The highest commit LSN the target is known to hold for the flow: the origin progress last read,
+  // or a transaction retired since (committed or a duplicate). Only decides whether assuming is
+  // worth it; the target's own check decides whether the assumption holds.
+  uint64_t known_applied_lsn() const { return known_applied_lsn_; }
+
   // ---- answers (Next() == Collect) ----
   // committed[k]: the COMMIT of in-flight transaction k succeeded (ignored for duplicates). An
   // answer that claims a commit after a failed transaction of the batch is refused with an error
@@ -183,6 +224,9 @@ class ApplyPipeline {
   bool grouped_ = false;              // the batch being formed or in flight is one target transaction
   size_t ungrouped_remaining_ = 0;    // leading queue entries that go per transaction (after a group failed)
   std::optional<uint64_t> retain_after_queue_;  // ReadNothing after the last queued transaction
+  bool evidence_read_ = false;        // the target's evidence was read since start or the last refusal
+  bool assumed_ = false;              // the batch being formed or in flight is formed on assumed evidence
+  uint64_t known_applied_lsn_ = 0;
   ApplyOffsetTracker offsets_;
 };
 
