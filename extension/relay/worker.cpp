@@ -6,6 +6,11 @@
 // - Acknowledgement (DESIGN §2, source -> log): LogicalConfirmReceivedLocation is called only
 //   with AckTracker's answer: the commit LSN of the last transaction whose every frame is durable
 //   (fdatasync'ed, indexed), or the LSN of a durable progress marker. Never before the fsync.
+// - Group commit pipelining: a pass does not wait for its own fdatasync. It submits its frames;
+//   between passes the worker waits on its latch and the ring's eventfd, acknowledging what each
+//   completion made durable, and a latch wake starts the next pass while the previous group's
+//   fdatasync is still in flight (worker_confirm.cpp EndPass, WaitBetweenPasses). The writer
+//   acknowledges an append made during an fdatasync only with a later one.
 // - Restart and continuity: on start the worker reads its log backwards from the durable tail to
 //   the last completing frame and hands those frames, the slot's confirmed position and the
 //   catalog's log_started_lsn to core DecideRestart (relay_progress.h), which says what the log
@@ -377,12 +382,15 @@ void trellara_relay_main(Datum) {
     }
     MemoryContextSwitchTo(decoding_memory);
     XLogRecPtr decoded_end = ctx->reader->EndRecPtr;
-    pg::GuardEntry("trellara relay pass", [decoded_end] { FinishPass(decoded_end); });
+    // Group commit pipelining: the pass's frames are submitted, not waited for; what is durable
+    // is confirmed and published now, the rest by the wait below as its fdatasync completes.
+    pg::GuardEntry("trellara relay pass", [decoded_end] { EndPass(decoded_end); });
     if (in_pass_transaction) CommitTransactionCommand();
     pass_sleep_ms = cadence::kRelayPass.After(std::chrono::milliseconds(pass_sleep_ms), in_pass_transaction).count();
     // A commit flushed during the pass set the latch (WakeRelaysAtCommit): go on at once.
+    const long sleep_ms = pass_sleep_ms;
     if (!latch_wake_consumed)
-      (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, pass_sleep_ms, PG_WAIT_EXTENSION);
+      pg::GuardEntry("trellara relay wait", [sleep_ms, decoded_end] { WaitBetweenPasses(sleep_ms, decoded_end); });
     latch_wake_consumed = false;
     ResetLatch(MyLatch);
   }

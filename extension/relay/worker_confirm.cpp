@@ -114,15 +114,20 @@ uint64_t AppendProgressMarker(uint64_t lsn) {
   return g_relay->ack->Durable(g_relay->writer->durable_end());
 }
 
-// After a pass: make everything durable, maybe mark progress, confirm what is safe.
-void FinishPass(uint64_t decoded_end) {
-  WaitDurable(g_relay->writer->next_offset());
-  uint64_t confirmable = g_relay->ack->Durable(g_relay->writer->durable_end());
+// What is durable now is acknowledged: reaps the log's completions without waiting (starting the
+// next group's fdatasync when one is due), confirms the slot and publishes the board only through
+// AckTracker's answer for the writer's durable end. The idle duties — a progress marker, retention
+// — run only when every appended frame is durable (no fdatasync in flight for them to delay).
+void AcknowledgeDurable(uint64_t decoded_end) {
+  auto durable = g_relay->writer->Poll();
+  if (!durable.ok()) Fail("cannot make its log durable", durable.error());
+  uint64_t confirmable = g_relay->ack->Durable(*durable);
+  const bool all_durable = g_relay->ack->all_durable();
   uint64_t now = NowUs();
   g_relay->progress.interval_us = ProgressIntervalUs();
   const uint64_t requested = ProgressRequestedLsn();
-  if (ShouldWriteProgress(g_relay->progress, g_relay->ack->all_durable(), confirmable, decoded_end, now,
-                          g_relay->last_progress_us, requested)) {
+  if (ShouldWriteProgress(g_relay->progress, all_durable, confirmable, decoded_end, now, g_relay->last_progress_us,
+                          requested)) {
     confirmable = AppendProgressMarker(decoded_end);
     g_relay->last_progress_us = now;
   }
@@ -134,7 +139,55 @@ void FinishPass(uint64_t decoded_end) {
   if (confirmable > g_relay->confirmed_lsn) Publish(FlowState::kRunning);
   Confirm(confirmable);
   Publish(FlowState::kRunning);
-  ApplyRetentionWhenDue();
+  if (g_relay->ack->all_durable()) ApplyRetentionWhenDue();
+}
+
+// After a pass (group commit pipelining, docs/relay.md "Overlapping decoding with the fdatasync"):
+// submits the pass's frames and acknowledges what is already durable, without waiting for the
+// pass's own fdatasync — the worker decodes the next pass while it runs.
+void EndPass(uint64_t decoded_end) {
+  // Retention runs only with everything durable; under a steady load frames are always in
+  // flight, so once it is due (at most once a second) this pass waits for its fdatasync as every
+  // pass did before, and retention is never starved. One hit of the fault point per pass either way.
+  if (RetentionDue() && !g_relay->ack->all_durable()) {
+    WaitDurable(g_relay->writer->next_offset());
+  } else if (fault::Hit("relay.after_append_before_fsync") == fault::Action::Error) {
+    Fail("injected fault", MakeError("relay.after_append_before_fsync"));
+  }
+  AcknowledgeDurable(decoded_end);
+}
+
+// Between passes: waits on the latch for up to `timeout_ms` and, while appended frames are not
+// durable, on the ring's eventfd too, acknowledging what each completion made durable. Returns at
+// a latch wake (a commit: the next pass starts while an fdatasync may still be in flight), at the
+// timeout, or by ERROR / process exit.
+void WaitBetweenPasses(long timeout_ms, uint64_t decoded_end) {
+  const uint64_t deadline_us = NowUs() + static_cast<uint64_t>(timeout_ms) * 1000;
+  const int fd = g_relay->writer->completion_event_fd();
+  for (;;) {
+    const bool pending = g_relay->writer->durable_end() < g_relay->writer->next_offset();
+    const uint64_t now = NowUs();
+    long wait_ms = now >= deadline_us ? 0 : static_cast<long>((deadline_us - now + 999) / 1000);
+    int events = WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH;
+    if (pending && fd >= 0) events |= WL_SOCKET_READABLE;
+    if (pending && fd < 0) wait_ms = std::min(wait_ms, 1L);  // a device without an eventfd: poll
+    int rc = 0;
+    pg::CallPostgres([&] {
+      rc = WaitLatchOrSocket(MyLatch, events, (events & WL_SOCKET_READABLE) ? fd : PGINVALID_SOCKET, wait_ms,
+                             PG_WAIT_EXTENSION);
+      CHECK_FOR_INTERRUPTS();
+    });
+    if (rc & WL_LATCH_SET) return;  // the caller resets the latch and starts the next pass
+    if (pending) AcknowledgeDurable(decoded_end);
+    // A progress marker's durability wait (AppendProgressMarker) may have consumed a wake.
+    if (latch_wake_consumed || NowUs() >= deadline_us) return;
+  }
+}
+
+// SIGTERM: makes everything appended durable, then acknowledges it.
+void FinishPass(uint64_t decoded_end) {
+  WaitDurable(g_relay->writer->next_offset());
+  AcknowledgeDurable(decoded_end);
 }
 
 }  // namespace trellara::relay::worker

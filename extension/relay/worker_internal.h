@@ -118,12 +118,21 @@ void TrackAppended(uint64_t offset, uint8_t type, uint64_t commit_lsn);
 // Appends a progress marker covering the source through `lsn`, waits until it is durable and
 // returns the confirmable LSN.
 uint64_t AppendProgressMarker(uint64_t lsn);
-// After a pass: make everything durable, maybe mark progress, confirm what is safe.
+// Acknowledges what is durable now (never waits): confirms and publishes through AckTracker's
+// answer; a progress marker and retention only when every appended frame is durable.
+void AcknowledgeDurable(uint64_t decoded_end);
+// After a pass: submits its frames and acknowledges what is durable, without waiting for them.
+void EndPass(uint64_t decoded_end);
+// Between passes: waits for a latch wake or the timeout, acknowledging each completion of the log.
+void WaitBetweenPasses(long timeout_ms, uint64_t decoded_end);
+// At SIGTERM: makes everything appended durable, then acknowledges it.
 void FinishPass(uint64_t decoded_end);
 
 // --- log retention (worker_retention.cpp) -----------------------------------------------------------
 // At most once per interval, after a pass with everything durable: deletes what no consumer needs.
 void ApplyRetentionWhenDue();
+// Whether the retention interval has passed (EndPass then makes the pass durable first).
+bool RetentionDue();
 
 // --- decoding context callbacks (worker_decode.cpp) -------------------------------------------------
 extern "C" void PrepareWrite(LogicalDecodingContext* ctx, XLogRecPtr, TransactionId, bool);

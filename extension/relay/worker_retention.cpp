@@ -1,6 +1,6 @@
 // relay/worker_retention.cpp — log retention in the relay worker (docs/log.md): deletes the
 // segments every live consumer is past and, over trellara.log_retention_max_size, marks the
-// consumers it overtakes lost. Runs only after a pass with everything durable (FinishPass); it
+// consumers it overtakes lost. Runs only with everything appended durable (AcknowledgeDurable); it
 // must never run on the append path, between an append and its fdatasync, or stop capture on a
 // failure (it is logged and retried).
 extern "C" {
@@ -19,7 +19,7 @@ namespace trellara::relay::worker {
 
 namespace {
 
-// Log retention (docs/log.md): at most once per interval, after a pass, when everything appended
+// Log retention (docs/log.md): at most once per interval, when everything appended
 // is durable — never on the append path, never between an append and its fdatasync. Deletes
 // segments every live consumer is past; with trellara.log_retention_max_size set, marks the
 // consumers it overtakes lost first. A failure is logged and retried; capture goes on.
@@ -30,6 +30,8 @@ uint64_t last_retention_warning_us = 0;
 char last_retention_error[256];  // plain buffer: no static constructor or destructor in the .so
 
 }  // namespace
+
+bool RetentionDue() { return NowUs() - last_retention_us >= kRetentionIntervalUs; }
 
 void ApplyRetentionWhenDue() {
   const uint64_t now = NowUs();
