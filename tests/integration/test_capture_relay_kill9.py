@@ -36,6 +36,7 @@ from flow_pair import FlowPair  # noqa: E402
 
 KILLS = int(os.environ.get("TRELLARA_RELAY_KILLS", "5"))
 SAMPLE_INTERVAL_S = 0.05
+MIN_SAMPLES = 50  # the sampler must have watched the run (taken while the load runs)
 PUBLISHED_TABLES = ("pgbench_accounts", "pgbench_branches", "pgbench_tellers", "pgbench_history", "bulk")
 
 
@@ -177,6 +178,10 @@ def relay_kill9_never_loses_duplicates_or_confirms_past_durable_log(seed):
                       f"{int_to_lsn(covered)}, {len(sampler.follower.records)} records); cluster restarted; "
                       f"worker {new_pid} back after {back_s:.1f}s", flush=True)
             time.sleep(2.0)
+            # The sampler watches the run while the load goes on: on a loaded machine its polls are
+            # slower, so it is given the time to take its samples instead of failing on a count.
+            wait_for(f"the sampler to take {MIN_SAMPLES} samples under load", lambda: sampler.samples >= MIN_SAMPLES
+                     or sampler.error is not None, 300)
         finally:
             load.stop()
         if len(kills) != KILLS:
@@ -194,7 +199,7 @@ def relay_kill9_never_loses_duplicates_or_confirms_past_durable_log(seed):
               f"{len(sampler.board_violations)}, status() rows showing confirmed past log_durable_lsn (read skew): "
               f"{sampler.same_row_skew}")
         print(f"load: {load.pgbench_runs} pgbench runs, {load.bulk_commits} chunked inserts acknowledged")
-        if sampler.samples < 50:
+        if sampler.samples < MIN_SAMPLES:
             raise CaptureFailure(f"only {sampler.samples} samples: the sampler did not watch the run")
         if sampler.violations:
             first = sampler.violations[0]
