@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from capture_support import (TRELLARA_BIN, CaptureFailure, lsn_to_int, wait_for, worker_pid,  # noqa: E402
                              write_flow_config)
-from flow_pair import run_trellara, table_digest  # noqa: E402
+from flow_pair import run_trellara, table_digest, wait_log_covers_source  # noqa: E402
 from harness import Cluster, ClusterError  # noqa: E402
 
 STANDBY_PHYSICAL_SLOT = "failover_standby"
@@ -186,6 +186,31 @@ class Failover:
         self.primary_stopped = True
         self.switch_link_to_standby()
         self.standby.promote()
+
+    def promote_a_cut_off_standby(self, apply_old_log, ahead=15):
+        """A target ahead of the promoted server: 20 transactions the standby receives, then the
+        standby is cut off and `ahead` more commit on the primary only; `apply_old_log()` applies the
+        old primary's log to the target; the primary dies, the standby is started again and
+        promoted (a new log), and 5 transactions commit there."""
+        self.start_standby()
+        self.commit_rows(self.primary, 20, "both have it")
+        wait_log_covers_source(self.primary, timeout_s=120)
+        self.wait_standby_synced()
+        received = lsn_to_int(self.primary.query("SELECT pg_current_wal_lsn()"))
+        wait_for("the standby to replay the first batch", lambda: lsn_to_int(
+            self.standby.query("SELECT pg_last_wal_replay_lsn()")) >= received, 60)
+        self.standby.stop_immediate()  # the standby is cut off: it never receives what follows
+        self.commit_rows(self.primary, ahead, "only the old primary has it")
+        wait_log_covers_source(self.primary, timeout_s=120)
+        apply_old_log()
+        self.primary.stop_immediate()
+        self.primary_stopped = True
+        self.standby._launch("pg_ctl start of the cut-off standby")
+        self.switch_link_to_standby()
+        self.standby.promote()
+        wait_for("the relay of flow app to run on the promoted server", lambda: worker_pid(self.standby), 60)
+        self.commit_rows(self.standby, 5, "promoted")
+        wait_log_covers_source(self.standby, timeout_s=120)
 
     def apply_new_log(self, expect=0, env=None, config=None):
         result = run_trellara(["apply", "--config", config or self.new_config(), "--until-caught-up"], expect=expect,

@@ -37,7 +37,7 @@ import time
 
 from capture_support import (TRELLARA_BIN, CaptureFailure, assert_no_backend_crashes, log_records, lsn_to_int,
                              setup_flow, wait_for, write_flow_config)
-from harness import Cluster, ClusterError
+from harness import PG_BIN, Cluster, ClusterError
 
 
 def table_digest(cluster, table, dbname="postgres"):
@@ -148,6 +148,15 @@ class FlowPair:
             self.source.psql(self.source_sql)
         if self.target_sql and self.target is not None:
             self.target.psql(self.target_sql)
+
+    def restore_source_schema_into_target(self):
+        """The target restored the way users restore one: `pg_dump --schema-only` of the source
+        (identity columns, sequences, types, partitions and inheritance included; no owners, no
+        publications) played into the target."""
+        schema = subprocess.run([os.path.join(PG_BIN, "pg_dump"), "--schema-only", "--no-owner", "--no-publications",
+                                 "-h", self.source.socket_dir, "-p", str(self.source.port), "-U", "postgres",
+                                 "postgres"], capture_output=True, text=True, check=True).stdout
+        self.target.psql(schema)
 
     def start_flow(self):
         """The publication and the flow (its relay running), the whole-log consumer when asked,

@@ -34,7 +34,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from capture_support import CaptureFailure, checks_fail_under_defect, run_scenarios, scenario  # noqa: E402
 from flow_pair import FlowPair  # noqa: E402
-from harness import PG_BIN  # noqa: E402
 from test_apply_robustness import (apply_command, assert_same_data, run_apply, wait_log_covers_source,  # noqa: E402
                                    with_test_defects)
 
@@ -62,10 +61,7 @@ class IdentityPair(FlowPair):
 
     def prepare(self):
         super().prepare()
-        schema = subprocess.run([os.path.join(PG_BIN, "pg_dump"), "--schema-only", "--no-owner", "--no-publications",
-                                 "-h", self.source.socket_dir, "-p", str(self.source.port), "-U", "postgres",
-                                 "postgres"], capture_output=True, text=True, check=True).stdout
-        self.target.psql(schema)
+        self.restore_source_schema_into_target()
         always = self.target.query("SELECT string_agg(attname, ',' ORDER BY attname) FROM pg_attribute "
                                    "WHERE attrelid = 'public.tickets'::regclass AND attidentity = 'a'")
         if always != "id,seq":

@@ -32,14 +32,12 @@ The target is restored with `pg_dump --schema-only`, the publication is FOR ALL 
       scenario's checks fail.
 """
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from capture_support import CaptureFailure, record_fault_fired, run_scenarios, scenario  # noqa: E402
 from flow_pair import FlowPair, run_trellara  # noqa: E402
-from harness import PG_BIN  # noqa: E402
 
 SOURCE_SETTINGS = {"DateStyle": "'German, DMY'", "IntervalStyle": "'sql_standard'", "extra_float_digits": "-3",
                    "bytea_output": "'escape'", "TimeZone": "'Pacific/Chatham'", "lc_monetary": "'C'"}
@@ -152,10 +150,7 @@ class SettingsPair(FlowPair):
 
     def prepare(self):
         super().prepare()
-        schema = subprocess.run([os.path.join(PG_BIN, "pg_dump"), "--schema-only", "--no-owner", "--no-publications",
-                                 "-h", self.source.socket_dir, "-p", str(self.source.port), "-U", "postgres",
-                                 "postgres"], capture_output=True, text=True, check=True).stdout
-        self.target.psql(schema)
+        self.restore_source_schema_into_target()
         for cluster, settings in ((self.source, SOURCE_SETTINGS), (self.target, TARGET_SETTINGS)):
             shown = cluster.query("SHOW DateStyle")
             if shown.replace(" ", "") != settings["DateStyle"].strip("'").replace(" ", ""):

@@ -28,9 +28,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from capture_support import (CaptureFailure, assert_no_backend_crashes, checks_fail_under_defect,  # noqa: E402
-                             lsn_to_int, run_scenarios, scenario, wait_for, worker_pid, write_flow_config)
+                             run_scenarios, scenario, write_flow_config)
 from failover_support import Failover  # noqa: E402
-from flow_pair import run_trellara, table_digest, wait_log_covers_source  # noqa: E402
+from flow_pair import run_trellara, table_digest  # noqa: E402
 from harness.nats_client import NatsClient  # noqa: E402
 from harness.nats_cluster import NatsCluster  # noqa: E402
 
@@ -66,34 +66,18 @@ def remote_target_ahead(name, env=None, outputs=None):
             return write_flow_config(os.path.join(root, f"remote-{label}.toml"), "app", replica, fo.target.conninfo(),
                                      extra=extra), replica
 
-        fo.start_standby()
-        fo.commit_rows(fo.primary, 20, "both have it")
-        wait_log_covers_source(fo.primary, timeout_s=120)
-        fo.wait_standby_synced()
-        received = lsn_to_int(fo.primary.query("SELECT pg_current_wal_lsn()"))
-        wait_for("the standby to replay the first batch", lambda: lsn_to_int(
-            fo.standby.query("SELECT pg_last_wal_replay_lsn()")) >= received, 60)
-        fo.standby.stop_immediate()  # cut off: it never receives what follows
-        fo.commit_rows(fo.primary, 15, "only the old primary has it")
-        wait_log_covers_source(fo.primary, timeout_s=120)
-        forward(fo.primary, "old")
-        old_remote, old_replica = remote_config("old")
-        run_trellara(["apply", "--config", old_remote, "--until-caught-up"], what="remote trellara apply (old log)")
-        if read_timeline(old_replica) != "1":
-            raise CaptureFailure(f"the replica of the old log holds TIMELINE {read_timeline(old_replica)!r}, not 1")
-        recorded = fo.target.query("SELECT string_agg(timeline::text, ',') FROM trellara.source_timelines "
-                                   "WHERE flow = 'app'")
-        print(f"old log applied through the stream: replica TIMELINE 1, target's source_timelines {recorded!r}, "
-              f"{fo.target.query('SELECT count(*) FROM t')} rows")
+        def apply_old_log():
+            forward(fo.primary, "old")
+            old_remote, old_replica = remote_config("old")
+            run_trellara(["apply", "--config", old_remote, "--until-caught-up"], what="remote trellara apply (old log)")
+            if read_timeline(old_replica) != "1":
+                raise CaptureFailure(f"the replica of the old log holds TIMELINE {read_timeline(old_replica)!r}, not 1")
+            recorded = fo.target.query("SELECT string_agg(timeline::text, ',') FROM trellara.source_timelines "
+                                       "WHERE flow = 'app'")
+            print(f"old log applied through the stream: replica TIMELINE 1, target's source_timelines {recorded!r}, "
+                  f"{fo.target.query('SELECT count(*) FROM t')} rows")
 
-        fo.primary.stop_immediate()
-        fo.primary_stopped = True
-        fo.standby._launch("pg_ctl start of the cut-off standby")
-        fo.switch_link_to_standby()
-        fo.standby.promote()
-        wait_for("the relay of flow app to run on the promoted server", lambda: worker_pid(fo.standby), 60)
-        fo.commit_rows(fo.standby, 5, "promoted")
-        wait_log_covers_source(fo.standby, timeout_s=120)
+        fo.promote_a_cut_off_standby(apply_old_log)
         with NatsClient(nats.client_port(0)) as client:
             client.api(f"$JS.API.STREAM.DELETE.{STREAM}")
         forward(fo.standby, "new")

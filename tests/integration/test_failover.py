@@ -560,25 +560,8 @@ def negative_control_failover_posture_unchecked_is_caught():
                       "trellara repair-plan gives the reseed steps"))
 def target_ahead_of_the_promoted_server_fails_closed():
     with Failover("failover-ahead") as fo:
-        fo.start_standby()
-        fo.commit_rows(fo.primary, 20, "both have it")
-        wait_log_covers_source(fo.primary, timeout_s=120)
-        fo.wait_standby_synced()
-        received = lsn_to_int(fo.primary.query("SELECT pg_current_wal_lsn()"))
-        wait_for("the standby to replay the first batch", lambda: lsn_to_int(
-            fo.standby.query("SELECT pg_last_wal_replay_lsn()")) >= received, 60)
-        fo.standby.stop_immediate()  # the standby is cut off: it never receives what follows
-        fo.commit_rows(fo.primary, 15, "only the old primary has it")
-        wait_log_covers_source(fo.primary, timeout_s=120)
-        run_trellara(["apply", "--config", fo.config_old, "--until-caught-up"], what="trellara apply (old log)")
-        fo.primary.stop_immediate()
-        fo.primary_stopped = True
-        fo.standby._launch("pg_ctl start of the cut-off standby")
-        fo.switch_link_to_standby()
-        fo.standby.promote()
-        wait_for("the relay of flow app to run on the promoted server", lambda: worker_pid(fo.standby), 60)
-        fo.commit_rows(fo.standby, 5, "promoted")
-        wait_log_covers_source(fo.standby, timeout_s=120)
+        fo.promote_a_cut_off_standby(lambda: run_trellara(["apply", "--config", fo.config_old, "--until-caught-up"],
+                                                          what="trellara apply (old log)"))
         before = table_digest(fo.target, "t")
         result = fo.apply_new_log(expect=3)
         message = result.stderr
