@@ -376,9 +376,11 @@ void Applier::CollectBatch() {
       if (expect.what == What::Commit && ok) pipeline_.MarkCommitted(expect.index, committed);
     }
     auto sync = conn_->NextResult();
-    if (!sync.sync)
-      Fail("the target did not answer the pipeline Sync of the batch (flow " + config_.flow_name + ", " +
-           sync.result.Describe() + "); rerun trellara apply, the dedup rows make it resume exactly once");
+    if (!sync.sync)  // like a lost answer above: retried from the consumer offset, never a quarantine
+      FailTransient("the target did not answer the pipeline Sync of the batch starting at " +
+                        DescribeTransaction(first) + " (flow " + config_.flow_name + ", " + sync.result.Describe() +
+                        "); rerun trellara apply, the dedup rows make it resume exactly once",
+                    sync.result.sqlstate(), conn_->connection_lost());
     Status left = conn_->ExitPipeline();
     if (!left.ok()) Fail(left.error().message + "; rerun trellara apply");
     if (failed) group_update_types_.clear();  // asked again before the next group that merges
