@@ -41,6 +41,23 @@ def _with_env(env, start):
                 os.environ[key] = value
 
 
+def wait_promoted_log_timeline(cluster, flow="app", timeout_s=60):
+    """The lines of the promoted server's new log's TIMELINE once its relay wrote them. The relay's
+    process shows before it has moved the standby's copy of the old log aside (that copy's TIMELINE
+    says "1") and written the new log's, so a test reading it at once can read the old one."""
+    path = os.path.join(cluster.data_dir, "pg_trellara", flow, "TIMELINE")
+
+    def written():
+        try:
+            with open(path) as recorded:
+                lines = recorded.read().splitlines()
+        except FileNotFoundError:
+            return None
+        return lines if len(lines) >= 2 else None
+    return wait_for(f"the relay of flow {flow} on the promoted server to start its new log (TIMELINE with the branch "
+                    "point)", written, timeout_s)
+
+
 class Failover:
     """Primary + target (+ standby, started by `start_standby`). source_ack: the flow's
     trellara.flows.source_ack; hold: trellara.standby_slot_names names the standby's physical slot.

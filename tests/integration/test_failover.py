@@ -41,7 +41,7 @@ from capture_support import (CaptureFailure, assert_no_backend_crashes, checks_f
                              int_to_lsn, log_records, log_transactions, lsn_to_int, record_fault_fired, run_scenarios,
                              scenario, wait_caught_up, wait_for, worker_pid, write_flow_config)
 from failover_support import (STANDBY_PHYSICAL_SLOT, Failover, Workload, skipped_duplicates,  # noqa: E402
-                              start_daemon_applier, summary_line)
+                              start_daemon_applier, summary_line, wait_promoted_log_timeline)
 from flow_pair import run_trellara, table_digest, wait_log_covers_source  # noqa: E402
 from harness import Cluster  # noqa: E402
 
@@ -164,11 +164,10 @@ def promote_and_check(primary, standby, target, link_root):
         raise CaptureFailure("slot trellara_app is missing on the promoted server")
 
     new_dir = os.path.join(standby.data_dir, "pg_trellara", "app")
+    lines = wait_promoted_log_timeline(standby)
     aside = new_dir.rstrip("/") + ".timeline1"
     if not os.path.isdir(aside):
         raise CaptureFailure(f"the standby's copy of the old log was not moved aside to {aside}")
-    with open(os.path.join(new_dir, "TIMELINE")) as recorded:
-        lines = recorded.read().splitlines()
     timeline = lines[0] if lines else ""
     if timeline != "2" or len(lines) != 2 or not lines[1].startswith("branched_from 1 at "):
         raise CaptureFailure(f"the new log records {lines!r}, not the promoted server's timeline 2 and where it "
@@ -268,8 +267,7 @@ def _promotion_under_load(name, how, apply_env=None, outputs=None):
                 applier.kill()
                 applier.communicate(timeout=60)
         wait_for("the relay of flow app to run on the promoted server", lambda: worker_pid(fo.standby), 60)
-        with open(os.path.join(fo.standby.data_dir, "pg_trellara", "app", "TIMELINE")) as recorded:
-            branch = lsn_to_int(recorded.read().splitlines()[1].split()[-1])
+        branch = lsn_to_int(wait_promoted_log_timeline(fo.standby)[1].split()[-1])
         applied = fo.target_applied_lsn()
         if applied > branch:
             raise CaptureFailure(f"the target applied through {int_to_lsn(applied)}, past {int_to_lsn(branch)} where "
